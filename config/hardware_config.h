@@ -1,0 +1,414 @@
+// The hardware description every model reads: plain aggregates with unit-suffixed fields,
+// filled and validated once by the loader (config_loader.h) and passed around by const&.
+//
+// Each struct lists its fields exactly once, in visit(): key, member, allowed range and a
+// one-line doc. The same list drives YAML parsing, unknown-key detection, printing, hashing,
+// diffing and `trnsim config keys`; adding a field means adding one v.field(...) line.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/dtype.h"
+#include "config/enum_names.h"
+
+namespace trnsim {
+
+enum class Generation : uint8_t { trn1, trn2, trn3 };
+template <>
+struct EnumNames<Generation> {
+  static constexpr std::array<std::string_view, 3> names = {"trn1", "trn2", "trn3"};
+};
+// NeuronCore version of a generation: trn1 = NC-v2, trn2 = NC-v3, trn3 = NC-v4.
+inline uint32_t neuron_core_version(Generation g) { return static_cast<uint32_t>(g) + 2; }
+
+// Units of a NeuronCore that move or compute data; "dma" stands for the core's DMA engines.
+enum class Engine : uint8_t { tensor, vector, scalar, gpsimd, sync, dma };
+template <>
+struct EnumNames<Engine> {
+  static constexpr std::array<std::string_view, 6> names = {"tensor", "vector", "scalar", "gpsimd", "sync", "dma"};
+};
+
+enum class OnChipMemory : uint8_t { sbuf, psum };
+template <>
+struct EnumNames<OnChipMemory> {
+  static constexpr std::array<std::string_view, 2> names = {"sbuf", "psum"};
+};
+
+// Granularity at which two engines' accesses serialise: the whole memory or one PSUM bank.
+enum class ConflictScope : uint8_t { memory, bank };
+template <>
+struct EnumNames<ConflictScope> {
+  static constexpr std::array<std::string_view, 2> names = {"memory", "bank"};
+};
+
+// When a conflict applies: always, or only while the Vector engine runs in a 2x/4x
+// performance mode (on NC-v3+ that mode borrows the shared Vector/GpSimd SBUF bus).
+enum class ConflictCondition : uint8_t { always, vector_performance_mode };
+template <>
+struct EnumNames<ConflictCondition> {
+  static constexpr std::array<std::string_view, 2> names = {"always", "vector_performance_mode"};
+};
+
+enum class QueueArbitration : uint8_t { round_robin, qos };
+template <>
+struct EnumNames<QueueArbitration> {
+  static constexpr std::array<std::string_view, 2> names = {"round_robin", "qos"};
+};
+
+enum class Topology : uint8_t { single, torus, switched };
+template <>
+struct EnumNames<Topology> {
+  static constexpr std::array<std::string_view, 3> names = {"single", "torus", "switched"};
+};
+
+// Allowed range and documentation of one field. Bounds are inclusive and apply to numbers,
+// to every element of a number list and to every value of a per-dtype map.
+struct FieldInfo {
+  const char* doc;
+  double min = 0;
+  double max = 1e300;
+};
+inline FieldInfo info(const char* doc, double min = 0, double max = 1e300) { return FieldInfo{doc, min, max}; }
+
+struct ChipConfig {
+  uint32_t physical_cores = 0;
+  uint32_t default_logical_core_size = 0;
+  std::vector<uint32_t> supported_logical_core_sizes;
+  uint32_t collective_cores = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("physical_cores", physical_cores, info("NeuronCores on one chip", 1, 1024));
+    v.field("default_logical_core_size", default_logical_core_size,
+            info("physical cores per logical core (LNC) unless the user picks another", 1, 8));
+    v.field("supported_logical_core_sizes", supported_logical_core_sizes, info("LNC values the chip supports", 1, 8));
+    v.field("collective_cores", collective_cores, info("CC-cores that run collectives", 0, 1024));
+  }
+};
+
+struct TensorEngineConfig {
+  double clock_ghz = 0;
+  uint32_t pe_rows = 0;
+  uint32_t pe_columns = 0;
+  uint32_t fixed_overhead_cycles = 0;
+  uint32_t min_initiation_interval_cycles = 0;
+  std::map<DType, double> rate_factor_by_dtype;
+  std::vector<DType> double_row_dtypes;
+  double double_row_rate_factor = 0;
+  uint32_t max_stationary_free_size = 0;
+  std::map<DType, uint32_t> max_moving_free_size_by_psum_dtype;
+  double load_stationary_speedup = 0;
+  uint32_t tile_granularity_rows = 0;
+  double fp32_transpose_speedup = 0;
+  bool background_transpose = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("clock_ghz", clock_ghz, info("PE array clock", 0.01, 20));
+    v.field("pe_rows", pe_rows, info("systolic array rows = contraction (K) per matmul instruction", 1, 4096));
+    v.field("pe_columns", pe_columns, info("systolic array columns = stationary free size per instruction", 1, 4096));
+    v.field("fixed_overhead_cycles", fixed_overhead_cycles,
+            info("pipeline fill from issue to first PSUM write, paid once per dependent instruction", 0, 100000));
+    v.field("min_initiation_interval_cycles", min_initiation_interval_cycles,
+            info("shortest back-to-back matmul interval (MM_INIT_LATENCY)", 1, 100000));
+    v.field("rate_factor_by_dtype", rate_factor_by_dtype,
+            info("moving-data throughput relative to bf16; a dtype absent here cannot be a matmul input", 0.001, 64));
+    v.field("double_row_dtypes", double_row_dtypes, info("dtypes that may use the double_row performance mode"));
+    v.field("double_row_rate_factor", double_row_rate_factor,
+            info("throughput relative to bf16 in double_row mode (K doubled per instruction)", 0, 64));
+    v.field("max_stationary_free_size", max_stationary_free_size, info("largest stationary free size", 1, 4096));
+    v.field("max_moving_free_size_by_psum_dtype", max_moving_free_size_by_psum_dtype,
+            info("largest moving free size for each PSUM output dtype; absent dtype = not a legal output", 1, 65536));
+    v.field("load_stationary_speedup", load_stationary_speedup,
+            info("LoadStationary runs this many times faster than a MultiplyMoving of equal free size", 1, 64));
+    v.field("tile_granularity_rows", tile_granularity_rows,
+            info("smallest row/column tile for concurrent small matmuls", 1, 4096));
+    v.field("fp32_transpose_speedup", fp32_transpose_speedup, info("speed-up of the PE transpose mode on fp32", 1, 16));
+    v.field("background_transpose", background_transpose,
+            info("a transpose may run concurrently with another matmul or transpose"));
+  }
+};
+
+// Vector, Scalar and GpSimd engines share this shape; each adds its own few fields.
+struct ComputeEngineConfig {
+  double clock_ghz = 0;
+  uint32_t lanes = 0;
+  std::map<DType, uint32_t> elements_per_cycle_by_dtype;
+  uint32_t fixed_overhead_cycles = 0;
+  uint32_t min_initiation_interval_cycles = 0;
+  std::vector<uint32_t> performance_modes;
+  uint32_t memory_access_latency_cycles = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("clock_ghz", clock_ghz, info("engine clock", 0.01, 20));
+    v.field("lanes", lanes, info("partitions processed in parallel", 1, 4096));
+    v.field("elements_per_cycle_by_dtype", elements_per_cycle_by_dtype,
+            info("published datapath width in elements per cycle (all lanes, best mode); "
+                 "a dtype absent here cannot be read or written by the engine",
+                 1, 1 << 20));
+    v.field("fixed_overhead_cycles", fixed_overhead_cycles,
+            info("static cost added to a dependent or small instruction", 0, 100000));
+    v.field("min_initiation_interval_cycles", min_initiation_interval_cycles,
+            info("shortest interval between two instructions (MIN_II)", 1, 100000));
+    v.field("performance_modes", performance_modes, info("throughput multipliers the hardware may select", 1, 64));
+    v.field("memory_access_latency_cycles", memory_access_latency_cycles,
+            info("static cycles to start an SBUF/PSUM access", 0, 100000));
+  }
+};
+
+struct VectorEngineConfig : ComputeEngineConfig {};
+
+struct ScalarEngineConfig : ComputeEngineConfig {
+  uint32_t accumulator_readout_cycles = 0;
+  template <class V>
+  void visit(V& v) {
+    ComputeEngineConfig::visit(v);
+    v.field("accumulator_readout_cycles", accumulator_readout_cycles,
+            info("cost of reading the per-lane reduce registers (ActReadAccumulator)", 0, 100000));
+  }
+};
+
+struct GpSimdEngineConfig : ComputeEngineConfig {
+  uint32_t processors = 0;
+  template <class V>
+  void visit(V& v) {
+    ComputeEngineConfig::visit(v);
+    v.field("processors", processors, info("programmable vector processors, each wired to lanes/processors partitions",
+                                           1, 1024));
+  }
+};
+
+struct SyncEngineConfig {
+  double clock_ghz = 0;
+  uint32_t fixed_overhead_cycles = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("clock_ghz", clock_ghz, info("sequencer clock", 0.01, 20));
+    v.field("fixed_overhead_cycles", fixed_overhead_cycles,
+            info("cost of one control instruction (semaphore, DMA trigger)", 0, 100000));
+  }
+};
+
+struct SbufConfig {
+  uint32_t partitions = 0;
+  uint64_t bytes_per_partition = 0;
+  uint32_t quadrant_partitions = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("partitions", partitions, info("partitions (rows) of the state buffer", 1, 4096));
+    v.field("bytes_per_partition", bytes_per_partition, info("bytes in one partition", 1, 1ull << 40));
+    v.field("quadrant_partitions", quadrant_partitions,
+            info("partitions per quadrant (cross-partition moves stay inside one)", 1, 4096));
+  }
+};
+
+struct PsumConfig {
+  uint32_t partitions = 0;
+  uint64_t bytes_per_partition = 0;
+  uint32_t banks = 0;
+  uint64_t bank_bytes = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("partitions", partitions, info("partitions of the partial-sum buffer", 1, 4096));
+    v.field("bytes_per_partition", bytes_per_partition, info("bytes in one partition", 1, 1ull << 40));
+    v.field("banks", banks, info("accumulation banks per partition", 1, 1024));
+    v.field("bank_bytes", bank_bytes, info("bytes of one bank in one partition", 1, 1ull << 40));
+  }
+};
+
+struct MemoryConflictConfig {
+  OnChipMemory memory = OnChipMemory::sbuf;
+  std::vector<Engine> engines;
+  ConflictScope scope = ConflictScope::memory;
+  ConflictCondition condition = ConflictCondition::always;
+  template <class V>
+  void visit(V& v) {
+    v.field("memory", memory, info("memory the engines contend for"));
+    v.field("engines", engines, info("engines whose accesses serialise"));
+    v.field("scope", scope, info("memory: any two accesses conflict; bank: only accesses to the same PSUM bank"));
+    v.field("condition", condition, info("always, or only while the Vector engine is in a performance mode"));
+  }
+};
+
+struct MemoryAccessConfig {
+  std::vector<Engine> sbuf_engines;
+  std::vector<Engine> psum_engines;
+  std::vector<MemoryConflictConfig> conflicts;
+  template <class V>
+  void visit(V& v) {
+    v.field("sbuf_engines", sbuf_engines, info("engines that may read or write SBUF"));
+    v.field("psum_engines", psum_engines, info("engines that may read or write PSUM"));
+    v.field("conflicts", conflicts, info("engine pairs whose accesses to one memory serialise"));
+  }
+};
+
+struct DmaConfig {
+  uint32_t engines_per_core = 0;
+  uint32_t queues_per_engine = 0;
+  double bandwidth_per_engine_gbps = 0;
+  double fixed_latency_ns = 0;
+  double descriptor_overhead_ns = 0;
+  uint32_t hardware_dge_per_core = 0;
+  double hardware_dge_instruction_ns = 0;
+  QueueArbitration queue_arbitration = QueueArbitration::round_robin;
+  bool transpose_supported = false;
+  double transpose_hbm_to_sbuf_efficiency = 0;
+  double transpose_sbuf_to_sbuf_efficiency = 0;
+  double read_add_write_efficiency = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("engines_per_core", engines_per_core, info("DMA engines serving one NeuronCore", 1, 1024));
+    v.field("queues_per_engine", queues_per_engine, info("hardware queues per DMA engine", 1, 1024));
+    v.field("bandwidth_per_engine_gbps", bandwidth_per_engine_gbps, info("peak bytes per ns of one engine", 0.001, 1e6));
+    v.field("fixed_latency_ns", fixed_latency_ns, info("start-up latency of one transfer on an engine", 0, 1e9));
+    v.field("descriptor_overhead_ns", descriptor_overhead_ns,
+            info("processing cost of each descriptor (one contiguous chunk)", 0, 1e9));
+    v.field("hardware_dge_per_core", hardware_dge_per_core, info("hardware descriptor-generation engines", 0, 64));
+    v.field("hardware_dge_instruction_ns", hardware_dge_instruction_ns,
+            info("time for a hardware DGE to issue one DMA instruction", 0, 1e9));
+    v.field("queue_arbitration", queue_arbitration, info("how an engine picks among its queues"));
+    v.field("transpose_supported", transpose_supported, info("DMA can transpose 2-byte dtypes in flight"));
+    v.field("transpose_hbm_to_sbuf_efficiency", transpose_hbm_to_sbuf_efficiency,
+            info("fraction of copy throughput a HBM->SBUF transpose reaches", 0, 1));
+    v.field("transpose_sbuf_to_sbuf_efficiency", transpose_sbuf_to_sbuf_efficiency,
+            info("fraction of copy throughput an SBUF->SBUF transpose reaches", 0, 1));
+    v.field("read_add_write_efficiency", read_add_write_efficiency,
+            info("fraction of copy throughput of a DMA read-add-write (B += A)", 0, 1));
+  }
+};
+
+struct CoreConfig {
+  TensorEngineConfig tensor;
+  VectorEngineConfig vector;
+  ScalarEngineConfig scalar;
+  GpSimdEngineConfig gpsimd;
+  SyncEngineConfig sync;
+  SbufConfig sbuf;
+  PsumConfig psum;
+  MemoryAccessConfig memory_access;
+  DmaConfig dma;
+  template <class V>
+  void visit(V& v) {
+    v.field("tensor", tensor, info("Tensor engine (PE array)"));
+    v.field("vector", vector, info("Vector engine (DVE)"));
+    v.field("scalar", scalar, info("Scalar engine (ACT)"));
+    v.field("gpsimd", gpsimd, info("GpSimd engine (POOL)"));
+    v.field("sync", sync, info("Sync engine (SP)"));
+    v.field("sbuf", sbuf, info("state buffer"));
+    v.field("psum", psum, info("partial-sum buffer"));
+    v.field("memory_access", memory_access, info("which engines reach which on-chip memory"));
+    v.field("dma", dma, info("DMA engines and queues of one core"));
+  }
+};
+
+struct HbmConfig {
+  uint32_t stacks = 0;
+  std::vector<uint32_t> stack_by_core;
+  uint64_t capacity_bytes = 0;
+  double bandwidth_gbps = 0;
+  double latency_ns = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("stacks", stacks, info("HBM stacks on the chip", 1, 64));
+    v.field("stack_by_core", stack_by_core, info("HBM stack that serves each physical core, by core index", 0, 63));
+    v.field("capacity_bytes", capacity_bytes, info("HBM capacity of the chip", 1, 1e15));
+    v.field("bandwidth_gbps", bandwidth_gbps, info("HBM bandwidth of the chip, shared evenly by its stacks", 0.001, 1e7));
+    v.field("latency_ns", latency_ns, info("access latency seen by a DMA read", 0, 1e6));
+  }
+};
+
+struct HostLinkConfig {
+  double bandwidth_gbps = 0;
+  double latency_ns = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("bandwidth_gbps", bandwidth_gbps, info("host <-> device copy bandwidth per chip", 0.001, 1e6));
+    v.field("latency_ns", latency_ns, info("fixed latency of one host <-> device copy", 0, 1e9));
+  }
+};
+
+struct NeuronLinkConfig {
+  std::string version;
+  uint32_t links_per_chip = 0;
+  double bandwidth_per_link_gbps = 0;
+  double latency_ns = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("version", version, info("NeuronLink generation"));
+    v.field("links_per_chip", links_per_chip, info("chip-to-chip links on one chip", 0, 1024));
+    v.field("bandwidth_per_link_gbps", bandwidth_per_link_gbps, info("one link, one direction", 0, 1e6));
+    v.field("latency_ns", latency_ns, info("one hop", 0, 1e9));
+  }
+};
+
+struct SwitchLevelConfig {
+  uint32_t chips_per_group = 0;
+  double bandwidth_per_chip_gbps = 0;
+  double latency_ns = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("chips_per_group", chips_per_group, info("groups of the level below joined by one switch", 1, 1 << 20));
+    v.field("bandwidth_per_chip_gbps", bandwidth_per_chip_gbps, info("per-chip bandwidth into this level", 0.001, 1e6));
+    v.field("latency_ns", latency_ns, info("one traversal of this level", 0, 1e9));
+  }
+};
+
+struct SystemConfig {
+  std::string description;
+  uint32_t chips = 0;
+  Topology topology = Topology::single;
+  std::vector<uint32_t> torus_dimensions;
+  std::vector<double> bandwidth_per_chip_gbps_by_dimension;
+  std::vector<SwitchLevelConfig> switch_levels;
+  template <class V>
+  void visit(V& v) {
+    v.field("description", description, info("what this system is"));
+    v.field("chips", chips, info("Trainium chips in the system", 1, 1 << 20));
+    v.field("topology", topology, info("single chip, torus of NeuronLinks, or switched fabric"));
+    v.field("torus_dimensions", torus_dimensions, info("ring size along each torus dimension (torus only)", 1, 1 << 20));
+    v.field("bandwidth_per_chip_gbps_by_dimension", bandwidth_per_chip_gbps_by_dimension,
+            info("per-chip bandwidth along each torus dimension (torus only)", 0.001, 1e6));
+    v.field("switch_levels", switch_levels, info("switch hierarchy from the innermost level out (switched only)"));
+  }
+};
+
+struct HardwareConfig {
+  std::string name;
+  std::string description;
+  Generation generation = Generation::trn2;
+  ChipConfig chip;
+  CoreConfig core;
+  HbmConfig hbm;
+  HostLinkConfig host_link;
+  NeuronLinkConfig neuronlink;
+  std::map<std::string, SystemConfig> systems;
+  std::string default_system;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("name", name, info("short name of this configuration"));
+    v.field("description", description, info("one line on what it describes"));
+    v.field("generation", generation, info("Trainium generation whose ISA rules apply"));
+    v.field("chip", chip, info("chip-level organisation"));
+    v.field("core", core, info("one physical NeuronCore"));
+    v.field("hbm", hbm, info("device memory"));
+    v.field("host_link", host_link, info("link between host memory and the device"));
+    v.field("neuronlink", neuronlink, info("chip-to-chip links"));
+    v.field("systems", systems, info("multi-chip systems built from this chip, by name"));
+    v.field("default_system", default_system, info("system simulated unless another is named"));
+  }
+};
+
+// A loaded config together with where it came from and its identity.
+struct LoadedConfig {
+  HardwareConfig hardware;
+  std::string source_file;   // the file the user named (after name resolution)
+  std::string canonical_yaml;  // the effective config, printed canonically
+  std::string hash;          // stable hash of canonical_yaml: 16 hex digits
+};
+
+}  // namespace trnsim
