@@ -67,7 +67,8 @@ void check_compute_engine(const Checker& check, const ComputeEngineConfig& engin
   uint32_t widest = engine.lanes * engine.performance_modes.back();
   for (const auto& [dtype, width] : engine.elements_per_cycle_by_dtype) {
     check.require(width <= widest, path + ".elements_per_cycle_by_dtype." + std::string(dtype_name(dtype)),
-                  "width " + str(width) + " exceeds lanes x the fastest performance mode (" + str(widest) + ")");
+                  "width " + str(width) + " exceeds lanes x the fastest performance mode (" + str(widest) + ")",
+                  {path + ".performance_modes", path + ".lanes"});
   }
 }
 
@@ -81,7 +82,8 @@ void validate_hardware_config(const HardwareConfig& config, const detail::Locati
 
   // Logical cores group whole physical cores.
   check.require(contains(chip.supported_logical_core_sizes, chip.default_logical_core_size),
-                "chip.default_logical_core_size", "must be one of chip.supported_logical_core_sizes");
+                "chip.default_logical_core_size", "must be one of chip.supported_logical_core_sizes",
+                {"chip.supported_logical_core_sizes"});
   for (size_t i = 0; i < chip.supported_logical_core_sizes.size(); ++i) {
     uint32_t lnc = chip.supported_logical_core_sizes[i];
     check.require(chip.physical_cores % lnc == 0, "chip.supported_logical_core_sizes[" + str(i) + "]",
