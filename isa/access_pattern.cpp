@@ -1,0 +1,42 @@
+#include "isa/access_pattern.h"
+
+namespace trnsim::isa {
+
+const char* memory_space_name(MemorySpace space) {
+  switch (space) {
+    case MemorySpace::none: return "none";
+    case MemorySpace::hbm: return "hbm";
+    case MemorySpace::sbuf: return "sbuf";
+    case MemorySpace::psum: return "psum";
+  }
+  return "?";
+}
+
+uint64_t AccessPattern::free_elements() const {
+  uint64_t count = 1;
+  for (int i = 0; i < num_free_dims; ++i) count *= free[i].size;
+  return count;
+}
+
+bool AccessPattern::free_contiguous() const {
+  int64_t expected = 1;
+  for (int i = num_free_dims - 1; i >= 0; --i) {
+    if (free[i].size == 1) continue;
+    if (free[i].stride != expected) return false;
+    expected *= free[i].size;
+  }
+  return true;
+}
+
+bool AccessPattern::operator==(const AccessPattern& o) const {
+  if (space != o.space || dtype != o.dtype || num_free_dims != o.num_free_dims || allocation != o.allocation ||
+      start_partition != o.start_partition || !(partition == o.partition) || offset != o.offset) {
+    return false;
+  }
+  for (int i = 0; i < num_free_dims; ++i) {
+    if (!(free[i] == o.free[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace trnsim::isa

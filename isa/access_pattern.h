@@ -1,0 +1,49 @@
+// An access pattern names the elements one instruction operand touches, as the hardware
+// addresses them (../shared/reference/trainium.md §4.2): a run of contiguous partitions and,
+// within each partition, up to four free dimensions of (stride, size) in elements.
+//
+// Everything is relative to one allocation of the program (a named SBUF/PSUM/HBM tensor);
+// Program resolves absolute partitions and byte addresses. For an HBM tensor, which has no
+// partitions, the partition dimension is simply the outermost dimension, with a stride.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "config/dtype.h"
+
+namespace trnsim::isa {
+
+enum class MemorySpace : uint8_t { none, hbm, sbuf, psum };
+const char* memory_space_name(MemorySpace space);
+
+struct ApDim {
+  int64_t stride = 0;  // in elements
+  uint32_t size = 0;
+  bool operator==(const ApDim& o) const { return stride == o.stride && size == o.size; }
+};
+
+constexpr int kMaxFreeDims = 4;
+
+struct AccessPattern {
+  MemorySpace space = MemorySpace::none;  // none = operand absent
+  DType dtype = DType::fp32;
+  uint8_t num_free_dims = 0;
+  uint32_t allocation = 0;       // index into Program::allocations
+  uint32_t start_partition = 0;  // SBUF/PSUM: first partition, relative to the allocation
+  ApDim partition;               // SBUF/PSUM: stride unused (partitions are contiguous); HBM: outer dim
+  int64_t offset = 0;            // elements from the allocation's start (within a partition for SBUF/PSUM)
+  std::array<ApDim, kMaxFreeDims> free{};
+
+  bool present() const { return space != MemorySpace::none; }
+  uint32_t partitions() const { return partition.size; }
+  // Elements per partition: the product of the free sizes (1 when there are no free dims).
+  uint64_t free_elements() const;
+  uint64_t elements() const { return uint64_t{partitions()} * free_elements(); }
+  uint64_t bytes() const { return elements() * dtype_size_bytes(dtype); }
+  // True when the free dims walk consecutive elements (innermost stride 1, dims nested).
+  bool free_contiguous() const;
+  bool operator==(const AccessPattern& o) const;
+};
+
+}  // namespace trnsim::isa

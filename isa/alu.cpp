@@ -1,0 +1,208 @@
+#include "isa/alu.h"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace trnsim::isa {
+namespace {
+
+constexpr std::array<std::string_view, 31> kAluNames = {
+#define TRN_X(name) #name,
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+};
+
+constexpr std::array<std::string_view, 27> kActivationNames = {
+#define TRN_X(name) #name,
+    TRN_ACTIVATIONS(TRN_X)
+#undef TRN_X
+};
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Bitvec operators work on the integer values the fp32 lanes carry (integer dtypes are
+// converted exactly to fp32 on read for |v| < 2^24, and bit patterns beyond that are out of scope).
+int64_t as_int(float v) { return static_cast<int64_t>(v); }
+
+}  // namespace
+
+std::string_view alu_op_name(AluOp op) { return kAluNames[static_cast<size_t>(op)]; }
+
+std::optional<AluOp> parse_alu_op(std::string_view name) {
+  for (size_t i = 0; i < kAluNames.size(); ++i) {
+    if (kAluNames[i] == name) return static_cast<AluOp>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view activation_name(ActivationFunc func) { return kActivationNames[static_cast<size_t>(func)]; }
+
+std::optional<ActivationFunc> parse_activation(std::string_view name) {
+  for (size_t i = 0; i < kActivationNames.size(); ++i) {
+    if (kActivationNames[i] == name) return static_cast<ActivationFunc>(i);
+  }
+  return std::nullopt;
+}
+
+bool alu_op_is_bitvec(AluOp op) {
+  switch (op) {
+    case AluOp::bitwise_and:
+    case AluOp::bitwise_or:
+    case AluOp::bitwise_xor:
+    case AluOp::invert:
+    case AluOp::left_shift:
+    case AluOp::right_shift:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool alu_op_is_reduction(AluOp op) {
+  switch (op) {
+    case AluOp::add:
+    case AluOp::subtract:
+    case AluOp::multiply:
+    case AluOp::maximum:
+    case AluOp::minimum:
+    case AluOp::logical_and:
+    case AluOp::logical_or:
+    case AluOp::logical_xor:
+    case AluOp::bitwise_and:
+    case AluOp::bitwise_or:
+    case AluOp::bitwise_xor:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool alu_op_is_unary(AluOp op) {
+  switch (op) {
+    case AluOp::bypass:
+    case AluOp::invert:
+    case AluOp::abs:
+    case AluOp::square:
+    case AluOp::relu:
+    case AluOp::rsqrt:
+    case AluOp::reciprocal:
+      return true;
+    default:
+      return false;
+  }
+}
+
+float apply_alu(AluOp op, float a, float b) {
+  switch (op) {
+    case AluOp::bypass: return a;
+    case AluOp::add: return a + b;
+    case AluOp::subtract: return a - b;
+    case AluOp::multiply: return a * b;
+    case AluOp::divide: return a / b;
+    case AluOp::maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case AluOp::minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+    case AluOp::abs_max: return std::max(std::fabs(a), std::fabs(b));
+    case AluOp::abs_min: return std::min(std::fabs(a), std::fabs(b));
+    case AluOp::power: return std::pow(a, b);
+    case AluOp::equal: return a == b ? 1.0f : 0.0f;
+    case AluOp::not_equal: return a != b ? 1.0f : 0.0f;
+    case AluOp::greater: return a > b ? 1.0f : 0.0f;
+    case AluOp::greater_equal: return a >= b ? 1.0f : 0.0f;
+    case AluOp::less: return a < b ? 1.0f : 0.0f;
+    case AluOp::less_equal: return a <= b ? 1.0f : 0.0f;
+    case AluOp::logical_and: return (a != 0 && b != 0) ? 1.0f : 0.0f;
+    case AluOp::logical_or: return (a != 0 || b != 0) ? 1.0f : 0.0f;
+    case AluOp::logical_xor: return ((a != 0) != (b != 0)) ? 1.0f : 0.0f;
+    case AluOp::bitwise_and: return static_cast<float>(as_int(a) & as_int(b));
+    case AluOp::bitwise_or: return static_cast<float>(as_int(a) | as_int(b));
+    case AluOp::bitwise_xor: return static_cast<float>(as_int(a) ^ as_int(b));
+    case AluOp::invert: return static_cast<float>(static_cast<int32_t>(~static_cast<uint32_t>(as_int(a))));
+    case AluOp::left_shift:
+      return static_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(as_int(a)) << (as_int(b) & 31)));
+    case AluOp::right_shift:
+      return static_cast<float>(static_cast<uint32_t>(as_int(a)) >> (as_int(b) & 31));
+    case AluOp::abs: return std::fabs(a);
+    case AluOp::square: return a * a;
+    case AluOp::relu: return a > 0 ? a : 0.0f;
+    case AluOp::rsqrt: return 1.0f / std::sqrt(a);
+    case AluOp::reciprocal: return 1.0f / a;
+    case AluOp::mod: return std::fmod(a, b);
+  }
+  return NAN;
+}
+
+float reduction_identity(AluOp op) {
+  switch (op) {
+    case AluOp::add:
+    case AluOp::subtract:
+    case AluOp::logical_or:
+    case AluOp::logical_xor:
+    case AluOp::bitwise_or:
+    case AluOp::bitwise_xor:
+      return 0.0f;
+    case AluOp::multiply:
+    case AluOp::logical_and:
+      return 1.0f;
+    case AluOp::maximum:
+      return -std::numeric_limits<float>::infinity();
+    case AluOp::minimum:
+      return std::numeric_limits<float>::infinity();
+    case AluOp::bitwise_and:
+      return -1.0f;  // all bits set
+    default:
+      return NAN;
+  }
+}
+
+// Reference fp32 semantics. The hardware evaluates piecewise polynomials with documented valid
+// input ranges (nki.api.shared); within those ranges these agree to a few ulps.
+float apply_activation(ActivationFunc func, float x, float alpha) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  constexpr float kSqrt2OverPi = 0.79788456080286536f;
+  constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
+  switch (func) {
+    case ActivationFunc::copy: return x;
+    case ActivationFunc::square: return x * x;
+    case ActivationFunc::sigmoid: return sigmoid(x);
+    case ActivationFunc::relu: return x > 0 ? x : 0.0f;
+    case ActivationFunc::prelu: return x > 0 ? x : alpha * x;
+    case ActivationFunc::gelu: return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+    case ActivationFunc::gelu_dx: {
+      float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+      float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+      return cdf + x * pdf;
+    }
+    case ActivationFunc::gelu_apprx_tanh:
+      return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    case ActivationFunc::gelu_apprx_sigmoid: return x * sigmoid(1.702f * x);
+    case ActivationFunc::gelu_apprx_sigmoid_dx: {
+      float s = sigmoid(1.702f * x);
+      return s + 1.702f * x * s * (1.0f - s);
+    }
+    case ActivationFunc::silu: return x * sigmoid(x);
+    case ActivationFunc::silu_dx: {
+      float s = sigmoid(x);
+      return s * (1.0f + x * (1.0f - s));
+    }
+    case ActivationFunc::tanh: return std::tanh(x);
+    case ActivationFunc::softplus: return x > 20.0f ? x : std::log1p(std::exp(x));
+    case ActivationFunc::mish: return x * std::tanh(x > 20.0f ? x : std::log1p(std::exp(x)));
+    case ActivationFunc::erf: return std::erf(x);
+    case ActivationFunc::erf_dx: return kTwoOverSqrtPi * std::exp(-x * x);
+    case ActivationFunc::exp: return std::exp(x);
+    case ActivationFunc::log: return std::log(x);
+    case ActivationFunc::sin: return std::sin(x);
+    case ActivationFunc::cos: return std::cos(x);
+    case ActivationFunc::arctan: return std::atan(x);
+    case ActivationFunc::sqrt: return std::sqrt(x);
+    case ActivationFunc::rsqrt: return 1.0f / std::sqrt(x);
+    case ActivationFunc::reciprocal: return 1.0f / x;
+    case ActivationFunc::sign: return x > 0 ? 1.0f : (x < 0 ? -1.0f : x);
+    case ActivationFunc::abs: return std::fabs(x);
+  }
+  return NAN;
+}
+
+}  // namespace trnsim::isa

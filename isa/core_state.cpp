@@ -1,0 +1,148 @@
+#include "isa/core_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "isa/isa_error.h"
+
+namespace trnsim::isa {
+
+CoreState::CoreState(const CoreConfig& core, const Program& program)
+    : m_core(core),
+      m_program(program),
+      m_sbuf(size_t(core.sbuf.partitions) * core.sbuf.bytes_per_partition, 0),
+      m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition, 0),
+      m_hbm(program.allocations.size()),
+      m_psum_accumulating(m_psum.size() / 4, 0) {
+  for (size_t i = 0; i < program.allocations.size(); ++i) {
+    const Allocation& a = program.allocations[i];
+    if (a.space == MemorySpace::hbm) m_hbm[i].assign(a.total_elements() * dtype_size_bytes(a.dtype), 0);
+  }
+}
+
+void CoreState::check_bounds(const AccessPattern& ap) const {
+  const Allocation& a = m_program.allocation(ap);
+  int64_t low = ap.offset, high = ap.offset;
+  auto extend = [&](const ApDim& d) {
+    int64_t span = d.stride * (int64_t{d.size} - 1);
+    (span < 0 ? low : high) += span;
+  };
+  if (a.space == MemorySpace::hbm) extend(ap.partition);
+  for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  if (a.space == MemorySpace::hbm) {
+    if (low < 0 || uint64_t(high + 1) * esize > m_hbm[ap.allocation].size()) {
+      throw IsaError("access to HBM tensor '" + a.name + "' outside its " + std::to_string(a.total_elements()) +
+                     " elements");
+    }
+    return;
+  }
+  const auto& memory = a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
+  uint32_t partitions = a.space == MemorySpace::sbuf ? m_core.sbuf.partitions : m_core.psum.partitions;
+  int64_t first_byte = int64_t(a.base_byte) + low * esize;
+  int64_t end_byte = int64_t(a.base_byte) + (high + 1) * esize;
+  if (first_byte < 0 || uint64_t(end_byte) > memory ||
+      a.base_partition + ap.start_partition + ap.partitions() > partitions) {
+    throw IsaError(std::string("access to ") + memory_space_name(a.space) + " tensor '" + a.name +
+                   "' outside the memory (partitions " + std::to_string(a.base_partition + ap.start_partition) + "+" +
+                   std::to_string(ap.partitions()) + ", bytes " + std::to_string(first_byte) + ".." +
+                   std::to_string(end_byte) + ")");
+  }
+}
+
+uint8_t* CoreState::base_pointer(const AccessPattern& ap, uint32_t partition_index) const {
+  const Allocation& a = m_program.allocation(ap);
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  if (a.space == MemorySpace::hbm) {
+    auto& buffer = const_cast<std::vector<uint8_t>&>(m_hbm[ap.allocation]);
+    return buffer.data() + (ap.offset + int64_t(partition_index) * ap.partition.stride) * esize;
+  }
+  std::vector<uint8_t>& memory = a.space == MemorySpace::sbuf ? m_sbuf : m_psum;
+  uint64_t bytes_per_partition =
+      a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
+  uint64_t partition = a.base_partition + ap.start_partition + partition_index;
+  return memory.data() + partition * bytes_per_partition + a.base_byte + ap.offset * esize;
+}
+
+template <class Visit>
+void CoreState::for_each_element(const AccessPattern& ap, Visit&& visit) const {
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  // Pad to four dims so one loop nest serves every rank.
+  ApDim dims[kMaxFreeDims];
+  int pad = kMaxFreeDims - ap.num_free_dims;
+  for (int i = 0; i < kMaxFreeDims; ++i) dims[i] = i < pad ? ApDim{0, 1} : ap.free[i - pad];
+  uint64_t index = 0;
+  for (uint32_t p = 0; p < ap.partitions(); ++p) {
+    uint8_t* base = base_pointer(ap, p);
+    for (uint32_t i0 = 0; i0 < dims[0].size; ++i0) {
+      for (uint32_t i1 = 0; i1 < dims[1].size; ++i1) {
+        for (uint32_t i2 = 0; i2 < dims[2].size; ++i2) {
+          int64_t outer = i0 * dims[0].stride + i1 * dims[1].stride + i2 * dims[2].stride;
+          visit(p, base + outer * esize, dims[3].stride, dims[3].size, index);
+          index += dims[3].size;
+        }
+      }
+    }
+  }
+}
+
+Tile CoreState::read(const AccessPattern& ap) const {
+  check_bounds(ap);
+  Tile tile(ap.partitions(), ap.free_elements());
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
+    float* out = tile.values.data() + index;
+    if (stride == 1) {
+      numerics::convert_to_fp32(ap.dtype, run, out, count);
+    } else {
+      for (uint32_t k = 0; k < count; ++k) out[k] = numerics::decode(ap.dtype, run + k * stride * esize);
+    }
+  });
+  return tile;
+}
+
+void CoreState::write(const AccessPattern& ap, const Tile& tile, numerics::RoundingMode rounding,
+                      numerics::StochasticSource* rng) {
+  check_bounds(ap);
+  if (tile.values.size() != ap.elements()) {
+    throw IsaError("internal: writing " + std::to_string(tile.values.size()) + " values through an access pattern of " +
+                   std::to_string(ap.elements()) + " elements");
+  }
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
+    const float* in = tile.values.data() + index;
+    if (stride == 1) {
+      numerics::convert_from_fp32(ap.dtype, in, run, count, rounding, rng);
+    } else {
+      for (uint32_t k = 0; k < count; ++k) {
+        uint32_t bits = rounding == numerics::RoundingMode::stochastic && rng ? rng->next_u32() : 0;
+        numerics::encode(ap.dtype, in[k], run + k * stride * esize, rounding, bits);
+      }
+    }
+  });
+}
+
+bool CoreState::psum_accumulating(const AccessPattern& ap) const {
+  bool all = true;
+  const_cast<CoreState*>(this)->for_each_element(
+      ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t) {
+        uint32_t esize = dtype_size_bytes(ap.dtype);
+        for (uint32_t k = 0; k < count && all; ++k) {
+          size_t word = size_t(run + k * stride * esize - m_psum.data()) / 4;
+          all = m_psum_accumulating[word] != 0;
+        }
+      });
+  return all;
+}
+
+void CoreState::set_psum_accumulating(const AccessPattern& ap, bool value) {
+  if (m_program.allocation(ap).space != MemorySpace::psum) return;
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t) {
+    for (uint32_t k = 0; k < count; ++k) {
+      m_psum_accumulating[size_t(run + k * stride * esize - m_psum.data()) / 4] = value;
+    }
+  });
+}
+
+}  // namespace trnsim::isa

@@ -1,0 +1,61 @@
+#include "isa/interpreter.h"
+
+#include "isa/isa_error.h"
+#include "isa/semantics/semantics.h"
+
+namespace trnsim::isa {
+
+Tile ExecContext::read(const AccessPattern& ap) {
+  Tile tile = state.read(ap);
+  state.set_psum_accumulating(ap, false);
+  return tile;
+}
+
+void ExecContext::write(const AccessPattern& ap, const Tile& tile) {
+  state.write(ap, tile, rounding, rng);
+  state.set_psum_accumulating(ap, false);
+}
+
+std::vector<float> ExecContext::per_partition(const Instruction& inst, const char* operand, uint32_t partitions) {
+  if (!inst.has(operand)) return {};
+  if (inst.is_tensor(operand)) {
+    const AccessPattern& ap = inst.tensor(operand);
+    Tile column = read(ap);
+    if (column.partitions != partitions || column.free != 1) {
+      throw IsaError(inst.spec().name + "." + operand + ": expected one element per partition for " +
+                     std::to_string(partitions) + " partitions, got [" + std::to_string(column.partitions) + ", " +
+                     std::to_string(column.free) + "]");
+    }
+    return column.values;
+  }
+  return std::vector<float>(partitions, static_cast<float>(inst.scalar(operand)));
+}
+
+void execute_instruction(const Instruction& inst, ExecContext& context) {
+  switch (inst.opcode) {
+#define TRN_INSN(name, engines, operands, doc) \
+  case Opcode::name:                           \
+    exec_##name(inst, context);                \
+    return;
+#include "isa/instructions.def"
+#undef TRN_INSN
+  }
+}
+
+void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
+               const InterpreterOptions& options) {
+  numerics::StochasticSource rng(options.stochastic_seed);
+  ExecContext context{state, config, options.rounding, &rng};
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& inst = program.instructions[i];
+    try {
+      execute_instruction(inst, context);
+    } catch (const IsaError& e) {
+      throw IsaError("instruction " + std::to_string(i) +
+                     (inst.source_line ? " (line " + std::to_string(inst.source_line) + ")" : "") + " " +
+                     inst.spec().name + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace trnsim::isa

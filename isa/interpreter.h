@@ -1,0 +1,25 @@
+// The functional interpreter: runs a program's instructions in program order on a CoreState,
+// with the hardware's numerics. The timing model (sim/) schedules the same instructions.
+#pragma once
+
+#include <cstdint>
+
+#include "config/hardware_config.h"
+#include "isa/core_state.h"
+#include "isa/semantics/semantics.h"
+
+namespace trnsim::isa {
+
+struct InterpreterOptions {
+  numerics::RoundingMode rounding = numerics::RoundingMode::nearest_even;
+  uint64_t stochastic_seed = 0x5eed;  // stochastic rounding is deterministic for a given seed
+};
+
+// Runs every instruction; an instruction whose operands break a rule raises IsaError naming it.
+void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
+               const InterpreterOptions& options = {});
+
+// Runs one instruction (used by interpret and by the timing model when values are on).
+void execute_instruction(const Instruction& inst, ExecContext& context);
+
+}  // namespace trnsim::isa

@@ -1,0 +1,362 @@
+#include "isa/legality.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "config/derived_figures.h"
+#include "isa/alu.h"
+#include "isa/isa_error.h"
+
+namespace trnsim::isa {
+namespace {
+
+// Free-size limits of the Vector/Scalar/GpSimd engines (LANG tiling-overview).
+constexpr uint64_t kMaxFreeElementsSbuf = 65536;
+constexpr uint64_t kMaxFreeElementsPsum = 4096;
+constexpr uint32_t kMaxDimSize = 65535;   // A-V2: uint16 size per access-pattern dim
+constexpr int64_t kMaxDimStride = 32767;  // A-V2: int16 stride per access-pattern dim
+constexpr uint64_t kBnStatsMaxFree = 512;  // ISA bn_stats: nl.tile_size.bn_stats_fmax
+constexpr uint32_t kVectorTransposeMax = 32;  // ISA nc_transpose on the Vector engine
+
+class Checker {
+ public:
+  Checker(const Program& program, const HardwareConfig& config) : m_program(program), m_config(config) {}
+
+  std::vector<LegalityIssue> run() {
+    if (m_program.generation != m_config.generation) {
+      add(-1, "target-generation",
+          "the program targets " + std::string(enum_name(m_program.generation)) + " but the config describes " +
+              std::string(enum_name(m_config.generation)));
+    }
+    for (size_t i = 0; i < m_program.allocations.size(); ++i) check_allocation(m_program.allocations[i]);
+    for (size_t i = 0; i < m_program.instructions.size(); ++i) {
+      m_index = static_cast<long>(i);
+      check_instruction(m_program.instructions[i]);
+    }
+    return std::move(m_issues);
+  }
+
+ private:
+  void add(long index, const std::string& rule, const std::string& message) {
+    uint32_t line = index >= 0 ? m_program.instructions[index].source_line : 0;
+    m_issues.push_back({index, line, rule, message});
+  }
+  void fail(const std::string& rule, const std::string& message) { add(m_index, rule, message); }
+
+  const Allocation& alloc(const AccessPattern& ap) const { return m_program.allocation(ap); }
+
+  void check_allocation(const Allocation& a) {
+    if (a.space == MemorySpace::hbm) return;
+    const CoreConfig& core = m_config.core;
+    uint32_t partitions = a.space == MemorySpace::sbuf ? core.sbuf.partitions : core.psum.partitions;
+    uint64_t bytes = a.space == MemorySpace::sbuf ? core.sbuf.bytes_per_partition : core.psum.bytes_per_partition;
+    std::string where = std::string(memory_space_name(a.space)) + " tensor '" + a.name + "'";
+    if (a.base_partition + a.partitions() > partitions) {
+      add(-1, "memory-bounds", where + " needs partitions " + std::to_string(a.base_partition) + ".." +
+                                   std::to_string(a.base_partition + a.partitions() - 1) + " of " +
+                                   std::to_string(partitions));
+    }
+    if (a.base_byte + a.bytes_per_partition() > bytes) {
+      add(-1, "memory-bounds", where + " needs bytes " + std::to_string(a.base_byte) + ".." +
+                                   std::to_string(a.base_byte + a.bytes_per_partition() - 1) +
+                                   " of each partition, which has " + std::to_string(bytes));
+    }
+  }
+
+  // Rules every tensor operand obeys, whatever the instruction.
+  void check_operand(const Instruction& inst, const std::string& name, const AccessPattern& ap) {
+    const Allocation& a = alloc(ap);
+    std::string what = "operand '" + name + "'";
+    for (int i = 0; i < ap.num_free_dims; ++i) {
+      if (ap.free[i].size > kMaxDimSize) {
+        fail("ap-dim-size", what + ": free dim " + std::to_string(i) + " has " + std::to_string(ap.free[i].size) +
+                                " elements; an access-pattern dim holds at most 65535");
+      }
+      if (std::llabs(ap.free[i].stride) > kMaxDimStride) {
+        fail("ap-dim-stride", what + ": free dim " + std::to_string(i) + " stride " +
+                                  std::to_string(ap.free[i].stride) + " does not fit the 16-bit stride field");
+      }
+    }
+    if (a.space == MemorySpace::hbm) {
+      if (inst.engine != Engine::dma) fail("engine-memory", what + ": only DMA reaches HBM; the " +
+                                                                std::string(enum_name(inst.engine)) +
+                                                                " engine reads SBUF/PSUM");
+      return;
+    }
+    const MemoryAccessConfig& access = m_config.core.memory_access;
+    const auto& engines = a.space == MemorySpace::sbuf ? access.sbuf_engines : access.psum_engines;
+    if (std::find(engines.begin(), engines.end(), inst.engine) == engines.end()) {
+      fail("engine-memory", what + ": the " + std::string(enum_name(inst.engine)) + " engine cannot access " +
+                                memory_space_name(a.space));
+    }
+    uint32_t partitions = a.space == MemorySpace::sbuf ? m_config.core.sbuf.partitions : m_config.core.psum.partitions;
+    uint32_t count = ap.partitions();
+    uint32_t start = a.base_partition + ap.start_partition;
+    if (count == 0 || count > partitions) {
+      fail("partition-count", what + ": " + std::to_string(count) + " partitions; at most " +
+                                  std::to_string(partitions));
+      return;
+    }
+    // A-V2: 65-128 partitions start at 0; 33-64 at 0 or 64; up to 32 on a quadrant boundary.
+    uint32_t quadrant = m_config.core.sbuf.quadrant_partitions;
+    uint32_t alignment = count > 2 * quadrant ? partitions : (count > quadrant ? 2 * quadrant : quadrant);
+    if (start % alignment != 0) {
+      fail("partition-start-alignment", what + ": " + std::to_string(count) + " partitions may not start at partition " +
+                                            std::to_string(start) + " (allowed: multiples of " +
+                                            std::to_string(alignment) + ")");
+    }
+    if (start + count > partitions) {
+      fail("memory-bounds", what + ": partitions " + std::to_string(start) + ".." + std::to_string(start + count - 1) +
+                                " exceed the " + std::to_string(partitions) + " of " + memory_space_name(a.space));
+    }
+    int64_t low = ap.offset, high = ap.offset;
+    for (int i = 0; i < ap.num_free_dims; ++i) {
+      int64_t span = ap.free[i].stride * (int64_t{ap.free[i].size} - 1);
+      (span < 0 ? low : high) += span;
+    }
+    uint32_t esize = dtype_size_bytes(ap.dtype);
+    int64_t first_byte = int64_t(a.base_byte) + low * esize, end_byte = int64_t(a.base_byte) + (high + 1) * esize;
+    uint64_t limit = a.space == MemorySpace::sbuf ? m_config.core.sbuf.bytes_per_partition
+                                                   : m_config.core.psum.bytes_per_partition;
+    if (first_byte < 0 || uint64_t(end_byte) > limit) {
+      fail("memory-bounds", what + ": bytes " + std::to_string(first_byte) + ".." + std::to_string(end_byte - 1) +
+                                " of each partition fall outside " + memory_space_name(a.space) + " (0.." +
+                                std::to_string(limit - 1) + ")");
+    }
+    if (inst.engine == Engine::vector || inst.engine == Engine::scalar || inst.engine == Engine::gpsimd) {
+      uint64_t max_free = a.space == MemorySpace::psum ? kMaxFreeElementsPsum : kMaxFreeElementsSbuf;
+      if (ap.free_elements() > max_free) {
+        fail("free-size", what + ": " + std::to_string(ap.free_elements()) + " elements per partition; the " +
+                              std::string(enum_name(inst.engine)) + " engine takes at most " +
+                              std::to_string(max_free) + " from " + memory_space_name(a.space));
+      }
+      const ComputeEngineConfig& engine = compute_engine(inst.engine);
+      if (!engine.elements_per_cycle_by_dtype.count(ap.dtype)) {
+        fail("engine-dtype", what + ": the " + std::string(enum_name(inst.engine)) + " engine of " +
+                                 std::string(enum_name(m_config.generation)) + " does not handle " +
+                                 std::string(dtype_name(ap.dtype)));
+      }
+    }
+  }
+
+  const ComputeEngineConfig& compute_engine(Engine engine) const {
+    switch (engine) {
+      case Engine::scalar: return m_config.core.scalar;
+      case Engine::gpsimd: return m_config.core.gpsimd;
+      default: return m_config.core.vector;
+    }
+  }
+
+  void check_instruction(const Instruction& inst) {
+    const InstructionSpec& spec = inst.spec();
+    if (!spec.runs_on(inst.engine, m_config.generation)) {
+      fail("engine-opcode", "the " + std::string(enum_name(inst.engine)) + " engine of " +
+                                std::string(enum_name(m_config.generation)) + " does not run " + spec.name);
+    }
+    for (size_t i = 0; i < spec.operands.size(); ++i) {
+      const OperandSpec& operand = spec.operands[i];
+      bool present = (inst.present_mask >> i) & 1u;
+      if (!present && !operand.optional && !operand.has_default) {
+        fail("missing-operand", "required operand '" + operand.name + "' is missing");
+        continue;
+      }
+      if (present && operand.tensor_slot >= 0 && inst.tensors[operand.tensor_slot].present()) {
+        const AccessPattern& ap = inst.tensors[operand.tensor_slot];
+        if (ap.allocation >= m_program.allocations.size()) {
+          fail("unknown-tensor", "operand '" + operand.name + "' names no allocation");
+          return;
+        }
+        check_operand(inst, operand.name, ap);
+      }
+      if (present && operand.kind == OperandKind::alu_op && operand.name.find("reduce") != std::string::npos &&
+          !alu_op_is_reduction(static_cast<AluOp>(inst.scalar(operand.name)))) {
+        fail("reduce-op", "operand '" + operand.name + "': " +
+                              std::string(alu_op_name(static_cast<AluOp>(inst.scalar(operand.name)))) +
+                              " is not a reduction operator");
+      }
+    }
+    switch (inst.opcode) {
+      case Opcode::nc_matmul: check_matmul(inst); break;
+      case Opcode::nc_transpose: check_transpose(inst); break;
+      case Opcode::dma_copy:
+      case Opcode::dma_transpose: check_dma(inst); break;
+      case Opcode::bn_stats:
+        if (inst.tensor("data").free_elements() > kBnStatsMaxFree) {
+          fail("bn-stats-free-size", "data has " + std::to_string(inst.tensor("data").free_elements()) +
+                                         " elements per partition; bn_stats takes at most 512");
+        }
+        break;
+      case Opcode::tensor_scalar: check_tensor_scalar(inst); break;
+      case Opcode::activation:
+        if (m_config.generation == Generation::trn1 && inst.has("bias") && !inst.is_tensor("bias")) {
+          fail("activation-bias", "an immediate bias needs NeuronCore-v3 (trn2) or later; use a [P, 1] tensor");
+        }
+        break;
+      default: break;
+    }
+  }
+
+  void check_matmul(const Instruction& inst) {
+    const TensorEngineConfig& pe = m_config.core.tensor;
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& stationary = inst.tensor("stationary");
+    const AccessPattern& moving = inst.tensor("moving");
+    if (!dst.present() || !stationary.present() || !moving.present()) return;
+    if (alloc(dst).space != MemorySpace::psum) fail("matmul-memory", "dst must be in PSUM");
+    if (alloc(stationary).space != MemorySpace::sbuf) fail("matmul-memory", "stationary must be in SBUF");
+    if (alloc(moving).space != MemorySpace::sbuf) fail("matmul-memory", "moving must be in SBUF");
+    bool double_row = inst.scalar("perf_mode") == 1;
+    for (const auto* operand : {"stationary", "moving"}) {
+      DType dtype = inst.tensor(operand).dtype;
+      if (!pe.rate_factor_by_dtype.count(dtype)) {
+        fail("matmul-dtype", std::string("operand '") + operand + "': the Tensor engine of " +
+                                 std::string(enum_name(m_config.generation)) + " does not take " +
+                                 std::string(dtype_name(dtype)));
+      }
+      if (double_row && std::find(pe.double_row_dtypes.begin(), pe.double_row_dtypes.end(), dtype) ==
+                            pe.double_row_dtypes.end()) {
+        fail("matmul-double-row", std::string("operand '") + operand + "': double_row mode does not take " +
+                                      std::string(dtype_name(dtype)) +
+                                      (pe.double_row_dtypes.empty() ? " (no double_row mode on this generation)" : ""));
+      }
+    }
+    auto is_fp32ish = [](DType d) { return d == DType::fp32 || d == DType::tf32; };
+    if (is_fp32ish(stationary.dtype) != is_fp32ish(moving.dtype)) {
+      fail("matmul-dtype-mix", "if one input is fp32/tf32 the other must be too");
+    }
+    if ((stationary.dtype == DType::fp8_e4m3 && moving.dtype == DType::fp8_e4m3fn) ||
+        (stationary.dtype == DType::fp8_e4m3fn && moving.dtype == DType::fp8_e4m3)) {
+      fail("matmul-dtype-mix", "legacy fp8_e4m3 and OCP fp8_e4m3fn cannot be mixed");
+    }
+    auto moving_limit = pe.max_moving_free_size_by_psum_dtype.find(dst.dtype);
+    if (moving_limit == pe.max_moving_free_size_by_psum_dtype.end()) {
+      fail("matmul-dst-dtype", "dst dtype " + std::string(dtype_name(dst.dtype)) + " is not a PSUM output of the " +
+                                   std::string(enum_name(m_config.generation)) + " Tensor engine");
+    }
+    uint64_t k = stationary.partitions() * (double_row ? 2 : 1);
+    uint64_t m = double_row ? stationary.free_elements() / 2 : stationary.free_elements();
+    uint64_t n = double_row ? moving.free_elements() / 2 : moving.free_elements();
+    if (double_row && (stationary.num_free_dims < 2 || stationary.free[0].size != 2 || moving.num_free_dims < 2 ||
+                       moving.free[0].size != 2)) {
+      fail("matmul-double-row", "double_row operands are [128, 2, F]: the first free dim must be 2");
+    }
+    if (stationary.partitions() != moving.partitions()) {
+      fail("matmul-contraction", "stationary has " + std::to_string(stationary.partitions()) +
+                                     " partitions but moving has " + std::to_string(moving.partitions()) +
+                                     " (the contraction runs over partitions)");
+    }
+    if (stationary.partitions() > pe.pe_rows) {
+      fail("matmul-contraction", "contraction over " + std::to_string(stationary.partitions()) +
+                                     " partitions exceeds the " + std::to_string(pe.pe_rows) + " PE rows");
+    }
+    (void)k;
+    if (m > pe.max_stationary_free_size) {
+      fail("matmul-stationary-size", "stationary free size " + std::to_string(m) + " exceeds " +
+                                         std::to_string(pe.max_stationary_free_size));
+    }
+    if (moving_limit != pe.max_moving_free_size_by_psum_dtype.end() && n > moving_limit->second) {
+      fail("matmul-moving-size", "moving free size " + std::to_string(n) + " exceeds the " +
+                                     std::to_string(moving_limit->second) + " allowed with a " +
+                                     std::string(dtype_name(dst.dtype)) + " PSUM output on " +
+                                     std::string(enum_name(m_config.generation)));
+    }
+    if (dst.partitions() != m || dst.free_elements() != n) {
+      fail("matmul-shape", "dst is [" + std::to_string(dst.partitions()) + ", " +
+                               std::to_string(dst.free_elements()) + "] but stationary.T @ moving is [" +
+                               std::to_string(m) + ", " + std::to_string(n) + "]");
+    }
+    // An accumulation group lives in one PSUM bank unless the generation lets moving span PSUM.
+    const Allocation& a = alloc(dst);
+    uint64_t bank = m_config.core.psum.bank_bytes;
+    bool spans_banks_allowed = moving_limit != pe.max_moving_free_size_by_psum_dtype.end() &&
+                               uint64_t(moving_limit->second) * dtype_size_bytes(dst.dtype) > bank;
+    if (a.space == MemorySpace::psum && dst.free_contiguous() && !spans_banks_allowed) {
+      uint64_t first = a.base_byte + uint64_t(dst.offset) * dtype_size_bytes(dst.dtype);
+      uint64_t last = first + dst.free_elements() * dtype_size_bytes(dst.dtype) - 1;
+      if (first / bank != last / bank) {
+        fail("psum-bank-crossing", "dst bytes " + std::to_string(first) + ".." + std::to_string(last) +
+                                       " cross a " + std::to_string(bank) + "-byte PSUM bank boundary");
+      }
+    }
+    if (inst.scalar("is_transpose") != 0 && stationary.dtype != dst.dtype && m_config.generation >= Generation::trn2 &&
+        dtype_size_bytes(stationary.dtype) != 1) {
+      fail("matmul-transpose-dtype", "transpose mode writes the input dtype: dst must be " +
+                                         std::string(dtype_name(stationary.dtype)));
+    }
+  }
+
+  void check_transpose(const Instruction& inst) {
+    const AccessPattern& data = inst.tensor("data");
+    const AccessPattern& dst = inst.tensor("dst");
+    if (!data.present() || !dst.present()) return;
+    if (inst.engine == Engine::tensor) {
+      if (alloc(dst).space != MemorySpace::psum) fail("transpose-memory", "a Tensor-engine transpose writes PSUM");
+      if (alloc(data).space != MemorySpace::sbuf) fail("transpose-memory", "a Tensor-engine transpose reads SBUF");
+      if (data.partitions() > m_config.core.tensor.pe_rows || data.free_elements() > m_config.core.tensor.pe_columns) {
+        fail("transpose-size", "the Tensor engine transposes at most [128, 128]");
+      }
+    } else if (data.partitions() > kVectorTransposeMax || data.free_elements() > kVectorTransposeMax) {
+      fail("transpose-size", "the Vector engine transposes at most [32, 32]");
+    }
+  }
+
+  void check_dma(const Instruction& inst) {
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& src = inst.tensor("src");
+    if (!dst.present() || !src.present()) return;
+    if (dst.elements() != src.elements()) {
+      fail("dma-size", "dst has " + std::to_string(dst.elements()) + " elements but src has " +
+                           std::to_string(src.elements()));
+    }
+    if (inst.opcode == Opcode::dma_copy && inst.scalar("dst_rmw_op") == 1) {
+      if (src.dtype != dst.dtype || (dst.dtype != DType::bf16 && dst.dtype != DType::fp32)) {
+        fail("dma-read-add-write", "read-add-write needs matching bf16 or fp32 dtypes (A-V4)");
+      }
+    }
+    if (inst.opcode == Opcode::dma_transpose) {
+      if (!m_config.core.dma.transpose_supported) fail("dma-transpose", "this generation's DMA cannot transpose");
+      if (dtype_size_bytes(src.dtype) != 2 || src.dtype != dst.dtype) {
+        fail("dma-transpose", "DMA transpose moves 2-byte dtypes unchanged");
+      }
+    }
+  }
+
+  void check_tensor_scalar(const Instruction& inst) {
+    if (inst.engine != Engine::scalar || m_config.generation != Generation::trn2) return;
+    // ISA: on trn2 the Scalar engine runs only (multiply, add), (multiply, -) and (add, -).
+    AluOp op0 = static_cast<AluOp>(inst.scalar("op0"));
+    bool has_op1 = inst.has("op1");
+    AluOp op1 = has_op1 ? static_cast<AluOp>(inst.scalar("op1")) : AluOp::bypass;
+    bool ok = (op0 == AluOp::multiply && (!has_op1 || op1 == AluOp::add)) || (op0 == AluOp::add && !has_op1);
+    if (!ok) fail("scalar-engine-ops", "the trn2 Scalar engine runs tensor_scalar only as (multiply, add), "
+                                       "(multiply) or (add)");
+  }
+
+  const Program& m_program;
+  const HardwareConfig& m_config;
+  long m_index = -1;
+  std::vector<LegalityIssue> m_issues;
+};
+
+}  // namespace
+
+std::vector<LegalityIssue> find_legality_issues(const Program& program, const HardwareConfig& config) {
+  return Checker(program, config).run();
+}
+
+std::string format_legality_issue(const Program& program, const LegalityIssue& issue) {
+  std::string where = issue.instruction < 0 ? "program" : "instruction " + std::to_string(issue.instruction);
+  if (issue.line) where += " (line " + std::to_string(issue.line) + ")";
+  if (issue.instruction >= 0) where += " " + program.instructions[issue.instruction].spec().name;
+  return where + ": " + issue.message + " [" + issue.rule + "]";
+}
+
+void check_program(const Program& program, const HardwareConfig& config) {
+  std::vector<LegalityIssue> issues = find_legality_issues(program, config);
+  if (issues.empty()) return;
+  std::string message;
+  for (const LegalityIssue& issue : issues) message += (message.empty() ? "" : "\n") + format_legality_issue(program, issue);
+  throw IsaError(message);
+}
+
+}  // namespace trnsim::isa

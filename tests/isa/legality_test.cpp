@@ -1,0 +1,203 @@
+// Every legality rule with its message, on programs built through the builder.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "config/config_loader.h"
+#include "isa/builder.h"
+#include "isa/isa_error.h"
+#include "isa/legality.h"
+
+namespace trnsim::isa {
+namespace {
+
+using ::testing::HasSubstr;
+
+const HardwareConfig& config(const char* name) {
+  static const HardwareConfig trn1 = load_config("trn1").hardware;
+  static const HardwareConfig trn2 = load_config("trn2").hardware;
+  static const HardwareConfig trn3 = load_config("trn3").hardware;
+  std::string n = name;
+  return n == "trn1" ? trn1 : n == "trn3" ? trn3 : trn2;
+}
+
+std::vector<std::string> issues(const Program& program, const char* generation = "trn2") {
+  std::vector<std::string> messages;
+  for (const LegalityIssue& issue : find_legality_issues(program, config(generation))) {
+    messages.push_back(format_legality_issue(program, issue));
+  }
+  return messages;
+}
+
+// A legal 128x128x512 matmul: the baseline each test breaks in one way.
+struct MatmulProgram {
+  ProgramBuilder b{"mm", Generation::trn2};
+  uint32_t w, x, acc;
+  explicit MatmulProgram(Generation generation = Generation::trn2, DType in = DType::bf16)
+      : b("mm", generation) {
+    w = b.sbuf("w", in, {128, 128});
+    x = b.sbuf("x", in, {128, 512});
+    acc = b.psum("acc", DType::fp32, {128, 512});
+  }
+  InstructionBuilder matmul() {
+    return b.emit(Opcode::nc_matmul, 7).tensor("dst", b.view(acc)).tensor("stationary", b.view(w)).tensor(
+        "moving", b.view(x));
+  }
+};
+
+TEST(Legality, LegalMatmulHasNoIssues) {
+  MatmulProgram p;
+  p.matmul();
+  EXPECT_THAT(issues(p.b.program()), ::testing::IsEmpty());
+  EXPECT_NO_THROW(check_program(p.b.program(), config("trn2")));
+}
+
+TEST(Legality, MatmulShapeLimits) {
+  MatmulProgram p;
+  uint32_t wide = p.b.sbuf("wide", DType::bf16, {128, 1024});
+  uint32_t big_acc = p.b.psum("big", DType::fp32, {128, 1024});
+  p.b.emit(Opcode::nc_matmul, 9)
+      .tensor("dst", p.b.view(big_acc))
+      .tensor("stationary", p.b.view(p.w))
+      .tensor("moving", p.b.view(wide));
+  auto found = issues(p.b.program());
+  EXPECT_THAT(found, ::testing::Contains(
+                         "instruction 0 (line 9) nc_matmul: moving free size 1024 exceeds the 512 allowed with a fp32 "
+                         "PSUM output on trn2 [matmul-moving-size]"));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("cross a 2048-byte PSUM bank boundary [psum-bank-crossing]")));
+  // trn3 takes moving up to 4096 with an fp32 PSUM output (ISA nc_matmul v4).
+  MatmulProgram p3(Generation::trn3);
+  uint32_t wide3 = p3.b.sbuf("wide", DType::bf16, {128, 1024});
+  uint32_t acc3 = p3.b.psum("big", DType::fp32, {128, 1024});
+  p3.b.emit(Opcode::nc_matmul).tensor("dst", p3.b.view(acc3)).tensor("stationary", p3.b.view(p3.w)).tensor(
+      "moving", p3.b.view(wide3));
+  EXPECT_THAT(issues(p3.b.program(), "trn3"), ::testing::IsEmpty());
+}
+
+TEST(Legality, MatmulMemoriesAndDtypes) {
+  MatmulProgram p;
+  uint32_t out_sbuf = p.b.sbuf("out", DType::fp32, {128, 512});
+  p.b.emit(Opcode::nc_matmul).tensor("dst", p.b.view(out_sbuf)).tensor("stationary", p.b.view(p.w)).tensor(
+      "moving", p.b.view(p.x));
+  EXPECT_THAT(issues(p.b.program()), ::testing::Contains(HasSubstr("dst must be in PSUM [matmul-memory]")));
+
+  MatmulProgram mixed;
+  uint32_t x32 = mixed.b.sbuf("x32", DType::fp32, {128, 512});
+  mixed.b.emit(Opcode::nc_matmul).tensor("dst", mixed.b.view(mixed.acc)).tensor("stationary", mixed.b.view(mixed.w))
+      .tensor("moving", mixed.b.view(x32));
+  EXPECT_THAT(issues(mixed.b.program()),
+              ::testing::Contains(HasSubstr("if one input is fp32/tf32 the other must be too [matmul-dtype-mix]")));
+
+  MatmulProgram mx(Generation::trn2, DType::mxfp8_e4m3);
+  mx.matmul();
+  EXPECT_THAT(issues(mx.b.program()),
+              ::testing::Contains(HasSubstr("the Tensor engine of trn2 does not take mxfp8_e4m3 [matmul-dtype]")));
+
+  MatmulProgram bf16_out;
+  uint32_t acc16 = bf16_out.b.psum("acc16", DType::bf16, {128, 512});
+  bf16_out.b.emit(Opcode::nc_matmul).tensor("dst", bf16_out.b.view(acc16)).tensor("stationary", bf16_out.b.view(bf16_out.w))
+      .tensor("moving", bf16_out.b.view(bf16_out.x));
+  EXPECT_THAT(issues(bf16_out.b.program()),
+              ::testing::Contains(HasSubstr("dst dtype bf16 is not a PSUM output of the trn2 Tensor engine")));
+}
+
+TEST(Legality, DoubleRowNeedsFp8AndAGenerationThatHasIt) {
+  MatmulProgram p(Generation::trn1);
+  p.matmul().word("perf_mode", "double_row");
+  EXPECT_THAT(issues(p.b.program(), "trn1"),
+              ::testing::Contains(HasSubstr("double_row mode does not take bf16 (no double_row mode on this generation)")));
+}
+
+TEST(Legality, PartitionStartAlignment) {
+  ProgramBuilder b("align", Generation::trn2);
+  uint32_t t = b.sbuf("t", DType::fp32, {128, 64});
+  uint32_t u = b.sbuf("u", DType::fp32, {128, 64});
+  auto copy = [&](int64_t start, int64_t stop) {
+    b.emit(Opcode::tensor_copy)
+        .tensor("dst", b.view(t, {Slice::range(start, stop)}))
+        .tensor("src", b.view(u, {Slice::range(start, stop)}));
+  };
+  copy(0, 128);   // ok
+  copy(64, 128);  // 64 partitions at 64: ok
+  copy(96, 128);  // 32 at 96: ok
+  copy(32, 96);   // 64 partitions at 32: illegal
+  copy(16, 32);   // 16 at 16: illegal
+  copy(1, 128);   // 127 at 1: illegal
+  auto found = issues(b.program());
+  ASSERT_EQ(found.size(), 6u);  // dst and src of the three illegal copies
+  EXPECT_EQ(found[0],
+            "instruction 3 tensor_copy: operand 'dst': 64 partitions may not start at partition 32 (allowed: "
+            "multiples of 64) [partition-start-alignment]");
+  EXPECT_THAT(found[2], HasSubstr("16 partitions may not start at partition 16 (allowed: multiples of 32)"));
+  EXPECT_THAT(found[4], HasSubstr("127 partitions may not start at partition 1 (allowed: multiples of 128)"));
+}
+
+TEST(Legality, EngineMemoryRules) {
+  ProgramBuilder b("mem", Generation::trn2);
+  uint32_t acc = b.psum("acc", DType::fp32, {128, 512});
+  uint32_t t = b.sbuf("t", DType::fp32, {128, 512});
+  uint32_t h = b.hbm("h", DType::fp32, {128, 512});
+  b.emit(Opcode::tensor_copy).tensor("dst", b.view(t)).tensor("src", b.view(acc)).on(Engine::gpsimd);
+  b.emit(Opcode::tensor_copy).tensor("dst", b.view(t)).tensor("src", b.view(h));
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(h)).tensor("src", b.view(acc));
+  auto found = issues(b.program());
+  EXPECT_THAT(found, ::testing::Contains("instruction 0 tensor_copy: operand 'src': the gpsimd engine cannot access "
+                                         "psum [engine-memory]"));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("instruction 1 tensor_copy: operand 'src': only DMA reaches HBM")));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("instruction 2 dma_copy: operand 'src': the dma engine cannot access "
+                                                   "psum")));
+}
+
+TEST(Legality, EngineAvailabilityAndDtypesPerGeneration) {
+  ProgramBuilder b("gen", Generation::trn1);
+  uint32_t t = b.sbuf("t", DType::fp32, {128, 64});
+  uint32_t u = b.sbuf("u", DType::fp32, {128, 64});
+  b.emit(Opcode::tensor_copy).tensor("dst", b.view(t)).tensor("src", b.view(u)).on(Engine::scalar);
+  EXPECT_THAT(issues(b.program(), "trn1"),
+              ::testing::Contains("instruction 0 tensor_copy: the scalar engine of trn1 does not run tensor_copy "
+                                  "[engine-opcode]"));
+  ProgramBuilder c("dtype", Generation::trn2);
+  uint32_t f8 = c.sbuf("f8", DType::fp8_e4m3fn, {128, 64});
+  uint32_t v = c.sbuf("v", DType::fp32, {128, 64});
+  c.emit(Opcode::tensor_copy).tensor("dst", c.view(v)).tensor("src", c.view(f8));
+  EXPECT_THAT(issues(c.program()), ::testing::Contains(HasSubstr("the vector engine of trn2 does not handle fp8_e4m3fn")));
+  EXPECT_THAT(issues(c.program(), "trn3"), ::testing::Contains(HasSubstr("targets trn2 but the config describes trn3")));
+}
+
+TEST(Legality, BoundsSizesAndMisc) {
+  ProgramBuilder b("misc", Generation::trn2);
+  Allocation huge;
+  huge.name = "huge";
+  huge.space = MemorySpace::sbuf;
+  huge.dtype = DType::fp32;
+  huge.shape = {128, 60000};
+  b.place(huge);
+  uint32_t stats_in = b.sbuf("x", DType::fp32, {128, 1024});
+  uint32_t stats_out = b.sbuf("s", DType::fp32, {128, 6});
+  b.emit(Opcode::bn_stats).tensor("dst", b.view(stats_out)).tensor("data", b.view(stats_in));
+  b.emit(Opcode::activation).tensor("dst", b.view(stats_in)).tensor("data", b.view(stats_in)).word("op", "exp")
+      .word("reduce_op", "divide");
+  b.emit(Opcode::tensor_scalar).tensor("dst", b.view(stats_in)).tensor("data", b.view(stats_in)).word("op0", "subtract")
+      .imm("operand0", 1.0).on(Engine::scalar);
+  b.emit(Opcode::dma_transpose).tensor("dst", b.view(stats_out)).tensor("src", b.view(stats_in));
+  auto found = issues(b.program());
+  EXPECT_THAT(found, ::testing::Contains("program: sbuf tensor 'huge' needs bytes 0..239999 of each partition, which "
+                                         "has 229376 [memory-bounds]"));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("bn_stats takes at most 512 [bn-stats-free-size]")));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("divide is not a reduction operator [reduce-op]")));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("[scalar-engine-ops]")));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("DMA transpose moves 2-byte dtypes unchanged")));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("[dma-size]")));
+  EXPECT_THROW(check_program(b.program(), config("trn2")), IsaError);
+}
+
+TEST(Legality, MissingRequiredOperand) {
+  ProgramBuilder b("missing", Generation::trn2);
+  uint32_t t = b.sbuf("t", DType::fp32, {128, 64});
+  b.emit(Opcode::tensor_copy, 3).tensor("dst", b.view(t));
+  EXPECT_THAT(issues(b.program()),
+              ::testing::Contains("instruction 0 (line 3) tensor_copy: required operand 'src' is missing "
+                                  "[missing-operand]"));
+}
+
+}  // namespace
+}  // namespace trnsim::isa
