@@ -1,0 +1,569 @@
+// Vector engine semantics (several also run on GpSimd or Scalar): elementwise ALU forms, free-axis
+// reductions, scans, batch-norm statistics and the top-8 helpers. Arithmetic reads every operand
+// into fp32, computes in fp32 and rounds once on the write; bitvec operators work on the integer
+// bit patterns instead (NKI: "treats all input elements as bit patterns without any data type casting").
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "isa/alu.h"
+#include "isa/isa_error.h"
+#include "isa/semantics/semantics.h"
+
+namespace trnsim::isa {
+namespace {
+
+AluOp alu(const Instruction& inst, const char* operand) {
+  return static_cast<AluOp>(static_cast<int>(inst.scalar(operand)));
+}
+
+std::string shape_text(uint32_t partitions, uint64_t free) {
+  return "[" + std::to_string(partitions) + ", " + std::to_string(free) + "]";
+}
+std::string shape_text(const AccessPattern& ap) { return shape_text(ap.partitions(), ap.free_elements()); }
+
+// Operands of one elementwise instruction must agree on partitions and elements per partition.
+void check_same_shape(const char* name_a, const AccessPattern& a, const char* name_b, const AccessPattern& b) {
+  if (a.partitions() != b.partitions() || a.free_elements() != b.free_elements()) {
+    throw IsaError(std::string(name_a) + " is " + shape_text(a) + " but " + name_b + " is " + shape_text(b) +
+                   " (partitions and elements per partition must match)");
+  }
+}
+
+void check_shape(const char* name, const AccessPattern& ap, uint32_t partitions, uint64_t free) {
+  if (ap.partitions() != partitions || ap.free_elements() != free) {
+    throw IsaError(std::string(name) + " must be " + shape_text(partitions, free) + ", got " + shape_text(ap));
+  }
+}
+
+// ---- Integer bit patterns (bitvec operators) ----
+
+bool is_int32_storage(DType dtype) { return dtype == DType::int32 || dtype == DType::uint32; }
+
+void require_integer(const char* name, const AccessPattern& ap, AluOp op) {
+  if (dtype_info(ap.dtype).is_float) {
+    throw IsaError("bitvec operator " + std::string(alu_op_name(op)) + " needs integer dtypes, but " + name + " is " +
+                   std::string(dtype_name(ap.dtype)));
+  }
+}
+
+// Integer values of the elements. 32-bit integers are read as raw bits (fp32 lanes would lose
+// values beyond 2^24); narrower ones convert exactly through fp32.
+std::vector<int64_t> read_ints(ExecContext& ctx, const AccessPattern& ap) {
+  std::vector<int64_t> out;
+  if (is_int32_storage(ap.dtype)) {
+    AccessPattern raw = ap;
+    raw.dtype = DType::fp32;
+    Tile tile = ctx.read(raw);
+    out.reserve(tile.values.size());
+    for (float v : tile.values) {
+      uint32_t bits = numerics::float_bits(v);
+      out.push_back(ap.dtype == DType::int32 ? int64_t{static_cast<int32_t>(bits)} : int64_t{bits});
+    }
+    return out;
+  }
+  Tile tile = ctx.read(ap);
+  out.reserve(tile.values.size());
+  for (float v : tile.values) out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+// Stores the low bits of each value as the destination's element (bit-pattern semantics: a
+// bitvec result is truncated to the element width, not saturated).
+void write_int_bits(ExecContext& ctx, const AccessPattern& ap, const std::vector<int64_t>& values) {
+  uint32_t width = dtype_info(ap.dtype).size_bits;
+  bool is_signed = ap.dtype == DType::int32 || ap.dtype == DType::int16 || ap.dtype == DType::int8;
+  Tile tile(ap.partitions(), ap.free_elements());
+  AccessPattern target = ap;
+  if (is_int32_storage(ap.dtype)) target.dtype = DType::fp32;
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint64_t mask = width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+    uint64_t bits = static_cast<uint64_t>(values[i]) & mask;
+    if (is_int32_storage(ap.dtype)) {
+      tile.values[i] = numerics::bits_float(static_cast<uint32_t>(bits));
+    } else {
+      int64_t v = static_cast<int64_t>(bits);
+      if (is_signed && (bits >> (width - 1)) & 1) v -= int64_t{1} << width;
+      tile.values[i] = static_cast<float>(v);
+    }
+  }
+  ctx.state.write(target, tile);  // exact: fp32 lanes carry bits, narrow integers are exact in fp32
+  ctx.state.set_psum_accumulating(target, false);
+}
+
+// a op b on the 32-bit patterns; shifts are logical and take the shift count modulo 32.
+int64_t apply_bitvec(AluOp op, int64_t a, int64_t b) {
+  uint32_t x = static_cast<uint32_t>(a), y = static_cast<uint32_t>(b);
+  switch (op) {
+    case AluOp::bitwise_and: return x & y;
+    case AluOp::bitwise_or: return x | y;
+    case AluOp::bitwise_xor: return x ^ y;
+    case AluOp::invert: return static_cast<uint32_t>(~x);
+    case AluOp::left_shift: return static_cast<uint32_t>(x << (y & 31));
+    case AluOp::right_shift: return x >> (y & 31);
+    default: throw IsaError("internal: " + std::string(alu_op_name(op)) + " is not a bitvec operator");
+  }
+}
+
+std::vector<int64_t> per_partition_ints(const Instruction& inst, ExecContext& ctx, const char* operand,
+                                        uint32_t partitions, AluOp op) {
+  if (!inst.is_tensor(operand)) return std::vector<int64_t>(partitions, static_cast<int64_t>(inst.scalar(operand)));
+  const AccessPattern& ap = inst.tensor(operand);
+  check_shape(operand, ap, partitions, 1);
+  require_integer(operand, ap, op);
+  return read_ints(ctx, ap);
+}
+
+// Left fold from the first element (x0 op x1 op ...), the order a lane streams its elements; for
+// subtract this gives x0 - x1 - x2 ..., like numpy's subtract.reduce.
+float fold(AluOp op, const float* values, uint64_t count, uint64_t stride = 1) {
+  if (count == 0) return reduction_identity(op);
+  float acc = values[0];
+  for (uint64_t i = 1; i < count; ++i) acc = apply_alu(op, acc, values[i * stride]);
+  return acc;
+}
+
+void check_reduction(AluOp op) {
+  if (!alu_op_is_reduction(op)) throw IsaError(std::string(alu_op_name(op)) + " is not a reduction operator");
+}
+
+// The bit-preserving stand-in for a dtype: a same-width type whose fp32 conversion is exact
+// (fp32 itself for 4-byte types). None for the packed MX types.
+bool bit_alias(DType dtype, DType& alias) {
+  if (numerics::element_bytes(dtype) != dtype_size_bytes(dtype)) return false;
+  switch (dtype_size_bytes(dtype)) {
+    case 1: alias = DType::uint8; return true;
+    case 2: alias = DType::uint16; return true;
+    case 4: alias = DType::fp32; return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+void exec_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& a = inst.tensor("data1");
+  const AccessPattern& b = inst.tensor("data2");
+  check_same_shape("data1", a, "data2", b);
+  check_same_shape("dst", dst, "data1", a);
+  AluOp op = alu(inst, "op");
+  if (alu_op_is_bitvec(op)) {
+    require_integer("data1", a, op);
+    require_integer("data2", b, op);
+    require_integer("dst", dst, op);
+    std::vector<int64_t> x = read_ints(ctx, a), y = read_ints(ctx, b);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = apply_bitvec(op, x[i], y[i]);
+    write_int_bits(ctx, dst, x);
+    return;
+  }
+  Tile x = ctx.read(a);
+  Tile y = ctx.read(b);
+  for (size_t i = 0; i < x.values.size(); ++i) x.values[i] = apply_alu(op, x.values[i], y.values[i]);
+  ctx.write(dst, x);
+}
+
+void exec_tensor_scalar(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  check_same_shape("dst", dst, "data", data);
+  uint32_t partitions = data.partitions();
+  uint64_t free = data.free_elements();
+  AluOp op0 = alu(inst, "op0");
+  bool has_op1 = inst.has("op1");
+  AluOp op1 = has_op1 ? alu(inst, "op1") : AluOp::bypass;
+  if (has_op1 && !inst.has("operand1") && !alu_op_is_unary(op1)) throw IsaError("op1 is given but operand1 is not");
+  bool rev0 = inst.scalar("reverse0") != 0, rev1 = inst.scalar("reverse1") != 0;
+  bool bitvec = alu_op_is_bitvec(op0);
+  if (has_op1 && alu_op_is_bitvec(op1) != bitvec) {
+    throw IsaError("op0 and op1 must both be bitvec or both arithmetic operators");
+  }
+  if (bitvec) {
+    require_integer("data", data, op0);
+    require_integer("dst", dst, op0);
+    std::vector<int64_t> x = read_ints(ctx, data);
+    std::vector<int64_t> s0 = per_partition_ints(inst, ctx, "operand0", partitions, op0);
+    std::vector<int64_t> s1(partitions, 0);
+    if (has_op1 && inst.has("operand1")) s1 = per_partition_ints(inst, ctx, "operand1", partitions, op1);
+    for (uint32_t p = 0; p < partitions; ++p) {
+      for (uint64_t i = 0; i < free; ++i) {
+        int64_t& v = x[p * free + i];
+        v = rev0 ? apply_bitvec(op0, s0[p], v) : apply_bitvec(op0, v, s0[p]);
+        if (has_op1) v = rev1 ? apply_bitvec(op1, s1[p], v) : apply_bitvec(op1, v, s1[p]);
+      }
+    }
+    write_int_bits(ctx, dst, x);
+    return;
+  }
+  Tile x = ctx.read(data);
+  std::vector<float> s0 = ctx.per_partition(inst, "operand0", partitions);
+  std::vector<float> s1 = ctx.per_partition(inst, "operand1", partitions);
+  if (s1.empty()) s1.assign(partitions, 0.0f);
+  for (uint32_t p = 0; p < partitions; ++p) {
+    float* row = x.row(p);
+    for (uint64_t i = 0; i < free; ++i) {
+      float v = rev0 ? apply_alu(op0, s0[p], row[i]) : apply_alu(op0, row[i], s0[p]);
+      if (has_op1) v = rev1 ? apply_alu(op1, s1[p], v) : apply_alu(op1, v, s1[p]);
+      row[i] = v;
+    }
+  }
+  ctx.write(dst, x);
+}
+
+void exec_scalar_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  const AccessPattern& operand1 = inst.tensor("operand1");
+  check_same_shape("dst", dst, "data", data);
+  check_same_shape("operand1", operand1, "data", data);
+  AluOp op0 = alu(inst, "op0"), op1 = alu(inst, "op1");
+  if (alu_op_is_bitvec(op0) || alu_op_is_bitvec(op1)) {
+    throw IsaError("scalar_tensor_tensor takes arithmetic operators only, not bitvec");
+  }
+  bool rev0 = inst.scalar("reverse0") != 0, rev1 = inst.scalar("reverse1") != 0;
+  Tile x = ctx.read(data);
+  Tile y = ctx.read(operand1);
+  std::vector<float> s0 = ctx.per_partition(inst, "operand0", x.partitions);
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    for (uint64_t i = 0; i < x.free; ++i) {
+      float v = rev0 ? apply_alu(op0, s0[p], x.at(p, i)) : apply_alu(op0, x.at(p, i), s0[p]);
+      x.at(p, i) = rev1 ? apply_alu(op1, y.at(p, i), v) : apply_alu(op1, v, y.at(p, i));
+    }
+  }
+  ctx.write(dst, x);
+}
+
+void exec_tensor_reduce(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  AluOp op = alu(inst, "op");
+  check_reduction(op);
+  // NKI numbers axes as the tile's dims, partition = 0; the reduced axes must be the trailing
+  // free dims. The access pattern's free dims are the tile's free dims in order.
+  std::vector<int64_t> axes = inst.list("axis");
+  std::sort(axes.begin(), axes.end());
+  int dims = data.num_free_dims;
+  if (axes.empty()) throw IsaError("axis lists no axis to reduce");
+  for (size_t k = 0; k < axes.size(); ++k) {
+    if (axes[k] < 1 || axes[k] > dims) {
+      throw IsaError("axis " + std::to_string(axes[k]) + " is not a free axis of data (free axes are 1.." +
+                     std::to_string(dims) + ")");
+    }
+    if (axes[k] != dims - static_cast<int64_t>(axes.size() - 1 - k)) {
+      throw IsaError("axis must list the last free axes contiguously, ending at axis " + std::to_string(dims));
+    }
+  }
+  uint64_t inner = 1;
+  for (int64_t a : axes) inner *= data.free[a - 1].size;
+  uint64_t outer = data.free_elements() / inner;
+  // keepdims changes only the shape NKI reports, not the elements written.
+  check_shape("dst", dst, data.partitions(), outer);
+  bool negate = inst.scalar("negate") != 0;
+  if (alu_op_is_bitvec(op)) {
+    require_integer("data", data, op);
+    require_integer("dst", dst, op);
+    std::vector<int64_t> in = read_ints(ctx, data);
+    std::vector<int64_t> out(size_t{data.partitions()} * outer);
+    for (size_t r = 0; r < out.size(); ++r) {
+      int64_t acc = in[r * inner];
+      for (uint64_t i = 1; i < inner; ++i) acc = apply_bitvec(op, acc, in[r * inner + i]);
+      out[r] = acc;
+    }
+    write_int_bits(ctx, dst, out);
+    return;
+  }
+  Tile in = ctx.read(data);
+  Tile out(data.partitions(), outer);
+  for (size_t r = 0; r < out.values.size(); ++r) {
+    float acc = fold(op, in.values.data() + r * inner, inner);
+    out.values[r] = negate ? -acc : acc;
+  }
+  ctx.write(dst, out);
+}
+
+void exec_tensor_copy(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  check_same_shape("dst", dst, "src", src);
+  DType alias{};
+  if (src.dtype == dst.dtype && bit_alias(dst.dtype, alias)) {
+    // Same dtype: a bit-accurate copy (NaN payloads, int32 beyond 2^24 intact), as NKI documents.
+    AccessPattern s = src, d = dst;
+    s.dtype = d.dtype = alias;
+    Tile bits = ctx.read(s);
+    ctx.state.write(d, bits);
+    ctx.state.set_psum_accumulating(d, false);
+    return;
+  }
+  Tile values = ctx.read(src);
+  values.free = dst.free_elements();
+  ctx.write(dst, values);
+}
+
+void exec_tensor_copy_predicated(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& predicate = inst.tensor("predicate");
+  check_same_shape("predicate", predicate, "dst", dst);
+  bool src_is_tensor = inst.is_tensor("src");
+  if (src_is_tensor) check_same_shape("src", inst.tensor("src"), "dst", dst);
+  bool reverse = inst.scalar("reverse_pred") != 0;
+  Tile pred = ctx.read(predicate);
+  // Unselected elements keep their bits, so work in the destination's bit patterns when possible.
+  DType alias{};
+  bool bits = bit_alias(dst.dtype, alias);
+  AccessPattern d = dst;
+  if (bits) d.dtype = alias;
+  Tile out = ctx.read(d);
+  Tile src;
+  if (src_is_tensor) {
+    AccessPattern s = inst.tensor("src");
+    if (bits && s.dtype == dst.dtype) {
+      s.dtype = alias;
+      src = ctx.read(s);
+    } else {
+      src = ctx.read(s);
+      if (bits) {
+        uint8_t buffer[4];
+        for (float& v : src.values) {
+          numerics::encode(dst.dtype, v, buffer, ctx.rounding, ctx.rng ? ctx.rng->next_u32() : 0);
+          v = numerics::decode(alias, buffer);
+        }
+      }
+    }
+  } else {
+    float value = static_cast<float>(inst.scalar("src"));
+    if (bits) {
+      uint8_t buffer[4];
+      numerics::encode(dst.dtype, value, buffer);
+      value = numerics::decode(alias, buffer);
+    }
+    src = Tile(out.partitions, out.free, value);
+  }
+  for (size_t i = 0; i < out.values.size(); ++i) {
+    if ((pred.values[i] != 0) != reverse) out.values[i] = src.values[i];
+  }
+  if (bits) {
+    ctx.state.write(d, out);
+    ctx.state.set_psum_accumulating(d, false);
+  } else {
+    ctx.write(dst, out);
+  }
+}
+
+void exec_select_reduce(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& on_true = inst.tensor("on_true");
+  check_same_shape("predicate", inst.tensor("predicate"), "dst", dst);
+  check_same_shape("on_true", on_true, "dst", dst);
+  bool reverse = inst.scalar("reverse_pred") != 0;
+  bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
+  // NKI's reduce_op defaults to maximum (the only one it supports).
+  AluOp reduce_op = inst.has("reduce_op") ? alu(inst, "reduce_op") : AluOp::maximum;
+  if (has_res) {
+    check_reduction(reduce_op);
+    check_shape("reduce_res", inst.tensor("reduce_res"), dst.partitions(), 1);
+  }
+  Tile pred = ctx.read(inst.tensor("predicate"));
+  Tile out = ctx.read(on_true);
+  std::vector<float> on_false = ctx.per_partition(inst, "on_false", out.partitions);
+  Tile reduced(out.partitions, 1);
+  for (uint32_t p = 0; p < out.partitions; ++p) {
+    for (uint64_t i = 0; i < out.free; ++i) {
+      if ((pred.at(p, i) != 0) == reverse) out.at(p, i) = on_false[p];
+    }
+    // The accumulator sees the fp32 selection, before the cast to dst.dtype (as for activation).
+    if (has_res) reduced.at(p, 0) = fold(reduce_op, out.row(p), out.free);
+  }
+  ctx.write(dst, out);
+  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+}
+
+void exec_range_select(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& on_true = inst.tensor("on_true_tile");
+  check_same_shape("on_true_tile", on_true, "dst", dst);
+  uint32_t partitions = dst.partitions();
+  check_shape("bound0", inst.tensor("bound0"), partitions, 1);
+  check_shape("bound1", inst.tensor("bound1"), partitions, 1);
+  AluOp cmp0 = alu(inst, "comp_op0"), cmp1 = alu(inst, "comp_op1");
+  for (AluOp op : {cmp0, cmp1}) {
+    if (op != AluOp::equal && op != AluOp::less && op != AluOp::less_equal && op != AluOp::greater &&
+        op != AluOp::greater_equal) {
+      throw IsaError("comparison operator must be equal, less, less_equal, greater or greater_equal, not " +
+                     std::string(alu_op_name(op)));
+    }
+  }
+  AluOp reduce_op = alu(inst, "reduce_op");
+  bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
+  if (has_res) {
+    check_reduction(reduce_op);
+    check_shape("reduce_res", inst.tensor("reduce_res"), partitions, 1);
+  }
+  double range_start = inst.scalar("range_start");
+  float on_false = static_cast<float>(inst.scalar("on_false_value"));
+  Tile out = ctx.read(on_true);
+  Tile bound0 = ctx.read(inst.tensor("bound0"));
+  Tile bound1 = ctx.read(inst.tensor("bound1"));
+  Tile reduced(partitions, 1);
+  for (uint32_t p = 0; p < partitions; ++p) {
+    for (uint64_t i = 0; i < out.free; ++i) {
+      // The index is compared in fp32 (NKI: keep range_start + index within 2^24).
+      float index = static_cast<float>(static_cast<double>(i) + range_start);
+      bool keep = apply_alu(cmp0, index, bound0.at(p, 0)) != 0 && apply_alu(cmp1, index, bound1.at(p, 0)) != 0;
+      if (!keep) out.at(p, i) = on_false;
+    }
+    // fp32 accumulator, before dst's cast: NKI's note relies on reduce_res holding FP32_MIN
+    // where a bf16 dst holds -inf.
+    if (has_res) reduced.at(p, 0) = fold(reduce_op, out.row(p), out.free);
+  }
+  ctx.write(dst, out);
+  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+}
+
+void exec_tensor_tensor_scan(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data0 = inst.tensor("data0");
+  const AccessPattern& data1 = inst.tensor("data1");
+  check_same_shape("data0", data0, "data1", data1);
+  check_same_shape("dst", dst, "data0", data0);
+  AluOp op0 = alu(inst, "op0"), op1 = alu(inst, "op1");
+  Tile x = ctx.read(data0);
+  Tile y = ctx.read(data1);
+  std::vector<float> initial = ctx.per_partition(inst, "initial", x.partitions);
+  // NKI's docstring: result[i] = op1(op0(data0[i], result[i-1]), data1[i]), result[-1] = initial;
+  // the carried state stays fp32 (only the stored copy is rounded to dst.dtype).
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    float state = initial[p];
+    for (uint64_t i = 0; i < x.free; ++i) {
+      state = apply_alu(op1, apply_alu(op0, x.at(p, i), state), y.at(p, i));
+      x.at(p, i) = state;
+    }
+  }
+  ctx.write(dst, x);
+}
+
+void exec_bn_stats(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  constexpr uint64_t kMaxFree = 512;  // nl.tile_size.bn_stats_fmax
+  if (data.free_elements() > kMaxFree) {
+    throw IsaError("data has " + std::to_string(data.free_elements()) +
+                   " elements per partition; bn_stats takes at most " + std::to_string(kMaxFree));
+  }
+  check_shape("dst", dst, data.partitions(), 6);
+  Tile in = ctx.read(data);
+  Tile out(in.partitions, 6);
+  for (uint32_t p = 0; p < in.partitions; ++p) {
+    const float* row = in.row(p);
+    for (uint64_t parity = 0; parity < 2; ++parity) {
+      uint64_t count = in.free > parity ? (in.free - parity + 1) / 2 : 0;
+      // fp32, two passes (mean, then squared deviations) in element order. An empty group (the
+      // odd elements of a 1-element row) reports count 0, mean 0, var*count 0 so that bn_aggr's
+      // count weighting ignores it.
+      float sum = 0.0f;
+      for (uint64_t i = parity; i < in.free; i += 2) sum += row[i];
+      float mean = count ? sum / static_cast<float>(count) : 0.0f;
+      float m2 = 0.0f;
+      for (uint64_t i = parity; i < in.free; i += 2) {
+        float d = row[i] - mean;
+        m2 += d * d;
+      }
+      out.at(p, parity * 3 + 0) = static_cast<float>(count);
+      out.at(p, parity * 3 + 1) = mean;
+      out.at(p, parity * 3 + 2) = m2;
+    }
+  }
+  ctx.write(dst, out);
+}
+
+void exec_bn_aggr(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  if (data.free_elements() == 0 || data.free_elements() % 3 != 0) {
+    throw IsaError("data must hold (count, mean, var*count) triples, but has " + std::to_string(data.free_elements()) +
+                   " elements per partition");
+  }
+  check_shape("dst", dst, data.partitions(), 2);
+  Tile in = ctx.read(data);
+  Tile out(in.partitions, 2);
+  uint64_t groups = in.free / 3;
+  for (uint32_t p = 0; p < in.partitions; ++p) {
+    const float* row = in.row(p);
+    // Chan et al.'s parallel combination in fp32: population variance of all the groups'
+    // elements. A total count of 0 gives NaN (0/0), as the formula does.
+    float n = 0.0f, weighted = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g) {
+      n += row[3 * g];
+      weighted += row[3 * g] * row[3 * g + 1];
+    }
+    float mean = weighted / n;
+    float m2 = 0.0f;
+    for (uint64_t g = 0; g < groups; ++g) {
+      float d = row[3 * g + 1] - mean;
+      m2 += row[3 * g + 2] + row[3 * g] * (d * d);
+    }
+    out.at(p, 0) = mean;
+    out.at(p, 1) = m2 / n;
+  }
+  ctx.write(dst, out);
+}
+
+void exec_reciprocal(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  check_same_shape("dst", dst, "data", data);
+  Tile x = ctx.read(data);
+  for (float& v : x.values) v = 1.0f / v;
+  ctx.write(dst, x);
+}
+
+void exec_max8(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  if (src.free_elements() < 8) {
+    throw IsaError("src has " + std::to_string(src.free_elements()) + " elements per partition; max8 needs at least 8");
+  }
+  check_shape("dst", dst, src.partitions(), 8);
+  Tile in = ctx.read(src);
+  Tile out(in.partitions, 8);
+  // Order: NaN above +inf (a max propagates NaN), then descending values; ties (including -0
+  // and +0) keep their element order.
+  auto greater = [](float a, float b) {
+    if (std::isnan(a)) return !std::isnan(b);
+    if (std::isnan(b)) return false;
+    return a > b;
+  };
+  std::vector<float> row;
+  for (uint32_t p = 0; p < in.partitions; ++p) {
+    row.assign(in.row(p), in.row(p) + in.free);
+    std::stable_sort(row.begin(), row.end(), greater);
+    std::copy(row.begin(), row.begin() + 8, out.row(p));
+  }
+  ctx.write(dst, out);
+}
+
+void exec_nc_find_index8(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  const AccessPattern& vals = inst.tensor("vals");
+  if (dtype_info(dst.dtype).is_float) {
+    throw IsaError("dst must be an integer dtype (uint16 or uint32), not " + std::string(dtype_name(dst.dtype)));
+  }
+  check_shape("vals", vals, data.partitions(), 8);
+  check_shape("dst", dst, data.partitions(), 8);
+  Tile in = ctx.read(data);
+  Tile wanted = ctx.read(vals);
+  // Matching compares fp32 values: -0 finds +0, NaN finds nothing. Not found = all ones.
+  std::vector<int64_t> out(size_t{in.partitions} * 8, int64_t{0xFFFFFFFF});
+  for (uint32_t p = 0; p < in.partitions; ++p) {
+    const float* row = in.row(p);
+    for (uint32_t k = 0; k < 8; ++k) {
+      const float* hit = std::find(row, row + in.free, wanted.at(p, k));
+      if (hit != row + in.free) out[p * 8 + k] = hit - row;
+    }
+  }
+  write_int_bits(ctx, dst, out);
+}
+
+}  // namespace trnsim::isa
