@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "isa/isa_error.h"
 #include "isa/program.h"
 
 namespace trnsim::isa {

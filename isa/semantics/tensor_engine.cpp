@@ -53,9 +53,15 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
     // v3+ transpose mode is bit-accurate: the stationary tile lands transposed (A-V3), NaN/Inf intact.
     result = transposed(stationary);
   } else {
-    RowMajor s = contraction_matrix(stationary, double_row, m);
-    RowMajor x = contraction_matrix(moving, double_row, n);
-    Eigen::Map<RowMajor>(result.values.data(), m, n).noalias() = s.transpose() * x;
+    Eigen::Map<RowMajor> out(result.values.data(), m, n);
+    if (double_row) {
+      out.noalias() = contraction_matrix(stationary, true, m).transpose() * contraction_matrix(moving, true, n);
+    } else {
+      // Map the tiles in place: a copy here costs as much as the conversion from bf16.
+      Eigen::Map<const RowMajor> s(stationary.values.data(), stationary.partitions, m);
+      Eigen::Map<const RowMajor> x(moving.values.data(), moving.partitions, n);
+      out.noalias() = s.transpose() * x;
+    }
   }
   int mode = static_cast<int>(inst.scalar("accumulate"));
   bool accumulate = mode == kAccumulateTrue || (mode == kAccumulateAuto && ctx.state.psum_accumulating(dst));

@@ -9,4 +9,8 @@ namespace trnsim::cli {
 // report through the returned exit code slot.
 void add_config_commands(CLI::App& app, int& exit_code);
 
+// Adds `run KERNEL.tasm --config C --input NAME=a.npy --output NAME=b.npy`: the functional
+// interpreter on user data. Kernel and data errors print "error: ..." and set exit_code to 1.
+void add_run_command(CLI::App& app, int& exit_code);
+
 }  // namespace trnsim::cli

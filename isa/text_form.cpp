@@ -1,0 +1,618 @@
+// The .tasm reader and printer. The reader is a hand-written cursor over one line at a time so
+// that every error can point at the offending column; it is fuzzed (tests/fuzz), hence the
+// explicit bounds on every number that later feeds address arithmetic.
+#include "isa/text_form.h"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "config/config_tree.h"
+#include "isa/builder.h"
+#include "isa/view.h"
+
+namespace trnsim::isa {
+namespace text_form_detail {
+namespace {
+
+// Far beyond any real tensor, small enough that offsets and spans fit int64 with room to spare.
+constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+constexpr int64_t kMaxStride = int64_t{1} << 40;
+constexpr int64_t kMaxOffset = int64_t{1} << 60;
+// i64 immediates are stored as double; beyond 2^53 they would not print back exactly.
+constexpr int64_t kMaxExactInteger = int64_t{1} << 53;
+
+}  // namespace
+
+std::string allocation_shape_error(const std::vector<uint32_t>& shape) {
+  if (shape.empty()) return "a tensor needs at least one dimension";
+  if (shape.size() > 8) return "a tensor has at most 8 dimensions";
+  uint64_t elements = 1;
+  for (uint32_t d : shape) {
+    if (d == 0) return "a dimension of size 0";
+    elements *= d;  // cannot overflow: checked against 2^40 after every step
+    if (elements > kMaxElements) return "more than 2^40 elements";
+  }
+  return "";
+}
+
+std::string allocation_name_error(const std::string& name) {
+  OperandSpec number;
+  number.kind = OperandKind::f32;
+  double scalar = 0;
+  std::vector<int64_t> list;
+  if (parse_immediate(number, name, scalar, list).empty()) return "'" + name + "' reads as a number";
+  return "";
+}
+
+AccessPattern checked_raw_access_pattern(const Program& program, uint32_t allocation, int64_t offset,
+                                         const std::vector<ApDim>& dims) {
+  const Allocation& a = program.allocations.at(allocation);
+  auto fail = [&](const std::string& message) { throw std::invalid_argument(a.name + ": " + message); };
+  if (offset < -kMaxOffset || offset > kMaxOffset) fail("offset out of range");
+  if (dims.size() > static_cast<size_t>(kMaxFreeDims) + 1) fail("at most 4 free dimensions");
+  bool on_chip = a.space != MemorySpace::hbm;
+  int64_t low = offset, high = offset;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i].size == 0) fail("a dimension of size 0");
+    if (dims[i].stride < -kMaxStride || dims[i].stride > kMaxStride) fail("stride out of range");
+    if (on_chip && i == 0) continue;  // [start_partition, count], checked by raw_access_pattern
+    int64_t span = 0;
+    if (__builtin_mul_overflow(dims[i].stride, int64_t{dims[i].size} - 1, &span) ||
+        __builtin_add_overflow(span < 0 ? low : high, span, span < 0 ? &low : &high) || low < -kMaxOffset ||
+        high > kMaxOffset) {
+      fail("the access pattern reaches far outside the tensor");
+    }
+  }
+  return raw_access_pattern(program, allocation, offset, dims);
+}
+
+std::string parse_operand_immediate(const OperandSpec& spec, std::string_view text, double& scalar,
+                                    std::vector<int64_t>& list) {
+  std::string error = parse_immediate(spec, text, scalar, list);
+  if (error.empty() && spec.kind == OperandKind::i64) {
+    // Decide on the integer itself: 2^53 + 1 rounds to 2^53 as a double.
+    std::string_view digits = text.substr(std::min(text.find_first_not_of(" \t"), text.size()));
+    while (!digits.empty() && (digits.back() == ' ' || digits.back() == '\t')) digits.remove_suffix(1);
+    int64_t value = 0;
+    std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (value > kMaxExactInteger || value < -kMaxExactInteger) {
+      error = "integer " + std::string(digits) + " is out of range (at most 2^53 in magnitude)";
+    }
+  }
+  return error;
+}
+
+std::string engine_error(const InstructionSpec& spec, Engine engine, Generation generation) {
+  if (spec.runs_on(engine, generation)) return "";
+  std::string allowed;
+  for (const EngineAvailability& available : spec.engines) {
+    if (generation >= available.since) allowed += (allowed.empty() ? "" : ", ") + std::string(enum_name(available.engine));
+  }
+  std::string where = " on " + std::string(enum_name(generation));
+  if (allowed.empty()) return spec.name + " is not available" + where;
+  return spec.name + " cannot run on the " + std::string(enum_name(engine)) + " engine" + where + " (engines: " +
+         allowed + ")";
+}
+
+}  // namespace text_form_detail
+
+namespace {
+
+using namespace text_form_detail;
+
+constexpr int64_t kMaxSliceNumber = int64_t{1} << 40;
+constexpr size_t kMaxSuggestLength = 64;  // edit distance is quadratic; long garbage gets no hint
+
+std::string did_you_mean(std::string_view wrong, const std::vector<std::string>& candidates) {
+  if (wrong.size() > kMaxSuggestLength) return "";
+  std::string hint = nearest_key(std::string(wrong), candidates);
+  return hint.empty() ? "" : " (did you mean '" + hint + "'?)";
+}
+
+bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
+
+// A cursor over [pos, end) of one source line; columns are 1-based offsets into the line.
+class Cursor {
+ public:
+  Cursor(std::string_view line, size_t pos, size_t end, const std::string& origin, uint32_t line_number)
+      : m_line(line), m_pos(pos), m_end(end), m_origin(origin), m_line_number(line_number) {}
+
+  [[noreturn]] void fail_at(size_t pos, const std::string& message) const {
+    throw IsaError(m_origin + ":" + std::to_string(m_line_number) + ":" + std::to_string(pos + 1) + ": " + message);
+  }
+  [[noreturn]] void fail(const std::string& message) const { fail_at(m_pos, message); }
+
+  size_t pos() const { return m_pos; }
+  size_t end() const { return m_end; }
+  std::string_view line() const { return m_line; }
+  // Non-blank characters from here (for names that need not be identifiers).
+  std::string_view word() {
+    skip_ws();
+    size_t start = m_pos;
+    while (m_pos < m_end && m_line[m_pos] != ' ' && m_line[m_pos] != '\t') ++m_pos;
+    return m_line.substr(start, m_pos - start);
+  }
+  Cursor sub(size_t pos, size_t end) const { return Cursor(m_line, pos, end, m_origin, m_line_number); }
+  void skip_ws() {
+    while (m_pos < m_end && (m_line[m_pos] == ' ' || m_line[m_pos] == '\t')) ++m_pos;
+  }
+  bool at_end() {
+    skip_ws();
+    return m_pos >= m_end;
+  }
+  char peek() {
+    skip_ws();
+    return m_pos < m_end ? m_line[m_pos] : '\0';
+  }
+  bool accept(char c) {
+    if (peek() != c) return false;
+    ++m_pos;
+    return true;
+  }
+  // The rest of the input from here up to the next space, for messages.
+  std::string next_token() {
+    skip_ws();
+    size_t stop = m_pos;
+    while (stop < m_end && m_line[stop] != ' ' && m_line[stop] != '\t' && stop - m_pos < 40) ++stop;
+    return std::string(m_line.substr(m_pos, stop - m_pos));
+  }
+  void expect(char c, const std::string& context) {
+    if (accept(c)) return;
+    fail(at_end() ? "expected '" + std::string(1, c) + "' " + context + ", got the end of the line"
+                  : "expected '" + std::string(1, c) + "' " + context + ", got '" + next_token() + "'");
+  }
+  void expect_end(const std::string& context) {
+    if (!at_end()) fail("unexpected '" + next_token() + "' after " + context);
+  }
+  std::string_view identifier(const std::string& what) {
+    skip_ws();
+    if (m_pos >= m_end || !is_ident_start(m_line[m_pos])) {
+      fail(at_end() ? "expected " + what + ", got the end of the line"
+                    : "expected " + what + ", got '" + next_token() + "'");
+    }
+    size_t start = m_pos;
+    while (m_pos < m_end && is_ident_char(m_line[m_pos])) ++m_pos;
+    return m_line.substr(start, m_pos - start);
+  }
+  bool at_integer() {
+    char c = peek();
+    return (c >= '0' && c <= '9') || c == '-' || c == '+';
+  }
+  int64_t integer(const std::string& what, int64_t low, int64_t high) {
+    skip_ws();
+    size_t start = m_pos;
+    if (m_pos < m_end && (m_line[m_pos] == '-' || m_line[m_pos] == '+')) ++m_pos;
+    size_t digits = m_pos;
+    while (m_pos < m_end && m_line[m_pos] >= '0' && m_line[m_pos] <= '9') ++m_pos;
+    if (m_pos == digits) {
+      m_pos = start;
+      fail(at_end() ? "expected " + what + ", got the end of the line" : "expected " + what + ", got '" + next_token() + "'");
+    }
+    std::string text(m_line.substr(start, m_pos - start));
+    bool negative = text[0] == '-';
+    // Accumulate with a cap so that any digit string is handled without overflow.
+    int64_t value = 0;
+    bool too_big = false;
+    for (size_t i = digits; i < m_pos; ++i) {
+      if (value > (std::numeric_limits<int64_t>::max() - 9) / 10) too_big = true;
+      if (!too_big) value = value * 10 + (m_line[i] - '0');
+    }
+    if (negative) value = -value;
+    if (too_big || value < low || value > high) {
+      fail_at(start, "expected " + what + " in " + std::to_string(low) + ".." + std::to_string(high) + ", got " + text);
+    }
+    return value;
+  }
+
+ private:
+  std::string_view m_line;
+  size_t m_pos, m_end;
+  const std::string& m_origin;
+  uint32_t m_line_number;
+};
+
+std::vector<std::string> opcode_and_keyword_names() {
+  std::vector<std::string> names = {"kernel", "target", "hbm", "sbuf", "psum"};
+  for (const InstructionSpec& spec : all_instruction_specs()) names.push_back(spec.name);
+  return names;
+}
+
+class TasmParser {
+ public:
+  explicit TasmParser(const std::string& origin) : m_origin(origin), m_builder("", Generation::trn2) {}
+
+  Program parse(const std::string& text) {
+    size_t start = 0;
+    uint32_t line_number = 0;
+    while (start <= text.size()) {
+      size_t stop = text.find('\n', start);
+      if (stop == std::string::npos) stop = text.size();
+      if (line_number == std::numeric_limits<uint32_t>::max()) {
+        throw IsaError(m_origin + ": more than 2^32 lines");
+      }
+      ++line_number;
+      std::string_view line(text.data() + start, stop - start);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      size_t comment = line.find('#');
+      Cursor cursor(line, 0, comment == std::string_view::npos ? line.size() : comment, m_origin, line_number);
+      if (!cursor.at_end()) parse_line(cursor, line_number);
+      start = stop + 1;
+    }
+    return m_builder.finish();
+  }
+
+ private:
+  Program& program() { return m_builder.mutable_program(); }
+
+  void parse_line(Cursor& c, uint32_t line_number) {
+    size_t word_pos = c.pos();
+    std::string word(c.identifier("a declaration or an opcode"));
+    if (word == "kernel") {
+      if (m_seen_any) c.fail_at(word_pos, "'kernel' must be the first line");
+      c.skip_ws();
+      size_t name_pos = c.pos();
+      std::string name(c.word());
+      if (name.empty()) c.fail("expected a kernel name, got the end of the line");
+      for (char ch : name) {
+        if (!is_ident_char(ch) && ch != '.' && ch != '-') c.fail_at(name_pos, "bad kernel name '" + name + "'");
+      }
+      c.expect_end("the kernel name");
+      program().name = name;
+      m_seen_any = true;
+    } else if (word == "target") {
+      if (m_seen_target) c.fail_at(word_pos, "'target' given twice");
+      if (m_seen_body) c.fail_at(word_pos, "'target' must come before declarations and instructions");
+      c.skip_ws();
+      size_t gen_pos = c.pos();
+      std::string name(c.identifier("a generation (trn1, trn2, trn3)"));
+      auto generation = parse_enum<Generation>(name);
+      if (!generation) {
+        std::vector<std::string> names(EnumNames<Generation>::names.begin(), EnumNames<Generation>::names.end());
+        c.fail_at(gen_pos, "unknown target '" + name + "'" + did_you_mean(name, names));
+      }
+      c.expect_end("the target");
+      program().generation = *generation;
+      m_seen_target = m_seen_any = true;
+    } else if (word == "hbm" || word == "sbuf" || word == "psum") {
+      parse_declaration(c, word, line_number);
+      m_seen_body = m_seen_any = true;
+    } else {
+      parse_instruction(c, word, word_pos, line_number);
+      m_seen_body = m_seen_any = true;
+    }
+  }
+
+  void parse_declaration(Cursor& c, const std::string& space_word, uint32_t line_number) {
+    Allocation a;
+    a.space = space_word == "hbm" ? MemorySpace::hbm : space_word == "sbuf" ? MemorySpace::sbuf : MemorySpace::psum;
+    a.declared_line = line_number;
+    c.skip_ws();
+    size_t name_pos = c.pos();
+    a.name = std::string(c.identifier("a tensor name"));
+    int existing = program().find_allocation(a.name);
+    if (existing >= 0) {
+      c.fail_at(name_pos, "tensor '" + a.name + "' is already declared on line " +
+                              std::to_string(program().allocations[existing].declared_line));
+    }
+    std::string name_error = allocation_name_error(a.name);
+    if (!name_error.empty()) c.fail_at(name_pos, name_error + " and cannot name a tensor");
+    c.expect(':', "after the tensor name");
+    c.skip_ws();
+    size_t dtype_pos = c.pos();
+    std::string dtype_text(c.identifier("a dtype"));
+    auto dtype = parse_dtype(dtype_text);
+    if (!dtype) {
+      std::vector<std::string> names;
+      for (const DTypeInfo& info : all_dtypes()) names.emplace_back(info.name);
+      c.fail_at(dtype_pos, "unknown dtype '" + dtype_text + "'" + did_you_mean(dtype_text, names));
+    }
+    a.dtype = *dtype;
+    c.skip_ws();
+    size_t shape_pos = c.pos();
+    c.expect('[', "before the shape");
+    for (int i = 0; !c.accept(']'); ++i) {
+      if (i > 0) c.expect(',', "between dimensions");
+      if (i >= 8) c.fail_at(shape_pos, "a tensor has at most 8 dimensions");
+      a.shape.push_back(static_cast<uint32_t>(c.integer("a dimension", 1, std::numeric_limits<uint32_t>::max())));
+    }
+    std::string shape_error = allocation_shape_error(a.shape);
+    if (!shape_error.empty()) c.fail_at(shape_pos, "bad shape: " + shape_error);
+    bool placed = false;
+    if (c.accept('@')) {
+      placed = true;
+      a.base_partition = static_cast<uint32_t>(c.integer("a partition", 0, std::numeric_limits<uint32_t>::max()));
+      c.expect(':', "between partition and byte offset");
+      a.base_byte = static_cast<uint64_t>(c.integer("a byte offset", 0, int64_t{1} << 48));
+    }
+    if (!c.at_end()) {
+      size_t role_pos = c.pos();
+      std::string role(c.identifier("a role (input or output)"));
+      if (role == "input") {
+        a.role = AllocationRole::input;
+      } else if (role == "output") {
+        a.role = AllocationRole::output;
+      } else {
+        c.fail_at(role_pos, "unknown role '" + role + "' (expected input or output)");
+      }
+      c.expect_end("the role");
+    }
+    if (placed || a.space == MemorySpace::hbm || a.role != AllocationRole::internal) {
+      m_builder.place(std::move(a));
+    } else if (a.space == MemorySpace::sbuf) {
+      m_builder.sbuf(a.name, a.dtype, a.shape);
+    } else {
+      m_builder.psum(a.name, a.dtype, a.shape);
+    }
+    program().allocations.back().declared_line = line_number;
+  }
+
+  void parse_instruction(Cursor& c, const std::string& word, size_t word_pos, uint32_t line_number) {
+    const InstructionSpec* spec = find_instruction_spec(word);
+    if (!spec) c.fail_at(word_pos, "unknown opcode '" + word + "'" + did_you_mean(word, opcode_and_keyword_names()));
+    size_t index = program().instructions.size();
+    m_builder.emit(spec->opcode, line_number);
+    uint32_t given = 0;
+    bool engine_given = false;
+    size_t engine_pos = word_pos;
+    if (!c.at_end()) {
+      for (auto [start, stop] : split_operands(c)) {
+        Cursor operand = c.sub(start, stop);
+        if (operand.at_end()) operand.fail("expected an operand NAME=VALUE");
+        size_t name_pos = operand.pos();
+        std::string name(operand.identifier("an operand name"));
+        operand.expect('=', "after operand name '" + name + "'");
+        operand.skip_ws();
+        size_t value_pos = operand.pos();
+        if (operand.at_end()) operand.fail("operand '" + name + "' has no value");
+        size_t value_end = stop;
+        while (value_end > value_pos && (c.line()[value_end - 1] == ' ' || c.line()[value_end - 1] == '\t')) {
+          --value_end;
+        }
+        Cursor value = c.sub(value_pos, value_end);
+        std::string_view text = c.line().substr(value_pos, value_end - value_pos);
+        Instruction& inst = program().instructions[index];
+        if (name == "engine") {
+          if (engine_given) operand.fail_at(name_pos, spec->name + ": operand 'engine' given twice");
+          engine_given = true;
+          engine_pos = value_pos;
+          auto engine = parse_enum<Engine>(text);
+          if (!engine) {
+            std::vector<std::string> names(EnumNames<Engine>::names.begin(), EnumNames<Engine>::names.end());
+            value.fail("unknown engine '" + std::string(text) + "'" + did_you_mean(text, names));
+          }
+          inst.engine = *engine;
+          continue;
+        }
+        int i = spec->index_of(name);
+        if (i < 0) {
+          std::vector<std::string> names = {"engine"};
+          for (const OperandSpec& o : spec->operands) names.push_back(o.name);
+          operand.fail_at(name_pos, spec->name + " has no operand '" + name + "'" + did_you_mean(name, names));
+        }
+        if ((given >> i) & 1u) operand.fail_at(name_pos, spec->name + ": operand '" + name + "' given twice");
+        given |= 1u << i;
+        inst.present_mask |= 1u << i;
+        const OperandSpec& o = spec->operands[i];
+        bool as_tensor = o.kind != OperandKind::tensor_or_f32 ? is_tensor_kind(o.kind) : false;
+        double scalar = 0;
+        std::vector<int64_t> list;
+        std::string error;
+        if (o.kind == OperandKind::tensor_or_f32) {
+          // A tensor name never reads as a number (declarations reject such names).
+          error = parse_operand_immediate(o, text, scalar, list);
+          as_tensor = !error.empty() && is_ident_start(text[0]);
+        } else if (!as_tensor) {
+          error = parse_operand_immediate(o, text, scalar, list);
+        }
+        if (as_tensor) {
+          AccessPattern ap = parse_tensor(value);
+          program().instructions[index].tensors[o.tensor_slot] = ap;
+          continue;
+        }
+        if (!error.empty()) value.fail(spec->name + "." + name + ": " + error);
+        if (o.scalar_slot >= 0) inst.scalars[o.scalar_slot] = scalar;
+        if (o.list_slot >= 0) inst.lists[o.list_slot] = std::move(list);
+        if (o.tensor_slot >= 0) inst.tensors[o.tensor_slot] = AccessPattern{};
+      }
+    }
+    for (size_t i = 0; i < spec->operands.size(); ++i) {
+      const OperandSpec& o = spec->operands[i];
+      if (!o.optional && !o.has_default && !((given >> i) & 1u)) {
+        c.fail_at(word_pos, spec->name + ": missing required operand '" + o.name + "'");
+      }
+    }
+    Instruction& inst = program().instructions[index];
+    std::string error = engine_error(*spec, inst.engine, program().generation);
+    if (!error.empty()) c.fail_at(engine_pos, error);
+  }
+
+  // NAME, NAME[slices] or NAME{offset=O, ap=[[a, b], ...]}.
+  AccessPattern parse_tensor(Cursor& c) {
+    size_t name_pos = c.pos();
+    std::string name(c.identifier("a tensor name"));
+    int allocation = program().find_allocation(name);
+    if (allocation < 0) {
+      std::vector<std::string> names;
+      for (const Allocation& a : program().allocations) names.push_back(a.name);
+      c.fail_at(name_pos, "unknown tensor '" + name + "'" + did_you_mean(name, names));
+    }
+    auto index = static_cast<uint32_t>(allocation);
+    size_t open_pos = c.pos();
+    try {
+      if (c.at_end()) return full_allocation(program(), index);
+      if (c.accept('[')) {
+        std::vector<Slice> slices = parse_slices(c);
+        c.expect_end("the slice");
+        return slice_allocation(program(), index, slices);
+      }
+      if (c.accept('{')) {
+        std::string word(c.identifier("'offset'"));
+        if (word != "offset") c.fail("expected 'offset', got '" + word + "'");
+        c.expect('=', "after 'offset'");
+        int64_t offset = c.integer("an offset", -(int64_t{1} << 60), int64_t{1} << 60);
+        c.expect(',', "after the offset");
+        word = std::string(c.identifier("'ap'"));
+        if (word != "ap") c.fail("expected 'ap', got '" + word + "'");
+        c.expect('=', "after 'ap'");
+        c.expect('[', "before the access pattern pairs");
+        std::vector<ApDim> dims;
+        for (int i = 0; !c.accept(']'); ++i) {
+          if (i > 0) c.expect(',', "between access pattern pairs");
+          if (i > kMaxFreeDims) c.fail("at most 4 free dimensions after the partition pair");
+          c.expect('[', "before a [stride, size] pair");
+          ApDim dim;
+          dim.stride = c.integer("a stride", -kMaxSliceNumber, kMaxSliceNumber);
+          c.expect(',', "inside a [stride, size] pair");
+          dim.size = static_cast<uint32_t>(c.integer("a size", 0, std::numeric_limits<uint32_t>::max()));
+          c.expect(']', "after a [stride, size] pair");
+          dims.push_back(dim);
+        }
+        c.expect('}', "after the access pattern");
+        c.expect_end("the access pattern");
+        return checked_raw_access_pattern(program(), index, offset, dims);
+      }
+    } catch (const std::invalid_argument& e) {
+      c.fail_at(open_pos, std::string("bad slice: ") + e.what());
+    }
+    c.expect_end("the tensor name");
+    return {};  // not reached: expect_end threw
+  }
+
+  // After '[': start:stop:step items up to and including ']'.
+  std::vector<Slice> parse_slices(Cursor& c) {
+    std::vector<Slice> slices;
+    for (int i = 0; !c.accept(']'); ++i) {
+      if (i > 0) c.expect(',', "between slices");
+      if (i >= 8) c.fail("bad slice: more indices than any tensor has dimensions");
+      Slice s;
+      bool any = false;
+      auto number = [&](const char* what) { return c.integer(what, -kMaxSliceNumber, kMaxSliceNumber); };
+      if (c.at_integer()) s.start = number("an index"), any = true;
+      if (c.accept(':')) {
+        any = true;
+        if (c.at_integer()) s.stop = number("a slice stop");
+        if (c.accept(':') && c.at_integer()) s.step = number("a slice step");
+      } else if (any) {
+        s = Slice::index(s.start);
+      }
+      if (!any) c.fail(c.at_end() ? "bad slice: expected an index, got the end of the line"
+                                  : "bad slice: expected an index, got '" + c.next_token() + "'");
+      slices.push_back(s);
+    }
+    return slices;
+  }
+
+  // Splits the rest of the cursor's range at commas outside brackets and braces.
+  std::vector<std::pair<size_t, size_t>> split_operands(Cursor& c) {
+    std::vector<std::pair<size_t, size_t>> parts;
+    std::string_view line = c.line();
+    size_t start = c.pos();
+    std::vector<size_t> open;  // positions of the unclosed brackets
+    for (size_t i = start; i < c.end(); ++i) {
+      char ch = line[i];
+      if (ch == '[' || ch == '{') {
+        open.push_back(i);
+      } else if (ch == ']' || ch == '}') {
+        if (open.empty() || (line[open.back()] == '[') != (ch == ']')) c.fail_at(i, std::string("unmatched '") + ch + "'");
+        open.pop_back();
+      } else if (ch == ',' && open.empty()) {
+        parts.emplace_back(start, i);
+        start = i + 1;
+      }
+    }
+    if (!open.empty()) c.fail_at(open.back(), std::string("unclosed '") + line[open.back()] + "'");
+    parts.emplace_back(start, c.end());
+    return parts;
+  }
+
+  const std::string& m_origin;
+  ProgramBuilder m_builder;
+  bool m_seen_any = false, m_seen_target = false, m_seen_body = false;
+};
+
+bool same_value(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+// Whether operand `o` of `inst` holds exactly its default value (then the printer omits it).
+bool equals_default(const Instruction& inst, const OperandSpec& o) {
+  if (!o.has_default) return false;
+  if (o.tensor_slot >= 0 && inst.tensors[o.tensor_slot].present()) return false;
+  double scalar = 0;
+  std::vector<int64_t> list;
+  if (!parse_immediate(o, o.default_text, scalar, list).empty()) return false;
+  if (o.scalar_slot >= 0 && !same_value(inst.scalars[o.scalar_slot], scalar)) return false;
+  if (o.list_slot >= 0 && inst.lists[o.list_slot] != list) return false;
+  return true;
+}
+
+bool is_whole(const Program& program, const AccessPattern& ap) {
+  try {
+    return ap == full_allocation(program, ap.allocation);
+  } catch (const std::invalid_argument&) {
+    return false;  // an allocation of more than 4 free dims has no whole-tensor pattern
+  }
+}
+
+std::string print_allocation(const Allocation& a) {
+  std::string text = std::string(memory_space_name(a.space)) + " " + a.name + " : " + std::string(dtype_name(a.dtype)) + "[";
+  for (size_t i = 0; i < a.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(a.shape[i]);
+  text += "]";
+  // On-chip placement is always written so that a re-parse does not depend on the bump allocator.
+  if (a.space != MemorySpace::hbm || a.base_partition != 0 || a.base_byte != 0) {
+    text += " @ " + std::to_string(a.base_partition) + ":" + std::to_string(a.base_byte);
+  }
+  if (a.role == AllocationRole::input) text += " input";
+  if (a.role == AllocationRole::output) text += " output";
+  return text;
+}
+
+std::string print_instruction(const Program& program, const Instruction& inst) {
+  const InstructionSpec& spec = inst.spec();
+  std::string text = spec.name;
+  const char* separator = " ";
+  for (size_t i = 0; i < spec.operands.size(); ++i) {
+    const OperandSpec& o = spec.operands[i];
+    if (!((inst.present_mask >> i) & 1u) || equals_default(inst, o)) continue;
+    std::string value;
+    if (o.tensor_slot >= 0 && inst.tensors[o.tensor_slot].present()) {
+      const AccessPattern& ap = inst.tensors[o.tensor_slot];
+      value = is_whole(program, ap) ? program.allocation(ap).name : describe_access_pattern(program, ap);
+    } else if (o.kind == OperandKind::tensor_in || o.kind == OperandKind::tensor_out ||
+               o.kind == OperandKind::tensor_inout) {
+      continue;  // marked present but holds no tensor: nothing to write
+    } else {
+      value = format_immediate(o, o.scalar_slot >= 0 ? inst.scalars[o.scalar_slot] : 0.0,
+                               o.list_slot >= 0 ? inst.lists[o.list_slot] : std::vector<int64_t>{});
+    }
+    text += separator + o.name + "=" + value;
+    separator = ", ";
+  }
+  if (inst.engine != spec.engines.front().engine) text += separator + std::string("engine=") + std::string(enum_name(inst.engine));
+  return text;
+}
+
+}  // namespace
+
+Program parse_tasm(const std::string& text, const std::string& origin) { return TasmParser(origin).parse(text); }
+
+Program parse_tasm_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IsaError(path + ": cannot read the file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_tasm(buffer.str(), path);
+}
+
+std::string print_tasm(const Program& program) {
+  std::string text;
+  if (!program.name.empty()) text += "kernel " + program.name + "\n";
+  text += "target " + std::string(enum_name(program.generation)) + "\n";
+  for (const Allocation& a : program.allocations) text += print_allocation(a) + "\n";
+  for (const Instruction& inst : program.instructions) text += print_instruction(program, inst) + "\n";
+  return text;
+}
+
+}  // namespace trnsim::isa

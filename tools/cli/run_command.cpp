@@ -1,0 +1,179 @@
+// `trnsim run KERNEL.tasm --config C --input NAME=a.npy ... --output NAME=c.npy ...`: runs a kernel
+// on the functional interpreter with the user's data in its HBM tensors.
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "config/config_loader.h"
+#include "isa/core_state.h"
+#include "isa/interpreter.h"
+#include "isa/isa_error.h"
+#include "isa/legality.h"
+#include "isa/text_form.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/npy.h"
+
+namespace trnsim::cli {
+namespace {
+
+struct RunOptions {
+  std::string kernel;
+  std::string config = "trn2";
+  std::vector<std::string> overrides;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  bool force = false;
+};
+
+// Errors in how the command was used (names, files); reported like the others.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Binding {
+  std::string tensor;
+  std::string path;
+  uint32_t allocation = 0;
+};
+
+std::string join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text.empty() ? "(none)" : text;
+}
+
+std::string declaration(const isa::Allocation& a) {
+  std::string text = std::string(dtype_name(a.dtype)) + "[";
+  for (size_t i = 0; i < a.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(a.shape[i]);
+  return text + "]";
+}
+
+// "NAME=path" pairs resolved to HBM allocations; unknown or repeated names are errors.
+std::vector<Binding> bind_tensors(const isa::Program& program, const std::vector<std::string>& specs,
+                                  const char* flag) {
+  std::vector<std::string> valid;
+  for (const isa::Allocation& a : program.allocations) {
+    if (a.space == isa::MemorySpace::hbm) valid.push_back(a.name);
+  }
+  std::vector<Binding> bindings;
+  std::set<std::string> seen;
+  for (const std::string& spec : specs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      throw UsageError(std::string(flag) + " '" + spec + "': expected NAME=FILE.npy");
+    }
+    Binding b{spec.substr(0, eq), spec.substr(eq + 1), 0};
+    int index = program.find_allocation(b.tensor);
+    if (index < 0 || program.allocations[size_t(index)].space != isa::MemorySpace::hbm) {
+      throw UsageError(std::string(flag) + " " + b.tensor + ": the kernel has no HBM tensor '" + b.tensor +
+                       "' (HBM tensors: " + join(valid) + ")");
+    }
+    if (!seen.insert(b.tensor).second) throw UsageError(std::string(flag) + " " + b.tensor + ": given twice");
+    b.allocation = uint32_t(index);
+    bindings.push_back(b);
+  }
+  return bindings;
+}
+
+std::string milliseconds(double seconds) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(seconds < 1 ? 2 : 0) << seconds * 1e3 << " ms";
+  return out.str();
+}
+
+void run(const RunOptions& options) {
+  LoadedConfig config = load_config(options.config, options.overrides);
+  isa::Program program = isa::parse_tasm_file(options.kernel);
+  if (program.generation != config.hardware.generation) {
+    throw isa::IsaError(options.kernel + ": the kernel targets " + std::string(enum_name(program.generation)) +
+                        " but config '" + config.hardware.name + "' is " +
+                        std::string(enum_name(config.hardware.generation)));
+  }
+  isa::check_program(program, config.hardware);
+
+  std::vector<Binding> inputs = bind_tensors(program, options.inputs, "--input");
+  std::vector<Binding> outputs = bind_tensors(program, options.outputs, "--output");
+  std::vector<std::string> missing;
+  for (const isa::Allocation& a : program.allocations) {
+    if (a.space != isa::MemorySpace::hbm || a.role != isa::AllocationRole::input) continue;
+    bool given = false;
+    for (const Binding& b : inputs) given = given || b.tensor == a.name;
+    if (!given) missing.push_back(a.name + ": " + declaration(a));
+  }
+  if (!missing.empty()) throw UsageError("missing --input for the kernel's input tensors: " + join(missing));
+
+  // Check the outputs before spending time on the kernel: nothing the user has is overwritten
+  // without --force, and two outputs cannot share a file.
+  std::set<std::string> output_paths;
+  for (const Binding& b : outputs) {
+    const isa::Allocation& a = program.allocations[b.allocation];
+    if (a.dtype == DType::mxfp8_e4m3 || a.dtype == DType::mxfp8_e5m2 || a.dtype == DType::mxfp4_e2m1) {
+      throw UsageError("--output " + b.tensor + ": packed MX tensors (" + std::string(dtype_name(a.dtype)) +
+                       ") cannot be written as .npy");
+    }
+    std::error_code ec;
+    std::string canonical = std::filesystem::weakly_canonical(b.path, ec).string();
+    if (!output_paths.insert(ec ? b.path : canonical).second) {
+      throw UsageError("--output " + b.tensor + ": " + b.path + " is already the file of another output");
+    }
+    if (!options.force && std::filesystem::exists(b.path, ec)) {
+      throw UsageError("--output " + b.tensor + ": " + b.path + " exists (pass --force to overwrite)");
+    }
+  }
+
+  isa::CoreState state(config.hardware.core, program);
+  for (const Binding& b : inputs) {
+    const isa::Allocation& a = program.allocations[b.allocation];
+    NpyArray array = read_npy(b.path);
+    state.hbm(b.allocation) = npy_to_tensor_bytes(array, a.dtype, a.shape, b.path, b.tensor);
+  }
+
+  auto start = std::chrono::steady_clock::now();
+  isa::interpret(program, state, config.hardware);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  for (const Binding& b : outputs) {
+    const isa::Allocation& a = program.allocations[b.allocation];
+    write_npy(b.path, tensor_bytes_to_npy(state.hbm(b.allocation), a.dtype, a.shape), options.force);
+  }
+  std::string name = program.name.empty() ? options.kernel : program.name;
+  std::cout << "ran " << name << " on " << config.hardware.name << " (" << config.hash << "): "
+            << program.instructions.size() << " instructions, host time " << milliseconds(seconds) << "\n";
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a .tasm kernel on the functional interpreter with .npy data");
+  cmd->add_option("kernel", options->kernel, "Kernel in the .tasm text form")->required();
+  cmd->add_option("--config", options->config, "Hardware config file or name (default trn2)");
+  cmd->add_option("--set", options->overrides, "Override a config value, e.g. core.sbuf.partitions=64 (repeatable)");
+  cmd->add_option("--input", options->inputs,
+                  "NAME=FILE.npy: load an HBM tensor (every input tensor must be given; floats are cast with RNE)");
+  cmd->add_option("--output", options->outputs,
+                  "NAME=FILE.npy: save an HBM tensor after the run (floats as float32, integers as themselves)");
+  cmd->add_flag("--force", options->force, "Overwrite existing --output files");
+  cmd->callback([options, &exit_code] {
+    try {
+      run(*options);
+    } catch (const isa::IsaError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    } catch (const NpyError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    } catch (const UsageError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    }
+  });
+}
+
+}  // namespace trnsim::cli
