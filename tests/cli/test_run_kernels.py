@@ -120,6 +120,42 @@ def test_integer_tensors_keep_their_dtype(run_trnsim, tmp_path):
     assert d.dtype == np.int16 and np.array_equal(d, c.astype(np.int16))
 
 
+SR_KERNEL = """
+target trn2
+hbm x : fp32[128, 512] input
+hbm y : bf16[128, 512] output
+sbuf t : fp32[128, 512]
+sbuf r : bf16[128, 512]
+dma_copy dst=t, src=x
+tensor_copy dst=r, src=t
+dma_copy dst=y, src=r
+"""
+
+
+def test_stochastic_rounding_is_unbiased_and_deterministic_per_seed(run_trnsim, tmp_path):
+    kernel = tmp_path / "sr.tasm"
+    kernel.write_text(SR_KERNEL)
+    # 1 + 2^-9 lies a quarter of the way from bf16 1.0 to the next value 1 + 2^-7... (spacing 2^-7).
+    value = np.float32(1.0 + 2.0**-9)
+    np.save(tmp_path / "x.npy", np.full((128, 512), value, dtype=np.float32))
+
+    def run(seed, name, rounding="stochastic"):
+        result = run_trnsim("run", kernel, "--input", f"x={tmp_path / 'x.npy'}", "--output",
+                            f"y={tmp_path / name}", "--rounding", rounding, "--seed", seed)
+        assert result.returncode == 0, result.stderr
+        return np.load(tmp_path / name)
+
+    a, b, c = run(1, "a.npy"), run(1, "b.npy"), run(2, "c.npy")
+    nearest = run(1, "n.npy", "nearest")
+    assert np.array_equal(a, b)                      # same seed, same bits
+    assert not np.array_equal(a, c)                  # another seed, another draw
+    assert set(np.unique(a)) == {np.float32(1.0), np.float32(1.0 + 2.0**-7)}
+    # Unbiased: the mean of 65536 draws is within 5 sigma of the value.
+    sigma = 2.0**-7 * np.sqrt(0.25 * 0.75 / a.size)
+    assert abs(a.astype(np.float64).mean() - float(value)) < 5 * sigma
+    assert np.all(nearest == np.float32(1.0))        # RNE rounds down
+
+
 # ---- errors: exit 1, one "error: ..." message, nothing written ----
 
 @pytest.fixture

@@ -28,6 +28,8 @@ struct RunOptions {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
   bool force = false;
+  std::string rounding = "nearest";
+  uint64_t seed = 0x5eed;
 };
 
 // Errors in how the command was used (names, files); reported like the others.
@@ -135,7 +137,11 @@ void run(const RunOptions& options) {
   }
 
   auto start = std::chrono::steady_clock::now();
-  isa::interpret(program, state, config.hardware);
+  isa::InterpreterOptions interpreter_options;
+  interpreter_options.rounding =
+      options.rounding == "stochastic" ? numerics::RoundingMode::stochastic : numerics::RoundingMode::nearest_even;
+  interpreter_options.stochastic_seed = options.seed;
+  isa::interpret(program, state, config.hardware, interpreter_options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   for (const Binding& b : outputs) {
@@ -160,6 +166,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--output", options->outputs,
                   "NAME=FILE.npy: save an HBM tensor after the run (floats as float32, integers as themselves)");
   cmd->add_flag("--force", options->force, "Overwrite existing --output files");
+  cmd->add_option("--rounding", options->rounding, "Rounding of engine writes: nearest (even, default) or stochastic")
+      ->check(CLI::IsMember({"nearest", "stochastic"}));
+  cmd->add_option("--seed", options->seed, "Seed of the stochastic-rounding generator (deterministic per seed)");
   cmd->callback([options, &exit_code] {
     try {
       run(*options);
