@@ -78,6 +78,7 @@ struct ChipConfig {
   uint32_t default_logical_core_size = 0;
   std::vector<uint32_t> supported_logical_core_sizes;
   uint32_t collective_cores = 0;
+  double base_clock_ghz = 0;
 
   template <class V>
   void visit(V& v) {
@@ -86,6 +87,8 @@ struct ChipConfig {
             info("physical cores per logical core (LNC) unless the user picks another", 1, 8));
     v.field("supported_logical_core_sizes", supported_logical_core_sizes, info("LNC values the chip supports", 1, 8));
     v.field("collective_cores", collective_cores, info("CC-cores that run collectives", 0, 1024));
+    v.field("base_clock_ghz", base_clock_ghz,
+            info("NeuronCore base clock: the profiler's cycle count (total_cycles) is in this clock", 0.01, 20));
   }
 };
 
@@ -140,7 +143,6 @@ struct ComputeEngineConfig {
   uint32_t fixed_overhead_cycles = 0;
   uint32_t min_initiation_interval_cycles = 0;
   std::vector<uint32_t> performance_modes;
-  uint32_t memory_access_latency_cycles = 0;
 
   template <class V>
   void visit(V& v) {
@@ -155,8 +157,6 @@ struct ComputeEngineConfig {
     v.field("min_initiation_interval_cycles", min_initiation_interval_cycles,
             info("shortest interval between two instructions (MIN_II)", 1, 100000));
     v.field("performance_modes", performance_modes, info("throughput multipliers the hardware may select", 1, 64));
-    v.field("memory_access_latency_cycles", memory_access_latency_cycles,
-            info("static cycles to start an SBUF/PSUM access", 0, 100000));
   }
 };
 

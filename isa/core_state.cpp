@@ -13,7 +13,7 @@ CoreState::CoreState(const CoreConfig& core, const Program& program)
       m_sbuf(size_t(core.sbuf.partitions) * core.sbuf.bytes_per_partition, 0),
       m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition, 0),
       m_hbm(program.allocations.size()),
-      m_psum_accumulating(m_psum.size() / 4, 0) {
+      m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
   for (size_t i = 0; i < program.allocations.size(); ++i) {
     const Allocation& a = program.allocations[i];
     if (a.space == MemorySpace::hbm) m_hbm[i].assign(a.total_elements() * dtype_size_bytes(a.dtype), 0);
@@ -86,13 +86,43 @@ void CoreState::for_each_element(const AccessPattern& ap, Visit&& visit) const {
   }
 }
 
+namespace {
+
+// One MX x4 slot <-> four values, in the packing order documented in core_state.h.
+void unpack_x4(DType dtype, const uint8_t* slot, float* out) {
+  for (uint32_t j = 0; j < 4; ++j) {
+    uint8_t code = dtype == DType::mxfp4_e2m1 ? uint8_t((slot[j / 2] >> (4 * (j % 2))) & 0xF) : slot[j];
+    out[j] = numerics::decode(dtype, &code);
+  }
+}
+
+void pack_x4(DType dtype, const float* in, uint8_t* slot, numerics::RoundingMode rounding,
+             numerics::StochasticSource* rng) {
+  uint8_t codes[4];
+  for (uint32_t j = 0; j < 4; ++j) {
+    uint32_t bits = rounding == numerics::RoundingMode::stochastic && rng ? rng->next_u32() : 0;
+    numerics::encode(dtype, in[j], &codes[j], rounding, bits);
+  }
+  if (dtype == DType::mxfp4_e2m1) {
+    slot[0] = uint8_t((codes[0] & 0xF) | (codes[1] << 4));
+    slot[1] = uint8_t((codes[2] & 0xF) | (codes[3] << 4));
+  } else {
+    std::memcpy(slot, codes, 4);
+  }
+}
+
+}  // namespace
+
 Tile CoreState::read(const AccessPattern& ap) const {
   check_bounds(ap);
-  Tile tile(ap.partitions(), ap.free_elements());
+  uint32_t per_element = values_per_element(ap.dtype);
+  Tile tile(ap.partitions(), ap.free_elements() * per_element);
   uint32_t esize = dtype_size_bytes(ap.dtype);
   for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
-    float* out = tile.values.data() + index;
-    if (stride == 1) {
+    float* out = tile.values.data() + index * per_element;
+    if (per_element != 1) {
+      for (uint32_t k = 0; k < count; ++k) unpack_x4(ap.dtype, run + k * stride * esize, out + 4 * k);
+    } else if (stride == 1) {
       numerics::convert_to_fp32(ap.dtype, run, out, count);
     } else {
       for (uint32_t k = 0; k < count; ++k) out[k] = numerics::decode(ap.dtype, run + k * stride * esize);
@@ -104,14 +134,18 @@ Tile CoreState::read(const AccessPattern& ap) const {
 void CoreState::write(const AccessPattern& ap, const Tile& tile, numerics::RoundingMode rounding,
                       numerics::StochasticSource* rng) {
   check_bounds(ap);
-  if (tile.values.size() != ap.elements()) {
+  uint32_t per_element = values_per_element(ap.dtype);
+  if (tile.values.size() != ap.elements() * per_element) {
     throw IsaError("internal: writing " + std::to_string(tile.values.size()) + " values through an access pattern of " +
-                   std::to_string(ap.elements()) + " elements");
+                   std::to_string(ap.elements()) + " elements" +
+                   (per_element != 1 ? " (x" + std::to_string(per_element) + " packed)" : std::string()));
   }
   uint32_t esize = dtype_size_bytes(ap.dtype);
   for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
-    const float* in = tile.values.data() + index;
-    if (stride == 1) {
+    const float* in = tile.values.data() + index * per_element;
+    if (per_element != 1) {
+      for (uint32_t k = 0; k < count; ++k) pack_x4(ap.dtype, in + 4 * k, run + k * stride * esize, rounding, rng);
+    } else if (stride == 1) {
       numerics::convert_from_fp32(ap.dtype, in, run, count, rounding, rng);
     } else {
       for (uint32_t k = 0; k < count; ++k) {
@@ -122,27 +156,55 @@ void CoreState::write(const AccessPattern& ap, const Tile& tile, numerics::Round
   });
 }
 
+void CoreState::psum_banks(const AccessPattern& ap, uint32_t& first_partition, uint64_t& first_bank,
+                           uint64_t& last_bank) const {
+  const Allocation& a = m_program.allocation(ap);
+  int64_t low = ap.offset, high = ap.offset;
+  for (int i = 0; i < ap.num_free_dims; ++i) {
+    int64_t span = ap.free[i].stride * (int64_t{ap.free[i].size} - 1);
+    (span < 0 ? low : high) += span;
+  }
+  uint32_t esize = dtype_size_bytes(ap.dtype);
+  uint64_t bank_bytes = m_core.psum.bank_bytes;
+  first_partition = a.base_partition + ap.start_partition;
+  first_bank = (a.base_byte + uint64_t(std::max<int64_t>(low, 0)) * esize) / bank_bytes;
+  last_bank = std::min<uint64_t>((a.base_byte + uint64_t(high + 1) * esize - 1) / bank_bytes, m_core.psum.banks - 1);
+}
+
 bool CoreState::psum_accumulating(const AccessPattern& ap) const {
-  bool all = true;
-  const_cast<CoreState*>(this)->for_each_element(
-      ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t) {
-        uint32_t esize = dtype_size_bytes(ap.dtype);
-        for (uint32_t k = 0; k < count && all; ++k) {
-          size_t word = size_t(run + k * stride * esize - m_psum.data()) / 4;
-          all = m_psum_accumulating[word] != 0;
-        }
-      });
-  return all;
+  if (m_program.allocation(ap).space != MemorySpace::psum) return false;
+  uint32_t first_partition = 0;
+  uint64_t first_bank = 0, last_bank = 0;
+  psum_banks(ap, first_partition, first_bank, last_bank);
+  for (uint32_t p = first_partition; p < first_partition + ap.partitions() && p < m_core.psum.partitions; ++p) {
+    for (uint64_t bank = first_bank; bank <= last_bank; ++bank) {
+      if (!m_psum_accumulating[size_t(p) * m_core.psum.banks + bank]) return false;
+    }
+  }
+  return true;
 }
 
 void CoreState::set_psum_accumulating(const AccessPattern& ap, bool value) {
   if (m_program.allocation(ap).space != MemorySpace::psum) return;
-  uint32_t esize = dtype_size_bytes(ap.dtype);
-  for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t) {
-    for (uint32_t k = 0; k < count; ++k) {
-      m_psum_accumulating[size_t(run + k * stride * esize - m_psum.data()) / 4] = value;
+  uint32_t first_partition = 0;
+  uint64_t first_bank = 0, last_bank = 0;
+  psum_banks(ap, first_partition, first_bank, last_bank);
+  for (uint32_t p = first_partition; p < first_partition + ap.partitions() && p < m_core.psum.partitions; ++p) {
+    for (uint64_t bank = first_bank; bank <= last_bank; ++bank) {
+      m_psum_accumulating[size_t(p) * m_core.psum.banks + bank] = value;
     }
-  });
+  }
+}
+
+float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements) {
+  const Allocation& a = m_program.allocation(ap);
+  if (ap.dtype != DType::fp32 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return nullptr;
+  check_bounds(ap);
+  uint64_t bytes_per_partition =
+      a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
+  if (bytes_per_partition % 4 != 0 || a.base_byte % 4 != 0) return nullptr;
+  row_stride_elements = static_cast<int64_t>(bytes_per_partition / 4);
+  return reinterpret_cast<float*>(base_pointer(ap, 0));
 }
 
 }  // namespace trnsim::isa

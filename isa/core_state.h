@@ -12,6 +12,12 @@
 
 namespace trnsim::isa {
 
+// Values held by one storage element of `dtype`: 4 for the MX x4 dtypes (mxfp8_e4m3, mxfp8_e5m2 in a 32-bit slot,
+// mxfp4_e2m1 in a 16-bit slot), 1 for every other dtype.
+inline uint32_t values_per_element(DType dtype) {
+  return dtype == DType::mxfp8_e4m3 || dtype == DType::mxfp8_e5m2 || dtype == DType::mxfp4_e2m1 ? 4u : 1u;
+}
+
 // A dense fp32 tile: partitions x free elements, row-major.
 struct Tile {
   uint32_t partitions = 0;
@@ -31,8 +37,13 @@ class CoreState {
   CoreState(const CoreConfig& core, const Program& program);
 
   // fp32 copy of the elements `ap` names; throws IsaError if any lies outside its memory.
+  // MX x4 dtypes are unpacked: the tile is [partitions, 4 * free_elements], the four values of the slot at free
+  // element f landing at 4f..4f+3 in packing order. Packing order (assumed; NKI only says "four contiguous
+  // elements" per slot): value j sits at bits [8j, 8j+8) of the little-endian 32-bit slot (fp8, i.e. byte j) or
+  // bits [4j, 4j+4) of the little-endian 16-bit slot (fp4, i.e. the low nibble of byte 0 first), lowest bits first.
   Tile read(const AccessPattern& ap) const;
-  // Writes `tile` (same element count) through `ap`, rounding to the destination dtype.
+  // Writes `tile` (same value count: elements x values_per_element) through `ap`, rounding to the destination
+  // dtype; x4 dtypes are packed in the order read() unpacks them.
   void write(const AccessPattern& ap, const Tile& tile, numerics::RoundingMode rounding = numerics::RoundingMode::nearest_even,
              numerics::StochasticSource* rng = nullptr);
 
@@ -40,10 +51,16 @@ class CoreState {
   std::vector<uint8_t>& hbm(uint32_t allocation) { return m_hbm.at(allocation); }
   const std::vector<uint8_t>& hbm(uint32_t allocation) const { return m_hbm.at(allocation); }
 
-  // PSUM accumulation tracking for nc_matmul accumulate=auto: set where a matmul wrote, cleared
-  // where another instruction reads or writes (the compiler's "first write overwrites" rule).
+  // PSUM accumulation tracking for nc_matmul accumulate=auto, per (partition, bank) as the
+  // hardware keeps one accumulation group per bank: set where a matmul wrote, cleared where
+  // another instruction reads or writes (the compiler's "first write overwrites" rule).
   bool psum_accumulating(const AccessPattern& ap) const;
   void set_psum_accumulating(const AccessPattern& ap, bool value);
+
+  // Direct fp32 rows for the hot paths (matmul into PSUM): when `ap` is fp32 with contiguous
+  // free dims in SBUF/PSUM, the address of partition 0's first element and the distance between
+  // partitions in elements; nullptr otherwise. Bounds are checked.
+  float* fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements);
 
   const Program& program() const { return m_program; }
   const CoreConfig& core() const { return m_core; }
@@ -55,13 +72,15 @@ class CoreState {
   void for_each_element(const AccessPattern& ap, Visit&& visit) const;
   uint8_t* base_pointer(const AccessPattern& ap, uint32_t partition_index) const;
   void check_bounds(const AccessPattern& ap) const;
+  // The PSUM banks an access touches: [first, last] bank and the absolute first partition.
+  void psum_banks(const AccessPattern& ap, uint32_t& first_partition, uint64_t& first_bank, uint64_t& last_bank) const;
 
   const CoreConfig& m_core;
   const Program& m_program;
   mutable std::vector<uint8_t> m_sbuf;
   mutable std::vector<uint8_t> m_psum;
   std::vector<std::vector<uint8_t>> m_hbm;  // by allocation index; empty for on-chip allocations
-  std::vector<uint8_t> m_psum_accumulating;  // one flag per 4-byte PSUM word
+  std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
 };
 
 }  // namespace trnsim::isa

@@ -45,7 +45,8 @@ void execute_instruction(const Instruction& inst, ExecContext& context) {
 void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
                const InterpreterOptions& options) {
   numerics::StochasticSource rng(options.stochastic_seed);
-  ExecContext context{state, config, options.rounding, &rng};
+  HostWorkers workers(options.host_threads);
+  ExecContext context{state, config, options.rounding, &rng, &workers};
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const Instruction& inst = program.instructions[i];
     try {

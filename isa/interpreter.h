@@ -13,6 +13,7 @@ namespace trnsim::isa {
 struct InterpreterOptions {
   numerics::RoundingMode rounding = numerics::RoundingMode::nearest_even;
   uint64_t stochastic_seed = 0x5eed;  // stochastic rounding is deterministic for a given seed
+  unsigned host_threads = 0;          // 0 = $TRNSIM_HOST_THREADS or the host's cores; results do not depend on it
 };
 
 // Runs every instruction; an instruction whose operands break a rule raises IsaError naming it.

@@ -17,6 +17,16 @@ constexpr uint32_t kMaxDimSize = 65535;   // A-V2: uint16 size per access-patter
 constexpr int64_t kMaxDimStride = 32767;  // A-V2: int16 stride per access-pattern dim
 constexpr uint64_t kBnStatsMaxFree = 512;  // ISA bn_stats: nl.tile_size.bn_stats_fmax
 constexpr uint32_t kVectorTransposeMax = 32;  // ISA nc_transpose on the Vector engine
+// ISA nc_matmul_mx / quantize_mx: a scale group is 8 partitions x 4 packed values; a 32-partition quadrant of data
+// has its 4 scale rows on 4 consecutive partitions of the same quadrant of the scale tile.
+constexpr uint32_t kMxGroupPartitions = 8;
+constexpr uint32_t kMxQuadrant = 32;
+constexpr uint32_t kMxScalesPerQuadrant = kMxQuadrant / kMxGroupPartitions;
+
+bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
+bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
+  return inst.opcode == Opcode::nc_matmul_mx && (name == "stationary_scale" || name == "moving_scale");
+}
 
 class Checker {
  public:
@@ -100,7 +110,8 @@ class Checker {
     // A-V2: 65-128 partitions start at 0; 33-64 at 0 or 64; up to 32 on a quadrant boundary.
     uint32_t quadrant = m_config.core.sbuf.quadrant_partitions;
     uint32_t alignment = count > 2 * quadrant ? partitions : (count > quadrant ? 2 * quadrant : quadrant);
-    if (start % alignment != 0) {
+    // MX scale tiles follow their own quadrant layout (check_matmul_mx), e.g. partitions 4.. of a tile.
+    if (start % alignment != 0 && !is_mx_scale_operand(inst, name)) {
       fail("partition-start-alignment", what + ": " + std::to_string(count) + " partitions may not start at partition " +
                                             std::to_string(start) + " (allowed: multiples of " +
                                             std::to_string(alignment) + ")");
@@ -177,6 +188,7 @@ class Checker {
     }
     switch (inst.opcode) {
       case Opcode::nc_matmul: check_matmul(inst); break;
+      case Opcode::nc_matmul_mx: check_matmul_mx(inst); break;
       case Opcode::nc_transpose: check_transpose(inst); break;
       case Opcode::dma_copy:
       case Opcode::dma_transpose: check_dma(inst); break;
@@ -212,6 +224,9 @@ class Checker {
         fail("matmul-dtype", std::string("operand '") + operand + "': the Tensor engine of " +
                                  std::string(enum_name(m_config.generation)) + " does not take " +
                                  std::string(dtype_name(dtype)));
+      } else if (is_mx_x4(dtype)) {
+        fail("matmul-dtype", std::string("operand '") + operand + "': " + std::string(dtype_name(dtype)) +
+                                 " is an MX x4 dtype; use nc_matmul_mx");
       }
       if (double_row && std::find(pe.double_row_dtypes.begin(), pe.double_row_dtypes.end(), dtype) ==
                             pe.double_row_dtypes.end()) {
@@ -227,11 +242,6 @@ class Checker {
     if ((stationary.dtype == DType::fp8_e4m3 && moving.dtype == DType::fp8_e4m3fn) ||
         (stationary.dtype == DType::fp8_e4m3fn && moving.dtype == DType::fp8_e4m3)) {
       fail("matmul-dtype-mix", "legacy fp8_e4m3 and OCP fp8_e4m3fn cannot be mixed");
-    }
-    auto moving_limit = pe.max_moving_free_size_by_psum_dtype.find(dst.dtype);
-    if (moving_limit == pe.max_moving_free_size_by_psum_dtype.end()) {
-      fail("matmul-dst-dtype", "dst dtype " + std::string(dtype_name(dst.dtype)) + " is not a PSUM output of the " +
-                                   std::string(enum_name(m_config.generation)) + " Tensor engine");
     }
     uint64_t k = stationary.partitions() * (double_row ? 2 : 1);
     uint64_t m = double_row ? stationary.free_elements() / 2 : stationary.free_elements();
@@ -253,6 +263,23 @@ class Checker {
     if (m > pe.max_stationary_free_size) {
       fail("matmul-stationary-size", "stationary free size " + std::to_string(m) + " exceeds " +
                                          std::to_string(pe.max_stationary_free_size));
+    }
+    check_matmul_output(dst, m, n);
+    if (inst.scalar("is_transpose") != 0 && stationary.dtype != dst.dtype && m_config.generation >= Generation::trn2 &&
+        dtype_size_bytes(stationary.dtype) != 1) {
+      fail("matmul-transpose-dtype", "transpose mode writes the input dtype: dst must be " +
+                                         std::string(dtype_name(stationary.dtype)));
+    }
+  }
+
+  // The PSUM output of nc_matmul / nc_matmul_mx: a dtype the Tensor engine writes, moving free size within the
+  // limit for that dtype, dst = [m, n], and the PSUM bank rule.
+  void check_matmul_output(const AccessPattern& dst, uint64_t m, uint64_t n) {
+    const TensorEngineConfig& pe = m_config.core.tensor;
+    auto moving_limit = pe.max_moving_free_size_by_psum_dtype.find(dst.dtype);
+    if (moving_limit == pe.max_moving_free_size_by_psum_dtype.end()) {
+      fail("matmul-dst-dtype", "dst dtype " + std::string(dtype_name(dst.dtype)) + " is not a PSUM output of the " +
+                                   std::string(enum_name(m_config.generation)) + " Tensor engine");
     }
     if (moving_limit != pe.max_moving_free_size_by_psum_dtype.end() && n > moving_limit->second) {
       fail("matmul-moving-size", "moving free size " + std::to_string(n) + " exceeds the " +
@@ -278,10 +305,108 @@ class Checker {
                                        " cross a " + std::to_string(bank) + "-byte PSUM bank boundary");
       }
     }
-    if (inst.scalar("is_transpose") != 0 && stationary.dtype != dst.dtype && m_config.generation >= Generation::trn2 &&
-        dtype_size_bytes(stationary.dtype) != 1) {
-      fail("matmul-transpose-dtype", "transpose mode writes the input dtype: dst must be " +
-                                         std::string(dtype_name(stationary.dtype)));
+  }
+
+  // nc_matmul_mx (ISA, A-V4): x4 data, E8M0 scales per 8 partitions x 4 values, row tiling only.
+  void check_matmul_mx(const Instruction& inst) {
+    const TensorEngineConfig& pe = m_config.core.tensor;
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& stationary = inst.tensor("stationary");
+    const AccessPattern& moving = inst.tensor("moving");
+    const AccessPattern& stationary_scale = inst.tensor("stationary_scale");
+    const AccessPattern& moving_scale = inst.tensor("moving_scale");
+    if (!dst.present() || !stationary.present() || !moving.present() || !stationary_scale.present() ||
+        !moving_scale.present()) {
+      return;
+    }
+    if (alloc(dst).space != MemorySpace::psum) fail("matmul-memory", "dst must be in PSUM");
+    for (const auto* operand : {"stationary", "moving", "stationary_scale", "moving_scale"}) {
+      if (alloc(inst.tensor(operand)).space != MemorySpace::sbuf) {
+        fail("matmul-memory", std::string(operand) + " must be in SBUF");
+      }
+    }
+    for (const auto* operand : {"stationary", "moving"}) {
+      DType dtype = inst.tensor(operand).dtype;
+      if (!is_mx_x4(dtype)) {
+        fail("matmul-mx-dtype", std::string("operand '") + operand + "' must be mxfp8_e4m3, mxfp8_e5m2 or "
+                                "mxfp4_e2m1 (NKI float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4), not " +
+                                    std::string(dtype_name(dtype)));
+      } else if (!pe.rate_factor_by_dtype.count(dtype)) {
+        fail("matmul-mx-dtype", std::string("operand '") + operand + "': the Tensor engine of " +
+                                    std::string(enum_name(m_config.generation)) + " does not take " +
+                                    std::string(dtype_name(dtype)));
+      }
+    }
+    for (const auto* operand : {"stationary_scale", "moving_scale"}) {
+      DType dtype = inst.tensor(operand).dtype;
+      if (dtype != DType::uint8 && dtype != DType::fp8_e8m0) {
+        fail("matmul-mx-scale", std::string("operand '") + operand + "' must be fp8_e8m0 (float8_e8m0fnu) or uint8, not " +
+                                    std::string(dtype_name(dtype)));
+      }
+    }
+    if (dst.dtype != DType::fp32 && dst.dtype != DType::bf16) {
+      fail("matmul-dst-dtype", "nc_matmul_mx writes fp32 or bf16, not " + std::string(dtype_name(dst.dtype)));
+    }
+    uint32_t k = stationary.partitions();
+    if (moving.partitions() != k) {
+      fail("matmul-contraction", "stationary has " + std::to_string(k) + " partitions but moving has " +
+                                     std::to_string(moving.partitions()) + " (the contraction runs over partitions)");
+    }
+    if (k % kMxQuadrant != 0 || k > pe.pe_rows) {
+      fail("matmul-contraction", "nc_matmul_mx contracts over a multiple of 32 partitions, at most " +
+                                     std::to_string(pe.pe_rows) + "; stationary has " + std::to_string(k));
+    }
+    uint64_t m = stationary.free_elements(), n = moving.free_elements();
+    if (m > pe.max_stationary_free_size || m % 2 != 0) {
+      fail("matmul-stationary-size", "stationary free size " + std::to_string(m) + " must be even and at most " +
+                                         std::to_string(pe.max_stationary_free_size));
+    }
+    check_matmul_output(dst, m, n);
+    // Scales: the groups of data quadrant q sit at scale partitions 32q + o .. 32q + o + 3, o = the scale tile's
+    // offset in its quadrant; one scale per column.
+    uint32_t quadrants = std::max<uint32_t>(1, (k + kMxQuadrant - 1) / kMxQuadrant);
+    uint32_t rows_needed = kMxQuadrant * (quadrants - 1) + kMxScalesPerQuadrant;
+    for (const auto* operand : {"stationary_scale", "moving_scale"}) {
+      const AccessPattern& scale = inst.tensor(operand);
+      uint64_t columns = std::string(operand) == "stationary_scale" ? m : n;
+      uint32_t offset = (alloc(scale).base_partition + scale.start_partition) % kMxQuadrant;
+      if (scale.partitions() < rows_needed || scale.free_elements() != columns ||
+          offset + kMxScalesPerQuadrant > kMxQuadrant) {
+        fail("matmul-mx-scale", std::string("operand '") + operand + "' is [" + std::to_string(scale.partitions()) +
+                                    ", " + std::to_string(scale.free_elements()) + "] at quadrant offset " +
+                                    std::to_string(offset) + "; " + std::to_string(k) +
+                                    " data partitions need at least " + std::to_string(rows_needed) +
+                                    " scale partitions (4 per 32-partition quadrant, at the same offset <= 28) and " +
+                                    std::to_string(columns) + " columns");
+      }
+    }
+    check_mx_tiling(inst, k);
+  }
+
+  // Row tiling only: tile_size = [row_size, 128] with row_size 32/64/128 and at least the stationary partitions;
+  // tile_position = [start_row, 0] with start_row a multiple of row_size below 128; both given or neither.
+  void check_mx_tiling(const Instruction& inst, uint32_t k) {
+    const std::vector<int64_t>& position = inst.list("tile_position");
+    const std::vector<int64_t>& size = inst.list("tile_size");
+    if (position.empty() && size.empty()) return;
+    int64_t rows = m_config.core.tensor.pe_rows, columns = m_config.core.tensor.pe_columns;
+    if (position.size() != 2 || size.size() != 2) {
+      fail("matmul-mx-tiling", "tile_position and tile_size are both [row, column] pairs, given together");
+      return;
+    }
+    if (size[1] != columns || position[1] != 0) {
+      fail("matmul-mx-tiling", "nc_matmul_mx tiles rows only: tile_size column must be " + std::to_string(columns) +
+                                   " and tile_position column 0");
+    }
+    if (size[0] != 32 && size[0] != 64 && size[0] != rows) {
+      fail("matmul-mx-tiling", "tile_size row " + std::to_string(size[0]) + " must be 32, 64 or " +
+                                   std::to_string(rows));
+    } else if (position[0] < 0 || position[0] >= rows || position[0] % size[0] != 0) {
+      fail("matmul-mx-tiling", "tile_position row " + std::to_string(position[0]) + " must be a multiple of " +
+                                   std::to_string(size[0]) + " below " + std::to_string(rows));
+    } else if (int64_t(k) > size[0]) {
+      fail("matmul-mx-tiling", "stationary has " + std::to_string(k) + " partitions, more than the " +
+                                   std::to_string(size[0]) + "-row tile");
     }
   }
 

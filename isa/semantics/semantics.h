@@ -5,6 +5,7 @@
 
 #include "config/hardware_config.h"
 #include "isa/core_state.h"
+#include "isa/host_workers.h"
 #include "isa/instruction.h"
 
 namespace trnsim::isa {
@@ -14,6 +15,7 @@ struct ExecContext {
   const HardwareConfig& config;
   numerics::RoundingMode rounding = numerics::RoundingMode::nearest_even;
   numerics::StochasticSource* rng = nullptr;  // for stochastic rounding
+  HostWorkers* workers = nullptr;             // host threads for the GEMM; nullptr = caller only
 
   // Reads an operand, clearing PSUM accumulation marks (a read ends an accumulation group).
   Tile read(const AccessPattern& ap);

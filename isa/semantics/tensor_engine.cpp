@@ -1,6 +1,9 @@
 // Tensor engine semantics: matmul into PSUM with fp32 accumulation, and PE transposes.
 #include <Eigen/Core>
 
+#include <cmath>
+#include <limits>
+
 #include "isa/isa_error.h"
 #include "isa/semantics/semantics.h"
 
@@ -32,6 +35,69 @@ Tile transposed(const Tile& in) {
   return out;
 }
 
+// The `accumulate` operand of nc_matmul / nc_matmul_mx: true adds into dst, false overwrites, auto adds when the
+// previous matmul into these PSUM locations left them accumulating.
+bool matmul_accumulates(const Instruction& inst, const ExecContext& ctx, const AccessPattern& dst) {
+  int mode = static_cast<int>(inst.scalar("accumulate"));
+  return mode == kAccumulateTrue || (mode == kAccumulateAuto && ctx.state.psum_accumulating(dst));
+}
+
+// Writes a matmul result (fp32) to its PSUM dst, adding the previous contents when accumulating, and marks dst as
+// accumulating for the next accumulate=auto.
+void write_matmul_result(ExecContext& ctx, const AccessPattern& dst, Tile& result, bool accumulate) {
+  if (accumulate) {
+    // PSUM accumulates in fp32; a bf16 PSUM tile (v4) is upcast, added to and rounded back.
+    Tile previous = ctx.state.read(dst);
+    for (size_t i = 0; i < result.values.size(); ++i) result.values[i] += previous.values[i];
+  }
+  ctx.state.write(dst, result, ctx.rounding, ctx.rng);
+  ctx.state.set_psum_accumulating(dst, true);
+}
+
+// MX scale groups (ISA nc_matmul_mx, quantize_mx): a group is 8 partitions x the 4 packed values of one column; the
+// scales of the 4 groups of a 32-partition quadrant sit on 4 consecutive partitions of the same quadrant of the
+// scale tile (which may start at any offset within its first quadrant).
+constexpr uint32_t kMxGroupPartitions = 8;
+constexpr uint32_t kMxQuadrant = 32;
+constexpr uint32_t kMxScalesPerQuadrant = kMxQuadrant / kMxGroupPartitions;
+uint32_t mx_scale_row(uint32_t group) { return kMxQuadrant * (group / kMxScalesPerQuadrant) + group % kMxScalesPerQuadrant; }
+
+// The E8M0 scales of an MX operand as doubles, [group][column]: 2^(code - 127), code 0xFF = NaN. The scale tile's
+// bytes are taken as codes whether it is declared uint8 or fp8_e8m0.
+std::vector<std::vector<double>> mx_scales(const CoreState& state, const AccessPattern& scale_ap, uint32_t groups,
+                                           uint64_t columns, const char* operand) {
+  AccessPattern codes_ap = scale_ap;
+  codes_ap.dtype = DType::uint8;
+  Tile codes = state.read(codes_ap);
+  uint32_t rows_needed = groups == 0 ? 0 : mx_scale_row(groups - 1) + 1;
+  if (codes.partitions < rows_needed || codes.free != columns) {
+    throw IsaError(std::string(operand) + " is [" + std::to_string(codes.partitions) + ", " +
+                   std::to_string(codes.free) + "] but the data needs at least [" + std::to_string(rows_needed) +
+                   ", " + std::to_string(columns) + "]");
+  }
+  std::vector<std::vector<double>> scales(groups, std::vector<double>(columns));
+  for (uint32_t g = 0; g < groups; ++g) {
+    for (uint64_t c = 0; c < columns; ++c) {
+      int code = static_cast<int>(codes.at(mx_scale_row(g), c));
+      scales[g][c] = code == 0xFF ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, code - 127);
+    }
+  }
+  return scales;
+}
+
+using RowMajorD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The 32 contraction rows of group g of an unpacked MX tile ([P, 4F], see CoreState::read) as a 32 x F matrix:
+// row r is partition 8g + r/4, packed value r%4 (contraction index k = 4p + j).
+RowMajorD mx_group(const Tile& tile, uint32_t group, uint64_t columns) {
+  RowMajorD m(kMxGroupPartitions * 4, columns);
+  for (uint32_t r = 0; r < kMxGroupPartitions * 4; ++r) {
+    const float* row = tile.row(group * kMxGroupPartitions + r / 4);
+    for (uint64_t c = 0; c < columns; ++c) m(r, c) = row[4 * c + r % 4];
+  }
+  return m;
+}
+
 }  // namespace
 
 void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
@@ -47,8 +113,41 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
     throw IsaError("dst is [" + std::to_string(dst.partitions()) + ", " + std::to_string(dst.free_elements()) +
                    "] but stationary.T @ moving is [" + std::to_string(m) + ", " + std::to_string(n) + "]");
   }
-  Tile result(static_cast<uint32_t>(m), n);
   bool transpose_mode = inst.scalar("is_transpose") != 0 && ctx.config.generation >= Generation::trn2;
+  bool accumulate = matmul_accumulates(inst, ctx, dst);
+  int64_t row_stride = 0;
+  float* rows = transpose_mode || double_row ? nullptr : ctx.state.fp32_rows(dst, row_stride);
+  if (rows) {
+    // Fast path (the common fp32 PSUM tile): multiply straight into PSUM, accumulating in fp32 as
+    // the array does; no staging tile, no second rounding (fp32 -> fp32 is exact).
+    // Columns are split among host threads; each output element is still one dot product over K
+    // in one order, so the values do not depend on the number of threads.
+    using Strided = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
+    using Matrix = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
+    Eigen::Map<const RowMajor> s(stationary.values.data(), stationary.partitions, m);
+    unsigned parts = ctx.workers && n >= 256 ? std::min<unsigned>(ctx.workers->size(), unsigned(n / 128)) : 1;
+    auto multiply = [&](unsigned part) {
+      int64_t begin = int64_t(n) * part / parts, end = int64_t(n) * (part + 1) / parts;
+      if (begin == end) return;
+      Strided out(rows + begin, m, end - begin, Eigen::OuterStride<>(row_stride));
+      Matrix x(moving.values.data() + begin, moving.partitions, end - begin, Eigen::OuterStride<>(int64_t(n)));
+      if (accumulate) {
+        out.noalias() += s.transpose() * x;
+      } else {
+        out.noalias() = s.transpose() * x;
+      }
+    };
+    if (parts > 1) {
+      ctx.workers->run([&](unsigned part) {
+        if (part < parts) multiply(part);
+      });
+    } else {
+      multiply(0);
+    }
+    ctx.state.set_psum_accumulating(dst, true);
+    return;
+  }
+  Tile result(static_cast<uint32_t>(m), n);
   if (transpose_mode) {
     // v3+ transpose mode is bit-accurate: the stationary tile lands transposed (A-V3), NaN/Inf intact.
     result = transposed(stationary);
@@ -57,21 +156,55 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
     if (double_row) {
       out.noalias() = contraction_matrix(stationary, true, m).transpose() * contraction_matrix(moving, true, n);
     } else {
-      // Map the tiles in place: a copy here costs as much as the conversion from bf16.
       Eigen::Map<const RowMajor> s(stationary.values.data(), stationary.partitions, m);
       Eigen::Map<const RowMajor> x(moving.values.data(), moving.partitions, n);
       out.noalias() = s.transpose() * x;
     }
   }
-  int mode = static_cast<int>(inst.scalar("accumulate"));
-  bool accumulate = mode == kAccumulateTrue || (mode == kAccumulateAuto && ctx.state.psum_accumulating(dst));
-  if (accumulate) {
-    // PSUM accumulates in fp32; a bf16 PSUM tile (v4) is upcast, added to and rounded back.
-    Tile previous = ctx.state.read(dst);
-    for (size_t i = 0; i < result.values.size(); ++i) result.values[i] += previous.values[i];
+  write_matmul_result(ctx, dst, result, accumulate);
+}
+
+// Each value is dequantized by its group's scale. Within a group the 32 products are exact in double and summed
+// there; group sums are scaled and added in double and the total is rounded once to fp32 (the array's adder order
+// is not documented; any order is within fp32 rounding of this).
+void exec_nc_matmul_mx(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& stationary_ap = inst.tensor("stationary");
+  const AccessPattern& moving_ap = inst.tensor("moving");
+  for (const AccessPattern* ap : {&stationary_ap, &moving_ap}) {
+    if (values_per_element(ap->dtype) != 4) {
+      throw IsaError(std::string(ap == &stationary_ap ? "stationary" : "moving") + " must be an MX x4 dtype, not " +
+                     std::string(dtype_name(ap->dtype)));
+    }
   }
-  ctx.state.write(dst, result, ctx.rounding, ctx.rng);
-  ctx.state.set_psum_accumulating(dst, true);
+  uint32_t partitions = stationary_ap.partitions();
+  if (moving_ap.partitions() != partitions || partitions % kMxGroupPartitions != 0) {
+    throw IsaError("stationary and moving need the same partition count, a multiple of 8 (got " +
+                   std::to_string(partitions) + " and " + std::to_string(moving_ap.partitions()) + ")");
+  }
+  uint64_t m = stationary_ap.free_elements();
+  uint64_t n = moving_ap.free_elements();
+  if (dst.partitions() != m || dst.free_elements() != n) {
+    throw IsaError("dst is [" + std::to_string(dst.partitions()) + ", " + std::to_string(dst.free_elements()) +
+                   "] but stationary.T @ moving is [" + std::to_string(m) + ", " + std::to_string(n) + "]");
+  }
+  uint32_t groups = partitions / kMxGroupPartitions;
+  Tile stationary = ctx.state.read(stationary_ap);  // [P, 4M]
+  Tile moving = ctx.state.read(moving_ap);          // [P, 4N]
+  auto stationary_scale = mx_scales(ctx.state, inst.tensor("stationary_scale"), groups, m, "stationary_scale");
+  auto moving_scale = mx_scales(ctx.state, inst.tensor("moving_scale"), groups, n, "moving_scale");
+
+  RowMajorD sum = RowMajorD::Zero(m, n);
+  for (uint32_t g = 0; g < groups; ++g) {
+    RowMajorD dot = mx_group(stationary, g, m).transpose() * mx_group(moving, g, n);
+    for (uint64_t i = 0; i < m; ++i) {
+      double si = stationary_scale[g][i];
+      for (uint64_t j = 0; j < n; ++j) sum(i, j) += dot(i, j) * (si * moving_scale[g][j]);
+    }
+  }
+  Tile result(static_cast<uint32_t>(m), n);
+  Eigen::Map<RowMajor>(result.values.data(), m, n) = sum.cast<float>();
+  write_matmul_result(ctx, dst, result, matmul_accumulates(inst, ctx, dst));
 }
 
 void exec_nc_transpose(const Instruction& inst, ExecContext& ctx) {

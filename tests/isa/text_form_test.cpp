@@ -16,7 +16,7 @@ namespace {
 // Every opcode with non-default operands; kept in sync with tests/fuzz/corpus/all_opcodes.tasm.
 const char* const kAllOpcodes = R"(# every opcode
 kernel all_opcodes
-target trn2
+target trn3
 hbm in_a : bf16[128, 512] input
 hbm out_a : fp32[128, 512] output
 sbuf a : bf16[128, 512]
@@ -53,6 +53,9 @@ dma_copy dst=out_a, src=b[:, :], dge_mode=swdge
 sem_signal sem=3, value=2, engine=vector
 sem_wait sem=3, value=2, engine=tensor
 barrier
+sbuf mx : mxfp8_e4m3[128, 128]
+sbuf mx_scale : fp8_e8m0[128, 512]
+nc_matmul_mx dst=acc[0:128, 0:128], stationary=mx, moving=mx, stationary_scale=mx_scale[4:128, 0:128], moving_scale=mx_scale[4:128, 0:128], accumulate=true, tile_position=[64, 0], tile_size=[64, 128]
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

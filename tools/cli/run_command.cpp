@@ -1,6 +1,7 @@
 // `trnsim run KERNEL.tasm --config C --input NAME=a.npy ... --output NAME=c.npy ...`: runs a kernel
 // on the functional interpreter with the user's data in its HBM tensors.
 #include <chrono>
+#include <fstream>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
+#include "sim/simulator.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy.h"
 
@@ -30,6 +32,11 @@ struct RunOptions {
   bool force = false;
   std::string rounding = "nearest";
   uint64_t seed = 0x5eed;
+  bool timing_only = false;
+  std::string stats_path;
+  std::string trace_path;
+  std::vector<uint32_t> cores = {0};
+  double quantum_ns = 10000;
 };
 
 // Errors in how the command was used (names, files); reported like the others.
@@ -108,7 +115,16 @@ void run(const RunOptions& options) {
     for (const Binding& b : inputs) given = given || b.tensor == a.name;
     if (!given) missing.push_back(a.name + ": " + declaration(a));
   }
-  if (!missing.empty()) throw UsageError("missing --input for the kernel's input tensors: " + join(missing));
+  if (!missing.empty() && !options.timing_only) {
+    throw UsageError("missing --input for the kernel's input tensors: " + join(missing));
+  }
+  if (options.timing_only && !outputs.empty()) throw UsageError("--timing-only computes no values to --output");
+  for (const std::string* path : {&options.stats_path, &options.trace_path}) {
+    std::error_code ec;
+    if (!path->empty() && !options.force && std::filesystem::exists(*path, ec)) {
+      throw UsageError(*path + " exists (pass --force to overwrite)");
+    }
+  }
 
   // Check the outputs before spending time on the kernel: nothing the user has is overwritten
   // without --force, and two outputs cannot share a file.
@@ -129,35 +145,52 @@ void run(const RunOptions& options) {
     }
   }
 
-  isa::CoreState state(config.hardware.core, program);
-  for (const Binding& b : inputs) {
-    const isa::Allocation& a = program.allocations[b.allocation];
-    NpyArray array = read_npy(b.path);
-    state.hbm(b.allocation) = npy_to_tensor_bytes(array, a.dtype, a.shape, b.path, b.tensor);
+  // Every core runs the kernel on its own copy of the inputs (SPMD); outputs come from the first.
+  std::vector<std::pair<Binding, std::vector<uint8_t>>> loaded;
+  if (!options.timing_only) {
+    for (const Binding& b : inputs) {
+      const isa::Allocation& a = program.allocations[b.allocation];
+      loaded.emplace_back(b, npy_to_tensor_bytes(read_npy(b.path), a.dtype, a.shape, b.path, b.tensor));
+    }
   }
-
-  auto start = std::chrono::steady_clock::now();
-  isa::InterpreterOptions interpreter_options;
-  interpreter_options.rounding =
+  sim::SimOptions sim_options;
+  sim_options.cores = options.cores;
+  sim_options.timing_only = options.timing_only;
+  sim_options.trace = !options.trace_path.empty();
+  sim_options.quantum_ns = options.quantum_ns;
+  sim_options.interpreter.rounding =
       options.rounding == "stochastic" ? numerics::RoundingMode::stochastic : numerics::RoundingMode::nearest_even;
-  interpreter_options.stochastic_seed = options.seed;
-  isa::interpret(program, state, config.hardware, interpreter_options);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sim_options.interpreter.stochastic_seed = options.seed;
+  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, sim_options,
+                                        [&](uint32_t, isa::CoreState& state) {
+                                          for (const auto& [b, bytes] : loaded) state.hbm(b.allocation) = bytes;
+                                        });
+  double seconds = result.stats.host_seconds;
+  const isa::CoreState& state = *result.states.front();
 
   for (const Binding& b : outputs) {
     const isa::Allocation& a = program.allocations[b.allocation];
     write_npy(b.path, tensor_bytes_to_npy(state.hbm(b.allocation), a.dtype, a.shape), options.force);
   }
+  if (!options.stats_path.empty()) {
+    std::ofstream(options.stats_path) << result.stats.to_json();
+  }
+  if (!options.trace_path.empty()) {
+    std::ofstream trace(options.trace_path);
+    result.trace->write(trace);
+  }
   std::string name = program.name.empty() ? options.kernel : program.name;
   std::cout << "ran " << name << " on " << config.hardware.name << " (" << config.hash << "): "
-            << program.instructions.size() << " instructions, host time " << milliseconds(seconds) << "\n";
+            << program.instructions.size() << " instructions, host time " << milliseconds(seconds)
+            << (options.timing_only ? " (timing only)" : "") << "\n"
+            << result.stats.summary();
 }
 
 }  // namespace
 
 void add_run_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a .tasm kernel on the functional interpreter with .npy data");
+  CLI::App* cmd = app.add_subcommand("run", "Run a .tasm kernel: values from the interpreter, time from the timing model");
   cmd->add_option("kernel", options->kernel, "Kernel in the .tasm text form")->required();
   cmd->add_option("--config", options->config, "Hardware config file or name (default trn2)");
   cmd->add_option("--set", options->overrides, "Override a config value, e.g. core.sbuf.partitions=64 (repeatable)");
@@ -169,6 +202,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rounding", options->rounding, "Rounding of engine writes: nearest (even, default) or stochastic")
       ->check(CLI::IsMember({"nearest", "stochastic"}));
   cmd->add_option("--seed", options->seed, "Seed of the stochastic-rounding generator (deterministic per seed)");
+  cmd->add_flag("--timing-only", options->timing_only, "Skip values (identical timing); inputs are not needed");
+  cmd->add_option("--stats", options->stats_path, "Write the statistics as JSON to this file");
+  cmd->add_option("--trace", options->trace_path, "Write a Perfetto/Chrome trace (open in ui.perfetto.dev)");
+  cmd->add_option("--cores", options->cores, "Physical cores that each run the kernel (SPMD), e.g. --cores 0 1")
+      ->expected(1, 64);
+  cmd->add_option("--quantum-ns", options->quantum_ns, "Temporal-decoupling quantum between cores (ns)");
   cmd->callback([options, &exit_code] {
     try {
       run(*options);

@@ -1,0 +1,30 @@
+#include "sim/chip/chip.h"
+
+#include <algorithm>
+
+namespace trnsim::sim {
+
+Chip::Chip(sc_core::sc_module_name name, const HardwareConfig& config, const isa::Program& program,
+           const std::vector<uint32_t>& cores, TraceWriter* trace, const std::vector<isa::CoreState*>& states,
+           const CoreRunOptions& options)
+    : sc_core::sc_module(name), m_hbm("hbm", config.hbm) {
+  CoreRunOptions core_options = options;
+  core_options.decoupled = cores.size() > 1;
+  for (size_t i = 0; i < cores.size(); ++i) {
+    m_cores.push_back(std::make_unique<NeuronCore>(("core" + std::to_string(cores[i])).c_str(), cores[i], config,
+                                                   program, m_hbm, trace, states.at(i), core_options));
+  }
+}
+
+double Chip::finish_ns() const {
+  double finish = 0;
+  for (const auto& core : m_cores) finish = std::max(finish, core->finish_ns());
+  return finish;
+}
+
+void Chip::add_stats(SimStats& stats) const {
+  for (const auto& core : m_cores) core->add_stats(stats);
+  stats.hbm_bytes = m_hbm.bytes_moved();
+}
+
+}  // namespace trnsim::sim

@@ -1,0 +1,29 @@
+// A Trainium chip for one simulation: the NeuronCores that run the program (SPMD: the same
+// program on each listed physical core, each with its own memories) and the HBM stacks they
+// share as the config maps them. All binding happens here.
+#pragma once
+
+#include <memory>
+#include <systemc>
+#include <vector>
+
+#include "sim/core/neuron_core.h"
+#include "sim/mem/hbm.h"
+
+namespace trnsim::sim {
+
+class Chip : public sc_core::sc_module {
+ public:
+  Chip(sc_core::sc_module_name name, const HardwareConfig& config, const isa::Program& program,
+       const std::vector<uint32_t>& cores, TraceWriter* trace, const std::vector<isa::CoreState*>& states,
+       const CoreRunOptions& options);
+
+  double finish_ns() const;
+  void add_stats(SimStats& stats) const;
+
+ private:
+  Hbm m_hbm;
+  std::vector<std::unique_ptr<NeuronCore>> m_cores;
+};
+
+}  // namespace trnsim::sim

@@ -1,0 +1,273 @@
+#include "sim/core/neuron_core.h"
+
+#include <algorithm>
+
+#include "isa/isa_error.h"
+#include "isa/view.h"
+#include "sim/cost_model.h"
+
+namespace trnsim::sim {
+namespace {
+
+// Profiler row names (PROF: the device trace has one row per engine, e.g. "TensorMatrix").
+const char* track_name(Engine kind) {
+  switch (kind) {
+    case Engine::tensor: return "TensorMatrix";
+    case Engine::vector: return "Vector";
+    case Engine::scalar: return "Scalar";
+    case Engine::gpsimd: return "GpSimd";
+    case Engine::sync: return "Sync";
+    case Engine::dma: return "DMA";
+  }
+  return "?";
+}
+
+void collect_accesses(const isa::Instruction& inst, std::vector<const isa::AccessPattern*>& reads,
+                      std::vector<const isa::AccessPattern*>& writes) {
+  const isa::InstructionSpec& spec = inst.spec();
+  for (size_t i = 0; i < spec.operands.size(); ++i) {
+    const isa::OperandSpec& operand = spec.operands[i];
+    if (operand.tensor_slot < 0 || !((inst.present_mask >> i) & 1u)) continue;
+    const isa::AccessPattern& ap = inst.tensors[operand.tensor_slot];
+    if (!ap.present()) continue;
+    switch (operand.kind) {
+      case isa::OperandKind::tensor_out: writes.push_back(&ap); break;
+      case isa::OperandKind::tensor_inout:
+        reads.push_back(&ap);
+        writes.push_back(&ap);
+        break;
+      default: reads.push_back(&ap); break;
+    }
+  }
+  // An accumulating matmul or a read-add-write DMA also reads its destination.
+  if ((inst.opcode == isa::Opcode::nc_matmul && inst.scalar("accumulate") != 1) ||
+      (inst.opcode == isa::Opcode::dma_copy && inst.scalar("dst_rmw_op") == 1)) {
+    reads.push_back(&inst.tensor("dst"));
+  }
+}
+
+}  // namespace
+
+NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config,
+                       const isa::Program& program, Hbm& hbm, TraceWriter* trace, isa::CoreState* state,
+                       const CoreRunOptions& options)
+    : sc_core::sc_module(name),
+      m_index(index),
+      m_config(config),
+      m_program(program),
+      m_trace(trace),
+      m_state(state),
+      m_options(options),
+      m_tensor("tensor", Engine::tensor),
+      m_vector("vector", Engine::vector),
+      m_scalar("scalar", Engine::scalar),
+      m_gpsimd("gpsimd", Engine::gpsimd),
+      m_sync("sync", Engine::sync),
+      m_dma("dma", config.core.dma, config.hbm.stack_by_core.at(index), hbm),
+      m_sbuf("sbuf", trnsim::OnChipMemory::sbuf, config.core, program),
+      m_psum("psum", trnsim::OnChipMemory::psum, config.core, program),
+      m_hbm(hbm),
+      m_tracker(config, program),
+      m_slice_of(program.instructions.size(), -1) {
+  if (m_state && !m_options.timing_only) {
+    m_rng = std::make_unique<numerics::StochasticSource>(options.interpreter.stochastic_seed + index);
+    m_workers = std::make_unique<isa::HostWorkers>(options.interpreter.host_threads);
+    m_exec = std::make_unique<isa::ExecContext>(
+        isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), m_workers.get()});
+  }
+  if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
+  SC_THREAD(run);
+}
+
+EngineModel& NeuronCore::engine(Engine kind) {
+  switch (kind) {
+    case Engine::tensor: return m_tensor;
+    case Engine::vector: return m_vector;
+    case Engine::scalar: return m_scalar;
+    case Engine::gpsimd: return m_gpsimd;
+    default: return m_sync;
+  }
+}
+
+int NeuronCore::trace_track(Engine kind, uint32_t queue) {
+  auto key = std::make_pair(static_cast<int>(kind), kind == Engine::dma ? queue : 0u);
+  auto it = m_tracks.find(key);
+  if (it != m_tracks.end()) return it->second;
+  std::string name = kind == Engine::dma ? "qSyncIO" + std::to_string(queue) : track_name(kind);
+  int order = kind == Engine::dma ? 10 + static_cast<int>(queue) : static_cast<int>(kind);
+  int track = m_trace->add_track(m_trace_process, name, order);
+  m_tracks.emplace(key, track);
+  return track;
+}
+
+void NeuronCore::run() {
+  for (size_t i = 0; i < m_program.instructions.size(); ++i) {
+    const isa::Instruction& inst = m_program.instructions[i];
+    try {
+      if (m_exec) isa::execute_instruction(inst, *m_exec);
+      step(i);
+    } catch (const isa::IsaError& e) {
+      throw isa::IsaError("core " + std::to_string(m_index) + " instruction " + std::to_string(i) +
+                          (inst.source_line ? " (line " + std::to_string(inst.source_line) + ")" : "") + " " +
+                          inst.spec().name + ": " + e.what());
+    }
+    // Temporal decoupling: run ahead of the SystemC clock by at most one quantum.
+    double now_ns = sc_core::sc_time_stamp().to_seconds() * 1e9;
+    if (m_options.decoupled && m_local_ns - now_ns > m_options.quantum_ns) {
+      wait(sc_core::sc_time(m_local_ns - now_ns, sc_core::SC_NS));
+      m_hbm.forget_before(sc_core::sc_time_stamp().to_seconds() * 1e9 - 4 * m_options.quantum_ns);
+    }
+  }
+  double now_ns = sc_core::sc_time_stamp().to_seconds() * 1e9;
+  if (m_finish_ns > now_ns) wait(sc_core::sc_time(m_finish_ns - now_ns, sc_core::SC_NS));
+}
+
+void NeuronCore::step(size_t index) {
+  const isa::Instruction& inst = m_program.instructions[index];
+  std::vector<const isa::AccessPattern*> reads, writes;
+  collect_accesses(inst, reads, writes);
+  Dependency dependency = m_tracker.query(reads, writes);
+  double ready = dependency.ready_ns;
+  Slot slot;
+  uint32_t performance_mode = 1;
+  Engine kind = inst.engine;
+  uint32_t queue = 0;
+  switch (inst.opcode) {
+    case isa::Opcode::sem_wait: {
+      // The engine stalls until earlier signals have raised the semaphore to the value.
+      int64_t sem = static_cast<int64_t>(inst.scalar("sem")), target = static_cast<int64_t>(inst.scalar("value"));
+      double reached = -1;
+      for (const auto& [time, value] : m_semaphores[sem]) {
+        if (value >= target && (reached < 0 || time < reached)) reached = time;
+      }
+      if (reached < 0) {
+        throw isa::IsaError("waits for semaphore " + std::to_string(sem) + " to reach " + std::to_string(target) +
+                            ", which no earlier sem_signal does (the program would hang)");
+      }
+      ready = std::max(ready, reached);
+      ComputeCost cost = compute_cost(inst, m_program, m_config);
+      slot = engine(kind).schedule(ready, cost.occupancy_ns(), cost.latency_ns());
+      break;
+    }
+    case isa::Opcode::sem_signal: {
+      EngineModel& e = engine(kind);
+      ComputeCost cost = compute_cost(inst, m_program, m_config);
+      slot = e.schedule(std::max(ready, e.last_done_ns()), cost.occupancy_ns(), cost.latency_ns());
+      int64_t sem = static_cast<int64_t>(inst.scalar("sem"));
+      auto& history = m_semaphores[sem];
+      int64_t value = (history.empty() ? 0 : history.back().second) + static_cast<int64_t>(inst.scalar("value"));
+      history.emplace_back(slot.done_ns, value);
+      break;
+    }
+    case isa::Opcode::barrier: {
+      double all_done = ready;
+      for (EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
+        all_done = std::max(all_done, e->last_done_ns());
+      }
+      all_done = std::max(all_done, m_dma.last_done_ns());
+      ComputeCost cost = compute_cost(inst, m_program, m_config);
+      slot = m_sync.schedule(all_done, cost.occupancy_ns(), cost.latency_ns());
+      for (EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) e->hold_until(slot.done_ns);
+      break;
+    }
+    default:
+      if (is_dma(inst)) {
+        DmaCost cost = dma_cost(inst, m_program, m_config);
+        queue = static_cast<uint32_t>(inst.scalar("queue"));
+        slot = m_dma.schedule(ready, cost, queue);
+        kind = Engine::dma;
+      } else {
+        ComputeCost cost = compute_cost(inst, m_program, m_config);
+        performance_mode = cost.performance_mode;
+        double conflict = 0;
+        for (const auto* list : {&reads, &writes}) {
+          for (const isa::AccessPattern* ap : *list) {
+            const OnChipMemory* memory = ap->space == isa::MemorySpace::psum ? &m_psum
+                                         : ap->space == isa::MemorySpace::sbuf ? &m_sbuf
+                                                                                : nullptr;
+            if (memory) conflict = std::max(conflict, memory->conflict_ready(kind, *ap, performance_mode));
+          }
+        }
+        slot = engine(kind).schedule(std::max(ready, conflict), cost.occupancy_ns(), cost.latency_ns());
+        if (cost.flops) m_flops_by_dtype[cost.flops_dtype] += cost.flops;
+      }
+  }
+  for (const auto* list : {&reads, &writes}) {
+    for (const isa::AccessPattern* ap : *list) {
+      if (ap->space == isa::MemorySpace::psum) m_psum.record(kind, *ap, performance_mode, slot.start_ns, slot.end_ns);
+      if (ap->space == isa::MemorySpace::sbuf) m_sbuf.record(kind, *ap, performance_mode, slot.start_ns, slot.end_ns);
+    }
+  }
+  m_tracker.record(static_cast<int64_t>(index), slot.done_ns, reads, writes);
+  ++m_opcode_counts[inst.spec().name];
+  m_local_ns = std::max(m_local_ns, slot.start_ns);
+  m_finish_ns = std::max(m_finish_ns, slot.done_ns);
+
+  if (m_trace) {
+    std::vector<std::pair<std::string, std::string>> args;
+    const isa::InstructionSpec& spec = inst.spec();
+    args.emplace_back("index", std::to_string(index));
+    if (inst.source_line) args.emplace_back("line", std::to_string(inst.source_line));
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < spec.operands.size(); ++i) {
+      const isa::OperandSpec& operand = spec.operands[i];
+      if (!((inst.present_mask >> i) & 1u)) continue;
+      if (operand.tensor_slot >= 0 && inst.tensors[operand.tensor_slot].present()) {
+        const isa::AccessPattern& ap = inst.tensors[operand.tensor_slot];
+        args.emplace_back(operand.name, isa::describe_access_pattern(m_program, ap) + " " +
+                                            std::string(dtype_name(ap.dtype)) + " [" +
+                                            std::to_string(ap.partitions()) + ", " +
+                                            std::to_string(ap.free_elements()) + "]");
+        bytes += ap.bytes();
+      } else if (operand.scalar_slot >= 0 || operand.list_slot >= 0) {
+        args.emplace_back(operand.name,
+                          isa::format_immediate(operand, operand.scalar_slot >= 0 ? inst.scalars[operand.scalar_slot] : 0,
+                                                operand.list_slot >= 0 ? inst.lists[operand.list_slot] : std::vector<int64_t>{}));
+      }
+    }
+    args.emplace_back("bytes", std::to_string(bytes));
+    if (performance_mode > 1) args.emplace_back("performance_mode", std::to_string(performance_mode) + "x");
+    int track = trace_track(kind, queue);
+    m_slice_of[index] = m_trace->slice(m_trace_process, track, slot.start_ns, slot.end_ns - slot.start_ns, spec.name, args);
+    // An arrow for the dependency that made this instruction wait.
+    if (dependency.producer >= 0 && dependency.ready_ns >= slot.start_ns - 1e-9 && m_slice_of[dependency.producer] >= 0) {
+      const char* kind_name = dependency.kind == 'R' ? "flow (RAW)" : dependency.kind == 'A' ? "anti (WAR)" : "output (WAW)";
+      m_trace->flow(m_slice_of[dependency.producer], m_slice_of[index], kind_name);
+    }
+  }
+}
+
+uint64_t NeuronCore::flops(DType& dtype) const {
+  uint64_t total = 0, best = 0;
+  for (const auto& [d, f] : m_flops_by_dtype) {
+    total += f;
+    if (f > best) {
+      best = f;
+      dtype = d;
+    }
+  }
+  return total;
+}
+
+void NeuronCore::add_stats(SimStats& stats) const {
+  std::string prefix = "core" + std::to_string(m_index) + ".";
+  for (const EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
+    stats.engines[prefix + std::string(enum_name(e->engine_kind()))] = e->stats();
+  }
+  stats.engines[prefix + "dma"] = m_dma.stats();
+  for (const auto& [opcode, count] : m_opcode_counts) {
+    stats.instructions[opcode] += count;
+    stats.simulated_instructions += count;
+  }
+  stats.dma_bytes += m_dma.bytes();
+  DType dtype = DType::bf16;
+  uint64_t core_flops = flops(dtype);
+  if (core_flops) {
+    stats.flops += core_flops;
+    stats.flops_dtype = std::string(dtype_name(dtype));
+  }
+  stats.sbuf_high_water_bytes = std::max(stats.sbuf_high_water_bytes, m_sbuf.high_water_bytes());
+  stats.psum_high_water_bytes = std::max(stats.psum_high_water_bytes, m_psum.high_water_bytes());
+}
+
+}  // namespace trnsim::sim

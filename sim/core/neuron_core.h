@@ -1,0 +1,81 @@
+// One NeuronCore running one instruction stream. Each instruction goes to its engine's in-order
+// queue (Tensor, Vector, Scalar, GpSimd, Sync, or a DMA queue); it starts once the engine is
+// free, the memory it reads and writes is no longer in use by earlier instructions (RAW, WAR,
+// WAW, derived from access patterns), semaphores it waits for are reached, and conflicting
+// SBUF/PSUM accesses of other engines are over. Independent engines therefore overlap.
+//
+// Loosely timed: the core's thread schedules instructions in program order with time
+// annotations and only wait()s when it has run a quantum ahead of the SystemC clock, which
+// keeps cores interleaved on shared HBM without a context switch per instruction.
+// Functional-first: when values are on, each instruction is executed by the interpreter in
+// program order before it is scheduled; timing never depends on values.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <systemc>
+#include <vector>
+
+#include "config/hardware_config.h"
+#include "isa/core_state.h"
+#include "isa/interpreter.h"
+#include "sim/base/dependency_tracker.h"
+#include "sim/dma/dma_system.h"
+#include "sim/engine/engine_model.h"
+#include "sim/mem/hbm.h"
+#include "sim/mem/onchip_memory.h"
+#include "sim/stats.h"
+#include "sim/trace/trace_writer.h"
+
+namespace trnsim::sim {
+
+struct CoreRunOptions {
+  bool timing_only = false;
+  double quantum_ns = 10000;
+  bool decoupled = false;  // several cores share the chip: sync with the SystemC clock every quantum
+  isa::InterpreterOptions interpreter;
+};
+
+class NeuronCore : public sc_core::sc_module {
+ public:
+  SC_HAS_PROCESS(NeuronCore);  // SystemC 2.3 needs it for SC_THREAD with a custom constructor
+  NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config, const isa::Program& program,
+             Hbm& hbm, TraceWriter* trace, isa::CoreState* state, const CoreRunOptions& options);
+
+  double finish_ns() const { return m_finish_ns; }
+  uint64_t flops(DType& dtype) const;
+  void add_stats(SimStats& stats) const;
+
+ private:
+  void run();
+  void step(size_t index);
+  EngineModel& engine(Engine kind);
+  int trace_track(Engine kind, uint32_t queue);
+
+  uint32_t m_index;
+  const HardwareConfig& m_config;
+  const isa::Program& m_program;
+  TraceWriter* m_trace;
+  isa::CoreState* m_state;
+  CoreRunOptions m_options;
+
+  EngineModel m_tensor, m_vector, m_scalar, m_gpsimd, m_sync;
+  DmaSystem m_dma;
+  OnChipMemory m_sbuf, m_psum;
+  Hbm& m_hbm;
+  DependencyTracker m_tracker;
+  std::unique_ptr<isa::ExecContext> m_exec;
+  std::unique_ptr<isa::HostWorkers> m_workers;
+  std::unique_ptr<numerics::StochasticSource> m_rng;
+
+  std::map<int64_t, std::vector<std::pair<double, int64_t>>> m_semaphores;  // (time, new value)
+  std::vector<int64_t> m_slice_of;  // trace slice per instruction
+  int m_trace_process = -1;
+  std::map<std::pair<int, uint32_t>, int> m_tracks;
+  std::map<std::string, uint64_t> m_opcode_counts;
+  std::map<DType, uint64_t> m_flops_by_dtype;
+  double m_local_ns = 0;
+  double m_finish_ns = 0;
+};
+
+}  // namespace trnsim::sim

@@ -1,0 +1,456 @@
+// The one cost model (see cost_model.h). Every formula below is the published per-instruction
+// cost (ISA-COST, ../shared/reference/trainium.md §5.2) or the engine rules of §5.1, §6, §7 and
+// §12, in cycles of the executing engine's clock; the v3/v4 performance modes are applied as
+// §1.2/§2.2 describe. Every number comes from the config except the constants of the published
+// formulas themselves, which are named below with their source tag.
+#include "sim/cost_model.h"
+
+#include "isa/core_state.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "isa/alu.h"
+#include "isa/core_state.h"
+
+namespace trnsim::sim {
+
+namespace {
+
+using isa::AccessPattern;
+using isa::AluOp;
+using isa::Instruction;
+using isa::MemorySpace;
+using isa::Opcode;
+using isa::Program;
+
+// Factors inside the published ISA-COST formulas (§5.2). They are part of the formula, not of the
+// hardware description: a generation that changes them changes the formula.
+constexpr double kTwoInputFactor = 2;       // ISA-COST: two-input Vector ops (tensor_tensor, scan, ...) 2N
+constexpr double kHalfRateFactor = 0.5;     // ISA-COST: bf16 tensor_reduce add/max, memset 0 (bf16/fp16) N/2
+constexpr double kReciprocalFactor = 8;     // ISA-COST: reciprocal max(MIN_II, 8N)
+constexpr double kBnAggrNumerator = 13;     // ISA-COST: bn_aggr max(MIN_II, 13 * (N / 3))
+constexpr double kBnAggrDenominator = 3;
+constexpr uint32_t kDoubleRowContraction = 2;  // A-V3: FP8 double_row contracts 2 x 128 rows (K = 256)
+
+bool is_16bit_float(DType d) { return d == DType::bf16 || d == DType::fp16; }
+
+AluOp alu(const Instruction& inst, const char* operand) {
+  return static_cast<AluOp>(static_cast<int>(inst.scalar(operand)));
+}
+
+// Whether an enumeration operand holds `word` (compared by name, so the cost model does not
+// depend on the order of the enum's words in instructions.def).
+bool enum_is(const Instruction& inst, const char* operand, const std::string& word) {
+  const isa::OperandSpec* spec = inst.spec().find(operand);
+  if (!spec || !inst.has(operand)) return false;
+  auto index = static_cast<size_t>(inst.scalar(operand));
+  return index < spec->enum_values.size() && spec->enum_values[index] == word;
+}
+
+// A tensor operand that was given (an in|f32 operand given as an immediate does not count).
+const AccessPattern* given_tensor(const Instruction& inst, const isa::OperandSpec& operand) {
+  if (!isa::is_tensor_kind(operand.kind) || !inst.has(operand.name)) return nullptr;
+  const AccessPattern& ap = inst.tensors[operand.tensor_slot];
+  return ap.present() ? &ap : nullptr;
+}
+
+// N of ISA-COST: elements per partition of the largest operand.
+uint64_t elements_per_partition(const Instruction& inst) {
+  uint64_t n = 0;
+  for (const isa::OperandSpec& operand : inst.spec().operands) {
+    if (const AccessPattern* ap = given_tensor(inst, operand)) n = std::max(n, ap->free_elements());
+  }
+  return n;
+}
+
+MemorySpace space(const Program& program, const AccessPattern& ap) { return program.allocation(ap).space; }
+
+// The tensors an instruction reads (inputs, and in|f32 operands given as tensors).
+std::vector<const AccessPattern*> input_tensors(const Instruction& inst) {
+  std::vector<const AccessPattern*> inputs;
+  for (const isa::OperandSpec& operand : inst.spec().operands) {
+    if (operand.kind != isa::OperandKind::tensor_in && operand.kind != isa::OperandKind::tensor_or_f32) continue;
+    if (const AccessPattern* ap = given_tensor(inst, operand)) inputs.push_back(ap);
+  }
+  return inputs;
+}
+
+// "Contiguous innermost free dim" / "stride 1" of the perf-mode and tensor_tensor rules (A-V3,
+// ISA-COST): the innermost dimension that walks more than one element has stride 1.
+bool inner_stride_one(const AccessPattern& ap) {
+  for (int i = ap.num_free_dims - 1; i >= 0; --i) {
+    if (ap.free[i].size > 1) return ap.free[i].stride == 1;
+  }
+  return true;
+}
+
+// The largest mode the engine lists that does not exceed `eligible` (1 when none is listed).
+uint32_t select_mode(const std::vector<uint32_t>& modes, uint32_t eligible) {
+  uint32_t mode = 1;
+  for (uint32_t m : modes) {
+    if (m <= eligible) mode = std::max(mode, m);
+  }
+  return mode;
+}
+
+// A-V3 VectorE performance mode of tensor_copy/tensor_scalar: 4x with input and output both in
+// SBUF, both bf16/fp16, contiguous innermost; 2x (bf16/fp16) when non-contiguous or a side is in PSUM.
+uint32_t vector_copy_mode(const Program& program, const ComputeEngineConfig& engine, const AccessPattern& in,
+                          const AccessPattern& out) {
+  if (!is_16bit_float(in.dtype) || !is_16bit_float(out.dtype)) return 1;
+  bool both_sbuf = space(program, in) == MemorySpace::sbuf && space(program, out) == MemorySpace::sbuf;
+  bool contiguous = inner_stride_one(in) && inner_stride_one(out);
+  return select_mode(engine.performance_modes, both_sbuf && contiguous ? 4 : 2);
+}
+
+// The copy-like instructions' input operand (the one the perf-mode rules look at).
+const AccessPattern& copy_input(const Instruction& inst) {
+  return inst.opcode == Opcode::tensor_copy ? inst.tensor("src") : inst.tensor("data");
+}
+
+// ---- Tensor engine (§6) ----
+
+void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
+  const TensorEngineConfig& pe = config.core.tensor;
+  const double min_ii = pe.min_initiation_interval_cycles;
+  auto rate_of = [&](DType d) {
+    auto it = pe.rate_factor_by_dtype.find(d);
+    return it == pe.rate_factor_by_dtype.end() ? 1.0 : it->second;
+  };
+  cost.latency_cycles = pe.fixed_overhead_cycles;  // pipeline fill to the first PSUM write (§6, §13.9)
+
+  if (inst.opcode == Opcode::nc_transpose) {
+    // ISA-COST: max(P, min(MIN_II, F)) back-to-back; fp32 at the fp32 matmul rate (4x) unless the
+    // v3+ transpose mode speeds it up (A-V3: 2x).
+    const AccessPattern& data = inst.tensor("data");
+    double time_rate = rate_of(data.dtype);
+    if (data.dtype == DType::fp32) time_rate *= pe.fp32_transpose_speedup;
+    cost.elements = data.free_elements();
+    cost.occupancy_cycles =
+        std::max<double>(data.partitions(), std::min<double>(min_ii, double(data.free_elements()))) / time_rate;
+    cost.flops = 0;
+    cost.flops_dtype = data.dtype;
+    return;
+  }
+
+  const AccessPattern& stationary = inst.tensor("stationary");
+  const AccessPattern& moving = inst.tensor("moving");
+  const bool mx = inst.opcode == Opcode::nc_matmul_mx;
+  const bool double_row = !mx && enum_is(inst, "perf_mode", "double_row");
+  const bool transpose = !mx && inst.has("is_transpose") && inst.scalar("is_transpose") != 0;
+
+  // Contraction K and the free sizes M (stationary) and N (moving) of the instruction.
+  uint64_t k = stationary.partitions();
+  uint64_t m = stationary.free_elements();
+  uint64_t n = moving.free_elements();
+  if (double_row) {  // operands are [128, 2, F]: the 2 is the second half of K (A-V3)
+    k *= kDoubleRowContraction;
+    m /= kDoubleRowContraction;
+    n /= kDoubleRowContraction;
+  } else if (mx) {  // each element packs 4 values along K (A-V4: K = 512 per instruction)
+    k *= isa::values_per_element(stationary.dtype);
+  }
+
+  // The dtype that paces the array: the slower input (both inputs are of one class, see legality).
+  DType input_dtype = rate_of(moving.dtype) < rate_of(stationary.dtype) ? moving.dtype : stationary.dtype;
+  // A-V3/A-V4: double_row and MX LoadStationary/MultiplyMoving take the time of bf16 K = 128; their
+  // higher peak comes from K, not from a faster pass. Otherwise the dtype's rate (fp32: 0.25 -> 4x).
+  double time_rate = double_row || mx ? 1.0 : rate_of(input_dtype);
+  // The v3+ PE transpose mode (is_transpose) runs fp32 faster (A-V3); the speed-up is 1 before v3.
+  if (transpose && input_dtype == DType::fp32) time_rate *= pe.fp32_transpose_speedup;
+
+  // ISA-COST / §6: II = max(min(MM_INIT_LATENCY, N_stationary), N_moving), LoadStationary overlapped.
+  cost.elements = n;
+  cost.occupancy_cycles = std::max(std::min(min_ii, double(m)), double(n)) / time_rate;
+  // PROF: MFU counts model matmuls only; transposes are not model FLOPs. A MAC is 2 FLOPs.
+  cost.flops = transpose ? 0 : 2 * k * m * n;
+  cost.flops_dtype = input_dtype;
+}
+
+// ---- Vector engine (§5.2 ISA-COST, §1.2 perf modes) ----
+
+void vector_cost(const Instruction& inst, const Program& program, const HardwareConfig& config, ComputeCost& cost) {
+  const VectorEngineConfig& dve = config.core.vector;
+  const double min_ii = dve.min_initiation_interval_cycles;
+  const double n = double(cost.elements);
+  // A-V2/PERF: the ~100-cycle static overhead is paid by a dependent (RAW) instruction, so it is
+  // the delay before results are visible, not part of the initiation interval.
+  cost.latency_cycles = dve.fixed_overhead_cycles;
+
+  double cycles = std::max(min_ii, n);  // one-input instruction, and the default for the rest
+  switch (inst.opcode) {
+    case Opcode::tensor_tensor: {
+      const AccessPattern& a = inst.tensor("data1");
+      const AccessPattern& b = inst.tensor("data2");
+      const AccessPattern& dst = inst.tensor("dst");
+      MemorySpace sa = space(program, a), sb = space(program, b);
+      bool straddle = (sa == MemorySpace::psum && sb == MemorySpace::sbuf) ||
+                      (sa == MemorySpace::sbuf && sb == MemorySpace::psum);
+      AluOp op = alu(inst, "op");
+      bool fast_sbuf = sa == MemorySpace::sbuf && sb == MemorySpace::sbuf && is_16bit_float(a.dtype) &&
+                       is_16bit_float(b.dtype) && is_16bit_float(dst.dtype) &&
+                       (op == AluOp::add || op == AluOp::multiply || op == AluOp::subtract) &&
+                       inner_stride_one(a) && inner_stride_one(b) && inner_stride_one(dst);
+      cycles = std::max(min_ii, straddle || fast_sbuf ? n : kTwoInputFactor * n);
+      break;
+    }
+    case Opcode::tensor_scalar:
+    case Opcode::tensor_copy:
+      cost.performance_mode = vector_copy_mode(program, dve, copy_input(inst), inst.tensor("dst"));
+      // The mode divides the per-element time; MIN_II ("shortest interval between two
+      // instructions") still bounds the result.
+      cycles = std::max(min_ii, n / cost.performance_mode);
+      break;
+    case Opcode::scalar_tensor_tensor: {
+      bool fast = inst.tensor("data").dtype == DType::bf16 && inst.tensor("operand1").dtype == DType::bf16 &&
+                  alu(inst, "op0") == AluOp::subtract && alu(inst, "op1") == AluOp::multiply &&
+                  cost.elements % 2 == 0;
+      cycles = fast ? n : kTwoInputFactor * n;  // ISA-COST: no MIN_II in this formula
+      break;
+    }
+    case Opcode::tensor_reduce: {
+      AluOp op = alu(inst, "op");
+      bool fast = inst.tensor("data").dtype == DType::bf16 && inst.tensor("dst").dtype == DType::bf16 &&
+                  (op == AluOp::add || op == AluOp::maximum);
+      cycles = fast ? kHalfRateFactor * n : n;  // ISA-COST: no MIN_II in this formula
+      break;
+    }
+    case Opcode::tensor_tensor_scan: cycles = std::max(min_ii, kTwoInputFactor * n); break;
+    case Opcode::bn_aggr: cycles = std::max(min_ii, kBnAggrNumerator * (n / kBnAggrDenominator)); break;
+    case Opcode::reciprocal: cycles = std::max(min_ii, kReciprocalFactor * n); break;
+    case Opcode::memset: {
+      bool fast = inst.scalar("value") == 0 && is_16bit_float(inst.tensor("dst").dtype);
+      cycles = std::max(min_ii, fast ? kHalfRateFactor * n : n);
+      break;
+    }
+    case Opcode::tensor_copy_predicated:
+    case Opcode::select_reduce: {
+      // ISA-COST: one pass when the inputs straddle SBUF and PSUM (one read port each), two when
+      // they all sit in one memory.
+      bool sbuf = false, psum = false;
+      for (const AccessPattern* ap : input_tensors(inst)) {
+        MemorySpace s = space(program, *ap);
+        sbuf |= s == MemorySpace::sbuf;
+        psum |= s == MemorySpace::psum;
+      }
+      cycles = std::max(min_ii, sbuf && psum ? n : kTwoInputFactor * n);
+      break;
+    }
+    // bn_stats, range_select, max8, nc_find_index8, nc_transpose: max(MIN_II, N) (ISA-COST; max8
+    // and nc_find_index8 publish N, taken as at least MIN_II like every Vector instruction).
+    default: break;
+  }
+  cost.occupancy_cycles = cycles;
+}
+
+// ---- Scalar engine ----
+
+void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
+  const ScalarEngineConfig& act = config.core.scalar;
+  const double min_ii = act.min_initiation_interval_cycles;
+  const double n = double(cost.elements);
+  // V9: a dependent chain issues every 264 cycles = MIN_II + this overhead (see the configs).
+  cost.latency_cycles = act.fixed_overhead_cycles;
+
+  double cycles = std::max(min_ii, n);
+  switch (inst.opcode) {
+    case Opcode::activation:
+      // A-V2: reading the per-lane reduce registers is a separate ActReadAccumulator.
+      if (inst.has("reduce_res") && inst.is_tensor("reduce_res")) cycles += act.accumulator_readout_cycles;
+      break;
+    case Opcode::activation_reduce: cycles += act.accumulator_readout_cycles; break;
+    case Opcode::tensor_scalar:
+    case Opcode::tensor_copy: {
+      // A-V4: ScalarE runs tensor_scalar/tensor_copy up to 2x for bf16/fp16 (listed modes only).
+      const AccessPattern& in = copy_input(inst);
+      const AccessPattern& out = inst.tensor("dst");
+      cost.performance_mode =
+          is_16bit_float(in.dtype) && is_16bit_float(out.dtype) ? select_mode(act.performance_modes, 2) : 1;
+      cycles = std::max(min_ii, n / cost.performance_mode);
+      break;
+    }
+    default: break;
+  }
+  cost.occupancy_cycles = cycles;
+}
+
+// ---- GpSimd engine ----
+
+void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
+  const GpSimdEngineConfig& pool = config.core.gpsimd;
+  const double n = double(cost.elements);
+  // ISA-COST GPSIMD_START (~150 cycles) is the start-up of the processors' program: the engine is
+  // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
+  const double start = pool.fixed_overhead_cycles;
+  double cycles = start + n;  // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar
+  if (inst.opcode == Opcode::tensor_partition_reduce) {
+    // Assumed (no published cost): each processor is wired to lanes/processors partitions and
+    // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).
+    const AccessPattern& data = inst.tensor("data");
+    uint32_t per_processor = std::max(1u, pool.lanes / std::max(1u, pool.processors));
+    uint32_t rows = (data.partitions() + per_processor - 1) / per_processor;
+    cycles = start + double(data.free_elements()) * rows;
+  }
+  cost.occupancy_cycles = cycles;
+  cost.latency_cycles = 0;
+}
+
+// ---- synchronisation ----
+
+// sem_signal / sem_wait / barrier issue cost. On Sync: the Sync engine's fixed cost. On another
+// engine's sequencer: that engine's MIN_II (the shortest instruction it can issue). The time spent
+// waiting for a semaphore is the timing model's, not part of this cost.
+void sync_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
+  const CoreConfig& core = config.core;
+  switch (inst.engine) {
+    case Engine::tensor: cost.occupancy_cycles = core.tensor.min_initiation_interval_cycles; break;
+    case Engine::vector: cost.occupancy_cycles = core.vector.min_initiation_interval_cycles; break;
+    case Engine::scalar: cost.occupancy_cycles = core.scalar.min_initiation_interval_cycles; break;
+    case Engine::gpsimd: cost.occupancy_cycles = core.gpsimd.min_initiation_interval_cycles; break;
+    default: cost.occupancy_cycles = core.sync.fixed_overhead_cycles; break;
+  }
+  cost.latency_cycles = 0;
+}
+
+double engine_clock_ghz(Engine engine, const CoreConfig& core) {
+  switch (engine) {
+    case Engine::tensor: return core.tensor.clock_ghz;
+    case Engine::vector: return core.vector.clock_ghz;
+    case Engine::scalar: return core.scalar.clock_ghz;
+    case Engine::gpsimd: return core.gpsimd.clock_ghz;
+    case Engine::sync: return core.sync.clock_ghz;
+    case Engine::dma: break;
+  }
+  throw std::logic_error("a DMA instruction has no compute cost; use dma_cost");
+}
+
+// ---- DMA (§7) ----
+
+// Length in elements of the contiguous runs an access pattern is made of (all runs are equal):
+// the innermost dims merged while each dim's stride equals the run so far. SBUF/PSUM rows are
+// separate partitions and never merge; an HBM pattern's outer (partition) dim may.
+uint64_t run_length(const AccessPattern& ap, MemorySpace memory) {
+  uint64_t run = 1;
+  for (int i = ap.num_free_dims - 1; i >= 0; --i) {
+    if (ap.free[i].size == 1) continue;
+    if (ap.free[i].stride != int64_t(run)) return run;
+    run *= ap.free[i].size;
+  }
+  if (memory == MemorySpace::hbm && ap.partition.size > 1 && ap.partition.stride == int64_t(run)) {
+    run *= ap.partition.size;
+  }
+  return run;
+}
+
+struct PartitionRange {
+  uint32_t begin = 0, end = 0;  // absolute SBUF partitions [begin, end)
+};
+
+PartitionRange absolute_partitions(const Program& program, const AccessPattern& ap) {
+  uint32_t begin = program.allocation(ap).base_partition + ap.start_partition;
+  return {begin, begin + std::max(1u, ap.partitions())};
+}
+
+}  // namespace
+
+double DmaCost::engine_ns() const {
+  return fixed_latency_ns + descriptor_ns + (double(bytes) / engines) / bytes_per_ns_per_engine;
+}
+
+bool is_dma(const isa::Instruction& inst) {
+  const auto& engines = inst.spec().engines;
+  return !engines.empty() && engines.front().engine == Engine::dma;
+}
+
+ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& program, const HardwareConfig& config) {
+  if (is_dma(inst)) throw std::logic_error(inst.spec().name + " is a DMA instruction; use dma_cost");
+  ComputeCost cost;
+  cost.engine = inst.engine;
+  cost.clock_ghz = engine_clock_ghz(inst.engine, config.core);
+  cost.elements = elements_per_partition(inst);
+
+  switch (inst.opcode) {
+    case Opcode::sem_signal:
+    case Opcode::sem_wait:
+    case Opcode::barrier: sync_cost(inst, config, cost); return cost;
+    default: break;
+  }
+  switch (inst.engine) {
+    case Engine::tensor: tensor_cost(inst, config, cost); break;
+    case Engine::vector: vector_cost(inst, program, config, cost); break;
+    case Engine::scalar: scalar_cost(inst, config, cost); break;
+    case Engine::gpsimd: gpsimd_cost(inst, config, cost); break;
+    case Engine::sync:  // only control instructions run on Sync; anything else costs its fixed cost
+      cost.occupancy_cycles = config.core.sync.fixed_overhead_cycles;
+      break;
+    case Engine::dma: break;  // excluded above
+  }
+  return cost;
+}
+
+DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, const HardwareConfig& config) {
+  if (!is_dma(inst)) throw std::logic_error(inst.spec().name + " is not a DMA instruction; use compute_cost");
+  const DmaConfig& dma = config.core.dma;
+  const AccessPattern& src = inst.tensor("src");
+  const AccessPattern& dst = inst.tensor("dst");
+  const MemorySpace src_space = space(program, src), dst_space = space(program, dst);
+
+  DmaCost cost;
+  cost.bytes = src.elements() * dtype_size_bytes(src.dtype);
+  cost.reads_hbm = src_space == MemorySpace::hbm;
+  cost.writes_hbm = dst_space == MemorySpace::hbm;
+
+  // Engines (§7): engine e serves SBUF partitions [e * 128/E, (e+1) * 128/E); a transfer uses the
+  // engines covering its on-chip side (both sides for SBUF -> SBUF). HBM -> HBM uses them all.
+  const uint32_t engine_count = std::max(1u, dma.engines_per_core);
+  if (cost.reads_hbm && cost.writes_hbm) {
+    cost.first_engine = 0;
+    cost.engines = engine_count;
+  } else {
+    const uint32_t per_engine = std::max(1u, config.core.sbuf.partitions / engine_count);
+    PartitionRange range{UINT32_MAX, 0};
+    for (const AccessPattern* ap : {&src, &dst}) {
+      if (space(program, *ap) == MemorySpace::hbm) continue;
+      PartitionRange r = absolute_partitions(program, *ap);
+      range.begin = std::min(range.begin, r.begin);
+      range.end = std::max(range.end, r.end);
+    }
+    uint32_t first = range.begin / per_engine, last = (range.end - 1) / per_engine;
+    cost.first_engine = std::min(first, engine_count - 1);
+    cost.engines = std::min(last, engine_count - 1) - cost.first_engine + 1;
+  }
+
+  // Descriptors: one per chunk contiguous on both sides. With equal-length runs L_src and L_dst
+  // over T elements, chunk boundaries are the union of both sides' run boundaries:
+  // T/L_src + T/L_dst - T/lcm(L_src, L_dst). A transpose reorders elements, so its sides' runs do
+  // not line up; it takes the larger run count.
+  const uint64_t src_run = run_length(src, src_space), dst_run = run_length(dst, dst_space);
+  const uint64_t src_runs = src.elements() / src_run, dst_runs = dst.elements() / dst_run;
+  if (inst.opcode == Opcode::dma_copy && src.elements() == dst.elements() && src.elements() > 0) {
+    cost.descriptors = src_runs + dst_runs - src.elements() / std::lcm(src_run, dst_run);
+  } else {
+    cost.descriptors = std::max(src_runs, dst_runs);
+  }
+
+  double efficiency = 1;
+  if (inst.opcode == Opcode::dma_transpose) {
+    efficiency = src_space == MemorySpace::hbm ? dma.transpose_hbm_to_sbuf_efficiency
+                                                : dma.transpose_sbuf_to_sbuf_efficiency;
+  } else if (enum_is(inst, "dst_rmw_op", "add")) {
+    efficiency = dma.read_add_write_efficiency;
+  }
+  if (efficiency <= 0) {
+    throw std::invalid_argument(inst.spec().name + ": the DMA engines of " + config.name +
+                                " cannot do this transfer (its efficiency is 0 in the config)");
+  }
+  cost.bytes_per_ns_per_engine = dma.bandwidth_per_engine_gbps * efficiency;  // GB/s = bytes/ns
+  cost.fixed_latency_ns = dma.fixed_latency_ns;
+  cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
+  cost.dge_ns = enum_is(inst, "dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
+  return cost;
+}
+
+}  // namespace trnsim::sim

@@ -1,0 +1,43 @@
+// The DMA engines of one NeuronCore and their queues. A transfer goes to one queue ID across
+// the engines that serve its partitions (FIFO within a queue); each engine moves its share at
+// its own rate after a fixed start-up and per-descriptor cost; HBM traffic is booked on the
+// core's HBM stack, where it contends with every other queue and core on that stack.
+// Simplification: an engine serves transfers from different queues one after another in
+// program order (the hardware interleaves them round-robin; throughput is the same).
+#pragma once
+
+#include <systemc>
+#include <utility>
+#include <vector>
+
+#include "config/hardware_config.h"
+#include "sim/cost_model.h"
+#include "sim/engine/engine_model.h"
+#include "sim/mem/hbm.h"
+
+namespace trnsim::sim {
+
+class DmaSystem : public sc_core::sc_module {
+ public:
+  DmaSystem(sc_core::sc_module_name name, const DmaConfig& config, uint32_t hbm_stack, Hbm& hbm);
+
+  Slot schedule(double ready_ns, const DmaCost& cost, uint32_t queue);
+
+  // Time during which at least one transfer was in flight, and the number of transfers.
+  EngineStats stats() const;
+  uint64_t bytes() const { return m_bytes; }
+  double last_done_ns() const { return m_last_done_ns; }
+
+ private:
+  const DmaConfig& m_config;
+  uint32_t m_hbm_stack;
+  Hbm& m_hbm;
+  std::vector<double> m_engine_free_ns;
+  std::vector<double> m_queue_free_ns;
+  std::vector<double> m_dge_free_ns;
+  std::vector<std::pair<double, double>> m_active;  // [start, end) of every transfer
+  uint64_t m_bytes = 0;
+  double m_last_done_ns = 0;
+};
+
+}  // namespace trnsim::sim

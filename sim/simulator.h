@@ -1,0 +1,37 @@
+// Runs a program on the timing model: builds the SystemC chip for it, runs the SystemC kernel,
+// and returns the statistics, the trace and (unless timing-only) the memories with the values
+// the interpreter computed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "config/hardware_config.h"
+#include "isa/core_state.h"
+#include "isa/interpreter.h"
+#include "sim/stats.h"
+#include "sim/trace/trace_writer.h"
+
+namespace trnsim::sim {
+
+struct SimOptions {
+  std::vector<uint32_t> cores = {0};  // physical cores that run the program (SPMD)
+  bool timing_only = false;           // skip values; timing is identical
+  bool trace = false;
+  double quantum_ns = 10000;          // temporal-decoupling quantum between cores
+  isa::InterpreterOptions interpreter;
+};
+
+struct SimResult {
+  SimStats stats;
+  std::unique_ptr<TraceWriter> trace;                  // when SimOptions::trace
+  std::vector<std::unique_ptr<isa::CoreState>> states;  // one per core (values unless timing-only)
+};
+
+// `prepare` (optional) fills each core's memories (e.g. HBM inputs) before the run.
+SimResult simulate(const isa::Program& program, const HardwareConfig& config, const std::string& config_hash,
+                   const SimOptions& options,
+                   const std::function<void(uint32_t core, isa::CoreState& state)>& prepare = nullptr);
+
+}  // namespace trnsim::sim

@@ -1,0 +1,731 @@
+// The cost model against the published formulas, computed by hand in each test
+// (../shared/reference/trainium.md §5.2 ISA-COST, §6, §7, §1.2/§2.2 performance modes).
+// Every formula runs on the trn1, trn2 and trn3 configs; generation-only features on theirs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "config/config_loader.h"
+#include "isa/builder.h"
+#include "sim/cost_model.h"
+
+namespace trnsim::sim {
+namespace {
+
+using isa::Opcode;
+using isa::Slice;
+
+const HardwareConfig& config(const std::string& name) {
+  static std::map<std::string, HardwareConfig> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, load_config(name).hardware).first;
+  return it->second;
+}
+
+// A one-kernel program builder and the cost of its last instruction on one config.
+class Kernel {
+ public:
+  explicit Kernel(const std::string& config_name)
+      : m_hw(config(config_name)), m_builder("k", config(config_name).generation) {}
+  const HardwareConfig& hw() const { return m_hw; }
+  isa::ProgramBuilder& b() { return m_builder; }
+  ComputeCost cost() const {
+    const isa::Program& p = m_builder.program();
+    return compute_cost(p.instructions.back(), p, m_hw);
+  }
+  DmaCost dma() const {
+    const isa::Program& p = m_builder.program();
+    return dma_cost(p.instructions.back(), p, m_hw);
+  }
+
+ private:
+  const HardwareConfig& m_hw;
+  isa::ProgramBuilder m_builder;
+};
+
+class CostModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  CostModelTest() : k(GetParam()) {}
+  const HardwareConfig& hw() const { return k.hw(); }
+  isa::ProgramBuilder& b() { return k.b(); }
+  bool v3_or_later() const { return hw().generation >= Generation::trn2; }
+  double vector_min_ii() const { return hw().core.vector.min_initiation_interval_cycles; }
+  double scalar_min_ii() const { return hw().core.scalar.min_initiation_interval_cycles; }
+  double tensor_min_ii() const { return hw().core.tensor.min_initiation_interval_cycles; }
+  double gpsimd_start() const { return hw().core.gpsimd.fixed_overhead_cycles; }
+  Kernel k;
+};
+
+INSTANTIATE_TEST_SUITE_P(Generations, CostModelTest, ::testing::Values("trn1", "trn2", "trn3"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// ---- configs ----
+
+TEST(CostModelConfig, PublishedValuesTheFormulasRelyOn) {
+  // PROF: the NeuronCore base clock is 1.4 GHz on Trainium1 and 1.2 GHz on Trainium2 (trn3 assumed 1.2).
+  EXPECT_DOUBLE_EQ(config("trn1").chip.base_clock_ghz, 1.4);
+  EXPECT_DOUBLE_EQ(config("trn2").chip.base_clock_ghz, 1.2);
+  EXPECT_DOUBLE_EQ(config("trn3").chip.base_clock_ghz, 1.2);
+  for (const char* name : {"trn1", "trn2", "trn3"}) {
+    const CoreConfig& core = config(name).core;
+    EXPECT_EQ(core.tensor.min_initiation_interval_cycles, 64u) << name;  // A-V2 MM_INIT_LATENCY
+    EXPECT_EQ(core.vector.min_initiation_interval_cycles, 64u) << name;  // ISA-COST MIN_II
+    EXPECT_EQ(core.gpsimd.fixed_overhead_cycles, 150u) << name;          // ISA-COST GPSIMD_START
+  }
+}
+
+// ---- Tensor engine ----
+
+TEST_P(CostModelTest, MatmulIsMaxOfMinIiAndStationaryAgainstMoving) {
+  uint32_t w = b().sbuf("w", DType::bf16, {128, 128});
+  uint32_t x = b().sbuf("x", DType::bf16, {128, 512});
+  uint32_t acc = b().psum("acc", DType::fp32, {128, 512});
+  b().emit(Opcode::nc_matmul).tensor("dst", b().view(acc)).tensor("stationary", b().view(w)).tensor("moving",
+                                                                                                     b().view(x));
+  ComputeCost c = k.cost();
+  EXPECT_EQ(c.engine, Engine::tensor);
+  EXPECT_DOUBLE_EQ(c.clock_ghz, hw().core.tensor.clock_ghz);
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(std::min(64.0, 128.0), 512.0));
+  EXPECT_DOUBLE_EQ(c.latency_cycles, hw().core.tensor.fixed_overhead_cycles);
+  EXPECT_EQ(c.flops, uint64_t{2} * 128 * 128 * 512);
+  EXPECT_EQ(c.flops_dtype, DType::bf16);
+  EXPECT_DOUBLE_EQ(c.occupancy_ns(), 512.0 / hw().core.tensor.clock_ghz);
+
+  // Short moving: bound by MIN_II (the stationary is wider than MIN_II).
+  uint32_t acc2 = b().psum("acc2", DType::fp32, {128, 32});
+  b().emit(Opcode::nc_matmul)
+      .tensor("dst", b().view(acc2))
+      .tensor("stationary", b().view(w))
+      .tensor("moving", b().view(x, {Slice::all(), Slice::range(0, 32)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(std::min(tensor_min_ii(), 128.0), 32.0));
+
+  // Narrow stationary and moving: min(MIN_II, N_stationary) = 16.
+  uint32_t acc3 = b().psum("acc3", DType::fp32, {16, 8});
+  b().emit(Opcode::nc_matmul)
+      .tensor("dst", b().view(acc3))
+      .tensor("stationary", b().view(w, {Slice::all(), Slice::range(0, 16)}))
+      .tensor("moving", b().view(x, {Slice::all(), Slice::range(0, 8)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(std::min(tensor_min_ii(), 16.0), 8.0));
+  EXPECT_EQ(k.cost().flops, uint64_t{2} * 128 * 16 * 8);
+}
+
+TEST_P(CostModelTest, Fp32MatmulCostsFourTimesBf16) {
+  uint32_t w = b().sbuf("w", DType::fp32, {128, 128});
+  uint32_t x = b().sbuf("x", DType::fp32, {128, 512});
+  uint32_t acc = b().psum("acc", DType::fp32, {128, 512});
+  b().emit(Opcode::nc_matmul).tensor("dst", b().view(acc)).tensor("stationary", b().view(w)).tensor("moving",
+                                                                                                     b().view(x));
+  ComputeCost c = k.cost();
+  EXPECT_DOUBLE_EQ(hw().core.tensor.rate_factor_by_dtype.at(DType::fp32), 0.25);  // ISA-COST: fp32 4x
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(std::min(64.0, 128.0), 512.0) / 0.25);
+  EXPECT_EQ(c.flops, uint64_t{2} * 128 * 128 * 512);
+  EXPECT_EQ(c.flops_dtype, DType::fp32);
+}
+
+TEST_P(CostModelTest, TransposeMatmulTakesMatmulTimeButNoFlops) {
+  uint32_t w = b().sbuf("w", DType::bf16, {128, 128});
+  uint32_t id = b().sbuf("identity", DType::bf16, {128, 128});
+  uint32_t out = b().psum("out", DType::fp32, {128, 128});
+  b().emit(Opcode::nc_matmul)
+      .tensor("dst", b().view(out))
+      .tensor("stationary", b().view(w))
+      .tensor("moving", b().view(id))
+      .imm("is_transpose", 1);
+  ComputeCost c = k.cost();
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(std::min(64.0, 128.0), 128.0));
+  EXPECT_EQ(c.flops, 0u);  // PROF: transposes are not model FLOPs
+
+  // fp32 through the PE transpose mode: the fp32 matmul rate, sped up by the v3+ mode (1x on trn1).
+  uint32_t wf = b().sbuf("wf", DType::fp32, {128, 128});
+  uint32_t idf = b().sbuf("identity_f", DType::fp32, {128, 128});
+  b().emit(Opcode::nc_matmul)
+      .tensor("dst", b().view(out))
+      .tensor("stationary", b().view(wf))
+      .tensor("moving", b().view(idf))
+      .imm("is_transpose", 1);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 128.0 / (0.25 * hw().core.tensor.fp32_transpose_speedup));
+  EXPECT_EQ(k.cost().flops, 0u);
+}
+
+TEST_P(CostModelTest, TensorTransposeIsMaxOfPartitionsAndMinIiAgainstFree) {
+  uint32_t x = b().sbuf("x", DType::bf16, {128, 128});
+  uint32_t t1 = b().psum("t1", DType::bf16, {64, 128});
+  b().emit(Opcode::nc_transpose)
+      .tensor("dst", b().view(t1))
+      .tensor("data", b().view(x, {Slice::all(), Slice::range(0, 64)}));
+  ComputeCost c = k.cost();
+  EXPECT_EQ(c.engine, Engine::tensor);
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(128.0, std::min(64.0, 64.0)));
+  EXPECT_EQ(c.flops, 0u);
+
+  uint32_t t2 = b().psum("t2", DType::bf16, {128, 32});
+  b().emit(Opcode::nc_transpose).tensor("dst", b().view(t2)).tensor("data", b().view(x, {Slice::range(0, 32)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(32.0, std::min(64.0, 128.0)));
+
+  // fp32 costs 4x (the fp32 PE rate), divided by the v3+ transpose-mode speed-up (A-V3: 2x; trn1: 1x).
+  uint32_t xf = b().sbuf("xf", DType::fp32, {32, 128});
+  uint32_t t3 = b().psum("t3", DType::fp32, {128, 32});
+  b().emit(Opcode::nc_transpose).tensor("dst", b().view(t3)).tensor("data", b().view(xf));
+  double speedup = hw().core.tensor.fp32_transpose_speedup;
+  EXPECT_DOUBLE_EQ(speedup, v3_or_later() ? 2.0 : 1.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(32.0, std::min(64.0, 128.0)) * 4 / speedup);
+}
+
+TEST(CostModelTensor, DoubleRowTakesBf16TimeForTwiceTheFlops) {
+  for (const char* name : {"trn2", "trn3"}) {
+    Kernel k(name);
+    auto& b = k.b();
+    uint32_t w = b.sbuf("w", DType::fp8_e4m3, {128, 2, 128});
+    uint32_t x = b.sbuf("x", DType::fp8_e4m3, {128, 2, 512});
+    uint32_t acc = b.psum("acc", DType::fp32, {128, 512});
+    b.emit(Opcode::nc_matmul)
+        .tensor("dst", b.view(acc))
+        .tensor("stationary", b.view(w))
+        .tensor("moving", b.view(x))
+        .word("perf_mode", "double_row");
+    ComputeCost c = k.cost();
+    EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(std::min(64.0, 128.0), 512.0)) << name;  // bf16 K = 128 time
+    EXPECT_EQ(c.flops, uint64_t{2} * (128 * 2) * 128 * 512) << name;                        // K = 256
+    EXPECT_EQ(c.flops_dtype, DType::fp8_e4m3) << name;
+
+    // The same fp8 operands without double_row: K = 128 at the fp8 rate (1.0).
+    uint32_t w1 = b.sbuf("w1", DType::fp8_e4m3, {128, 128});
+    uint32_t x1 = b.sbuf("x1", DType::fp8_e4m3, {128, 512});
+    b.emit(Opcode::nc_matmul).tensor("dst", b.view(acc)).tensor("stationary", b.view(w1)).tensor("moving",
+                                                                                                  b.view(x1));
+    EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(std::min(64.0, 128.0), 512.0) / 1.0) << name;
+    EXPECT_EQ(k.cost().flops, uint64_t{2} * 128 * 128 * 512) << name;
+  }
+}
+
+TEST(CostModelTensor, MxMatmulTakesBf16TimeForFourTimesTheFlops) {
+  Kernel k("trn3");
+  auto& b = k.b();
+  uint32_t w = b.sbuf("w", DType::mxfp8_e4m3, {128, 128});
+  uint32_t x = b.sbuf("x", DType::mxfp8_e4m3, {128, 512});
+  uint32_t ws = b.sbuf("ws", DType::uint8, {128, 128});
+  uint32_t xs = b.sbuf("xs", DType::uint8, {128, 512});
+  uint32_t acc = b.psum("acc", DType::fp32, {128, 512});
+  b.emit(Opcode::nc_matmul_mx)
+      .tensor("dst", b.view(acc))
+      .tensor("stationary", b.view(w))
+      .tensor("moving", b.view(x))
+      .tensor("stationary_scale", b.view(ws))
+      .tensor("moving_scale", b.view(xs));
+  ComputeCost c = k.cost();
+  // A-V4: the 4.0 rate factor is the K = 512 per pass, not a faster pass.
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(std::min(64.0, 128.0), 512.0));
+  EXPECT_EQ(c.flops, uint64_t{2} * (128 * 4) * 128 * 512);
+  EXPECT_EQ(c.flops_dtype, DType::mxfp8_e4m3);
+  EXPECT_DOUBLE_EQ(c.latency_cycles, k.hw().core.tensor.fixed_overhead_cycles);
+}
+
+// ---- Vector engine ----
+
+TEST_P(CostModelTest, VectorTensorTensorIsNOnlyForPsumSbufOrFastBf16) {
+  uint32_t a = b().sbuf("a", DType::bf16, {128, 1024});
+  uint32_t c2 = b().sbuf("c", DType::bf16, {128, 512});
+  uint32_t out = b().sbuf("out", DType::bf16, {128, 512});
+  auto first_half = [&](uint32_t t) { return b().view(t, {Slice::all(), Slice::range(0, 512)}); };
+  auto emit = [&](const isa::AccessPattern& x, const isa::AccessPattern& y, const isa::AccessPattern& dst,
+                  const char* op) {
+    b().emit(Opcode::tensor_tensor).tensor("dst", dst).tensor("data1", x).tensor("data2", y).word("op", op);
+    return k.cost();
+  };
+  const double n = 512, min_ii = vector_min_ii();
+
+  // Both SBUF, all bf16, add/multiply/subtract, stride 1: N.
+  for (const char* op : {"add", "multiply", "subtract"}) {
+    EXPECT_DOUBLE_EQ(emit(first_half(a), b().view(c2), b().view(out), op).occupancy_cycles, std::max(min_ii, n))
+        << op;
+  }
+  ComputeCost c = emit(first_half(a), b().view(c2), b().view(out), "add");
+  EXPECT_EQ(c.engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(c.clock_ghz, hw().core.vector.clock_ghz);
+  EXPECT_DOUBLE_EQ(c.latency_cycles, hw().core.vector.fixed_overhead_cycles);  // the ~100-cycle RAW overhead
+  EXPECT_EQ(c.performance_mode, 1u);
+  EXPECT_EQ(c.elements, 512u);
+  EXPECT_EQ(c.flops, 0u);
+  // Another op: 2N.
+  EXPECT_DOUBLE_EQ(emit(first_half(a), b().view(c2), b().view(out), "divide").occupancy_cycles,
+                   std::max(min_ii, 2 * n));
+  // Inner stride 2: 2N.
+  EXPECT_DOUBLE_EQ(emit(b().view(a, {Slice::all(), Slice::range(0, 1024, 2)}), b().view(c2), b().view(out), "add")
+                       .occupancy_cycles,
+                   std::max(min_ii, 2 * n));
+  // fp32 in SBUF: 2N.
+  uint32_t af = b().sbuf("af", DType::fp32, {128, 512});
+  uint32_t cf = b().sbuf("cf", DType::fp32, {128, 512});
+  uint32_t of = b().sbuf("of", DType::fp32, {128, 512});
+  EXPECT_DOUBLE_EQ(emit(b().view(af), b().view(cf), b().view(of), "add").occupancy_cycles, std::max(min_ii, 2 * n));
+  // bf16 inputs but an fp32 output: not "all dtypes bf16": 2N.
+  EXPECT_DOUBLE_EQ(emit(first_half(a), b().view(c2), b().view(of), "add").occupancy_cycles, std::max(min_ii, 2 * n));
+  // One input in PSUM, the other in SBUF (fp32, any op): N.
+  uint32_t p = b().psum("p", DType::fp32, {128, 512});
+  EXPECT_DOUBLE_EQ(emit(b().view(p), b().view(cf), b().view(of), "divide").occupancy_cycles, std::max(min_ii, n));
+  EXPECT_DOUBLE_EQ(emit(b().view(cf), b().view(p), b().view(of), "maximum").occupancy_cycles, std::max(min_ii, n));
+  // Small N: MIN_II.
+  auto first16 = [&](uint32_t t) { return b().view(t, {Slice::all(), Slice::range(0, 16)}); };
+  EXPECT_DOUBLE_EQ(emit(first16(af), first16(cf), first16(of), "divide").occupancy_cycles, std::max(min_ii, 2 * 16.0));
+}
+
+TEST_P(CostModelTest, VectorCopyAndTensorScalarUseThePerformanceModes) {
+  const double n = 512, min_ii = vector_min_ii();
+  // Perf modes are v3+ (A-V3); trn1 lists only [1].
+  const uint32_t four = v3_or_later() ? 4 : 1, two = v3_or_later() ? 2 : 1;
+  uint32_t src = b().sbuf("src", DType::bf16, {128, 1024});
+  uint32_t dst = b().sbuf("dst", DType::bf16, {128, 512});
+  uint32_t dstf = b().sbuf("dstf", DType::fp32, {128, 512});
+  uint32_t ps = b().psum("ps", DType::bf16, {128, 512});
+  uint32_t psf = b().psum("psf", DType::fp32, {128, 512});
+  auto contiguous = b().view(src, {Slice::all(), Slice::range(0, 512)});
+  auto strided = b().view(src, {Slice::all(), Slice::range(0, 1024, 2)});
+
+  // bf16 SBUF -> SBUF, contiguous: 4x.
+  b().emit(Opcode::tensor_copy).tensor("dst", b().view(dst)).tensor("src", contiguous);
+  EXPECT_EQ(k.cost().performance_mode, four);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n / four));
+  b().emit(Opcode::tensor_scalar).tensor("dst", b().view(dst)).tensor("data", contiguous).word("op0", "add")
+      .imm("operand0", 1.0);
+  EXPECT_EQ(k.cost().performance_mode, four);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n / four));
+  // Non-contiguous input: 2x.
+  b().emit(Opcode::tensor_copy).tensor("dst", b().view(dst)).tensor("src", strided);
+  EXPECT_EQ(k.cost().performance_mode, two);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n / two));
+  // One side in PSUM (bf16): 2x.
+  b().emit(Opcode::tensor_scalar).tensor("dst", b().view(dst)).tensor("data", b().view(ps)).word("op0", "multiply")
+      .imm("operand0", 2.0);
+  EXPECT_EQ(k.cost().performance_mode, two);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n / two));
+  // fp32 on either side: no perf mode.
+  b().emit(Opcode::tensor_copy).tensor("dst", b().view(dstf)).tensor("src", contiguous);
+  EXPECT_EQ(k.cost().performance_mode, 1u);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n));
+  b().emit(Opcode::tensor_copy).tensor("dst", b().view(dst)).tensor("src", b().view(psf));
+  EXPECT_EQ(k.cost().performance_mode, 1u);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n));
+  // A small copy in 4x mode is still bound by MIN_II.
+  b().emit(Opcode::tensor_copy)
+      .tensor("dst", b().view(dst, {Slice::all(), Slice::range(0, 128)}))
+      .tensor("src", b().view(src, {Slice::all(), Slice::range(0, 128)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 128.0 / four));
+}
+
+TEST_P(CostModelTest, VectorScalarTensorTensorIsNOnlyForBf16SubtractMultiplyEvenN) {
+  uint32_t d = b().sbuf("d", DType::bf16, {128, 512});
+  uint32_t o1 = b().sbuf("o1", DType::bf16, {128, 512});
+  uint32_t df = b().sbuf("df", DType::fp32, {128, 512});
+  uint32_t out = b().sbuf("out", DType::bf16, {128, 512});
+  auto emit = [&](const isa::AccessPattern& data, const isa::AccessPattern& operand1, const isa::AccessPattern& dst,
+                  const char* op0, const char* op1) {
+    b().emit(Opcode::scalar_tensor_tensor)
+        .tensor("dst", dst)
+        .tensor("data", data)
+        .word("op0", op0)
+        .imm("operand0", 1.0)
+        .word("op1", op1)
+        .tensor("operand1", operand1);
+    return k.cost().occupancy_cycles;
+  };
+  EXPECT_DOUBLE_EQ(emit(b().view(d), b().view(o1), b().view(out), "subtract", "multiply"), 512.0);
+  EXPECT_DOUBLE_EQ(emit(b().view(d), b().view(o1), b().view(out), "add", "multiply"), 2 * 512.0);
+  EXPECT_DOUBLE_EQ(emit(b().view(df), b().view(o1), b().view(out), "subtract", "multiply"), 2 * 512.0);
+  auto odd = [&](uint32_t t) { return b().view(t, {Slice::all(), Slice::range(0, 511)}); };
+  EXPECT_DOUBLE_EQ(emit(odd(d), odd(o1), odd(out), "subtract", "multiply"), 2 * 511.0);
+}
+
+TEST_P(CostModelTest, VectorTensorReduceIsHalfNForBf16AddOrMax) {
+  uint32_t d = b().sbuf("d", DType::bf16, {128, 512});
+  uint32_t r = b().sbuf("r", DType::bf16, {128, 1});
+  uint32_t df = b().sbuf("df", DType::fp32, {128, 512});
+  uint32_t rf = b().sbuf("rf", DType::fp32, {128, 1});
+  auto emit = [&](uint32_t data, uint32_t dst, const char* op) {
+    b().emit(Opcode::tensor_reduce).tensor("dst", b().view(dst)).word("op", op).tensor("data", b().view(data))
+        .word("axis", "[1]");
+    return k.cost().occupancy_cycles;
+  };
+  EXPECT_DOUBLE_EQ(emit(d, r, "add"), 512.0 / 2);
+  EXPECT_DOUBLE_EQ(emit(d, r, "maximum"), 512.0 / 2);
+  EXPECT_DOUBLE_EQ(emit(d, r, "minimum"), 512.0);
+  EXPECT_DOUBLE_EQ(emit(df, rf, "add"), 512.0);
+  EXPECT_DOUBLE_EQ(emit(d, rf, "add"), 512.0);  // bf16 in, fp32 out
+}
+
+TEST_P(CostModelTest, VectorScanStatsReciprocalFormulas) {
+  const double min_ii = vector_min_ii();
+  uint32_t a = b().sbuf("a", DType::fp32, {128, 512});
+  uint32_t c = b().sbuf("c", DType::fp32, {128, 512});
+  uint32_t out = b().sbuf("out", DType::fp32, {128, 512});
+  b().emit(Opcode::tensor_tensor_scan)
+      .tensor("dst", b().view(out))
+      .tensor("data0", b().view(a))
+      .tensor("data1", b().view(c))
+      .imm("initial", 0.0)
+      .word("op0", "multiply")
+      .word("op1", "add");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2 * 512.0));
+  b().emit(Opcode::tensor_tensor_scan)
+      .tensor("dst", b().view(out, {Slice::all(), Slice::range(0, 16)}))
+      .tensor("data0", b().view(a, {Slice::all(), Slice::range(0, 16)}))
+      .tensor("data1", b().view(c, {Slice::all(), Slice::range(0, 16)}))
+      .imm("initial", 0.0)
+      .word("op0", "multiply")
+      .word("op1", "add");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2 * 16.0));
+
+  uint32_t stats = b().sbuf("stats", DType::fp32, {128, 60});
+  b().emit(Opcode::bn_stats)
+      .tensor("dst", b().view(stats, {Slice::all(), Slice::range(0, 6)}))
+      .tensor("data", b().view(a));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0));
+
+  uint32_t agg = b().sbuf("agg", DType::fp32, {128, 2});
+  b().emit(Opcode::bn_aggr).tensor("dst", b().view(agg)).tensor("data", b().view(stats));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 13 * (60.0 / 3)));
+  b().emit(Opcode::bn_aggr)
+      .tensor("dst", b().view(agg))
+      .tensor("data", b().view(stats, {Slice::all(), Slice::range(0, 6)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 13 * (6.0 / 3)));
+
+  b().emit(Opcode::reciprocal).tensor("dst", b().view(out)).tensor("data", b().view(a));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 8 * 512.0));
+}
+
+TEST_P(CostModelTest, VectorMemsetIsHalfNForZeroInto16BitFloat) {
+  const double min_ii = vector_min_ii();
+  uint32_t h = b().sbuf("h", DType::bf16, {128, 512});
+  uint32_t f = b().sbuf("f", DType::fp16, {128, 512});
+  uint32_t s = b().sbuf("s", DType::fp32, {128, 512});
+  b().emit(Opcode::memset).tensor("dst", b().view(h)).imm("value", 0.0);
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0 / 2));
+  b().emit(Opcode::memset).tensor("dst", b().view(f)).imm("value", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0 / 2));
+  b().emit(Opcode::memset).tensor("dst", b().view(h)).imm("value", 1.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0));
+  b().emit(Opcode::memset).tensor("dst", b().view(s)).imm("value", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0));
+  b().emit(Opcode::memset).tensor("dst", b().view(h, {Slice::all(), Slice::range(0, 64)})).imm("value", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 64.0 / 2));
+}
+
+TEST_P(CostModelTest, VectorMax8FindIndexAndTransposeAreN) {
+  const double min_ii = vector_min_ii();
+  uint32_t d = b().sbuf("d", DType::fp32, {128, 1024});
+  uint32_t top = b().sbuf("top", DType::fp32, {128, 8});
+  uint32_t idx = b().sbuf("idx", DType::uint32, {128, 8});
+  b().emit(Opcode::max8).tensor("dst", b().view(top)).tensor("src", b().view(d));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 1024.0));
+  b().emit(Opcode::nc_find_index8).tensor("dst", b().view(idx)).tensor("data", b().view(d)).tensor("vals",
+                                                                                                   b().view(top));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 1024.0));
+  // Small input: at least MIN_II.
+  b().emit(Opcode::max8).tensor("dst", b().view(top)).tensor("src", b().view(d, {Slice::all(), Slice::range(0, 16)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 16.0));
+
+  uint32_t t = b().sbuf("t", DType::bf16, {32, 32});
+  uint32_t tt = b().sbuf("tt", DType::bf16, {32, 32});
+  b().emit(Opcode::nc_transpose).tensor("dst", b().view(tt)).tensor("data", b().view(t)).on(Engine::vector);
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 32.0));
+}
+
+TEST(CostModelVector, RangeSelectIsMaxOfMinIiAndN) {
+  for (const char* name : {"trn2", "trn3"}) {
+    Kernel k(name);
+    auto& b = k.b();
+    uint32_t x = b.sbuf("x", DType::fp32, {128, 512});
+    uint32_t lo = b.sbuf("lo", DType::fp32, {128, 1});
+    uint32_t hi = b.sbuf("hi", DType::fp32, {128, 1});
+    uint32_t out = b.sbuf("out", DType::fp32, {128, 512});
+    b.emit(Opcode::range_select)
+        .tensor("dst", b.view(out))
+        .tensor("on_true_tile", b.view(x))
+        .word("comp_op0", "greater_equal")
+        .word("comp_op1", "less")
+        .tensor("bound0", b.view(lo))
+        .tensor("bound1", b.view(hi));
+    EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(64.0, 512.0)) << name;
+  }
+}
+
+TEST_P(CostModelTest, VectorPredicatedCopyAndSelectReduceAreNWhenStraddlingSbufAndPsum) {
+  const double min_ii = vector_min_ii(), n = 512;
+  uint32_t dst = b().sbuf("dst", DType::fp32, {128, 512});
+  uint32_t src = b().sbuf("src", DType::fp32, {128, 512});
+  uint32_t pred = b().sbuf("pred", DType::fp32, {128, 512});
+  uint32_t ps = b().psum("ps", DType::fp32, {128, 512});
+
+  b().emit(Opcode::tensor_copy_predicated).tensor("dst", b().view(dst)).tensor("src", b().view(ps))
+      .tensor("predicate", b().view(pred));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n));
+  b().emit(Opcode::tensor_copy_predicated).tensor("dst", b().view(dst)).tensor("src", b().view(src))
+      .tensor("predicate", b().view(pred));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2 * n));
+
+  b().emit(Opcode::select_reduce).tensor("dst", b().view(dst)).tensor("predicate", b().view(pred))
+      .tensor("on_true", b().view(ps)).imm("on_false", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, n));
+  b().emit(Opcode::select_reduce).tensor("dst", b().view(dst)).tensor("predicate", b().view(pred))
+      .tensor("on_true", b().view(src)).imm("on_false", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2 * n));
+}
+
+// ---- Scalar engine ----
+
+TEST_P(CostModelTest, ScalarActivationAddsTheAccumulatorReadout) {
+  const double min_ii = scalar_min_ii(), readout = hw().core.scalar.accumulator_readout_cycles;
+  uint32_t x = b().sbuf("x", DType::fp32, {128, 512});
+  uint32_t y = b().sbuf("y", DType::fp32, {128, 512});
+  uint32_t r = b().sbuf("r", DType::fp32, {128, 1});
+  b().emit(Opcode::activation).tensor("dst", b().view(y)).word("op", "exp").tensor("data", b().view(x));
+  ComputeCost c = k.cost();
+  EXPECT_EQ(c.engine, Engine::scalar);
+  EXPECT_DOUBLE_EQ(c.clock_ghz, hw().core.scalar.clock_ghz);
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, std::max(min_ii, 512.0));
+  EXPECT_DOUBLE_EQ(c.latency_cycles, hw().core.scalar.fixed_overhead_cycles);
+  // V9: a dependent chain of tiny activations issues every MIN_II + overhead = 264 cycles.
+  b().emit(Opcode::activation).tensor("dst", b().view(y, {Slice::all(), Slice::range(0, 1)})).word("op", "exp")
+      .tensor("data", b().view(x, {Slice::all(), Slice::range(0, 1)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles + k.cost().latency_cycles, 264.0);
+
+  b().emit(Opcode::activation).tensor("dst", b().view(y)).word("op", "exp").tensor("data", b().view(x))
+      .word("reduce_op", "add").tensor("reduce_res", b().view(r));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0) + readout);
+  b().emit(Opcode::activation_reduce).tensor("dst", b().view(y)).word("op", "exp").tensor("data", b().view(x))
+      .word("reduce_op", "add").tensor("reduce_res", b().view(r));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0) + readout);
+  b().emit(Opcode::activation_reduce).tensor("dst", b().view(y, {Slice::all(), Slice::range(0, 8)}))
+      .word("op", "exp").tensor("data", b().view(x, {Slice::all(), Slice::range(0, 8)}))
+      .word("reduce_op", "add").tensor("reduce_res", b().view(r));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 8.0) + readout);
+}
+
+TEST_P(CostModelTest, ScalarCopyAndTensorScalarTwiceAsFastForBf16OnV4) {
+  if (!v3_or_later()) GTEST_SKIP() << "ScalarE tensor_scalar/tensor_copy are v3+";
+  const double min_ii = scalar_min_ii();
+  // A-V4: 2x for bf16/fp16 on v4 only.
+  const uint32_t two = hw().generation >= Generation::trn3 ? 2 : 1;
+  uint32_t h = b().sbuf("h", DType::bf16, {128, 512});
+  uint32_t h2 = b().sbuf("h2", DType::bf16, {128, 512});
+  uint32_t f = b().sbuf("f", DType::fp32, {128, 512});
+  b().emit(Opcode::tensor_copy).tensor("dst", b().view(h2)).tensor("src", b().view(h)).on(Engine::scalar);
+  EXPECT_EQ(k.cost().engine, Engine::scalar);
+  EXPECT_EQ(k.cost().performance_mode, two);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0 / two));
+  b().emit(Opcode::tensor_scalar).tensor("dst", b().view(h2)).tensor("data", b().view(h)).word("op0", "multiply")
+      .imm("operand0", 2.0).on(Engine::scalar);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0 / two));
+  b().emit(Opcode::tensor_scalar).tensor("dst", b().view(f)).tensor("data", b().view(h)).word("op0", "multiply")
+      .imm("operand0", 2.0).on(Engine::scalar);
+  EXPECT_EQ(k.cost().performance_mode, 1u);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0));
+}
+
+// ---- GpSimd engine ----
+
+TEST_P(CostModelTest, GpSimdIsStartPlusN) {
+  const double start = gpsimd_start(), n = 512;
+  uint32_t x = b().sbuf("x", DType::fp32, {128, 512});
+  uint32_t y = b().sbuf("y", DType::fp32, {128, 512});
+  uint32_t i = b().sbuf("i", DType::int32, {128, 512});
+  b().emit(Opcode::iota).tensor("dst", b().view(i)).word("pattern", "[[1, 512]]");
+  ComputeCost c = k.cost();
+  EXPECT_EQ(c.engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(c.clock_ghz, hw().core.gpsimd.clock_ghz);
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, start + n);
+  EXPECT_DOUBLE_EQ(c.latency_cycles, 0);  // GPSIMD_START is engine time, not a latency
+
+  b().emit(Opcode::affine_select).tensor("dst", b().view(y)).word("pattern", "[[-1, 512]]")
+      .imm("channel_multiplier", 1).tensor("on_true_tile", b().view(x)).imm("on_false_value", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + n);
+  b().emit(Opcode::memset).tensor("dst", b().view(y)).imm("value", 0.0).on(Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + n);
+  b().emit(Opcode::tensor_copy).tensor("dst", b().view(y)).tensor("src", b().view(x)).on(Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + n);
+  b().emit(Opcode::tensor_tensor).tensor("dst", b().view(y)).tensor("data1", b().view(x)).tensor("data2", b().view(x))
+      .word("op", "power").on(Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + n);
+  b().emit(Opcode::tensor_scalar).tensor("dst", b().view(y)).tensor("data", b().view(x)).word("op0", "rsqrt")
+      .imm("operand0", 0.0).on(Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + n);
+  b().emit(Opcode::iota).tensor("dst", b().view(i, {Slice::all(), Slice::range(0, 4)})).word("pattern", "[[1, 4]]");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + 4);
+}
+
+TEST_P(CostModelTest, GpSimdPartitionReduceWalksEachProcessorsPartitions) {
+  const double start = gpsimd_start();
+  // lanes / processors = 128 / 8 = 16 partitions per processor.
+  EXPECT_EQ(hw().core.gpsimd.lanes / hw().core.gpsimd.processors, 16u);
+  uint32_t x = b().sbuf("x", DType::fp32, {128, 64});
+  uint32_t r = b().sbuf("r", DType::fp32, {1, 64});
+  b().emit(Opcode::tensor_partition_reduce).tensor("dst", b().view(r)).word("op", "add").tensor("data", b().view(x));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + 64 * std::ceil(128 / 16.0));
+  b().emit(Opcode::tensor_partition_reduce).tensor("dst", b().view(r)).word("op", "add")
+      .tensor("data", b().view(x, {Slice::range(0, 20)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, start + 64 * std::ceil(20 / 16.0));
+}
+
+// ---- synchronisation ----
+
+TEST_P(CostModelTest, SemaphoresCostTheIssuingEnginesFixedCost) {
+  b().emit(Opcode::sem_signal).imm("sem", 3);
+  ComputeCost c = k.cost();
+  EXPECT_EQ(c.engine, Engine::sync);
+  EXPECT_DOUBLE_EQ(c.clock_ghz, hw().core.sync.clock_ghz);
+  EXPECT_DOUBLE_EQ(c.occupancy_cycles, hw().core.sync.fixed_overhead_cycles);
+  EXPECT_DOUBLE_EQ(c.latency_cycles, 0);
+  b().emit(Opcode::barrier);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, hw().core.sync.fixed_overhead_cycles);
+  b().emit(Opcode::sem_wait).imm("sem", 3).imm("value", 1).on(Engine::vector);
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(k.cost().clock_ghz, hw().core.vector.clock_ghz);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, vector_min_ii());
+  b().emit(Opcode::sem_signal).imm("sem", 3).on(Engine::tensor);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, tensor_min_ii());
+}
+
+// ---- DMA ----
+
+TEST(CostModelDma, V8OneEngineMoves32KiBIn1416ns) {
+  Kernel k("trn2");
+  auto& b = k.b();
+  uint32_t a = b.hbm("A", DType::bf16, {4, 4096}, isa::AllocationRole::input);
+  uint32_t s = b.sbuf("s", DType::bf16, {4, 4096});
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(s)).tensor("src", b.view(a));
+  DmaCost c = k.dma();
+  const DmaConfig& dma = k.hw().core.dma;
+  EXPECT_EQ(c.bytes, 32768u);
+  EXPECT_EQ(c.first_engine, 0u);
+  EXPECT_EQ(c.engines, 1u);      // 4 partitions, 8 per engine
+  EXPECT_EQ(c.descriptors, 4u);  // one 8 KiB row per partition; the HBM side is one run
+  EXPECT_TRUE(c.reads_hbm);
+  EXPECT_FALSE(c.writes_hbm);
+  EXPECT_DOUBLE_EQ(c.bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps);
+  EXPECT_DOUBLE_EQ(c.dge_ns, 0);
+  EXPECT_DOUBLE_EQ(c.engine_ns(), dma.fixed_latency_ns + 4 * dma.descriptor_overhead_ns + 32768 / 27.2);
+  EXPECT_NEAR(c.engine_ns(), 1416, 0.1 * 1416);  // V8
+}
+
+TEST_P(CostModelTest, DmaSpreadsOverTheEnginesOfItsPartitions) {
+  const DmaConfig& dma = hw().core.dma;
+  const uint32_t engines = dma.engines_per_core, per_engine = 128 / engines;
+  uint32_t a = b().hbm("A", DType::bf16, {128, 128}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::bf16, {128, 128});
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a));
+  DmaCost c = k.dma();
+  EXPECT_EQ(c.engines, engines);  // 128 partitions: all 16 engines, 2 KiB each
+  EXPECT_EQ(c.first_engine, 0u);
+  EXPECT_EQ(c.bytes, 128u * 128 * 2);
+  EXPECT_EQ(c.descriptors, 128u);
+  EXPECT_DOUBLE_EQ(c.descriptor_ns, 128.0 / engines * dma.descriptor_overhead_ns);
+  EXPECT_DOUBLE_EQ(c.engine_ns(), dma.fixed_latency_ns + 128.0 / engines * dma.descriptor_overhead_ns +
+                                      (128.0 * 128 * 2 / engines) / dma.bandwidth_per_engine_gbps);
+
+  // Partitions [8, 24): engines 1 and 2.
+  b().emit(Opcode::dma_copy)
+      .tensor("dst", b().view(s, {Slice::range(8, 24)}))
+      .tensor("src", b().view(a, {Slice::range(0, 16)}));
+  EXPECT_EQ(k.dma().first_engine, 8 / per_engine);
+  EXPECT_EQ(k.dma().engines, (23 / per_engine) - (8 / per_engine) + 1);
+  // Partitions [5, 13) straddle engines 0 and 1.
+  b().emit(Opcode::dma_copy)
+      .tensor("dst", b().view(s, {Slice::range(5, 13)}))
+      .tensor("src", b().view(a, {Slice::range(0, 8)}));
+  EXPECT_EQ(k.dma().first_engine, 0u);
+  EXPECT_EQ(k.dma().engines, 2u);
+
+  // SBUF -> HBM writes HBM.
+  uint32_t out = b().hbm("out", DType::bf16, {128, 128}, isa::AllocationRole::output);
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(out)).tensor("src", b().view(s));
+  EXPECT_FALSE(k.dma().reads_hbm);
+  EXPECT_TRUE(k.dma().writes_hbm);
+
+  // HBM -> HBM: every engine.
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(out)).tensor("src", b().view(a));
+  EXPECT_EQ(k.dma().engines, engines);
+  EXPECT_TRUE(k.dma().reads_hbm && k.dma().writes_hbm);
+  EXPECT_EQ(k.dma().descriptors, 1u);  // both sides one contiguous run
+}
+
+TEST_P(CostModelTest, DmaDescriptorsAreTheChunksContiguousOnBothSides) {
+  uint32_t a = b().hbm("A", DType::bf16, {64, 128}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::bf16, {64, 64});
+  // Every other HBM element: each element is its own run (64 x 64), the SBUF rows add no breaks.
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a, {Slice::all(),
+                                                                                   Slice::range(0, 128, 2)}));
+  EXPECT_EQ(k.dma().descriptors, 64u * 64);
+  // HBM rows of 64 out of 128: 64 runs on both sides.
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a, {Slice::all(),
+                                                                                   Slice::range(0, 64)}));
+  EXPECT_EQ(k.dma().descriptors, 64u);
+  // A contiguous HBM block [32, 128] into SBUF rows of 64 split in two: runs of 64 on the SBUF side.
+  uint32_t s2 = b().sbuf("s2", DType::bf16, {64, 2, 32});
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s2)).tensor("src", b().view(a, {Slice::range(0, 32)}));
+  EXPECT_EQ(k.dma().descriptors, 64u);
+}
+
+TEST_P(CostModelTest, DmaHardwareDgeAddsItsInstructionTime) {
+  uint32_t a = b().hbm("A", DType::bf16, {128, 128}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::bf16, {128, 128});
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dge_mode", "hwdge");
+  EXPECT_DOUBLE_EQ(k.dma().dge_ns, hw().core.dma.hardware_dge_instruction_ns);
+  EXPECT_DOUBLE_EQ(hw().core.dma.hardware_dge_instruction_ns, v3_or_later() ? 600.0 : 0.0);  // A-V3
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dge_mode", "swdge");
+  EXPECT_DOUBLE_EQ(k.dma().dge_ns, 0);
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a));
+  EXPECT_DOUBLE_EQ(k.dma().dge_ns, 0);
+}
+
+TEST_P(CostModelTest, DmaReadAddWriteRunsAtItsEfficiency) {
+  const DmaConfig& dma = hw().core.dma;
+  uint32_t a = b().hbm("A", DType::fp32, {128, 128}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::fp32, {128, 128});
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dst_rmw_op", "add");
+  // A-V4: 50% through the collective engines before v4, full copy throughput on v4.
+  double efficiency = hw().generation >= Generation::trn3 ? 1.0 : 0.5;
+  EXPECT_DOUBLE_EQ(dma.read_add_write_efficiency, efficiency);
+  EXPECT_DOUBLE_EQ(k.dma().bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps * efficiency);
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dst_rmw_op", "none");
+  EXPECT_DOUBLE_EQ(k.dma().bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps);
+}
+
+TEST(CostModelDma, TransposeRunsAtItsEfficiency) {
+  for (const char* name : {"trn2", "trn3"}) {
+    Kernel k(name);
+    auto& b = k.b();
+    const DmaConfig& dma = k.hw().core.dma;
+    uint32_t a = b.hbm("A", DType::bf16, {16, 128}, isa::AllocationRole::input);
+    uint32_t s = b.sbuf("s", DType::bf16, {128, 16});
+    uint32_t s2 = b.sbuf("s2", DType::bf16, {16, 128});
+    b.emit(Opcode::dma_transpose).tensor("dst", b.view(s)).tensor("src", b.view(a));
+    DmaCost c = k.dma();
+    EXPECT_EQ(c.bytes, 16u * 128 * 2) << name;
+    EXPECT_EQ(c.engines, dma.engines_per_core) << name;  // 128 SBUF partitions
+    EXPECT_EQ(c.descriptors, 128u) << name;              // the SBUF side's rows (the HBM side is one run)
+    EXPECT_DOUBLE_EQ(c.bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps * 0.9) << name;  // A-V3 HBM->SBUF
+    b.emit(Opcode::dma_transpose).tensor("dst", b.view(s)).tensor("src", b.view(s2));
+    EXPECT_DOUBLE_EQ(k.dma().bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps * 0.5) << name;  // SBUF->SBUF
+  }
+}
+
+TEST(CostModelDma, ComputeAndDmaCostsRejectTheOtherKind) {
+  Kernel k("trn2");
+  auto& b = k.b();
+  uint32_t a = b.hbm("A", DType::bf16, {4, 64}, isa::AllocationRole::input);
+  uint32_t s = b.sbuf("s", DType::bf16, {4, 64});
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(s)).tensor("src", b.view(a));
+  EXPECT_TRUE(is_dma(b.program().instructions.back()));
+  EXPECT_THROW(k.cost(), std::logic_error);
+  b.emit(Opcode::memset).tensor("dst", b.view(s)).imm("value", 0.0);
+  EXPECT_FALSE(is_dma(b.program().instructions.back()));
+  EXPECT_THROW(k.dma(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace trnsim::sim
