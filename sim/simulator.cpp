@@ -46,9 +46,14 @@ SimResult simulate(const isa::Program& program, const HardwareConfig& config, co
   if (options.trace) result.trace = std::make_unique<TraceWriter>();
   std::vector<isa::CoreState*> states;
   for (uint32_t core : options.cores) {
+    // Timing-only runs need no memories (SBUF alone is tens of MiB to clear).
+    if (options.timing_only) {
+      states.push_back(nullptr);
+      continue;
+    }
     result.states.push_back(std::make_unique<isa::CoreState>(config.core, program));
     if (prepare) prepare(core, *result.states.back());
-    states.push_back(options.timing_only ? nullptr : result.states.back().get());
+    states.push_back(result.states.back().get());
   }
   CoreRunOptions core_options;
   core_options.timing_only = options.timing_only;

@@ -26,7 +26,7 @@ struct SimOptions {
 struct SimResult {
   SimStats stats;
   std::unique_ptr<TraceWriter> trace;                  // when SimOptions::trace
-  std::vector<std::unique_ptr<isa::CoreState>> states;  // one per core (values unless timing-only)
+  std::vector<std::unique_ptr<isa::CoreState>> states;  // one per core with values; empty when timing-only
 };
 
 // `prepare` (optional) fills each core's memories (e.g. HBM inputs) before the run.

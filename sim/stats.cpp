@@ -53,7 +53,7 @@ std::string SimStats::summary() const {
   std::snprintf(line, sizeof line, "  matmul: %.3f TFLOPS achieved (%s), MFU %.1f%% of %.1f TFLOPS\n",
                 achieved_tflops(), flops_dtype.empty() ? "-" : flops_dtype.c_str(), 100 * mfu(), peak_tflops);
   out << line;
-  std::snprintf(line, sizeof line, "  DMA: %.1f MB moved, %.1f GB/s; SBUF high water %.1f KiB/partition-set, PSUM %.1f KiB\n",
+  std::snprintf(line, sizeof line, "  DMA: %.1f MB moved, %.1f GB/s; high water: SBUF %.1f KiB, PSUM %.1f KiB\n",
                 dma_bytes / 1e6, dma_achieved_gbps(), sbuf_high_water_bytes / 1024.0, psum_high_water_bytes / 1024.0);
   out << line;
   std::snprintf(line, sizeof line, "  simulator: %.3f s host, %.2f M instructions per host second\n", host_seconds,

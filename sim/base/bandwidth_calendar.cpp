@@ -41,12 +41,15 @@ double BandwidthCalendar::reserve(double start_ns, double bytes, double max_rate
       const double available = std::min(rate, headroom);
       const double fits = available * (t1 - t0);  // inf for the open-ended last segment
       double finish = t1;
+      bool book = true;
       if (remaining < fits) {
         finish = t0 + remaining / available;
-        if (finish < t1) {
-          // Split: the tail of this segment keeps its old rate. (finish > t0 holds: remaining is more
-          // than a rounding residue, see below, and t0 is not a sliver away from finish.)
-          if (finish > t0) m_used.emplace_hint(next, finish, it->second);
+        if (finish <= t0) {
+          // The rest is below the resolution of t0 (late in a long run): done at t0, nothing to book.
+          finish = t0;
+          book = false;
+        } else if (finish < t1) {
+          m_used.emplace_hint(next, finish, it->second);  // split: the tail keeps its old rate
         } else {
           finish = t1;  // rounding put the end on the boundary; the whole segment is used
         }
@@ -54,8 +57,10 @@ double BandwidthCalendar::reserve(double start_ns, double bytes, double max_rate
       } else {
         remaining -= fits;
       }
-      it->second += available;
-      if (it->second > m_capacity - snap) it->second = m_capacity;
+      if (book) {
+        it->second += available;
+        if (it->second > m_capacity - snap) it->second = m_capacity;
+      }
       // Done, or only a rounding residue of the bytes is left: that must not open a sliver segment.
       if (remaining <= bytes * kRateTolerance) {
         // Coalesce the touched range: from the segment before the start (it may now equal the first

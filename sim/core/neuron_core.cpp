@@ -68,7 +68,8 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_psum("psum", trnsim::OnChipMemory::psum, config.core, program),
       m_hbm(hbm),
       m_tracker(config, program),
-      m_slice_of(program.instructions.size(), -1) {
+      m_slice_of(trace ? program.instructions.size() : 0, -1),
+      m_opcode_counts(isa::kOpcodeCount, 0) {
   if (m_state && !m_options.timing_only) {
     m_rng = std::make_unique<numerics::StochasticSource>(options.interpreter.stochastic_seed + index);
     m_workers = std::make_unique<isa::HostWorkers>(options.interpreter.host_threads);
@@ -111,6 +112,9 @@ void NeuronCore::run() {
                           (inst.source_line ? " (line " + std::to_string(inst.source_line) + ")" : "") + " " +
                           inst.spec().name + ": " + e.what());
     }
+    // A lone core is the only one booking HBM: bookings before its earliest possible next DMA
+    // can be dropped, which keeps the calendars small on long programs.
+    if (!m_options.decoupled && (i & 4095) == 4095) m_hbm.forget_before(m_dma.earliest_next_start_ns());
     // Temporal decoupling: run ahead of the SystemC clock by at most one quantum.
     double now_ns = sc_core::sc_time_stamp().to_seconds() * 1e9;
     if (m_options.decoupled && m_local_ns - now_ns > m_options.quantum_ns) {
@@ -124,7 +128,11 @@ void NeuronCore::run() {
 
 void NeuronCore::step(size_t index) {
   const isa::Instruction& inst = m_program.instructions[index];
-  std::vector<const isa::AccessPattern*> reads, writes;
+  // Reused buffers: a million instructions should not mean a million allocations.
+  std::vector<const isa::AccessPattern*>& reads = m_reads;
+  std::vector<const isa::AccessPattern*>& writes = m_writes;
+  reads.clear();
+  writes.clear();
   collect_accesses(inst, reads, writes);
   Dependency dependency = m_tracker.query(reads, writes);
   double ready = dependency.ready_ns;
@@ -199,7 +207,7 @@ void NeuronCore::step(size_t index) {
     }
   }
   m_tracker.record(static_cast<int64_t>(index), slot.done_ns, reads, writes);
-  ++m_opcode_counts[inst.spec().name];
+  ++m_opcode_counts[static_cast<size_t>(inst.opcode)];
   m_local_ns = std::max(m_local_ns, slot.start_ns);
   m_finish_ns = std::max(m_finish_ns, slot.done_ns);
 
@@ -255,9 +263,10 @@ void NeuronCore::add_stats(SimStats& stats) const {
     stats.engines[prefix + std::string(enum_name(e->engine_kind()))] = e->stats();
   }
   stats.engines[prefix + "dma"] = m_dma.stats();
-  for (const auto& [opcode, count] : m_opcode_counts) {
-    stats.instructions[opcode] += count;
-    stats.simulated_instructions += count;
+  for (size_t opcode = 0; opcode < m_opcode_counts.size(); ++opcode) {
+    if (!m_opcode_counts[opcode]) continue;
+    stats.instructions[isa::instruction_spec(static_cast<isa::Opcode>(opcode)).name] += m_opcode_counts[opcode];
+    stats.simulated_instructions += m_opcode_counts[opcode];
   }
   stats.dma_bytes += m_dma.bytes();
   DType dtype = DType::bf16;

@@ -6,6 +6,7 @@
 // program order (the hardware interleaves them round-robin; throughput is the same).
 #pragma once
 
+#include <algorithm>
 #include <systemc>
 #include <utility>
 #include <vector>
@@ -27,6 +28,12 @@ class DmaSystem : public sc_core::sc_module {
   EngineStats stats() const;
   uint64_t bytes() const { return m_bytes; }
   double last_done_ns() const { return m_last_done_ns; }
+  // No later transfer of this core starts before this (each waits for its queue).
+  double earliest_next_start_ns() const {
+    double t = m_queue_free_ns.empty() ? 0 : m_queue_free_ns.front();
+    for (double q : m_queue_free_ns) t = std::min(t, q);
+    return t;
+  }
 
  private:
   const DmaConfig& m_config;

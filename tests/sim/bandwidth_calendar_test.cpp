@@ -79,6 +79,11 @@ TEST(BandwidthCalendar, ZeroBytesCompleteAtTheirStart) {
   EXPECT_TRUE(BandwidthCalendarTestPeer::profile(c).empty());
   c.reserve(0, 1000);
   EXPECT_EQ(c.reserve(50, 0), 50);  // even inside a fully booked stretch
+  // Bytes too few to move the clock at its magnitude (1e-7 ns at 1e12 ns) finish at once, booking nothing.
+  BandwidthCalendar late(10.0);
+  EXPECT_EQ(late.reserve(1e12, 1e-6), 1e12);
+  EXPECT_TRUE(BandwidthCalendarTestPeer::profile(late).size() <= 1);
+  EXPECT_EQ(late.reserve(1e12, 1000), 1e12 + 100);
 }
 
 TEST(BandwidthCalendar, ForgetBeforeKeepsLaterBookingsIdentical) {

@@ -205,8 +205,10 @@ TEST_F(DependencyTrackerTest, OverlappingStridedPatterns) {
   EXPECT_EQ(read_producer(t, hbm_block(3, 4096, 10, 11, 0, 128)), 0);      // a sub-block
   EXPECT_EQ(read_producer(t, hbm_block(3, 4096, 63, 1, 4000, 10)), -1);    // the tail of the last row
   EXPECT_EQ(read_producer(t, hbm_block(3, 4096, 63, 1, 0, 10)), 0);        // the head of the last row
-  // Columns 512..1023 share the rows' first 4 KiB granule with the write: conservatively dependent.
-  EXPECT_EQ(read_kind(t, hbm_block(3, 4096, 0, 64, 512, 512)), 'R');
+  // Columns 510..1021 share a 256-byte granule (bytes 1792..2047 of each row) with the write:
+  // conservatively dependent; columns 512.. start a granule of their own.
+  EXPECT_EQ(read_kind(t, hbm_block(3, 4096, 0, 64, 510, 512)), 'R');
+  EXPECT_EQ(read_kind(t, hbm_block(3, 4096, 0, 64, 512, 512)), ' ');
   // A transposed read (column-major walk: outer stride 1, inner stride = row width) spans all rows.
   AccessPattern column = hbm_block(3, 4096, 0, 1, 5, 1);
   column.partition = ApDim{1, 4};

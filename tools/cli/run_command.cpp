@@ -166,10 +166,9 @@ void run(const RunOptions& options) {
                                           for (const auto& [b, bytes] : loaded) state.hbm(b.allocation) = bytes;
                                         });
   double seconds = result.stats.host_seconds;
-  const isa::CoreState& state = *result.states.front();
-
   for (const Binding& b : outputs) {
     const isa::Allocation& a = program.allocations[b.allocation];
+    const isa::CoreState& state = *result.states.front();
     write_npy(b.path, tensor_bytes_to_npy(state.hbm(b.allocation), a.dtype, a.shape), options.force);
   }
   if (!options.stats_path.empty()) {
