@@ -18,6 +18,28 @@ CoreState::CoreState(const CoreConfig& core, const Program& program)
     const Allocation& a = program.allocations[i];
     if (a.space == MemorySpace::hbm) m_hbm[i].assign(a.total_elements() * dtype_size_bytes(a.dtype), 0);
   }
+  // Allocations may alias (explicit placement): a write to one changes the bytes of every
+  // allocation it overlaps, so each write bumps the versions of the whole overlap set.
+  m_versions.assign(program.allocations.size(), 0);
+  m_overlaps.resize(program.allocations.size());
+  for (size_t i = 0; i < program.allocations.size(); ++i) {
+    const Allocation& a = program.allocations[i];
+    for (size_t j = 0; j < program.allocations.size(); ++j) {
+      const Allocation& b = program.allocations[j];
+      bool overlap = i == j;
+      if (!overlap && a.space == b.space && a.space != MemorySpace::hbm) {
+        overlap = a.base_partition < b.base_partition + b.partitions() &&
+                  b.base_partition < a.base_partition + a.partitions() &&
+                  a.base_byte < b.base_byte + b.bytes_per_partition() &&
+                  b.base_byte < a.base_byte + a.bytes_per_partition();
+      }
+      if (overlap) m_overlaps[i].push_back(static_cast<uint32_t>(j));
+    }
+  }
+}
+
+void CoreState::bump_version(uint32_t allocation) {
+  for (uint32_t other : m_overlaps[allocation]) ++m_versions[other];
 }
 
 void CoreState::check_bounds(const AccessPattern& ap) const {
@@ -114,9 +136,17 @@ void pack_x4(DType dtype, const float* in, uint8_t* slot, numerics::RoundingMode
 }  // namespace
 
 Tile CoreState::read(const AccessPattern& ap) const {
+  Tile tile;
+  read_into(ap, tile);
+  return tile;
+}
+
+void CoreState::read_into(const AccessPattern& ap, Tile& tile) const {
   check_bounds(ap);
   uint32_t per_element = values_per_element(ap.dtype);
-  Tile tile(ap.partitions(), ap.free_elements() * per_element);
+  tile.partitions = ap.partitions();
+  tile.free = ap.free_elements() * per_element;
+  tile.values.resize(size_t(tile.partitions) * tile.free);  // every element is written below
   uint32_t esize = dtype_size_bytes(ap.dtype);
   for_each_element(ap, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
     float* out = tile.values.data() + index * per_element;
@@ -128,11 +158,11 @@ Tile CoreState::read(const AccessPattern& ap) const {
       for (uint32_t k = 0; k < count; ++k) out[k] = numerics::decode(ap.dtype, run + k * stride * esize);
     }
   });
-  return tile;
 }
 
 void CoreState::write(const AccessPattern& ap, const Tile& tile, numerics::RoundingMode rounding,
                       numerics::StochasticSource* rng) {
+  bump_version(ap.allocation);
   check_bounds(ap);
   uint32_t per_element = values_per_element(ap.dtype);
   if (tile.values.size() != ap.elements() * per_element) {
@@ -171,6 +201,33 @@ void CoreState::psum_banks(const AccessPattern& ap, uint32_t& first_partition, u
   last_bank = std::min<uint64_t>((a.base_byte + uint64_t(high + 1) * esize - 1) / bank_bytes, m_core.psum.banks - 1);
 }
 
+void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src) {
+  check_bounds(src);
+  check_bounds(dst);
+  if (src.dtype != dst.dtype || src.elements() != dst.elements()) {
+    throw IsaError("internal: copy_elements needs the same dtype and element count");
+  }
+  bump_version(dst.allocation);
+  const uint32_t esize = dtype_size_bytes(src.dtype);
+  std::vector<uint8_t> staging(src.elements() * esize);  // src and dst may overlap
+  for_each_element(src, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
+    uint8_t* out = staging.data() + index * esize;
+    if (stride == 1) {
+      std::memcpy(out, run, size_t(count) * esize);
+    } else {
+      for (uint32_t k = 0; k < count; ++k) std::memcpy(out + k * esize, run + k * stride * esize, esize);
+    }
+  });
+  for_each_element(dst, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
+    const uint8_t* in = staging.data() + index * esize;
+    if (stride == 1) {
+      std::memcpy(run, in, size_t(count) * esize);
+    } else {
+      for (uint32_t k = 0; k < count; ++k) std::memcpy(run + k * stride * esize, in + k * esize, esize);
+    }
+  });
+}
+
 bool CoreState::psum_accumulating(const AccessPattern& ap) const {
   if (m_program.allocation(ap).space != MemorySpace::psum) return false;
   uint32_t first_partition = 0;
@@ -197,6 +254,7 @@ void CoreState::set_psum_accumulating(const AccessPattern& ap, bool value) {
 }
 
 float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements) {
+  bump_version(ap.allocation);  // the caller writes through the pointer
   const Allocation& a = m_program.allocation(ap);
   if (ap.dtype != DType::fp32 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return nullptr;
   check_bounds(ap);

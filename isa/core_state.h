@@ -42,13 +42,22 @@ class CoreState {
   // elements" per slot): value j sits at bits [8j, 8j+8) of the little-endian 32-bit slot (fp8, i.e. byte j) or
   // bits [4j, 4j+4) of the little-endian 16-bit slot (fp4, i.e. the low nibble of byte 0 first), lowest bits first.
   Tile read(const AccessPattern& ap) const;
+  // The same into an existing tile, reusing its storage (hot loops read tiles of one size).
+  void read_into(const AccessPattern& ap, Tile& tile) const;
   // Writes `tile` (same value count: elements x values_per_element) through `ap`, rounding to the destination
   // dtype; x4 dtypes are packed in the order read() unpacks them.
   void write(const AccessPattern& ap, const Tile& tile, numerics::RoundingMode rounding = numerics::RoundingMode::nearest_even,
              numerics::StochasticSource* rng = nullptr);
 
+  // Copies the elements of `src` to `dst` byte for byte (same dtype, same element count, in
+  // row-major order of each side): what a DMA without a cast does.
+  void copy_elements(const AccessPattern& dst, const AccessPattern& src);
+
   // Raw bytes of an HBM allocation (inputs are loaded and outputs read here).
-  std::vector<uint8_t>& hbm(uint32_t allocation) { return m_hbm.at(allocation); }
+  std::vector<uint8_t>& hbm(uint32_t allocation) {
+    bump_version(allocation);
+    return m_hbm.at(allocation);
+  }
   const std::vector<uint8_t>& hbm(uint32_t allocation) const { return m_hbm.at(allocation); }
 
   // PSUM accumulation tracking for nc_matmul accumulate=auto, per (partition, bank) as the
@@ -61,6 +70,10 @@ class CoreState {
   // free dims in SBUF/PSUM, the address of partition 0's first element and the distance between
   // partitions in elements; nullptr otherwise. Bounds are checked.
   float* fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements);
+
+  // Changes whenever bytes of the allocation (or of one aliasing it) may have changed; lets
+  // callers keep fp32 copies of operands that are read again and again (matmul tiles).
+  uint64_t version(uint32_t allocation) const { return m_versions[allocation]; }
 
   const Program& program() const { return m_program; }
   const CoreConfig& core() const { return m_core; }
@@ -81,6 +94,9 @@ class CoreState {
   mutable std::vector<uint8_t> m_psum;
   std::vector<std::vector<uint8_t>> m_hbm;  // by allocation index; empty for on-chip allocations
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
+  std::vector<uint64_t> m_versions;                  // by allocation
+  std::vector<std::vector<uint32_t>> m_overlaps;     // allocations sharing bytes, by allocation
+  void bump_version(uint32_t allocation);
 };
 
 }  // namespace trnsim::isa

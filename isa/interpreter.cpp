@@ -16,6 +16,26 @@ void ExecContext::write(const AccessPattern& ap, const Tile& tile) {
   state.set_psum_accumulating(ap, false);
 }
 
+std::shared_ptr<const Tile> ExecContext::read_cached(const AccessPattern& ap) {
+  constexpr size_t kCacheEntries = 48;  // enough for the k-tiles of one output block
+  uint64_t version = state.version(ap.allocation);
+  for (CachedTile& entry : tile_cache) {
+    if (entry.version == version && entry.ap == ap) return entry.tile;
+  }
+  if (tile_cache.size() < kCacheEntries) {
+    tile_cache.push_back(CachedTile{ap, version, std::make_shared<Tile>(state.read(ap))});
+    return tile_cache.back().tile;
+  }
+  CachedTile& victim = tile_cache[tile_cache_next];
+  tile_cache_next = (tile_cache_next + 1) % kCacheEntries;
+  // Reuse the evicted tile's storage unless a caller still holds it.
+  if (victim.tile.use_count() != 1) victim.tile = std::make_shared<Tile>();
+  state.read_into(ap, *victim.tile);
+  victim.ap = ap;
+  victim.version = version;
+  return victim.tile;
+}
+
 std::vector<float> ExecContext::per_partition(const Instruction& inst, const char* operand, uint32_t partitions) {
   if (!inst.has(operand)) return {};
   if (inst.is_tensor(operand)) {

@@ -15,24 +15,21 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
                    std::to_string(src.elements()));
   }
   bool add = inst.scalar("dst_rmw_op") == 1;
+  if (!add && src.dtype == dst.dtype) {
+    // Without a cast a DMA moves bytes: exact for every dtype (32-bit integers beyond 2^24, NaN
+    // payloads, packed MX slots), and no conversion work.
+    ctx.state.copy_elements(dst, src);
+    ctx.state.set_psum_accumulating(dst, false);
+    return;
+  }
+  // Casts go through fp32, as the DMA engines compute (A-V2). Element order is row-major over
+  // (partition, free dims) on both sides; reshape accordingly.
   Tile values = ctx.state.read(src);
-  // Element order is row-major over (partition, free dims) on both sides; reshape accordingly.
   values.partitions = dst.partitions();
   values.free = dst.free_elements();
   if (add) {
     Tile previous = ctx.state.read(dst);
     for (size_t i = 0; i < values.values.size(); ++i) values.values[i] += previous.values[i];
-  }
-  if (!add && src.dtype == dst.dtype && dtype_size_bytes(src.dtype) == 4 && !dtype_info(src.dtype).is_float) {
-    // A same-dtype DMA moves bytes; 32-bit integers beyond 2^24 would not survive fp32, so move
-    // their bit patterns as fp32 lanes (fp32 -> fp32 is an exact copy).
-    AccessPattern src_bits = src, dst_bits = dst;
-    src_bits.dtype = dst_bits.dtype = DType::fp32;
-    Tile raw = ctx.state.read(src_bits);
-    raw.partitions = dst.partitions();
-    raw.free = dst.free_elements();
-    ctx.state.write(dst_bits, raw);
-    return;
   }
   ctx.state.write(dst, values, ctx.rounding, ctx.rng);
 }

@@ -3,6 +3,8 @@
 // behaviour (values only); timing lives in sim/.
 #pragma once
 
+#include <memory>
+
 #include "config/hardware_config.h"
 #include "isa/core_state.h"
 #include "isa/host_workers.h"
@@ -21,6 +23,17 @@ struct ExecContext {
   Tile read(const AccessPattern& ap);
   // Writes a result with the context's rounding; clears PSUM accumulation marks.
   void write(const AccessPattern& ap, const Tile& tile);
+  // An fp32 copy of an operand that matmuls read repeatedly (the same moving tile for every
+  // stationary tile): reused until the allocation's bytes change. No PSUM accumulation marks change.
+  std::shared_ptr<const Tile> read_cached(const AccessPattern& ap);
+  struct CachedTile {
+    AccessPattern ap;
+    uint64_t version = 0;
+    std::shared_ptr<Tile> tile;
+  };
+  std::vector<CachedTile> tile_cache;  // small, round-robin replaced
+  size_t tile_cache_next = 0;
+
   // A "in|f32" operand as one value per partition: the tensor's [P, 1] column, or the immediate
   // broadcast. `partitions` is the tile height it applies to.
   std::vector<float> per_partition(const Instruction& inst, const char* operand, uint32_t partitions);

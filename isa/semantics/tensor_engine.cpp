@@ -105,8 +105,11 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& stationary_ap = inst.tensor("stationary");
   const AccessPattern& moving_ap = inst.tensor("moving");
   bool double_row = inst.scalar("perf_mode") == 1;
-  Tile stationary = ctx.state.read(stationary_ap);
-  Tile moving = ctx.state.read(moving_ap);
+  // Kernels stream the same moving (and stationary) tiles through many matmuls: convert once.
+  std::shared_ptr<const Tile> stationary_tile = ctx.read_cached(stationary_ap);
+  std::shared_ptr<const Tile> moving_tile = ctx.read_cached(moving_ap);
+  const Tile& stationary = *stationary_tile;
+  const Tile& moving = *moving_tile;
   uint64_t m = double_row ? stationary.free / 2 : stationary.free;
   uint64_t n = double_row ? moving.free / 2 : moving.free;
   if (dst.partitions() != m || dst.free_elements() != n) {
