@@ -479,8 +479,13 @@ std::string format_legality_issue(const Program& program, const LegalityIssue& i
 void check_program(const Program& program, const HardwareConfig& config) {
   std::vector<LegalityIssue> issues = find_legality_issues(program, config);
   if (issues.empty()) return;
+  // A generated program can break one rule thousands of times; the first few say what is wrong.
+  constexpr size_t kShown = 10;
   std::string message;
-  for (const LegalityIssue& issue : issues) message += (message.empty() ? "" : "\n") + format_legality_issue(program, issue);
+  for (size_t i = 0; i < issues.size() && i < kShown; ++i) {
+    message += (message.empty() ? "" : "\n") + format_legality_issue(program, issues[i]);
+  }
+  if (issues.size() > kShown) message += "\n... and " + std::to_string(issues.size() - kShown) + " more issues";
   throw IsaError(message);
 }
 

@@ -13,4 +13,7 @@ void add_config_commands(CLI::App& app, int& exit_code);
 // interpreter on user data. Kernel and data errors print "error: ..." and set exit_code to 1.
 void add_run_command(CLI::App& app, int& exit_code);
 
+// Adds `bench matmul ...` (kernel library performance on the timing model).
+void add_bench_commands(CLI::App& app, int& exit_code);
+
 }  // namespace trnsim::cli

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   trnsim::cli::add_config_commands(app, exit_code);
   trnsim::cli::add_run_command(app, exit_code);
+  trnsim::cli::add_bench_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,71 @@
+// Element-wise kernels: unary functions (activation table or ALU), type casts, binary operators
+// with NumPy/PyTorch broadcasting, and where/select.
+//
+// Layout: a tensor that is contiguous for every operand is flattened and spread over the 128
+// partitions as [128, N/128] (plus a [1, N % 128] tail), so every DMA moves one contiguous run
+// per partition. Broadcasting shapes are merged into the fewest (size, stride-per-operand) dims;
+// the last merged dim goes on the free axis, the one before on partitions, the rest are loops.
+// An operand broadcast along the free axis is loaded as one value per partition and applied with
+// tensor_scalar; one broadcast along partitions (a bias row) is loaded once per column chunk with
+// a partition-stride-0 DMA and reused by every row tile.
+//
+// Engines: transcendental functions run on the Scalar engine (activation); ALU-only functions
+// and binary operators on the Vector engine, whose bf16 tensor_scalar runs in the 4x mode and
+// bf16 add/subtract/multiply tensor_tensor at one element per cycle (cost model): both faster
+// than the DMA, so these kernels are bound by the DMA engines / the HBM share.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kernels/kernel_common.h"
+
+namespace trnsim::kernels {
+
+enum class UnaryOp {
+  copy,  // a type cast when the dtypes differ
+  relu, gelu, gelu_tanh, silu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, abs, neg, reciprocal,
+  affine,  // x * scale + bias
+};
+
+struct UnarySpec {
+  std::vector<int64_t> shape;
+  UnaryOp op = UnaryOp::copy;
+  DType input_dtype = DType::fp32;
+  DType output_dtype = DType::fp32;
+  double scale = 1.0, bias = 0.0;  // affine only
+};
+
+// y[shape] = op(x[shape]); x, y HBM tensors of the spec's dtypes.
+void build_unary(const KernelContext& ctx, const UnarySpec& spec, uint32_t x, uint32_t y);
+isa::Program unary_program(const UnarySpec& spec, const HardwareConfig& config);  // x input, y output
+
+enum class BinaryOp {
+  add, subtract, multiply, divide, maximum, minimum,
+  equal, not_equal, greater, greater_equal, less, less_equal,  // 1 / 0 in the output dtype (uint8 or float)
+};
+
+struct BinarySpec {
+  std::vector<int64_t> a_shape, b_shape;  // broadcast-compatible (NumPy rules)
+  BinaryOp op = BinaryOp::add;
+  DType a_dtype = DType::fp32, b_dtype = DType::fp32, output_dtype = DType::fp32;
+  std::optional<double> a_scalar, b_scalar;  // an immediate instead of that tensor (its shape is ignored)
+};
+
+std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
+// c = a op b with broadcasting; c has the broadcast shape. Pass -1 for an operand given as a scalar.
+void build_binary(const KernelContext& ctx, const BinarySpec& spec, int64_t a, int64_t b, uint32_t c);
+isa::Program binary_program(const BinarySpec& spec, const HardwareConfig& config);  // a, b inputs, c output
+
+// out = cond != 0 ? a : b, all of one shape (either value operand may be a scalar immediate).
+struct WhereSpec {
+  std::vector<int64_t> shape;
+  DType cond_dtype = DType::uint8, a_dtype = DType::fp32, b_dtype = DType::fp32, output_dtype = DType::fp32;
+  std::optional<double> a_scalar, b_scalar;
+};
+void build_where(const KernelContext& ctx, const WhereSpec& spec, uint32_t cond, int64_t a, int64_t b, uint32_t out);
+isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config);  // cond, a, b inputs, out output
+
+}  // namespace trnsim::kernels

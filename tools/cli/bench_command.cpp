@@ -1,0 +1,144 @@
+// `trnsim bench ...`: performance of the kernel library on the timing model. One point per
+// invocation here; sweeps (model shapes, CSV, plots) drive this from tools/bench/.
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "config/config_loader.h"
+#include "config/derived_figures.h"
+#include "isa/isa_error.h"
+#include "isa/legality.h"
+#include "isa/text_form.h"
+#include "kernels/matmul.h"
+#include "sim/simulator.h"
+#include "tools/cli/commands.h"
+
+namespace trnsim::cli {
+namespace {
+
+struct MatmulOptions {
+  std::string config = "trn2";
+  std::vector<std::string> overrides;
+  int64_t m = 0, k = 0, n = 0, batch = 1;
+  std::string dtype = "bf16", out_dtype = "fp32", activation;
+  bool transpose_a = false, transpose_b = false, bias = false, residual = false, force = false, header = false;
+  std::string csv, stats, trace, emit_tasm;
+};
+
+DType dtype_or_throw(const std::string& name) {
+  auto dtype = parse_dtype(name);
+  if (!dtype) throw isa::IsaError("unknown dtype '" + name + "'");
+  return *dtype;
+}
+
+void refuse_overwrite(const std::string& path, bool force, bool append_ok = false) {
+  std::error_code ec;
+  if (!path.empty() && !force && !append_ok && std::filesystem::exists(path, ec)) {
+    throw isa::IsaError(path + " exists (pass --force to overwrite)");
+  }
+}
+
+void bench_matmul(const MatmulOptions& o) {
+  LoadedConfig config = load_config(o.config, o.overrides);
+  kernels::MatmulSpec spec;
+  spec.m = o.m;
+  spec.k = o.k;
+  spec.n = o.n;
+  spec.batch = o.batch;
+  spec.input_dtype = dtype_or_throw(o.dtype);
+  spec.output_dtype = dtype_or_throw(o.out_dtype);
+  spec.a_transposed = o.transpose_a;
+  spec.b_transposed = o.transpose_b;
+  spec.bias = o.bias;
+  spec.residual = o.residual;
+  if (!o.activation.empty()) {
+    auto func = isa::parse_activation(o.activation);
+    if (!func) throw isa::IsaError("unknown activation '" + o.activation + "'");
+    spec.activation = *func;
+  }
+  isa::Program program = kernels::matmul_program(spec, config.hardware);
+  isa::check_program(program, config.hardware);
+  if (!o.emit_tasm.empty()) {
+    refuse_overwrite(o.emit_tasm, o.force);
+    std::ofstream(o.emit_tasm) << isa::print_tasm(program);
+  }
+  refuse_overwrite(o.stats, o.force);
+  refuse_overwrite(o.trace, o.force);
+  sim::SimOptions options;
+  options.timing_only = true;
+  options.trace = !o.trace.empty();
+  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, options);
+  const sim::SimStats& s = result.stats;
+  // MFU counts the model FLOPs 2*M*K*N against the peak of the input dtype (transposes excluded).
+  double flops = 2.0 * double(o.batch) * o.m * o.k * o.n;
+  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype);
+  double tflops = flops / s.total_ns / 1e3;
+  double mfu = peak > 0 ? tflops / peak : 0;
+  std::string bottleneck = "tensor";
+  double busiest = 0;
+  for (const auto& [name, engine] : s.engines) {
+    if (engine.busy_ns > busiest) {
+      busiest = engine.busy_ns;
+      bottleneck = name.substr(name.find('.') + 1);
+    }
+  }
+  std::cout << std::fixed << std::setprecision(1) << "matmul [" << o.m << ", " << o.k << "] x [" << o.k << ", " << o.n
+            << "] " << o.dtype << " on " << config.hardware.name << ": " << s.total_ns / 1e3 << " us, "
+            << std::setprecision(2) << tflops << " TFLOPS, MFU " << std::setprecision(1) << 100 * mfu
+            << "% (bottleneck " << bottleneck << ", " << s.simulated_instructions << " instructions)\n";
+  if (!o.stats.empty()) std::ofstream(o.stats) << s.to_json();
+  if (!o.trace.empty()) {
+    std::ofstream trace(o.trace);
+    result.trace->write(trace);
+  }
+  if (!o.csv.empty()) {
+    std::error_code ec;
+    bool fresh = !std::filesystem::exists(o.csv, ec);
+    std::ofstream csv(o.csv, std::ios::app);
+    if (fresh) csv << "config,config_hash,dtype,m,k,n,batch,gflop,time_ns,tflops,mfu,bottleneck,instructions\n";
+    csv << config.hardware.name << "," << config.hash << "," << o.dtype << "," << o.m << "," << o.k << "," << o.n << ","
+        << o.batch << "," << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1) << s.total_ns << ","
+        << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << "," << bottleneck << ","
+        << s.simulated_instructions << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_commands(CLI::App& app, int& exit_code) {
+  CLI::App* bench = app.add_subcommand("bench", "Performance of the kernel library on the timing model");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<MatmulOptions>();
+  CLI::App* mm = bench->add_subcommand("matmul", "One matmul point: time, TFLOPS, MFU (timing only)");
+  mm->add_option("--m", o->m, "Rows of A and C")->required();
+  mm->add_option("--k", o->k, "Contraction")->required();
+  mm->add_option("--n", o->n, "Columns of B and C")->required();
+  mm->add_option("--batch", o->batch, "Batch (batched matmul)");
+  mm->add_option("--dtype", o->dtype, "Input dtype (bf16, fp16, fp32, fp8_e4m3, ...)");
+  mm->add_option("--out-dtype", o->out_dtype, "Output dtype");
+  mm->add_option("--config", o->config, "Hardware config file or name (default trn2)");
+  mm->add_option("--set", o->overrides, "Override a config value (repeatable)");
+  mm->add_flag("--transpose-a", o->transpose_a, "A is stored [K, M]");
+  mm->add_flag("--transpose-b", o->transpose_b, "B is stored [N, K]");
+  mm->add_flag("--bias", o->bias, "Fuse + bias[N]");
+  mm->add_option("--activation", o->activation, "Fuse an activation (gelu, relu, silu, ...)");
+  mm->add_flag("--residual", o->residual, "Fuse + residual[M, N]");
+  mm->add_option("--csv", o->csv, "Append a row to this CSV (header written when the file is new)");
+  mm->add_option("--stats", o->stats, "Write the simulation statistics as JSON");
+  mm->add_option("--trace", o->trace, "Write a Perfetto trace");
+  mm->add_option("--emit-tasm", o->emit_tasm, "Write the generated kernel as .tasm");
+  mm->add_flag("--force", o->force, "Overwrite existing --stats/--trace/--emit-tasm files");
+  mm->callback([o, &exit_code] {
+    try {
+      bench_matmul(*o);
+    } catch (const isa::IsaError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    }
+  });
+}
+
+}  // namespace trnsim::cli
