@@ -7,10 +7,6 @@
 #include "isa/isa_error.h"
 #include "sim/chip/chip.h"
 
-// The SystemC library expects the program to provide sc_main; trnsim drives the kernel with
-// sc_start() from its own main, so this one is never called.
-int sc_main(int, char**) { return 1; }
-
 namespace trnsim::sim {
 namespace {
 
