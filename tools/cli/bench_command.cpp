@@ -12,6 +12,7 @@
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
@@ -106,6 +107,77 @@ void bench_matmul(const MatmulOptions& o) {
   }
 }
 
+struct AttentionOptions {
+  std::string config = "trn2";
+  std::vector<std::string> overrides;
+  int64_t batch = 1, heads = 1, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 128;
+  bool causal = false, force = false;
+  std::string dtype = "bf16", csv, stats, trace, emit_tasm;
+};
+
+// The engine busiest over the run: where the time goes when MFU is low.
+std::string bottleneck_engine(const sim::SimStats& s) {
+  std::string bottleneck = "tensor";
+  double busiest = 0;
+  for (const auto& [name, engine] : s.engines) {
+    if (engine.busy_ns > busiest) {
+      busiest = engine.busy_ns;
+      bottleneck = name.substr(name.find('.') + 1);
+    }
+  }
+  return bottleneck;
+}
+
+void bench_attention(const AttentionOptions& o) {
+  LoadedConfig config = load_config(o.config, o.overrides);
+  kernels::AttentionSpec spec;
+  spec.batch = o.batch;
+  spec.heads = o.heads;
+  spec.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  spec.seq_q = o.seq;
+  spec.seq_k = o.seq_k > 0 ? o.seq_k : o.seq;
+  spec.head_dim = o.head_dim;
+  spec.causal = o.causal;
+  spec.dtype = dtype_or_throw(o.dtype);
+  isa::Program program = kernels::flash_attention_forward_program(spec, config.hardware);
+  isa::check_program(program, config.hardware);
+  if (!o.emit_tasm.empty()) {
+    refuse_overwrite(o.emit_tasm, o.force);
+    std::ofstream(o.emit_tasm) << isa::print_tasm(program);
+  }
+  refuse_overwrite(o.stats, o.force);
+  refuse_overwrite(o.trace, o.force);
+  sim::SimOptions options;
+  options.timing_only = true;
+  options.trace = !o.trace.empty();
+  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, options);
+  const sim::SimStats& s = result.stats;
+  double flops = kernels::attention_forward_flops(spec);
+  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.dtype);
+  double tflops = flops / s.total_ns / 1e3;
+  double mfu = peak > 0 ? tflops / peak : 0;
+  std::string bottleneck = bottleneck_engine(s);
+  std::cout << std::fixed << std::setprecision(1) << "attention fwd b" << o.batch << " h" << o.heads << " s" << o.seq
+            << " d" << o.head_dim << (o.causal ? " causal" : "") << " on " << config.hardware.name << ": "
+            << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops << " TFLOPS, MFU "
+            << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
+  if (!o.stats.empty()) std::ofstream(o.stats) << s.to_json();
+  if (!o.trace.empty()) {
+    std::ofstream trace(o.trace);
+    result.trace->write(trace);
+  }
+  if (!o.csv.empty()) {
+    std::error_code ec;
+    bool fresh = !std::filesystem::exists(o.csv, ec);
+    std::ofstream csv(o.csv, std::ios::app);
+    if (fresh) csv << "config,config_hash,dtype,direction,batch,heads,kv_heads,seq,head_dim,causal,gflop,time_ns,tflops,mfu,bottleneck\n";
+    csv << config.hardware.name << "," << config.hash << "," << o.dtype << ",forward," << o.batch << "," << o.heads
+        << "," << spec.kv_heads << "," << o.seq << "," << o.head_dim << "," << (o.causal ? 1 : 0) << ","
+        << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1) << s.total_ns << ","
+        << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << "," << bottleneck << "\n";
+  }
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, int& exit_code) {
@@ -131,6 +203,31 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   mm->add_option("--trace", o->trace, "Write a Perfetto trace");
   mm->add_option("--emit-tasm", o->emit_tasm, "Write the generated kernel as .tasm");
   mm->add_flag("--force", o->force, "Overwrite existing --stats/--trace/--emit-tasm files");
+  auto a = std::make_shared<AttentionOptions>();
+  CLI::App* at = bench->add_subcommand("attention", "One flash-attention forward point: time, TFLOPS, MFU");
+  at->add_option("--seq", a->seq, "Query sequence length")->required();
+  at->add_option("--seq-k", a->seq_k, "Key sequence length (default: --seq)");
+  at->add_option("--head-dim", a->head_dim, "Head dimension (<= 128)");
+  at->add_option("--batch", a->batch, "Batch");
+  at->add_option("--heads", a->heads, "Query heads");
+  at->add_option("--kv-heads", a->kv_heads, "Key/value heads (grouped-query; default: --heads)");
+  at->add_flag("--causal", a->causal, "Causal mask");
+  at->add_option("--dtype", a->dtype, "bf16 or fp16");
+  at->add_option("--config", a->config, "Hardware config file or name (default trn2)");
+  at->add_option("--set", a->overrides, "Override a config value (repeatable)");
+  at->add_option("--csv", a->csv, "Append a row to this CSV");
+  at->add_option("--stats", a->stats, "Write the simulation statistics as JSON");
+  at->add_option("--trace", a->trace, "Write a Perfetto trace");
+  at->add_option("--emit-tasm", a->emit_tasm, "Write the generated kernel as .tasm");
+  at->add_flag("--force", a->force, "Overwrite existing output files");
+  at->callback([a, &exit_code] {
+    try {
+      bench_attention(*a);
+    } catch (const isa::IsaError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    }
+  });
   mm->callback([o, &exit_code] {
     try {
       bench_matmul(*o);
