@@ -62,15 +62,16 @@ test-cpp: build
 test-python: build
 	@TRNSIM_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) tools/run_pytest.sh $(VENV)/bin/python tests
 
-# Address + undefined-behaviour sanitizers; not part of CI (slow on 2 cores).
+# Address + undefined-behaviour sanitizers; not part of CI (slow on 2 cores). Leak detection is
+# off: LeakSanitizer's stop-the-world tracer crashes on SystemC's coroutine stacks at exit.
 $(ASAN_DIR)/build.ninja: $(APT_STAMP) $(VENV_STAMP)
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Asan \
 	  -DPython3_EXECUTABLE=$(CURDIR)/$(VENV)/bin/python $(CMAKE_FLAGS)
 
 test-asan: $(ASAN_DIR)/build.ninja
 	cmake --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
-	@TRNSIM_BUILD_DIR=$(CURDIR)/$(ASAN_DIR) tools/run_pytest.sh $(VENV)/bin/python tests/cli
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) --timeout 1200
+	@ASAN_OPTIONS=detect_leaks=0 TRNSIM_BUILD_DIR=$(CURDIR)/$(ASAN_DIR) tools/run_pytest.sh $(VENV)/bin/python tests/cli
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR)
