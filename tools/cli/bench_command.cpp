@@ -99,6 +99,7 @@ void bench_matmul(const MatmulOptions& o) {
     std::error_code ec;
     bool fresh = !std::filesystem::exists(o.csv, ec);
     std::ofstream csv(o.csv, std::ios::app);
+    csv << std::fixed;
     if (fresh) csv << "config,config_hash,dtype,m,k,n,batch,gflop,time_ns,tflops,mfu,bottleneck,instructions\n";
     csv << config.hardware.name << "," << config.hash << "," << o.dtype << "," << o.m << "," << o.k << "," << o.n << ","
         << o.batch << "," << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1) << s.total_ns << ","
@@ -170,6 +171,7 @@ void bench_attention(const AttentionOptions& o) {
     std::error_code ec;
     bool fresh = !std::filesystem::exists(o.csv, ec);
     std::ofstream csv(o.csv, std::ios::app);
+    csv << std::fixed;
     if (fresh) csv << "config,config_hash,dtype,direction,batch,heads,kv_heads,seq,head_dim,causal,gflop,time_ns,tflops,mfu,bottleneck\n";
     csv << config.hardware.name << "," << config.hash << "," << o.dtype << ",forward," << o.batch << "," << o.heads
         << "," << spec.kv_heads << "," << o.seq << "," << o.head_dim << "," << (o.causal ? 1 : 0) << ","
