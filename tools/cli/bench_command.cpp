@@ -42,6 +42,38 @@ void refuse_overwrite(const std::string& path, bool force, bool append_ok = fals
   }
 }
 
+// The engine busiest over the run: where the time goes when MFU is low.
+std::string bottleneck_engine(const sim::SimStats& s) {
+  std::string bottleneck = "tensor";
+  double busiest = 0;
+  for (const auto& [name, engine] : s.engines) {
+    if (engine.busy_ns > busiest) {
+      busiest = engine.busy_ns;
+      bottleneck = name.substr(name.find('.') + 1);
+    }
+  }
+  return bottleneck;
+}
+
+// Checks the program, writes the requested artefacts (kernel text, stats, trace; none is
+// overwritten without --force) and simulates it timing-only.
+sim::SimResult simulate_point(const isa::Program& program, const LoadedConfig& config, const std::string& emit_tasm,
+                              const std::string& stats, const std::string& trace, bool force) {
+  isa::check_program(program, config.hardware);
+  for (const std::string* path : {&emit_tasm, &stats, &trace}) refuse_overwrite(*path, force);
+  if (!emit_tasm.empty()) std::ofstream(emit_tasm) << isa::print_tasm(program);
+  sim::SimOptions options;
+  options.timing_only = true;
+  options.trace = !trace.empty();
+  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, options);
+  if (!stats.empty()) std::ofstream(stats) << result.stats.to_json();
+  if (!trace.empty()) {
+    std::ofstream out(trace);
+    result.trace->write(out);
+  }
+  return result;
+}
+
 void bench_matmul(const MatmulOptions& o) {
   LoadedConfig config = load_config(o.config, o.overrides);
   kernels::MatmulSpec spec;
@@ -61,40 +93,18 @@ void bench_matmul(const MatmulOptions& o) {
     spec.activation = *func;
   }
   isa::Program program = kernels::matmul_program(spec, config.hardware);
-  isa::check_program(program, config.hardware);
-  if (!o.emit_tasm.empty()) {
-    refuse_overwrite(o.emit_tasm, o.force);
-    std::ofstream(o.emit_tasm) << isa::print_tasm(program);
-  }
-  refuse_overwrite(o.stats, o.force);
-  refuse_overwrite(o.trace, o.force);
-  sim::SimOptions options;
-  options.timing_only = true;
-  options.trace = !o.trace.empty();
-  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, options);
+  sim::SimResult result = simulate_point(program, config, o.emit_tasm, o.stats, o.trace, o.force);
   const sim::SimStats& s = result.stats;
   // MFU counts the model FLOPs 2*M*K*N against the peak of the input dtype (transposes excluded).
   double flops = 2.0 * double(o.batch) * o.m * o.k * o.n;
   double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype);
   double tflops = flops / s.total_ns / 1e3;
   double mfu = peak > 0 ? tflops / peak : 0;
-  std::string bottleneck = "tensor";
-  double busiest = 0;
-  for (const auto& [name, engine] : s.engines) {
-    if (engine.busy_ns > busiest) {
-      busiest = engine.busy_ns;
-      bottleneck = name.substr(name.find('.') + 1);
-    }
-  }
+  std::string bottleneck = bottleneck_engine(s);
   std::cout << std::fixed << std::setprecision(1) << "matmul [" << o.m << ", " << o.k << "] x [" << o.k << ", " << o.n
             << "] " << o.dtype << " on " << config.hardware.name << ": " << s.total_ns / 1e3 << " us, "
             << std::setprecision(2) << tflops << " TFLOPS, MFU " << std::setprecision(1) << 100 * mfu
             << "% (bottleneck " << bottleneck << ", " << s.simulated_instructions << " instructions)\n";
-  if (!o.stats.empty()) std::ofstream(o.stats) << s.to_json();
-  if (!o.trace.empty()) {
-    std::ofstream trace(o.trace);
-    result.trace->write(trace);
-  }
   if (!o.csv.empty()) {
     std::error_code ec;
     bool fresh = !std::filesystem::exists(o.csv, ec);
@@ -116,19 +126,6 @@ struct AttentionOptions {
   std::string dtype = "bf16", csv, stats, trace, emit_tasm;
 };
 
-// The engine busiest over the run: where the time goes when MFU is low.
-std::string bottleneck_engine(const sim::SimStats& s) {
-  std::string bottleneck = "tensor";
-  double busiest = 0;
-  for (const auto& [name, engine] : s.engines) {
-    if (engine.busy_ns > busiest) {
-      busiest = engine.busy_ns;
-      bottleneck = name.substr(name.find('.') + 1);
-    }
-  }
-  return bottleneck;
-}
-
 void bench_attention(const AttentionOptions& o) {
   LoadedConfig config = load_config(o.config, o.overrides);
   kernels::AttentionSpec spec;
@@ -141,17 +138,7 @@ void bench_attention(const AttentionOptions& o) {
   spec.causal = o.causal;
   spec.dtype = dtype_or_throw(o.dtype);
   isa::Program program = kernels::flash_attention_forward_program(spec, config.hardware);
-  isa::check_program(program, config.hardware);
-  if (!o.emit_tasm.empty()) {
-    refuse_overwrite(o.emit_tasm, o.force);
-    std::ofstream(o.emit_tasm) << isa::print_tasm(program);
-  }
-  refuse_overwrite(o.stats, o.force);
-  refuse_overwrite(o.trace, o.force);
-  sim::SimOptions options;
-  options.timing_only = true;
-  options.trace = !o.trace.empty();
-  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, options);
+  sim::SimResult result = simulate_point(program, config, o.emit_tasm, o.stats, o.trace, o.force);
   const sim::SimStats& s = result.stats;
   double flops = kernels::attention_forward_flops(spec);
   double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.dtype);
@@ -162,11 +149,6 @@ void bench_attention(const AttentionOptions& o) {
             << " d" << o.head_dim << (o.causal ? " causal" : "") << " on " << config.hardware.name << ": "
             << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops << " TFLOPS, MFU "
             << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
-  if (!o.stats.empty()) std::ofstream(o.stats) << s.to_json();
-  if (!o.trace.empty()) {
-    std::ofstream trace(o.trace);
-    result.trace->write(trace);
-  }
   if (!o.csv.empty()) {
     std::error_code ec;
     bool fresh = !std::filesystem::exists(o.csv, ec);
