@@ -35,22 +35,34 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   const uint32_t up = uint32_t(p), ud = uint32_t(d);
   const int64_t key_tiles = ceil_div(sk, p);
 
-  uint32_t k_t = b.sbuf(ctx.name("fa_kT"), dt, {ud, uint32_t(sk)});
-  uint32_t v_sb = b.sbuf(ctx.name("fa_v"), dt, {up, uint32_t(key_tiles), ud});
+  // Pipeline depth: the scores/max/exp of block i are emitted before the transposes/P V/rescale
+  // of block i - kDepth, across query-tile boundaries, because every engine runs its instructions
+  // in order and one block's chain (scores -> max -> exp -> P^T -> P V -> rescale) is ~3x longer
+  // than its throughput cost. Slots rotate over kDepth + 1 blocks.
+  constexpr int64_t kDepth = 3;
+  // P^T by DMA transpose only: the PE-array path needs a PSUM evacuation on the Scalar engine,
+  // which then sits in that engine's in-order stream behind later blocks' exps and couples the
+  // engines into one chain; four DMA queues keep up with the Vector-bound block rate.
+  const bool dma_transposes_only = true;
+  constexpr int64_t kSlots = kDepth + 1;
+  const uint32_t us = uint32_t(kSlots);
+  // K^T and V per kv head, double-buffered so the next head's loads overlap this head's tail.
+  uint32_t k_t = b.sbuf(ctx.name("fa_kT"), dt, {ud, 2, uint32_t(sk)});
+  uint32_t v_sb = b.sbuf(ctx.name("fa_v"), dt, {up, 2, uint32_t(key_tiles), ud});
   uint32_t q_t = b.sbuf(ctx.name("fa_qT"), dt, {ud, 2, uint32_t(kQueryTile)});
-  uint32_t s_ps = b.psum(ctx.name("fa_s"), DType::fp32, {up, 2, uint32_t(kKeyBlock)});
+  uint32_t s_ps = b.psum(ctx.name("fa_s"), DType::fp32, {up, us, uint32_t(kKeyBlock)});  // a bank per slot
   uint32_t pt_ps = b.psum(ctx.name("fa_pT"), DType::fp32, {up, 2, uint32_t(kQueryTile)});
-  uint32_t pv_ps = b.psum(ctx.name("fa_pv"), DType::fp32, {up, 2, ud});
-  uint32_t s_sb = b.sbuf(ctx.name("fa_s_masked"), DType::fp32, {up, 2, uint32_t(kKeyBlock)});
-  uint32_t p_sb = b.sbuf(ctx.name("fa_p"), dt, {up, 2, uint32_t(kKeyBlock)});
-  uint32_t pt_sb = b.sbuf(ctx.name("fa_pT_sb"), dt, {up, 2, uint32_t(kKeyBlock / p), uint32_t(kQueryTile)});
-  // Per-row statistics: m[2], l, and per block slot mx, negm, rowsum, corr; then 1/l. Each sits in
-  // its own 256-byte run so the dependency tracking (and the hardware's semaphores) see them as
-  // separate, letting block i+1's max run while block i is still in exp and P V.
+  uint32_t pv_ps = b.psum(ctx.name("fa_pv"), DType::fp32, {up, us, ud});
+  uint32_t s_sb = b.sbuf(ctx.name("fa_s_masked"), DType::fp32, {up, us, uint32_t(kKeyBlock)});
+  uint32_t p_sb = b.sbuf(ctx.name("fa_p"), dt, {up, us, uint32_t(kKeyBlock)});
+  uint32_t pt_sb = b.sbuf(ctx.name("fa_pT_sb"), dt, {up, us, uint32_t(kKeyBlock / p), uint32_t(kQueryTile)});
+  // Per-row statistics, each in its own 256-byte run so that dependency tracking (like the
+  // hardware's semaphores) sees them as separate: per query-tile parity m[2], l, 1/l; per block
+  // slot the block max, -scale*max, row sums and the rescale factor.
   constexpr int64_t kStatStride = 64;  // fp32 elements = 256 bytes
-  uint32_t stats = b.sbuf(ctx.name("fa_stats"), DType::fp32, {up, uint32_t(12 * kStatStride)});
-  uint32_t o_sb = b.sbuf(ctx.name("fa_o"), DType::fp32, {up, ud});
-  uint32_t out_sb = b.sbuf(ctx.name("fa_out"), dt, {up, ud});
+  uint32_t stats = b.sbuf(ctx.name("fa_stats"), DType::fp32, {up, uint32_t((8 + 4 * kSlots) * kStatStride)});
+  uint32_t o_sb = b.sbuf(ctx.name("fa_o"), DType::fp32, {up, 2, ud});
+  uint32_t out_sb = b.sbuf(ctx.name("fa_out"), dt, {up, 2, ud});
   uint32_t zeros = 0, masks = 0;
   if (spec.causal) {
     // Additive causal masks (0 / -inf) for the 4 ways a 128-row query tile can sit on a 512-key
@@ -72,135 +84,168 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   auto stat = [&](int64_t column, int64_t rows) {
     return b.view(stats, {span(0, rows), span(column * kStatStride, 1)});
   };
-  // Slot-dependent statistics: mx 3, negm 4, rowsum 5, corr 6 for slot 0; 8..11 for slot 1.
-  auto slot_stat = [&](int64_t column, int64_t slot, int64_t rows) { return stat(column + 5 * slot, rows); };
+  auto tile_stat = [&](int64_t which, int64_t parity, int64_t rows) { return stat(which + 4 * parity, rows); };
+  auto slot_stat = [&](int64_t which, int64_t slot, int64_t rows) { return stat(8 + which + 4 * slot, rows); };
+  enum { kMax0 = 0, kMax1 = 1, kSum = 2, kInvSum = 3 };             // per query tile
+  enum { kBlockMax = 0, kNegMax = 1, kRowSum = 2, kRescale = 3 };   // per block slot
 
-  int64_t q_step = 0, block_step = 0;
+  struct QueryTile {
+    int64_t batch, head, kv_parity, parity;
+    Range rows;
+    int64_t blocks;
+  };
+  struct Block {
+    int64_t tile;  // index into tiles_
+    Range keys;
+    int64_t index, slot;
+  };
+  std::vector<QueryTile> query_tiles;
+  std::vector<Block> pending;
+  int64_t block_count = 0, kv_count = 0;
+
+  auto stage_scores = [&](const Block& blk) {
+    const QueryTile& qt = query_tiles[blk.tile];
+    const Range& kr = blk.keys;
+    const int64_t qw = qt.rows.size, kw = kr.size, bs = blk.slot;
+    const int64_t m_old = blk.index % 2 ? kMax1 : kMax0, m_new = blk.index % 2 ? kMax0 : kMax1;
+    isa::AccessPattern scores = b.view(s_ps, {span(0, qw), at(bs), span(0, kw)});
+    b.emit(Opcode::nc_matmul)
+        .tensor("dst", scores)
+        .tensor("stationary", b.view(q_t, {all(), at(qt.parity), span(0, qw)}))
+        .tensor("moving", b.view(k_t, {all(), at(qt.kv_parity), span(kr)}))
+        .word("accumulate", "false");
+    isa::AccessPattern src = scores;
+    if (spec.causal && kr.begin + kw > qt.rows.begin) {
+      const int64_t offset = qt.rows.begin - kr.begin;  // 0, 128, 256 or 384
+      src = b.view(s_sb, {span(0, qw), at(bs), span(0, kw)});
+      b.emit(Opcode::tensor_tensor)
+          .tensor("dst", src)
+          .tensor("data1", scores)
+          .tensor("data2", b.view(masks, {span(0, qw), at(offset / kQueryTile), span(0, kw)}))
+          .word("op", "add");
+    }
+    b.emit(Opcode::tensor_reduce).tensor("dst", slot_stat(kBlockMax, bs, qw)).word("op", "maximum")
+        .tensor("data", src).word("axis", "[1]");
+    b.emit(Opcode::tensor_tensor).tensor("dst", tile_stat(m_new, qt.parity, qw))
+        .tensor("data1", tile_stat(m_old, qt.parity, qw)).tensor("data2", slot_stat(kBlockMax, bs, qw))
+        .word("op", "maximum");
+    // -scale * max on the Scalar engine, just ahead of the exp that uses it (the Vector engine is
+    // the bottleneck of this kernel).
+    b.emit(Opcode::tensor_scalar).tensor("dst", slot_stat(kNegMax, bs, qw)).tensor("data", tile_stat(m_new, qt.parity, qw))
+        .word("op0", "multiply").imm("operand0", -scale).on(Engine::scalar);
+    b.emit(Opcode::activation).tensor("dst", b.view(p_sb, {span(0, qw), at(bs), span(0, kw)})).word("op", "exp")
+        .tensor("data", src).imm("scale", scale).tensor("bias", slot_stat(kNegMax, bs, qw)).word("reduce_op", "add")
+        .tensor("reduce_res", slot_stat(kRowSum, bs, qw));
+    b.emit(Opcode::activation).tensor("dst", slot_stat(kRescale, bs, qw)).word("op", "exp")
+        .tensor("data", tile_stat(m_old, qt.parity, qw)).imm("scale", scale).tensor("bias", slot_stat(kNegMax, bs, qw));
+  };
+
+  auto stage_values = [&](const Block& blk) {
+    const QueryTile& qt = query_tiles[blk.tile];
+    const Range& kr = blk.keys;
+    const int64_t qw = qt.rows.size, kw = kr.size, bs = blk.slot;
+    // P^T in 128-key tiles: even tiles on the PE array (through PSUM), odd ones by DMA.
+    const int64_t sub_tiles = ceil_div(kw, p);
+    for (int64_t c = 0; c < sub_tiles; ++c) {
+      const int64_t cw = std::min(p, kw - c * p);
+      isa::AccessPattern pt = b.view(pt_sb, {span(0, cw), at(bs), at(c), span(0, qw)});
+      isa::AccessPattern piece = b.view(p_sb, {span(0, qw), at(bs), span(c * p, cw)});
+      if (!dma_transposes_only && c % 2 == 0) {
+        isa::AccessPattern staged = b.view(pt_ps, {span(0, cw), at(c / 2 % 2), span(0, qw)});
+        b.emit(Opcode::nc_transpose).tensor("dst", staged).tensor("data", piece);
+        // The Scalar engine drains this PSUM tile; the Vector engine is the busier one here.
+        b.emit(Opcode::activation).tensor("dst", pt).word("op", "copy").tensor("data", staged);
+      } else {
+        b.emit(Opcode::dma_transpose).tensor("dst", pt).tensor("src", piece).imm("queue", 4 + c % 4);
+      }
+    }
+    for (int64_t c = 0; c < sub_tiles; ++c) {
+      const int64_t cw = std::min(p, kw - c * p);
+      b.emit(Opcode::nc_matmul)
+          .tensor("dst", b.view(pv_ps, {span(0, qw), at(bs), all()}))
+          .tensor("stationary", b.view(pt_sb, {span(0, cw), at(bs), at(c), span(0, qw)}))
+          .tensor("moving", b.view(v_sb, {span(0, cw), at(qt.kv_parity), at(kr.begin / p + c), all()}))
+          .word("accumulate", c ? "true" : "false");
+    }
+    // o = o * rescale + P V, l = l * rescale + row sums (online softmax).
+    isa::AccessPattern o = b.view(o_sb, {span(0, qw), at(qt.parity), all()});
+    // The rescale runs on GpSimd (SBUF only); the Vector engine adds P V straight from PSUM, one
+    // pass (PSUM + SBUF inputs) instead of the two a fused scalar_tensor_tensor costs.
+    b.emit(Opcode::tensor_scalar).tensor("dst", o).tensor("data", o).word("op0", "multiply")
+        .tensor("operand0", slot_stat(kRescale, bs, qw)).on(Engine::gpsimd);
+    b.emit(Opcode::tensor_tensor).tensor("dst", o).tensor("data1", o)
+        .tensor("data2", b.view(pv_ps, {span(0, qw), at(bs), all()})).word("op", "add");
+    b.emit(Opcode::scalar_tensor_tensor).tensor("dst", tile_stat(kSum, qt.parity, qw))
+        .tensor("data", tile_stat(kSum, qt.parity, qw)).word("op0", "multiply")
+        .tensor("operand0", slot_stat(kRescale, bs, qw)).word("op1", "add")
+        .tensor("operand1", slot_stat(kRowSum, bs, qw));
+    if (blk.index + 1 == qt.blocks) {
+      // Last block of the tile: normalise once and store.
+      const int64_t qw_rows = qt.rows.size;
+      b.emit(Opcode::reciprocal).tensor("dst", tile_stat(kInvSum, qt.parity, qw_rows))
+          .tensor("data", tile_stat(kSum, qt.parity, qw_rows));
+      isa::AccessPattern out = b.view(out_sb, {span(0, qw_rows), at(qt.parity), all()});
+      b.emit(Opcode::tensor_scalar).tensor("dst", out).tensor("data", o).word("op0", "multiply")
+          .tensor("operand0", tile_stat(kInvSum, qt.parity, qw_rows));
+      b.emit(Opcode::dma_copy)
+          .tensor("dst", b.view(t.o, {at(qt.batch), at(qt.head), span(qt.rows), all()}))
+          .tensor("src", out)
+          .imm("queue", 8);
+    }
+  };
+
+  auto drain = [&](size_t keep) {
+    while (pending.size() > keep) {
+      stage_values(pending.front());
+      pending.erase(pending.begin());
+    }
+  };
+
   const int64_t group = spec.heads / spec.kv_heads;
   for (int64_t batch = 0; batch < spec.batch; ++batch) {
     for (int64_t kvh = 0; kvh < spec.kv_heads; ++kvh) {
+      const int64_t kvp = kv_count++ % 2;
       // K^T [d, Sk] in 512-row DMA transposes; V in 128-key tiles with keys on partitions.
       for (const Range& r : tiles(sk, kKeyBlock)) {
         b.emit(Opcode::dma_transpose)
-            .tensor("dst", b.view(k_t, {all(), span(r)}))
+            .tensor("dst", b.view(k_t, {all(), at(kvp), span(r)}))
             .tensor("src", b.view(t.k, {at(batch), at(kvh), span(r), all()}))
             .imm("queue", 0);
       }
       for (int64_t kt = 0; kt < key_tiles; ++kt) {
         const Range r{kt * p, std::min(p, sk - kt * p)};
         b.emit(Opcode::dma_copy)
-            .tensor("dst", b.view(v_sb, {span(0, r.size), at(kt), all()}))
+            .tensor("dst", b.view(v_sb, {span(0, r.size), at(kvp), at(kt), all()}))
             .tensor("src", b.view(t.v, {at(batch), at(kvh), span(r), all()}))
             .imm("queue", 1);
       }
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (const Range& qr : tiles(sq, kQueryTile)) {
-          const int64_t qs = q_step++ % 2, qw = qr.size;
-          b.emit(Opcode::dma_transpose)
-              .tensor("dst", b.view(q_t, {all(), at(qs), span(0, qw)}))
-              .tensor("src", b.view(t.q, {at(batch), at(h), span(qr), all()}))
-              .imm("queue", 2 + qs);
-          b.emit(Opcode::memset).tensor("dst", b.view(o_sb, {span(0, qw), all()})).imm("value", 0);
-          b.emit(Opcode::memset).tensor("dst", stat(2, qw)).imm("value", 0);
-          b.emit(Opcode::memset).tensor("dst", stat(0, qw)).imm("value", -INFINITY);
-          int64_t m_old = 0;
+          const int64_t tile_index = int64_t(query_tiles.size());
+          const int64_t parity = tile_index % 2, qw = qr.size;
           const int64_t key_end = spec.causal ? std::min(sk, qr.begin + qw) : sk;
-          // Software-pipelined in program order: the scores, max and exp of block i are emitted
-          // before the transposes, P V and rescale of block i-1, since each engine runs its
-          // instructions in order and would otherwise idle on every block's dependency chain.
-          struct Block {
-            Range keys;
-            int64_t slot;
-          };
-          auto stage_scores = [&](const Block& blk) {
-            const Range& kr = blk.keys;
-            const int64_t bs = blk.slot, kw = kr.size, m_new = 1 - m_old;
-            isa::AccessPattern scores = b.view(s_ps, {span(0, qw), at(bs), span(0, kw)});
-            b.emit(Opcode::nc_matmul)
-                .tensor("dst", scores)
-                .tensor("stationary", b.view(q_t, {all(), at(qs), span(0, qw)}))
-                .tensor("moving", b.view(k_t, {all(), span(kr)}))
-                .word("accumulate", "false");
-            isa::AccessPattern src = scores;
-            if (spec.causal && kr.begin + kw > qr.begin) {
-              const int64_t offset = qr.begin - kr.begin;  // 0, 128, 256 or 384
-              src = b.view(s_sb, {span(0, qw), at(bs), span(0, kw)});
-              b.emit(Opcode::tensor_tensor)
-                  .tensor("dst", src)
-                  .tensor("data1", scores)
-                  .tensor("data2", b.view(masks, {span(0, qw), at(offset / kQueryTile), span(0, kw)}))
-                  .word("op", "add");
-            }
-            b.emit(Opcode::tensor_reduce).tensor("dst", slot_stat(3, bs, qw)).word("op", "maximum").tensor("data", src)
-                .word("axis", "[1]");
-            b.emit(Opcode::tensor_tensor).tensor("dst", stat(m_new, qw)).tensor("data1", stat(m_old, qw))
-                .tensor("data2", slot_stat(3, bs, qw)).word("op", "maximum");
-            b.emit(Opcode::tensor_scalar).tensor("dst", slot_stat(4, bs, qw)).tensor("data", stat(m_new, qw))
-                .word("op0", "multiply").imm("operand0", -scale);
-            isa::AccessPattern probs = b.view(p_sb, {span(0, qw), at(bs), span(0, kw)});
-            b.emit(Opcode::activation).tensor("dst", probs).word("op", "exp").tensor("data", src)
-                .imm("scale", scale).tensor("bias", slot_stat(4, bs, qw)).word("reduce_op", "add")
-                .tensor("reduce_res", slot_stat(5, bs, qw));
-            b.emit(Opcode::activation).tensor("dst", slot_stat(6, bs, qw)).word("op", "exp")
-                .tensor("data", stat(m_old, qw)).imm("scale", scale).tensor("bias", slot_stat(4, bs, qw));
-            m_old = m_new;
-          };
-          auto stage_values = [&](const Block& blk) {
-            const Range& kr = blk.keys;
-            const int64_t bs = blk.slot, kw = kr.size;
-            // P^T in 128-key tiles: even tiles on the PE array (through PSUM), odd ones by DMA.
-            const int64_t sub_tiles = ceil_div(kw, p);
-            for (int64_t c = 0; c < sub_tiles; ++c) {
-              const int64_t cw = std::min(p, kw - c * p);
-              isa::AccessPattern pt = b.view(pt_sb, {span(0, cw), at(bs), at(c), span(0, qw)});
-              isa::AccessPattern piece = b.view(p_sb, {span(0, qw), at(bs), span(c * p, cw)});
-              if (c % 2 == 0) {
-                isa::AccessPattern staged = b.view(pt_ps, {span(0, cw), at(c / 2 % 2), span(0, qw)});
-                b.emit(Opcode::nc_transpose).tensor("dst", staged).tensor("data", piece);
-                // The Scalar engine drains this PSUM tile; the Vector engine is the busier one here.
-                b.emit(Opcode::activation).tensor("dst", pt).word("op", "copy").tensor("data", staged);
-              } else {
-                b.emit(Opcode::dma_transpose).tensor("dst", pt).tensor("src", piece).imm("queue", 4 + c / 2 % 2);
-              }
-            }
-            for (int64_t c = 0; c < sub_tiles; ++c) {
-              const int64_t cw = std::min(p, kw - c * p);
-              b.emit(Opcode::nc_matmul)
-                  .tensor("dst", b.view(pv_ps, {span(0, qw), at(bs), all()}))
-                  .tensor("stationary", b.view(pt_sb, {span(0, cw), at(bs), at(c), span(0, qw)}))
-                  .tensor("moving", b.view(v_sb, {span(0, cw), at(kr.begin / p + c), all()}))
-                  .word("accumulate", c ? "true" : "false");
-            }
-            // o = o * correction + P V (online softmax rescaling).
-            b.emit(Opcode::scalar_tensor_tensor).tensor("dst", b.view(o_sb, {span(0, qw), all()}))
-                .tensor("data", b.view(o_sb, {span(0, qw), all()})).word("op0", "multiply")
-                .tensor("operand0", slot_stat(6, bs, qw)).word("op1", "add")
-                .tensor("operand1", b.view(pv_ps, {span(0, qw), at(bs), all()}));
-            // l = l * correction + row sums (here rather than after the exp, so the Vector engine
-            // does not stall on the Scalar engine before the next block's max).
-            b.emit(Opcode::scalar_tensor_tensor).tensor("dst", stat(2, qw)).tensor("data", stat(2, qw))
-                .word("op0", "multiply").tensor("operand0", slot_stat(6, bs, qw)).word("op1", "add")
-                .tensor("operand1", slot_stat(5, bs, qw));
-          };
-          std::vector<Block> blocks;
-          for (const Range& kr : tiles(key_end, kKeyBlock)) blocks.push_back({kr, block_step++ % 2});
-          for (size_t i = 0; i < blocks.size(); ++i) {
-            stage_scores(blocks[i]);
-            if (i > 0) stage_values(blocks[i - 1]);
+          query_tiles.push_back({batch, h, kvp, parity, qr, ceil_div(key_end, kKeyBlock)});
+          // The tile two back used the same parity buffers: finish it before reusing them.
+          while (!pending.empty() && pending.front().tile <= tile_index - 2) drain(pending.size() - 1);
+          b.emit(Opcode::dma_transpose)
+              .tensor("dst", b.view(q_t, {all(), at(parity), span(0, qw)}))
+              .tensor("src", b.view(t.q, {at(batch), at(h), span(qr), all()}))
+              .imm("queue", 2 + parity);
+          b.emit(Opcode::memset).tensor("dst", b.view(o_sb, {span(0, qw), at(parity), all()})).imm("value", 0);
+          b.emit(Opcode::memset).tensor("dst", tile_stat(kSum, parity, qw)).imm("value", 0);
+          b.emit(Opcode::memset).tensor("dst", tile_stat(kMax0, parity, qw)).imm("value", -INFINITY);
+          int64_t index = 0;
+          for (const Range& kr : tiles(key_end, kKeyBlock)) {
+            Block blk{tile_index, kr, index++, block_count++ % kSlots};
+            stage_scores(blk);
+            pending.push_back(blk);
+            drain(kDepth);
           }
-          stage_values(blocks.back());
-          b.emit(Opcode::reciprocal).tensor("dst", stat(7, qw)).tensor("data", stat(2, qw));
-          b.emit(Opcode::tensor_scalar).tensor("dst", b.view(out_sb, {span(0, qw), all()}))
-              .tensor("data", b.view(o_sb, {span(0, qw), all()})).word("op0", "multiply")
-              .tensor("operand0", stat(7, qw));
-          b.emit(Opcode::dma_copy)
-              .tensor("dst", b.view(t.o, {at(batch), at(h), span(qr), all()}))
-              .tensor("src", b.view(out_sb, {span(0, qw), all()}))
-              .imm("queue", 6);
         }
       }
     }
   }
+  drain(0);
 }
 
 isa::Program flash_attention_forward_program(const AttentionSpec& spec, const HardwareConfig& config) {

@@ -39,11 +39,16 @@ void collect_accesses(const isa::Instruction& inst, std::vector<const isa::Acces
       default: reads.push_back(&ap); break;
     }
   }
-  // An accumulating matmul or a read-add-write DMA also reads its destination.
-  if ((inst.opcode == isa::Opcode::nc_matmul && inst.scalar("accumulate") != 1) ||
-      (inst.opcode == isa::Opcode::dma_copy && inst.scalar("dst_rmw_op") == 1)) {
-    reads.push_back(&inst.tensor("dst"));
-  }
+  // A read-add-write DMA also reads its destination.
+  if (inst.opcode == isa::Opcode::dma_copy && inst.scalar("dst_rmw_op") == 1) reads.push_back(&inst.tensor("dst"));
+}
+
+// A matmul that accumulates into PSUM (accumulate true or auto) follows the previous matmul of its
+// accumulation group through the PE array's pipeline: it needs no semaphore on its destination,
+// only on its inputs. Its destination is still recorded, so later readers wait for it.
+bool accumulates_in_pipeline(const isa::Instruction& inst) {
+  return (inst.opcode == isa::Opcode::nc_matmul || inst.opcode == isa::Opcode::nc_matmul_mx) &&
+         inst.scalar("accumulate") != 1;
 }
 
 }  // namespace
@@ -114,12 +119,17 @@ void NeuronCore::run() {
     }
     // A lone core is the only one booking HBM: bookings before its earliest possible next DMA
     // can be dropped, which keeps the calendars small on long programs.
-    if (!m_options.decoupled && (i & 4095) == 4095) m_hbm.forget_before(m_dma.earliest_next_start_ns());
+    if (!m_options.decoupled && (i & 4095) == 4095) {
+      m_hbm.forget_before(m_dma.earliest_next_start_ns());
+      m_dma.forget_before(m_dma.earliest_next_start_ns());
+    }
     // Temporal decoupling: run ahead of the SystemC clock by at most one quantum.
     double now_ns = sc_core::sc_time_stamp().to_seconds() * 1e9;
     if (m_options.decoupled && m_local_ns - now_ns > m_options.quantum_ns) {
       wait(sc_core::sc_time(m_local_ns - now_ns, sc_core::SC_NS));
       m_hbm.forget_before(sc_core::sc_time_stamp().to_seconds() * 1e9 - 4 * m_options.quantum_ns);
+      m_dma.forget_before(std::min(m_dma.earliest_next_start_ns(),
+                                   sc_core::sc_time_stamp().to_seconds() * 1e9 - 4 * m_options.quantum_ns));
     }
   }
   double now_ns = sc_core::sc_time_stamp().to_seconds() * 1e9;
@@ -134,7 +144,16 @@ void NeuronCore::step(size_t index) {
   reads.clear();
   writes.clear();
   collect_accesses(inst, reads, writes);
-  Dependency dependency = m_tracker.query(reads, writes);
+  Dependency dependency;
+  if (accumulates_in_pipeline(inst)) {
+    m_query_writes.clear();
+    for (const isa::AccessPattern* ap : writes) {
+      if (ap != &inst.tensor("dst")) m_query_writes.push_back(ap);
+    }
+    dependency = m_tracker.query(reads, m_query_writes);
+  } else {
+    dependency = m_tracker.query(reads, writes);
+  }
   double ready = dependency.ready_ns;
   Slot slot;
   uint32_t performance_mode = 1;

@@ -73,7 +73,7 @@ class NeuronCore : public sc_core::sc_module {
   int m_trace_process = -1;
   std::map<std::pair<int, uint32_t>, int> m_tracks;
   std::vector<uint64_t> m_opcode_counts;  // by opcode
-  std::vector<const isa::AccessPattern*> m_reads, m_writes;
+  std::vector<const isa::AccessPattern*> m_reads, m_writes, m_query_writes;
   std::map<DType, uint64_t> m_flops_by_dtype;
   double m_local_ns = 0;
   double m_finish_ns = 0;

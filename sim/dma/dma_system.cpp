@@ -11,7 +11,7 @@ DmaSystem::DmaSystem(sc_core::sc_module_name name, const DmaConfig& config, uint
       m_config(config),
       m_hbm_stack(hbm_stack),
       m_hbm(hbm),
-      m_engine_free_ns(config.engines_per_core, 0),
+      m_engines(config.engines_per_core, BandwidthCalendar(config.bandwidth_per_engine_gbps)),
       m_queue_free_ns(config.queues_per_engine, 0),
       m_dge_free_ns(config.hardware_dge_per_core, 0) {}
 
@@ -28,20 +28,21 @@ Slot DmaSystem::schedule(double ready_ns, const DmaCost& cost, uint32_t queue) {
     *dge = dge_start + cost.dge_ns;
     start = *dge;
   }
-  double first_start = 1e300, engines_end = start;
-  double per_engine_ns = cost.engine_ns();
-  for (uint32_t e = cost.first_engine; e < cost.first_engine + cost.engines && e < m_engine_free_ns.size(); ++e) {
-    double engine_start = std::max(start, m_engine_free_ns[e]);
-    m_engine_free_ns[e] = engine_start + per_engine_ns;
-    first_start = std::min(first_start, engine_start);
-    engines_end = std::max(engines_end, m_engine_free_ns[e]);
+  // Each engine moves its share at its own rate in whatever capacity it has left from then on:
+  // transfers of other queues interleave with it by time, as the engines' round-robin over queues
+  // does, and a transfer that is still waiting for its data does not hold an engine.
+  const double first_start = start;
+  const double data_start = start + cost.fixed_latency_ns + cost.descriptor_ns;
+  const double bytes_per_engine = double(cost.bytes) / std::max<uint32_t>(1, cost.engines);
+  double engines_end = data_start;
+  for (uint32_t e = cost.first_engine; e < cost.first_engine + cost.engines && e < m_engines.size(); ++e) {
+    engines_end = std::max(engines_end, m_engines[e].reserve(data_start, bytes_per_engine, cost.bytes_per_ns_per_engine));
   }
-  if (first_start > 1e299) first_start = start;
   double end = engines_end;
   if (cost.reads_hbm || cost.writes_hbm) {
     // Data reaches HBM once the engines have started moving it; the stack's bandwidth is shared.
-    double hbm_end = m_hbm.transfer(m_hbm_stack, first_start + cost.fixed_latency_ns + cost.descriptor_ns,
-                                    static_cast<double>(cost.bytes), cost.engines * cost.bytes_per_ns_per_engine);
+    double hbm_end = m_hbm.transfer(m_hbm_stack, data_start, static_cast<double>(cost.bytes),
+                                    cost.engines * cost.bytes_per_ns_per_engine);
     end = std::max(end, hbm_end);
   }
   m_queue_free_ns[queue] = end;
@@ -49,6 +50,10 @@ Slot DmaSystem::schedule(double ready_ns, const DmaCost& cost, uint32_t queue) {
   m_bytes += cost.bytes;
   m_last_done_ns = std::max(m_last_done_ns, end);
   return Slot{first_start, end, end};
+}
+
+void DmaSystem::forget_before(double time_ns) {
+  for (BandwidthCalendar& engine : m_engines) engine.forget_before(time_ns);
 }
 
 EngineStats DmaSystem::stats() const {

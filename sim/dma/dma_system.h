@@ -2,8 +2,8 @@
 // the engines that serve its partitions (FIFO within a queue); each engine moves its share at
 // its own rate after a fixed start-up and per-descriptor cost; HBM traffic is booked on the
 // core's HBM stack, where it contends with every other queue and core on that stack.
-// Simplification: an engine serves transfers from different queues one after another in
-// program order (the hardware interleaves them round-robin; throughput is the same).
+// Each engine's bandwidth is booked over time, so transfers of different queues share it (the
+// hardware's round-robin over queues) and one waiting for its data holds nothing.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "config/hardware_config.h"
 #include "sim/cost_model.h"
 #include "sim/engine/engine_model.h"
+#include "sim/base/bandwidth_calendar.h"
 #include "sim/mem/hbm.h"
 
 namespace trnsim::sim {
@@ -28,6 +29,7 @@ class DmaSystem : public sc_core::sc_module {
   EngineStats stats() const;
   uint64_t bytes() const { return m_bytes; }
   double last_done_ns() const { return m_last_done_ns; }
+  void forget_before(double time_ns);
   // No later transfer of this core starts before this (each waits for its queue).
   double earliest_next_start_ns() const {
     double t = m_queue_free_ns.empty() ? 0 : m_queue_free_ns.front();
@@ -39,7 +41,7 @@ class DmaSystem : public sc_core::sc_module {
   const DmaConfig& m_config;
   uint32_t m_hbm_stack;
   Hbm& m_hbm;
-  std::vector<double> m_engine_free_ns;
+  std::vector<BandwidthCalendar> m_engines;  // each engine's bandwidth over time
   std::vector<double> m_queue_free_ns;
   std::vector<double> m_dge_free_ns;
   std::vector<std::pair<double, double>> m_active;  // [start, end) of every transfer
