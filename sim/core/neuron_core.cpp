@@ -79,7 +79,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
     m_rng = std::make_unique<numerics::StochasticSource>(options.interpreter.stochastic_seed + index);
     m_workers = std::make_unique<isa::HostWorkers>(options.interpreter.host_threads);
     m_exec = std::make_unique<isa::ExecContext>(
-        isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), m_workers.get()});
+        isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), m_workers.get(), {}, 0});
   }
   if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
   SC_THREAD(run);

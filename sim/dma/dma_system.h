@@ -30,23 +30,22 @@ class DmaSystem : public sc_core::sc_module {
   uint64_t bytes() const { return m_bytes; }
   double last_done_ns() const { return m_last_done_ns; }
   void forget_before(double time_ns);
-  // No later transfer of this core starts before this (each waits for its queue).
-  double earliest_next_start_ns() const {
-    double t = m_queue_free_ns.empty() ? 0 : m_queue_free_ns.front();
-    for (double q : m_queue_free_ns) t = std::min(t, q);
-    return t;
-  }
+  // No later transfer of this core starts before this (see kIssueWindow in the .cpp).
+  double earliest_next_start_ns() const;
 
  private:
   const DmaConfig& m_config;
   uint32_t m_hbm_stack;
   Hbm& m_hbm;
-  std::vector<BandwidthCalendar> m_engines;  // each engine's bandwidth over time
+  std::vector<BandwidthCalendar> m_engines;  // each engine's bandwidth over time (narrow transfers)
+  BandwidthCalendar m_all_engines;           // all engines together
   std::vector<double> m_queue_free_ns;
   std::vector<double> m_dge_free_ns;
   std::vector<std::pair<double, double>> m_active;  // [start, end) of every transfer
   uint64_t m_bytes = 0;
   double m_last_done_ns = 0;
+  std::vector<double> m_recent_starts;  // ring of the last kIssueWindow transfer starts
+  size_t m_issued = 0;
 };
 
 }  // namespace trnsim::sim
