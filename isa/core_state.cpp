@@ -7,16 +7,18 @@
 
 namespace trnsim::isa {
 
-CoreState::CoreState(const CoreConfig& core, const Program& program)
+CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm)
     : m_core(core),
       m_program(program),
       m_sbuf(size_t(core.sbuf.partitions) * core.sbuf.bytes_per_partition, 0),
       m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition, 0),
-      m_hbm(program.allocations.size()),
+      m_hbm(shared_hbm ? std::move(shared_hbm) : std::make_shared<HbmStore>(program.allocations.size())),
       m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
   for (size_t i = 0; i < program.allocations.size(); ++i) {
     const Allocation& a = program.allocations[i];
-    if (a.space == MemorySpace::hbm) m_hbm[i].assign(a.total_elements() * dtype_size_bytes(a.dtype), 0);
+    if (a.space == MemorySpace::hbm && (*m_hbm)[i].empty()) {
+      (*m_hbm)[i].assign(a.total_elements() * dtype_size_bytes(a.dtype), 0);
+    }
   }
   // Allocations may alias (explicit placement): a write to one changes the bytes of every
   // allocation it overlaps, so each write bumps the versions of the whole overlap set.
@@ -53,7 +55,7 @@ void CoreState::check_bounds(const AccessPattern& ap) const {
   for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
   uint32_t esize = dtype_size_bytes(ap.dtype);
   if (a.space == MemorySpace::hbm) {
-    if (low < 0 || uint64_t(high + 1) * esize > m_hbm[ap.allocation].size()) {
+    if (low < 0 || uint64_t(high + 1) * esize > (*m_hbm)[ap.allocation].size()) {
       throw IsaError("access to HBM tensor '" + a.name + "' outside its " + std::to_string(a.total_elements()) +
                      " elements");
     }
@@ -76,7 +78,7 @@ uint8_t* CoreState::base_pointer(const AccessPattern& ap, uint32_t partition_ind
   const Allocation& a = m_program.allocation(ap);
   uint32_t esize = dtype_size_bytes(ap.dtype);
   if (a.space == MemorySpace::hbm) {
-    auto& buffer = const_cast<std::vector<uint8_t>&>(m_hbm[ap.allocation]);
+    auto& buffer = (*m_hbm)[ap.allocation];
     return buffer.data() + (ap.offset + int64_t(partition_index) * ap.partition.stride) * esize;
   }
   std::vector<uint8_t>& memory = a.space == MemorySpace::sbuf ? m_sbuf : m_psum;

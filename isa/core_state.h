@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "config/hardware_config.h"
@@ -32,9 +33,12 @@ struct Tile {
   float at(uint32_t p, uint64_t i) const { return values[size_t(p) * free + i]; }
 };
 
+using HbmStore = std::vector<std::vector<uint8_t>>;
+
 class CoreState {
  public:
-  CoreState(const CoreConfig& core, const Program& program);
+  // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations.
+  CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm = nullptr);
 
   // fp32 copy of the elements `ap` names; throws IsaError if any lies outside its memory.
   // MX x4 dtypes are unpacked: the tile is [partitions, 4 * free_elements], the four values of the slot at free
@@ -56,9 +60,12 @@ class CoreState {
   // Raw bytes of an HBM allocation (inputs are loaded and outputs read here).
   std::vector<uint8_t>& hbm(uint32_t allocation) {
     bump_version(allocation);
-    return m_hbm.at(allocation);
+    return m_hbm->at(allocation);
   }
-  const std::vector<uint8_t>& hbm(uint32_t allocation) const { return m_hbm.at(allocation); }
+  const std::vector<uint8_t>& hbm(uint32_t allocation) const { return m_hbm->at(allocation); }
+  // The HBM buffers, shareable by the cores of one chip that run programs declaring the same
+  // HBM tensors in the same order (each core's SBUF and PSUM stay its own).
+  std::shared_ptr<HbmStore> hbm_store() const { return m_hbm; }
 
   // PSUM accumulation tracking for nc_matmul accumulate=auto, per (partition, bank) as the
   // hardware keeps one accumulation group per bank: set where a matmul wrote, cleared where
@@ -92,7 +99,7 @@ class CoreState {
   const Program& m_program;
   mutable std::vector<uint8_t> m_sbuf;
   mutable std::vector<uint8_t> m_psum;
-  std::vector<std::vector<uint8_t>> m_hbm;  // by allocation index; empty for on-chip allocations
+  std::shared_ptr<HbmStore> m_hbm;  // by allocation index; empty for on-chip allocations
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
   std::vector<uint64_t> m_versions;                  // by allocation
   std::vector<std::vector<uint32_t>> m_overlaps;     // allocations sharing bytes, by allocation

@@ -192,6 +192,7 @@ class Checker {
       case Opcode::nc_transpose: check_transpose(inst); break;
       case Opcode::dma_copy:
       case Opcode::dma_transpose: check_dma(inst); break;
+      case Opcode::dma_gather: check_dma_gather(inst); break;
       case Opcode::bn_stats:
         if (inst.tensor("data").free_elements() > kBnStatsMaxFree) {
           fail("bn-stats-free-size", "data has " + std::to_string(inst.tensor("data").free_elements()) +
@@ -443,6 +444,29 @@ class Checker {
       if (dtype_size_bytes(src.dtype) != 2 || src.dtype != dst.dtype) {
         fail("dma-transpose", "DMA transpose moves 2-byte dtypes unchanged");
       }
+    }
+  }
+
+  // dma_gather: table rows from HBM into SBUF partitions, one 32-bit row index per partition.
+  void check_dma_gather(const Instruction& inst) {
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& src = inst.tensor("src");
+    const AccessPattern& indices = inst.tensor("indices");
+    if (!dst.present() || !src.present() || !indices.present()) return;
+    if (alloc(dst).space != MemorySpace::sbuf) fail("dma-gather", "dst must be in SBUF");
+    if (alloc(src).space != MemorySpace::hbm) fail("dma-gather", "src (the table) must be in HBM");
+    if (alloc(indices).space != MemorySpace::sbuf) fail("dma-gather", "indices must be in SBUF");
+    if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
+      fail("dma-gather", "indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
+    }
+    if (indices.partitions() != dst.partitions() || indices.free_elements() != 1) {
+      fail("dma-gather", "indices is [" + std::to_string(indices.partitions()) + ", " +
+                             std::to_string(indices.free_elements()) + "] but must be [" +
+                             std::to_string(dst.partitions()) + ", 1] (one row index per dst partition)");
+    }
+    if (dst.free_elements() != src.free_elements()) {
+      fail("dma-gather", "dst rows have " + std::to_string(dst.free_elements()) + " elements but table rows have " +
+                             std::to_string(src.free_elements()));
     }
   }
 

@@ -33,8 +33,13 @@ struct KernelContext {
   isa::ProgramBuilder& builder;
   const HardwareConfig& config;
   std::string prefix;
+  // A kernel split across cores: this program is part `core` of `cores` (each core runs its own
+  // part; they share HBM). Builders that split give each core whole blocks of the output.
+  uint32_t core = 0;
+  uint32_t cores = 1;
 
   std::string name(const std::string& base) const { return prefix + base; }
+  bool mine(int64_t work_item) const { return work_item % int64_t(cores) == int64_t(core); }
   uint32_t partitions() const { return config.core.sbuf.partitions; }
 };
 

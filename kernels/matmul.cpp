@@ -152,6 +152,14 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
   uint32_t residual_tile =
       spec.residual ? b.sbuf(ctx.name("residual_sb"), DType::fp32, {uint32_t(p), 2, uint32_t(nb_cols)}) : 0;
 
+  if (ctx.cores > 1 && (a_pass || b_pass)) {
+    throw isa::IsaError("matmul split across cores needs its operands pre-transposed or DMA transposes "
+                        "(trn2+, 2-byte dtypes): the transposing pass would race between cores");
+  }
+  // Split across cores by whole N blocks when there are enough (each core keeps its own resident
+  // B block), else by M blocks.
+  const int64_t n_blocks = ceil_div(n_tiles.size(), nb_tiles), m_blocks = ceil_div(m_tiles.size(), mb_tiles);
+  const bool split_n = n_blocks >= int64_t(ctx.cores) || m_blocks < int64_t(ctx.cores);
   int64_t ring_step = 0, block_step = 0, evac_step = 0;
   for (int64_t batch = 0; batch < spec.batch; ++batch) {
     // Operands stored the other way round are transposed into scratch HBM first, borrowing two
@@ -159,6 +167,8 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
     if (a_pass) transpose_2d(ctx, tensors.a, a_t, spec.batch > 1 ? batch : -1, psum);
     if (b_pass) transpose_2d(ctx, tensors.b, b_kn, spec.batch > 1 ? batch : -1, psum);
     for (size_t nb = 0; nb < n_tiles.size(); nb += nb_tiles) {
+      if (split_n && !ctx.mine(int64_t(nb) / nb_tiles)) continue;
+      bool first_block = true;
       const Range cols{n_tiles[nb].begin, std::min<int64_t>(nb_cols, spec.n - n_tiles[nb].begin)};
       const int64_t block_n = std::min<int64_t>(nb_tiles, n_tiles.size() - nb);
       if (spec.bias) {
@@ -171,6 +181,9 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
             .imm("queue", kSideQueue);
       }
       for (size_t mb = 0; mb < m_tiles.size(); mb += mb_tiles) {
+        if (!split_n && !ctx.mine(int64_t(mb) / mb_tiles)) continue;
+        const bool load_resident = first_block;
+        first_block = false;
         const int64_t block_m = std::min<int64_t>(mb_tiles, m_tiles.size() - mb);
         const Range rows{m_tiles[mb].begin, std::min<int64_t>(mb_tiles * mt, spec.m - m_tiles[mb].begin)};
         const int64_t set = block_step++ % 2;
@@ -179,7 +192,7 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
           const int64_t count = std::min<int64_t>(chunk_tiles, k_tiles.size() - first);
           // B tiles are loaded just ahead of the first block's matmuls that read them, so the
           // Tensor engine starts after one tile instead of after the whole resident block.
-          const bool load_b = chunks > 1 || mb == 0;
+          const bool load_b = chunks > 1 || load_resident;
           for (int64_t j = 0; j < count; ++j) {
             const Range& kr = k_tiles[first + j];
             if (load_b) {
@@ -282,7 +295,7 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
   }
 }
 
-isa::Program matmul_program(const MatmulSpec& spec, const HardwareConfig& config) {
+isa::Program matmul_program(const MatmulSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder b("matmul", config.generation);
   auto shape = [&](int64_t rows, int64_t cols) {
     std::vector<uint32_t> s = {uint32_t(rows), uint32_t(cols)};
@@ -297,7 +310,7 @@ isa::Program matmul_program(const MatmulSpec& spec, const HardwareConfig& config
   if (spec.bias) t.bias = b.hbm("bias", DType::fp32, {uint32_t(spec.n)}, isa::AllocationRole::input);
   if (spec.residual) t.residual = b.hbm("residual", DType::fp32, shape(spec.m, spec.n), isa::AllocationRole::input);
   t.c = b.hbm("c", spec.output_dtype, shape(spec.m, spec.n), isa::AllocationRole::output);
-  KernelContext ctx{b, config, ""};
+  KernelContext ctx{b, config, "", core, cores};
   build_matmul(ctx, spec, t);
   return b.finish();
 }

@@ -40,7 +40,9 @@ struct MatmulTensors {
 void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const MatmulTensors& tensors);
 
 // A whole program for one matmul: declares the HBM tensors (a, b, bias, residual inputs; c output).
-isa::Program matmul_program(const MatmulSpec& spec, const HardwareConfig& config);
+// With cores > 1 it is part `core` of the matmul split across that many cores (same HBM tensors).
+isa::Program matmul_program(const MatmulSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                            uint32_t cores = 1);
 
 // dst[C, R] = src[R, C] for 2-D HBM tensors (or one batch slice of them), through SBUF: DMA
 // transpose where the generation has it for the dtype, else PE transposes through PSUM.

@@ -38,13 +38,17 @@ isa::AccessPattern rows_hbm(const KernelContext& ctx, uint32_t tensor, const Row
   return hbm_ap(ctx, tensor, r0 * r.cols, {{r.cols, uint32_t(p)}, {1, uint32_t(r.cols)}});
 }
 
+// SBUF per partition for a kernel's full-width buffers: what is free, less the per-row statistics rings
+// a kernel allocates after sizing its rows (up to 10 rings of kRowDepth 256-byte slots, see stat_ring).
+int64_t row_budget(const KernelContext& ctx) { return detail::sbuf_free_bytes(ctx) - 10 * (kRowDepth + 2) * 256; }
+
 // Throws when `bytes_per_column` (every full-width buffer's bytes per element of a row) does not
 // leave room for a row of C elements.
 void check_fits(const KernelContext& ctx, const char* kernel, int64_t cols, int64_t bytes_per_column) {
-  if (cols * bytes_per_column > detail::sbuf_free_bytes(ctx)) {
+  if (cols * bytes_per_column > row_budget(ctx)) {
     throw std::invalid_argument(std::string(kernel) + ": a row of " + std::to_string(cols) +
                                 " elements does not fit in SBUF with its ring buffers (rows longer than " +
-                                std::to_string(detail::sbuf_free_bytes(ctx) / bytes_per_column) +
+                                std::to_string(row_budget(ctx) / bytes_per_column) +
                                 " need a two-pass schedule, not implemented)");
   }
 }
@@ -77,8 +81,13 @@ void row_loop(const KernelContext& ctx, const Rows& r, uint32_t x, uint32_t y, c
 }
 
 // A ring of [P, 1] fp32 per-row statistics.
-detail::Ring stat_ring(const KernelContext& ctx, const std::string& name, int64_t width = 1) {
-  return detail::make_ring(ctx, name, DType::fp32, width, kRowDepth);
+// Each slot is padded to 256 bytes, the timing model's dependency granule (as the hardware tracks SBUF
+// ranges): slots packed into one granule would make, e.g., the Scalar write of tile t's row sum wait for
+// a matmul still reading tile t + 1's rstd.
+constexpr int64_t kGranuleFloats = 64;
+detail::Ring stat_ring(const KernelContext& ctx, const std::string& name, int64_t width = 1,
+                       int depth = kRowDepth) {
+  return detail::make_ring(ctx, name, DType::fp32, std::max(width, kGranuleFloats), depth);
 }
 
 }  // namespace
@@ -228,5 +237,394 @@ isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config) {
   build_norm(KernelContext{builder, config, ""}, spec, x, w, b, y);
   return builder.finish();
 }
+
+// ---- backward passes ----
+
+namespace {
+
+// Column chunk of one matmul into one PSUM bank (fp32).
+constexpr int64_t kPsumBankColumns = 512;
+
+// The row-tile loop of the backward kernels: several full-width inputs per tile and [p, 1] per-row
+// statistics, all loaded kRowDepth - 1 tiles ahead of compute(t), which stores its own outputs.
+struct RowInput {
+  uint32_t tensor;
+  detail::Ring ring;
+};
+struct RowStat {
+  uint32_t tensor;  // fp32 [R]
+  detail::Ring ring;
+};
+using Tiles = std::vector<isa::AccessPattern>;
+using Stage = std::function<void(const Tiles& inputs, const Tiles& stats, int64_t t, const Range& rows)>;
+
+// A software-pipelined row loop: iteration i loads tile i + ahead, then emits stage 0 of tile i, stage 1
+// of tile i - 1, ... Engines run their queues in order, so skewing the stages lets each engine work on
+// a later tile while an earlier tile's chain (e.g. GpSimd -> Scalar -> Vector -> Scalar) drains. Rings
+// of inputs need ahead + stages slots (a tile is read by its last stage stages - 1 iterations after its
+// first); work tiles produced in stage a and last read in stage b need b - a + 1 slots.
+void backward_loop(const KernelContext& ctx, const Rows& r, int64_t ahead, const std::vector<RowInput>& inputs,
+                   const std::vector<RowStat>& stats, const std::vector<Stage>& stages) {
+  std::vector<Range> row_tiles = tiles(r.rows, ctx.partitions());
+  const int64_t n = int64_t(row_tiles.size()), n_stages = int64_t(stages.size());
+  auto load = [&](int64_t t) {
+    const Range& rt = row_tiles[size_t(t)];
+    for (const RowInput& in : inputs) {
+      dma(ctx, sb2(ctx, in.ring[t], rt.size, r.cols), rows_hbm(ctx, in.tensor, r, rt.begin, rt.size), detail::kLoadQueue);
+    }
+    // The small per-row loads go on their own queue so they never wait behind a full tile.
+    for (const RowStat& st : stats) {
+      dma(ctx, sb2(ctx, st.ring[t], rt.size, 1), hbm_ap(ctx, st.tensor, rt.begin, {{1, uint32_t(rt.size)}, {1, 1}}),
+          detail::kConstQueue);
+    }
+  };
+  for (int64_t t = 0; t < std::min(ahead, n); ++t) load(t);
+  for (int64_t i = 0; i < n + n_stages - 1; ++i) {
+    if (i + ahead < n) load(i + ahead);
+    for (int64_t s = 0; s < n_stages; ++s) {
+      const int64_t t = i - s;
+      if (t < 0 || t >= n) continue;
+      const Range& rt = row_tiles[size_t(t)];
+      Tiles in_tiles, stat_tiles;
+      for (const RowInput& in : inputs) in_tiles.push_back(sb2(ctx, in.ring[t], rt.size, r.cols));
+      for (const RowStat& st : stats) stat_tiles.push_back(sb2(ctx, st.ring[t], rt.size, 1));
+      stages[size_t(s)](in_tiles, stat_tiles, t, rt);
+    }
+  }
+}
+
+// Column sums over all rows accumulated on the Tensor engine: for each 512-column chunk a PSUM
+// [m, 512] fp32 tile += stationary[p, m].T @ moving[p, chunk]. With a one-hot stationary column, row
+// j of the PSUM tile receives the column sums of the moving tile and the other rows receive zeros,
+// so several sums (dw, db) share one bank set (the extra rows cost the matmul nothing).
+struct ColumnSums {
+  int64_t rows_out = 1, cols = 0;
+  std::vector<uint32_t> banks;
+  uint32_t result = 0;  // SBUF [m, C] in the output dtype (allocated up front: its C columns count in the budget)
+
+  ColumnSums(const KernelContext& ctx, const std::string& name, int64_t m, int64_t c, DType dtype)
+      : rows_out(m), cols(c) {
+    result = ctx.builder.sbuf(ctx.name(name + "_out"), dtype, {uint32_t(m), uint32_t(c)});
+    const int64_t chunks = ceil_div(c, kPsumBankColumns);
+    const int64_t capacity =
+        int64_t(ctx.config.core.psum.bytes_per_partition) / (kPsumBankColumns * int64_t(dtype_size_bytes(DType::fp32)));
+    if (chunks > capacity) {
+      throw std::invalid_argument(name + ": column sums of " + std::to_string(c) + " columns need " +
+                                  std::to_string(chunks) + " PSUM banks, the core has " + std::to_string(capacity));
+    }
+    for (int64_t k = 0; k < chunks; ++k) {
+      banks.push_back(ctx.builder.psum(ctx.name(name + std::to_string(k)), DType::fp32,
+                                       {uint32_t(m), uint32_t(kPsumBankColumns)}));
+    }
+  }
+  // Adds stationary.T @ moving; `first` overwrites instead (the first matmul of the first row tile).
+  void add(const KernelContext& ctx, uint32_t stationary, uint32_t moving, int64_t p, bool first) const {
+    for (const Range& c : tiles(cols, kPsumBankColumns)) {
+      ctx.builder.emit(isa::Opcode::nc_matmul)
+          .tensor("dst", sb2(ctx, banks[size_t(c.begin / kPsumBankColumns)], rows_out, c.size))
+          .tensor("stationary", sb2(ctx, stationary, p, rows_out))
+          .tensor("moving", detail::sb_ap(ctx, moving, uint32_t(p), {{1, uint32_t(c.size)}}, c.begin))
+          .word("accumulate", first ? "false" : "true");
+    }
+  }
+  // PSUM -> SBUF (in `dtype`) on the Vector engine, then row outs[j].first to HBM tensor outs[j].second.
+  void store(const KernelContext& ctx, const std::vector<std::pair<int64_t, int64_t>>& outs) const {
+    const uint32_t sb = result;
+    for (const Range& c : tiles(cols, kPsumBankColumns)) {
+      ctx.builder.emit(isa::Opcode::tensor_copy)
+          .tensor("dst", detail::sb_ap(ctx, sb, uint32_t(rows_out), {{1, uint32_t(c.size)}}, c.begin))
+          .tensor("src", sb2(ctx, banks[size_t(c.begin / kPsumBankColumns)], rows_out, c.size));
+    }
+    for (const auto& [row, tensor] : outs) {
+      dma(ctx, hbm_ap(ctx, uint32_t(tensor), 0, {{0, 1}, {1, uint32_t(cols)}}), ctx.builder.view(sb, {span(row, 1), span(0, cols)}),
+          detail::kStoreQueue);
+    }
+  }
+};
+
+// A [P, m] stationary with ones in column `hot` and zeros elsewhere.
+uint32_t one_hot_columns(const KernelContext& ctx, const std::string& name, DType dtype, int64_t m, int64_t hot) {
+  uint32_t buf = ctx.builder.sbuf(ctx.name(name), dtype, {ctx.partitions(), uint32_t(m)});
+  ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, buf, ctx.partitions(), m)).imm("value", 0.0);
+  ctx.builder.emit(isa::Opcode::memset)
+      .tensor("dst", detail::sb_ap(ctx, buf, ctx.partitions(), {{1, 1}}, hot)).imm("value", 1.0);
+  return buf;
+}
+
+}  // namespace
+
+namespace {
+
+// rmsnorm backward without forming xhat: with t = sum(g * x), mean(g * xhat) = rstd * t / C, so
+// dx = rstd * (g + x * k) with k = -rstd^2 * t / C, and dw = sum over rows of rstd * (dy * x), the rstd
+// column being the matmul's stationary operand. Three pipeline stages per row tile:
+//   0: GpSimd g = dy * w, g * x and dy * x; Tensor dw += rstd.T @ (dy * x)
+//   1: Scalar sum(g * x); Vector k and u = x * k + g (into g)
+//   2: Scalar dx = u * rstd, store
+// Per tile GpSimd 3N, Scalar 2N, Vector 2N cycles, Tensor 4N / 2 (fp32 at the Tensor clock).
+void build_rmsnorm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, const Rows& r, uint32_t x,
+                            uint32_t dy, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw) {
+  const bool has_w = w >= 0, want_dw = dw >= 0;
+  const int64_t in_bytes = dtype_size_bytes(spec.input_dtype);
+  constexpr int64_t kStages = 3;
+  auto per_column = [&](int64_t ahead) {
+    return (ahead + 2) * 2 * in_bytes + 3 * 4 + 2 * 4 + (want_dw ? 2 * 4 : 0) + 2 * in_bytes +
+           (has_w ? dtype_size_bytes(spec.param_dtype) : 0) + (want_dw ? dtype_size_bytes(spec.param_dtype) : 0);
+  };
+  int64_t ahead = 3;  // the deepest prefetch that fits (1 for bf16 rows of 4096 on trn2)
+  while (ahead > 1 && r.cols * per_column(ahead) > row_budget(ctx)) --ahead;
+  check_fits(ctx, "rmsnorm backward", r.cols, per_column(ahead));
+
+  std::optional<uint32_t> w_sb;
+  if (has_w) w_sb = load_row_param(ctx, "rb_w", uint32_t(w), spec.param_dtype, r.cols);
+  std::optional<ColumnSums> colsums;
+  if (want_dw) colsums.emplace(ctx, "rb_colsum", 1, r.cols, spec.param_dtype);
+  auto ring = [&](const std::string& name, DType d, int64_t n) { return detail::make_ring(ctx, name, d, r.cols, int(n)); };
+  const int in_depth = int(ahead) + 2;  // read by stages 0 and 1
+  std::vector<RowInput> inputs{{x, ring("rb_x", spec.input_dtype, in_depth)}, {dy, ring("rb_dy", spec.input_dtype, in_depth)}};
+  std::vector<RowStat> stats{{rstd, stat_ring(ctx, "rb_rstd", 1, int(ahead + kStages))}};
+  detail::Ring g = ring("rb_g", DType::fp32, 3), prod = ring("rb_prod", DType::fp32, 2), out = ring("rb_dx", spec.input_dtype, 2);
+  detail::Ring dyx = want_dw ? ring("rb_dyx", DType::fp32, 2) : detail::Ring{};
+  detail::Ring sum = stat_ring(ctx, "rb_sum"), k = stat_ring(ctx, "rb_k");
+  const double inv_cols = 1.0 / double(r.cols);
+  auto full = [&](const detail::Ring& rg, int64_t t, int64_t p) { return sb2(ctx, rg[t], p, r.cols); };
+  auto one = [&](const detail::Ring& rg, int64_t t, int64_t p) { return sb2(ctx, rg[t], p, 1); };
+  auto gp = [&](const isa::AccessPattern& dst, const isa::AccessPattern& a, const isa::AccessPattern& b) {
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", dst).tensor("data1", a).tensor("data2", b).word("op", "multiply").on(Engine::gpsimd);
+  };
+
+  Stage products = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
+    const int64_t p = rt.size;
+    if (has_w) {
+      gp(full(g, t, p), in[1], sb2(ctx, *w_sb, p, r.cols));
+    } else {
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", full(g, t, p)).tensor("src", in[1]).on(Engine::gpsimd);
+    }
+    gp(full(prod, t, p), full(g, t, p), in[0]);
+    if (want_dw) {
+      gp(full(dyx, t, p), in[1], in[0]);
+      (void)st;
+      colsums->add(ctx, stats[0].ring[t], dyx[t], p, t == 0);
+    }
+  };
+  Stage combine = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
+    const int64_t p = rt.size;
+    // The product's row sum in the Scalar accumulator (the copy goes back onto the product itself).
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", full(prod, t, p)).word("op", "copy").tensor("data", full(prod, t, p))
+        .word("reduce_op", "add").tensor("reduce_res", one(sum, t, p));
+    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+        .tensor("dst", one(k, t, p)).tensor("data", one(sum, t, p)).word("op0", "multiply").imm("operand0", -inv_cols)
+        .word("op1", "multiply").tensor("operand1", st[0]);
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", one(k, t, p)).tensor("data1", one(k, t, p)).tensor("data2", st[0]).word("op", "multiply");
+    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+        .tensor("dst", full(g, t, p)).tensor("data", in[0]).word("op0", "multiply").tensor("operand0", one(k, t, p))
+        .word("op1", "add").tensor("operand1", full(g, t, p));
+  };
+  Stage finish = [&](const Tiles&, const Tiles& st, int64_t t, const Range& rt) {
+    const int64_t p = rt.size;
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", full(out, t, p)).word("op", "copy").tensor("data", full(g, t, p)).tensor("scale", st[0]);
+    dma(ctx, rows_hbm(ctx, dx, r, rt.begin, p), full(out, t, p), detail::kStoreQueue);
+  };
+  backward_loop(ctx, r, ahead, inputs, stats, {products, combine, finish});
+  if (colsums) colsums->store(ctx, {{0, dw}});
+}
+
+}  // namespace
+
+void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
+                         int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db) {
+  if (spec.kind == NormKind::rmsnorm) {
+    build_rmsnorm_backward(ctx, spec, rows_of(spec.shape), x, dy, rstd, w, dx, dw);
+    return;
+  }
+  const Rows r = rows_of(spec.shape);
+  const bool rms = spec.kind == NormKind::rmsnorm;
+  const bool has_w = w >= 0, want_dw = dw >= 0, want_db = !rms && db >= 0;
+  if (!rms && mean < 0) throw std::invalid_argument("layernorm backward needs the saved mean");
+  const int64_t in_bytes = dtype_size_bytes(spec.input_dtype);
+  // SBUF per element of a row: x and dy (read by stages 0 and 1: ahead + 2 slots), xhat and g (stages 0-1:
+  // 2 slots), the product / u (stages 0-2: 3 slots), dx (2), the bf16 scratch, w and the dw/db row.
+  // The deepest prefetch that fits is used (1 for bf16 rows of 4096 on trn2).
+  auto per_column = [&](int64_t ahead) {
+    return (ahead + 2) * 2 * in_bytes + (2 + 2 + 3) * 4 + 2 * in_bytes + 2 +
+           (has_w ? dtype_size_bytes(spec.param_dtype) : 0) + (want_dw || want_db ? dtype_size_bytes(spec.param_dtype) : 0);
+  };
+  int64_t ahead = 2;  // stats rings hold kRowDepth = ahead + 3 tiles
+  while (ahead > 1 && r.cols * per_column(ahead) > row_budget(ctx)) --ahead;
+  const char* kernel = "layernorm backward";
+  check_fits(ctx, kernel, r.cols, per_column(ahead));
+
+  std::optional<uint32_t> w_sb;
+  if (has_w) w_sb = load_row_param(ctx, "nb_w", uint32_t(w), spec.param_dtype, r.cols);
+  // dw in PSUM row 0, db in row 32: a DMA may only start at a multiple of 32 partitions.
+  constexpr int64_t kDbRow = 32;
+  const int64_t sums = want_db ? kDbRow + 1 : 1;
+  std::optional<ColumnSums> colsums;
+  uint32_t hot_w = 0, hot_b = 0;
+  if (want_dw || want_db) {
+    colsums.emplace(ctx, "lnb_colsum", sums, r.cols, spec.param_dtype);
+    hot_w = one_hot_columns(ctx, "nb_hot_w", DType::fp32, sums, 0);
+    if (want_db) hot_b = one_hot_columns(ctx, "nb_hot_b", spec.input_dtype, sums, kDbRow);
+  }
+  auto ring = [&](const std::string& name, DType d, int64_t n) { return detail::make_ring(ctx, name, d, r.cols, int(n)); };
+  const int64_t in_depth = ahead + 2;
+  std::vector<RowInput> inputs{{x, ring("nb_x", spec.input_dtype, in_depth)}, {dy, ring("nb_dy", spec.input_dtype, in_depth)}};
+  std::vector<RowStat> stats{{rstd, stat_ring(ctx, "nb_rstd")}, {uint32_t(mean), stat_ring(ctx, "nb_mean")}};
+  detail::Ring xh = ring("nb_xh", DType::fp32, 2), g = ring("nb_g", DType::fp32, 2), prod = ring("nb_prod", DType::fp32, 3),
+               out = ring("nb_dx", spec.input_dtype, 2);
+  detail::Ring scratch = detail::make_ring(ctx, "nb_scratch", DType::bf16, r.cols, 1);
+  detail::Ring sgx = stat_ring(ctx, "nb_sgx"), sg = stat_ring(ctx, "nb_sg"), nmr = stat_ring(ctx, "nb_nmr"),
+               k = stat_ring(ctx, "nb_k"), bias = stat_ring(ctx, "nb_bias");
+  const double inv_cols = 1.0 / double(r.cols);
+
+  // Three pipeline stages per row tile (see backward_loop): 0: xhat, g, g * xhat; 1: the row sums, u and
+  // the dw / db matmuls; 2: dx = u * rstd + bias and its store.
+  auto at = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
+    struct View {
+      std::function<isa::AccessPattern(const detail::Ring&)> s, full;
+      isa::AccessPattern xt, dyt, rstd_t, gt;
+      int64_t p;
+    } v;
+    v.p = rt.size;
+    v.s = [&ctx, t, p = rt.size](const detail::Ring& rg) { return sb2(ctx, rg[t], p, 1); };
+    v.full = [&ctx, t, p = rt.size, cols = r.cols](const detail::Ring& rg) { return sb2(ctx, rg[t], p, cols); };
+    v.xt = in[0], v.dyt = in[1], v.rstd_t = st[0];
+    v.gt = has_w ? v.full(g) : v.dyt;
+    return v;
+  };
+  Stage products = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
+    auto v = at(in, st, t, rt);
+    // Scalar: xhat = x * rstd + (-mean * rstd) in fp32.
+    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+        .tensor("dst", v.s(nmr)).tensor("data", st[1]).word("op0", "multiply").imm("operand0", -1.0)
+        .word("op1", "multiply").tensor("operand1", v.rstd_t);
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", v.full(xh)).word("op", "copy").tensor("data", v.xt).tensor("scale", v.rstd_t)
+        .tensor("bias", v.s(nmr));
+    // GpSimd: g = dy * w, then g * xhat.
+    if (has_w) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", v.gt).tensor("data1", v.dyt).tensor("data2", sb2(ctx, *w_sb, v.p, r.cols))
+          .word("op", "multiply").on(Engine::gpsimd);
+    }
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", v.full(prod)).tensor("data1", v.gt).tensor("data2", v.full(xh)).word("op", "multiply")
+        .on(Engine::gpsimd);
+  };
+  Stage combine = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
+    auto v = at(in, st, t, rt);
+    // Scalar: sum(g * xhat) in its accumulator; Vector: sum(g), k = -mean(g * xhat), bias = -rstd * mean(g).
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", sb2(ctx, scratch[0], v.p, r.cols)).word("op", "copy").tensor("data", v.full(prod))
+        .word("reduce_op", "add").tensor("reduce_res", v.s(sgx));
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", v.s(sg)).word("op", "add").tensor("data", v.gt).word("axis", "[1]");
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", v.s(k)).tensor("data", v.s(sgx)).word("op0", "multiply").imm("operand0", -inv_cols);
+    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+        .tensor("dst", v.s(bias)).tensor("data", v.s(sg)).word("op0", "multiply").imm("operand0", -inv_cols)
+        .word("op1", "multiply").tensor("operand1", v.rstd_t);
+    // Vector: u = xhat * k + g (into the product tile, no longer needed).
+    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+        .tensor("dst", v.full(prod)).tensor("data", v.full(xh)).word("op0", "multiply").tensor("operand0", v.s(k))
+        .word("op1", "add").tensor("operand1", v.gt);
+    // Tensor: dw += ones.T @ (dy * xhat) (into the g tile, free once u is formed), db += ones.T @ dy,
+    // accumulated in PSUM over all row tiles.
+    if (want_dw) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", v.full(g)).tensor("data1", v.dyt).tensor("data2", v.full(xh)).word("op", "multiply")
+          .on(Engine::gpsimd);
+      colsums->add(ctx, hot_w, g[t], v.p, t == 0);
+    }
+    if (want_db) colsums->add(ctx, hot_b, inputs[1].ring[t], v.p, t == 0 && !want_dw);
+  };
+  Stage finish = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
+    auto v = at(in, st, t, rt);
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", v.full(out)).word("op", "copy").tensor("data", v.full(prod)).tensor("scale", v.rstd_t)
+        .tensor("bias", v.s(bias));
+    dma(ctx, rows_hbm(ctx, dx, r, rt.begin, v.p), v.full(out), detail::kStoreQueue);
+  };
+  backward_loop(ctx, r, ahead, inputs, stats, {products, combine, finish});
+  if (colsums) {
+    std::vector<std::pair<int64_t, int64_t>> outs;
+    if (want_dw) outs.push_back({0, dw});
+    if (want_db) outs.push_back({kDbRow, db});
+    colsums->store(ctx, outs);
+  }
+}
+
+isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config) {
+  const bool rms = spec.kind == NormKind::rmsnorm;
+  isa::ProgramBuilder builder(rms ? "rmsnorm_backward" : "layernorm_backward", config.generation);
+  const Rows r = rows_of(spec.shape);
+  std::vector<uint32_t> shape = detail::to_u32(spec.shape), param{uint32_t(r.cols)}, row_stats{uint32_t(r.rows)};
+  const auto in = isa::AllocationRole::input, out = isa::AllocationRole::output;
+  uint32_t x = builder.hbm("x", spec.input_dtype, shape, in);
+  uint32_t dy = builder.hbm("dy", spec.input_dtype, shape, in);
+  int64_t mean = rms ? -1 : int64_t(builder.hbm("mean", DType::fp32, row_stats, in));
+  uint32_t rstd = builder.hbm("rstd", DType::fp32, row_stats, in);
+  int64_t w = spec.weight ? int64_t(builder.hbm("w", spec.param_dtype, param, in)) : -1;
+  uint32_t dx = builder.hbm("dx", spec.input_dtype, shape, out);
+  int64_t dw = spec.weight ? int64_t(builder.hbm("dw", spec.param_dtype, param, out)) : -1;
+  int64_t db = spec.bias && !rms ? int64_t(builder.hbm("db", spec.param_dtype, param, out)) : -1;
+  build_norm_backward(KernelContext{builder, config, ""}, spec, x, dy, mean, rstd, w, dx, dw, db);
+  return builder.finish();
+}
+
+void build_softmax_backward(const KernelContext& ctx, const SoftmaxBackwardSpec& spec, uint32_t y, uint32_t dy,
+                            uint32_t dx) {
+  const Rows r = rows_of(spec.shape);
+  const int64_t depth = kRowDepth;
+  int64_t per_column = depth * (dtype_size_bytes(spec.input_dtype) + 2 * dtype_size_bytes(spec.output_dtype) + 4) + 2;
+  check_fits(ctx, spec.log ? "log_softmax backward" : "softmax backward", r.cols, per_column);
+  auto ring = [&](const std::string& name, DType d) { return detail::make_ring(ctx, name, d, r.cols, kRowDepth); };
+  std::vector<RowInput> inputs{{y, ring("sb_y", spec.input_dtype)}, {dy, ring("sb_dy", spec.output_dtype)}};
+  detail::Ring tmp = ring("sb_tmp", DType::fp32), out = ring("sb_dx", spec.output_dtype);
+  detail::Ring scratch = detail::make_ring(ctx, "sb_scratch", DType::bf16, r.cols, 1);
+  detail::Ring sum = stat_ring(ctx, "sb_sum");
+
+  backward_loop(ctx, r, kRowDepth - 1, inputs, {}, {[&](const Tiles& in, const Tiles&, int64_t t, const Range& rt) {
+    const int64_t p = rt.size;
+    const isa::AccessPattern &yt = in[0], &dyt = in[1];
+    isa::AccessPattern tt = sb2(ctx, tmp[t], p, r.cols), dxt = sb2(ctx, out[t], p, r.cols), st = sb2(ctx, sum[t], p, 1);
+    if (!spec.log) {
+      // GpSimd dy * y, Scalar its row sum, Vector (dy - sum) * y.
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", tt).tensor("data1", dyt).tensor("data2", yt).word("op", "multiply").on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", sb2(ctx, scratch[0], p, r.cols)).word("op", "copy").tensor("data", tt)
+          .word("reduce_op", "add").tensor("reduce_res", st);
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", dxt).tensor("data", dyt).word("op0", "subtract").tensor("operand0", st)
+          .word("op1", "multiply").tensor("operand1", yt);
+    } else {
+      // Scalar exp(y), Vector sum(dy), GpSimd exp(y) * sum and dy - that.
+      ctx.builder.emit(isa::Opcode::activation).tensor("dst", tt).word("op", "exp").tensor("data", yt);
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", st).word("op", "add").tensor("data", dyt).word("axis", "[1]");
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", tt).tensor("data", tt).word("op0", "multiply").tensor("operand0", st).on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", dxt).tensor("data1", dyt).tensor("data2", tt).word("op", "subtract").on(Engine::gpsimd);
+    }
+    dma(ctx, rows_hbm(ctx, dx, r, rt.begin, p), dxt, detail::kStoreQueue);
+  }});
+}
+
+isa::Program softmax_backward_program(const SoftmaxBackwardSpec& spec, const HardwareConfig& config) {
+  isa::ProgramBuilder builder(spec.log ? "log_softmax_backward" : "softmax_backward", config.generation);
+  std::vector<uint32_t> shape = detail::to_u32(spec.shape);
+  uint32_t y = builder.hbm("y", spec.input_dtype, shape, isa::AllocationRole::input);
+  uint32_t dy = builder.hbm("dy", spec.output_dtype, shape, isa::AllocationRole::input);
+  uint32_t dx = builder.hbm("dx", spec.output_dtype, shape, isa::AllocationRole::output);
+  build_softmax_backward(KernelContext{builder, config, ""}, spec, y, dy, dx);
+  return builder.finish();
+}
+
 
 }  // namespace trnsim::kernels

@@ -1,4 +1,4 @@
-// Row-wise kernels over the last dim: softmax, log_softmax, layernorm and rmsnorm (forward).
+// Row-wise kernels over the last dim: softmax, log_softmax, layernorm and rmsnorm, forward and backward.
 //
 // Layout: the flattened outer dims are rows, 128 per tile on partitions; the whole last dim C of a
 // row sits on the free axis (one contiguous DMA run per partition). A row must fit in SBUF with
@@ -45,5 +45,47 @@ struct NormSpec {
 // w, b are [C] tensors (-1 when absent).
 void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y);
 isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config);  // x, w, b inputs; y output
+
+
+
+// ---- backward passes ----
+//
+// Engine balance of the backward kernels (per [128, C] tile, fp32 intermediates):
+//   norm backward: Scalar xhat = x * rstd (+ -mean * rstd), sum(g * xhat) and the final rstd scaling;
+//                  GpSimd g = dy * w, g * xhat and dy * xhat; Vector the combination (and sum(g) for
+//                  layernorm); Tensor the column sums of dw / db, accumulated in PSUM over every row tile
+//                  (a ones column as the stationary operand), so no engine revisits them at the end.
+//   softmax backward: GpSimd dy * y, Scalar its row sum, Vector (dy - sum) * y (the bf16 fast mode).
+//   log_softmax backward: Scalar exp(y), Vector sum(dy), GpSimd dy - exp(y) * sum.
+
+struct NormBackwardSpec {
+  NormKind kind = NormKind::rmsnorm;
+  std::vector<int64_t> shape;       // of x, dy and dx; normalised over the last dim
+  bool weight = true, bias = false;  // bias: layernorm only; dw exists when weight, db when bias
+  DType input_dtype = DType::fp32;   // x, dy, dx
+  DType param_dtype = DType::fp32;   // w, dw, db
+};
+
+// Takes the statistics the forward saved, as torch's native_layer_norm_backward does: mean and rstd
+// (fp32 [R], R = rows; mean is -1 for rmsnorm), with rstd = 1 / sqrt(var + eps) (layernorm) or
+// 1 / sqrt(mean(x^2) + eps) (rmsnorm). dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+// g = dy * w (layernorm; rmsnorm without the mean(g) term), dw = sum over rows of dy * xhat, db = sum dy.
+// w, dw, db are -1 when absent. dw / db need C <= 512 * PSUM banks (4096 on trn2/trn3).
+void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
+                         int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db);
+// Inputs x, dy, mean (layernorm), rstd, w (weight); outputs dx, dw (weight), db (bias).
+isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config);
+
+struct SoftmaxBackwardSpec {
+  std::vector<int64_t> shape;  // over the last dim
+  bool log = false;            // log_softmax
+  DType input_dtype = DType::fp32, output_dtype = DType::fp32;  // y and dy / dx
+};
+
+// dx from the forward's output y and dy: softmax dx = y * (dy - sum(dy * y)) (torch's
+// _softmax_backward_data), log_softmax dx = dy - exp(y) * sum(dy) (_log_softmax_backward_data).
+void build_softmax_backward(const KernelContext& ctx, const SoftmaxBackwardSpec& spec, uint32_t y, uint32_t dy,
+                            uint32_t dx);
+isa::Program softmax_backward_program(const SoftmaxBackwardSpec& spec, const HardwareConfig& config);  // y, dy in; dx out
 
 }  // namespace trnsim::kernels

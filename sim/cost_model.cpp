@@ -450,6 +450,17 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
   cost.fixed_latency_ns = dma.fixed_latency_ns;
   cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
   cost.dge_ns = enum_is(inst, "dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
+  if (inst.opcode == Opcode::dma_gather) {
+    // The table operand names all V rows but only dst's rows move: one descriptor per gathered row
+    // (trainium.md §7: indirect DMA needs the software DGE). Assumed: the GpSimd builds the
+    // descriptors in GPSIMD_START (config gpsimd.fixed_overhead_cycles) + one cycle per row, charged
+    // as extra fixed latency of the transfer (neither GpSimd occupancy nor serialised between queues).
+    const uint64_t rows = dst.partitions();
+    cost.bytes = dst.elements() * dtype_size_bytes(dst.dtype);
+    cost.descriptors = std::max<uint64_t>(rows, dst.elements() / std::max<uint64_t>(1, dst_run));
+    cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
+    cost.fixed_latency_ns += (config.core.gpsimd.fixed_overhead_cycles + double(rows)) / config.core.gpsimd.clock_ghz;
+  }
   return cost;
 }
 

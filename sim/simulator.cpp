@@ -28,9 +28,42 @@ class SystemCContext {
 
 }  // namespace
 
+namespace {
+
+// Programs that share one chip's HBM must declare the same HBM tensors in the same order.
+void check_same_hbm(const isa::Program& a, const isa::Program& b, size_t core) {
+  bool same = a.allocations.size() == b.allocations.size();
+  for (size_t i = 0; same && i < a.allocations.size(); ++i) {
+    const isa::Allocation &x = a.allocations[i], &y = b.allocations[i];
+    if (x.space == isa::MemorySpace::hbm || y.space == isa::MemorySpace::hbm) {
+      same = x.space == y.space && x.name == y.name && x.shape == y.shape && x.dtype == y.dtype;
+    }
+  }
+  if (!same) {
+    throw isa::IsaError("the program of core index " + std::to_string(core) +
+                        " does not declare the same allocations as the first core's (HBM is shared)");
+  }
+}
+
+}  // namespace
+
 SimResult simulate(const isa::Program& program, const HardwareConfig& config, const std::string& config_hash,
                    const SimOptions& options,
                    const std::function<void(uint32_t core, isa::CoreState& state)>& prepare) {
+  std::vector<const isa::Program*> programs(options.cores.size(), &program);
+  return simulate(programs, config, config_hash, options, prepare, /*shared_hbm=*/false);
+}
+
+SimResult simulate(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+                   const std::string& config_hash, const SimOptions& options,
+                   const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, bool shared_hbm) {
+  if (programs.size() != options.cores.size()) {
+    throw isa::IsaError("simulate: " + std::to_string(programs.size()) + " programs for " +
+                        std::to_string(options.cores.size()) + " cores");
+  }
+  if (shared_hbm) {
+    for (size_t i = 1; i < programs.size(); ++i) check_same_hbm(*programs[0], *programs[i], i);
+  }
   for (uint32_t core : options.cores) {
     if (core >= config.chip.physical_cores) {
       throw isa::IsaError("core " + std::to_string(core) + " does not exist (the chip has " +
@@ -47,8 +80,11 @@ SimResult simulate(const isa::Program& program, const HardwareConfig& config, co
       states.push_back(nullptr);
       continue;
     }
-    result.states.push_back(std::make_unique<isa::CoreState>(config.core, program));
-    if (prepare) prepare(core, *result.states.back());
+    const size_t index = result.states.size();
+    std::shared_ptr<isa::HbmStore> store = shared_hbm && index > 0 ? result.states.front()->hbm_store() : nullptr;
+    result.states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[index], store));
+    // With shared HBM the inputs are loaded once, through the first core.
+    if (prepare && (!shared_hbm || index == 0)) prepare(core, *result.states.back());
     states.push_back(result.states.back().get());
   }
   CoreRunOptions core_options;
@@ -57,7 +93,7 @@ SimResult simulate(const isa::Program& program, const HardwareConfig& config, co
   core_options.interpreter = options.interpreter;
   {
     SystemCContext context;
-    Chip chip("chip", config, program, options.cores, result.trace.get(), states, core_options);
+    Chip chip("chip", config, programs, options.cores, result.trace.get(), states, core_options);
     sc_core::sc_start();
     result.stats.total_ns = chip.finish_ns();
     chip.add_stats(result.stats);

@@ -29,9 +29,17 @@ struct SimResult {
   std::vector<std::unique_ptr<isa::CoreState>> states;  // one per core with values; empty when timing-only
 };
 
+// The same program on every core of options.cores (SPMD), each core with its own memories.
 // `prepare` (optional) fills each core's memories (e.g. HBM inputs) before the run.
 SimResult simulate(const isa::Program& program, const HardwareConfig& config, const std::string& config_hash,
                    const SimOptions& options,
                    const std::function<void(uint32_t core, isa::CoreState& state)>& prepare = nullptr);
+
+// One program per core of options.cores (a kernel split across cores). With `shared_hbm` the
+// cores share one HBM (the programs must declare the same allocations); `prepare` is then
+// called once, for the first core.
+SimResult simulate(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+                   const std::string& config_hash, const SimOptions& options,
+                   const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, bool shared_hbm);
 
 }  // namespace trnsim::sim

@@ -1,8 +1,10 @@
 // DMA semantics: copies between HBM and SBUF (or SBUF and SBUF) with casts through fp32, the
-// read-add-write form, and the DMA transpose.
+// read-add-write form, the DMA transpose and the indirect row gather.
 #include <cstring>
+#include <string>
 
 #include "isa/isa_error.h"
+#include "isa/numerics/float_format.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -46,6 +48,48 @@ void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
     for (uint64_t f = 0; f < data.free; ++f) out.at(static_cast<uint32_t>(f), p) = data.at(p, f);
   }
   ctx.state.write(dst, out, ctx.rounding, ctx.rng);
+}
+
+// Indirect DMA (NKI's software-DGE gather): row p of dst receives row indices[p] of the table src.
+// The indices are read as raw 32-bit integers (exact beyond 2^24); an index outside the table is
+// an error naming it, as the DGE would fault on the address rather than read another tensor.
+void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  const AccessPattern& indices = inst.tensor("indices");
+  if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
+    throw IsaError("indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
+  }
+  if (indices.partitions() != dst.partitions() || indices.free_elements() != 1) {
+    throw IsaError("indices must be [" + std::to_string(dst.partitions()) + ", 1] (one row index per dst partition)");
+  }
+  if (dst.free_elements() != src.free_elements()) {
+    throw IsaError("dst rows have " + std::to_string(dst.free_elements()) + " elements but table rows have " +
+                   std::to_string(src.free_elements()));
+  }
+  AccessPattern raw = indices;
+  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
+  Tile bits = ctx.state.read(raw);
+  const uint32_t rows = src.partitions();
+  for (uint32_t p = 0; p < dst.partitions(); ++p) {
+    uint32_t pattern = numerics::float_bits(bits.values[p]);
+    int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
+    if (index < 0 || index >= int64_t{rows}) {
+      throw IsaError("gather index " + std::to_string(index) + " (partition " + std::to_string(p) +
+                     ") is out of range for a table of " + std::to_string(rows) + " rows");
+    }
+    AccessPattern from = src, to = dst;
+    from.offset += index * src.partition.stride;
+    from.partition.size = 1;
+    to.start_partition += p;
+    to.partition.size = 1;
+    if (from.dtype == to.dtype) {
+      ctx.state.copy_elements(to, from);
+    } else {
+      ctx.state.write(to, ctx.state.read(from), ctx.rounding, ctx.rng);  // a cast through fp32, as dma_copy
+    }
+  }
+  ctx.state.set_psum_accumulating(dst, false);
 }
 
 // Synchronisation has no effect on values: the interpreter already runs in program order.

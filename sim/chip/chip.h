@@ -1,5 +1,5 @@
-// A Trainium chip for one simulation: the NeuronCores that run the program (SPMD: the same
-// program on each listed physical core, each with its own memories) and the HBM stacks they
+// A Trainium chip for one simulation: the NeuronCores that run the programs (one per listed
+// physical core: the same one for SPMD, or the parts of a split kernel) and the HBM stacks they
 // share as the config maps them. All binding happens here.
 #pragma once
 
@@ -14,7 +14,7 @@ namespace trnsim::sim {
 
 class Chip : public sc_core::sc_module {
  public:
-  Chip(sc_core::sc_module_name name, const HardwareConfig& config, const isa::Program& program,
+  Chip(sc_core::sc_module_name name, const HardwareConfig& config, const std::vector<const isa::Program*>& programs,
        const std::vector<uint32_t>& cores, TraceWriter* trace, const std::vector<isa::CoreState*>& states,
        const CoreRunOptions& options);
 

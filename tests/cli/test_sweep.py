@@ -90,3 +90,37 @@ def test_unknown_projection_is_an_error(tmp_path):
     result = sweep("--models", "llama3-8b", "--projections", "router", "--csv", tmp_path / "x.csv")
     assert result.returncode != 0 and "router" in result.stderr
     assert not (tmp_path / "x.csv").exists()
+
+
+def run_sweep(name, *args):
+    env = {**os.environ, "TRNSIM_BUILD_DIR": str(build_dir())}
+    return subprocess.run([sys.executable, str(SWEEP), name, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_attention_sweep_subset(tmp_path, trnsim_bin):
+    result = run_sweep("attention", "--batch", "1", "--seq", "256,512", "--head-dim", "64", "--causal", "0,1",
+                       "--configs", "trn2", "--csv", tmp_path / "att.csv")
+    assert result.returncode == 0, result.stderr
+    with (tmp_path / "att.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8  # 2 sequences x causal or not x forward and backward
+    assert {r["direction"] for r in rows} == {"forward", "backward"}
+    for r in rows:
+        assert 0 < float(r["mfu"]) <= 1 and float(r["time_ns"]) > 0, r
+    gflop = {(r["direction"], r["seq"], r["causal"]): float(r["gflop"]) for r in rows}
+    assert gflop[("backward", "512", "0")] == pytest.approx(2.5 * gflop[("forward", "512", "0")], rel=1e-4)
+    assert (tmp_path / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kernels_sweep_subset(tmp_path, trnsim_bin):
+    result = run_sweep("kernels", "--kernels", "matmul,softmax,attention_bwd", "--sizes", "small", "--configs",
+                       "trn2", "--csv", tmp_path / "k.csv")
+    assert result.returncode == 0, result.stderr
+    with (tmp_path / "k.csv").open(newline="") as f:
+        rows = {r["kernel"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"matmul", "softmax", "attention_bwd"}
+    assert 0 < float(rows["matmul"]["mfu"]) <= 1 and rows["matmul"]["bottleneck"]
+    assert 0 < float(rows["softmax"]["bandwidth_utilization"]) and rows["softmax"]["bottleneck"]
+    assert all(float(r["time_ns"]) > 0 for r in rows.values())
+    assert (tmp_path / "k.png").exists()

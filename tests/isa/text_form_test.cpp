@@ -49,6 +49,7 @@ affine_select dst=b, pattern=[[-1, 512]], channel_multiplier=1, on_true_tile=b, 
 tensor_partition_reduce dst=b[0:1, :], op=maximum, data=b
 dma_copy dst=a, src=in_a, dge_mode=hwdge, queue=3, dst_rmw_op=add
 dma_transpose dst=a[:, 0:128], src=in_a[0:128, 0:128], queue=2
+dma_gather dst=a[0:32, 0:512], src=in_a, indices=idx[0:32, 0:1], queue=5
 dma_copy dst=out_a, src=b[:, :], dge_mode=swdge
 sem_signal sem=3, value=2, engine=vector
 sem_wait sem=3, value=2, engine=tensor
@@ -171,7 +172,7 @@ TEST(TextForm, JsonLinesRoundTrip) {
   }
   EXPECT_THAT(json, testing::HasSubstr(R"({"alloc":"b","space":"sbuf","dtype":"fp32","shape":[128,512],)"
                                        R"("role":"internal","base_partition":0,"base_byte":65536,"line":7})"));
-  EXPECT_THAT(json, testing::HasSubstr(R"({"op":"barrier","engine":"sync","line":39,"operands":{}})"));
+  EXPECT_THAT(json, testing::HasSubstr(R"({"op":"barrier","engine":"sync","line":40,"operands":{}})"));
 }
 
 TEST(TextForm, JsonLinesErrors) {

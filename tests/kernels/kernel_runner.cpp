@@ -13,12 +13,18 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "config/config_loader.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
+#include "kernels/conv.h"
+#include "kernels/data_movement.h"
+#include "kernels/reduction.h"
 #include "kernels/elementwise.h"
+#include "kernels/loss.h"
 #include "kernels/normalization.h"
+#include "kernels/optimizer.h"
 #include "sim/simulator.h"
 
 using namespace trnsim;
@@ -81,6 +87,7 @@ int main(int argc, char** argv) try {
   std::string dtype = get("dtype", "fp32");
 
   isa::Program program;
+  double model_flops = 0;  // conv2d: the MFU numerator (2 N O Ho Wo C KH KW)
   if (kernel == "unary") {
     UnarySpec spec;
     spec.shape = parse_shape(get("shape"));
@@ -140,6 +147,102 @@ int main(int argc, char** argv) try {
     spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
     spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
     program = norm_program(spec, hw);
+  } else if (kernel == "layernorm_backward" || kernel == "rmsnorm_backward") {
+    // shape dtype param_dtype weight has_bias: inputs x dy mean rstd w, outputs dx dw db
+    NormBackwardSpec spec;
+    spec.kind = kernel == "rmsnorm_backward" ? NormKind::rmsnorm : NormKind::layernorm;
+    spec.shape = parse_shape(get("shape"));
+    spec.weight = get("weight", "1") == "1";
+    spec.bias = get("has_bias", "0") == "1";
+    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+    spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
+    program = norm_backward_program(spec, hw);
+  } else if (kernel == "softmax_backward" || kernel == "log_softmax_backward") {
+    SoftmaxBackwardSpec spec;  // inputs y dy, output dx
+    spec.shape = parse_shape(get("shape"));
+    spec.log = kernel == "log_softmax_backward";
+    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+    program = softmax_backward_program(spec, hw);
+  } else if (kernel == "cross_entropy" || kernel == "cross_entropy_backward") {
+    // shape=RxC dtype reduction=none|sum|mean ignore_index=N|none
+    CrossEntropySpec spec;
+    std::vector<int64_t> shape = parse_shape(get("shape"));
+    spec.rows = shape.at(0), spec.classes = shape.at(1);
+    spec.reduction = enum_of<Reduction>(get("reduction", "mean"),
+                                        {{"none", Reduction::none}, {"sum", Reduction::sum}, {"mean", Reduction::mean}});
+    std::string ignore = get("ignore_index", "-100");
+    spec.ignore_index = ignore == "none" ? std::nullopt : std::optional<int64_t>(std::stoll(ignore));
+    spec.logits_dtype = dtype_of(kv, "dtype", "fp32");
+    program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw) : cross_entropy_backward_program(spec, hw);
+  } else if (kernel == "adamw") {
+    // elements dtype (param) grad_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
+    AdamWSpec spec;
+    spec.elements = std::stoll(get("elements"));
+    spec.param_dtype = dtype_of(kv, "dtype", "fp32");
+    spec.grad_dtype = dtype_of(kv, "grad_dtype", dtype);
+    spec.lr = std::stod(get("lr", "1e-3"));
+    spec.beta1 = std::stod(get("beta1", "0.9"));
+    spec.beta2 = std::stod(get("beta2", "0.999"));
+    spec.eps = std::stod(get("eps", "1e-8"));
+    spec.weight_decay = std::stod(get("weight_decay", "1e-2"));
+    spec.step = std::stoll(get("step", "1"));
+    program = adamw_program(spec, hw);
+  } else if (kernel == "conv2d") {
+    // input=NxCxHxW weight=OxCxKHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW groups has_bias
+    Conv2dSpec spec;
+    std::vector<int64_t> in = parse_shape(get("input")), wt = parse_shape(get("weight"));
+    if (in.size() != 4 || wt.size() != 4) throw std::invalid_argument("conv2d needs input=NxCxHxW weight=OxCxKHxKW");
+    spec.n = in[0], spec.c = in[1], spec.h = in[2], spec.w = in[3];
+    spec.o = wt[0], spec.kh = wt[2], spec.kw = wt[3];
+    auto pair = [&](const std::string& key, const std::string& fallback) {
+      std::vector<int64_t> v = parse_shape(get(key, fallback));
+      return std::make_pair(v.at(0), v.size() > 1 ? v[1] : v[0]);
+    };
+    std::tie(spec.stride_h, spec.stride_w) = pair("stride", "1");
+    std::tie(spec.pad_h, spec.pad_w) = pair("padding", "0");
+    std::tie(spec.dilation_h, spec.dilation_w) = pair("dilation", "1");
+    spec.groups = std::stoll(get("groups", "1"));
+    spec.bias = get("has_bias", "0") == "1";
+    spec.input_dtype = dtype_of(kv, "dtype", "bf16");
+    spec.output_dtype = dtype_of(kv, "out_dtype", "fp32");
+    model_flops = spec.flops();
+    program = conv2d_program(spec, hw);
+  } else if (kernel == "reduce" || kernel == "permute" || kernel == "concat" || kernel == "embedding") {
+    // reduce shape=AxBxC dims=0,2 op=sum|mean|max|min|argmax|argmin keepdim=0|1 dtype out_dtype
+    // permute shape=AxBxC perm=2,0,1 dtype; concat shapes=2x3,2x5 dim=1 dtype;
+    // embedding num_ids=N vocab=V dim=D dtype index_dtype
+    auto ints = [&](const std::string& key) {
+      std::vector<int64_t> v;
+      std::stringstream in(get(key));
+      for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
+      return v;
+    };
+    if (kernel == "reduce") {
+      ReduceSpec spec;
+      spec.shape = parse_shape(get("shape"));
+      spec.dims = ints("dims");
+      spec.op = enum_of<ReduceOp>(get("op", "sum"), {{"sum", ReduceOp::sum}, {"mean", ReduceOp::mean},
+                                                      {"max", ReduceOp::max}, {"min", ReduceOp::min},
+                                                      {"argmax", ReduceOp::argmax}, {"argmin", ReduceOp::argmin}});
+      spec.keepdim = get("keepdim", "0") == "1";
+      spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+      spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+      program = reduce_program(spec, hw);
+    } else if (kernel == "permute") {
+      program = permute_program({parse_shape(get("shape")), ints("perm"), dtype_of(kv, "dtype", "fp32")}, hw);
+    } else if (kernel == "concat") {
+      ConcatSpec spec;
+      std::stringstream in(get("shapes"));
+      for (std::string item; std::getline(in, item, ',');) spec.shapes.push_back(parse_shape(item));
+      spec.dim = std::stoll(get("dim", "0"));
+      spec.dtype = dtype_of(kv, "dtype", "fp32");
+      program = concat_program(spec, hw);
+    } else {
+      EmbeddingSpec spec{std::stoll(get("num_ids")), std::stoll(get("vocab")), std::stoll(get("dim")),
+                         dtype_of(kv, "dtype", "fp32"), dtype_of(kv, "index_dtype", "int32")};
+      program = embedding_program(spec, hw);
+    }
   } else {
     throw std::invalid_argument("unknown kernel " + kernel);
   }
@@ -162,6 +265,10 @@ int main(int argc, char** argv) try {
                 kernel.c_str(), hw.name.c_str(), s.total_ns, static_cast<unsigned long long>(s.hbm_bytes), gbps,
                 share_gbps, 100.0 * gbps / share_gbps);
     for (const auto& [engine, e] : s.engines) std::printf(", \"%s_busy\": %.3f", engine.c_str(), e.busy_ns / s.total_ns);
+    if (model_flops > 0) {
+      std::printf(", \"mfu\": %.4f, \"peak_tflops\": %.1f", model_flops / s.total_ns / 1e3 / s.peak_tflops,
+                  s.peak_tflops);
+    }
     std::printf(", \"sbuf_high_water\": %llu}\n", static_cast<unsigned long long>(s.sbuf_high_water_bytes));
   }
   return 0;

@@ -11,7 +11,21 @@ temporary CSV, and merges the rows into --csv with three more columns, `model`, 
 (PyTorch's nn.Linear layout), so by default every point passes --transpose-b; `--weight-layout kn`
 models weights pre-transposed offline to [K, N] (no --transpose-b). M is the number of tokens.
 
-Further sweeps (`attention`, `kernels`) get their own sub-parser and function here.
+    .venv/bin/python tools/bench/sweep.py attention --csv out/attention.csv [--batch 1,4]
+        [--seq 512,...,8192] [--head-dim 64,128] [--causal 0,1] [--direction forward,backward]
+        [--heads H] [--kv-heads G] [--configs trn2,trn3] [--jobs N] [--force]
+
+`attention` runs `trnsim bench attention [--backward] --csv` per point (the tool's own columns);
+the plot shows achieved TFLOPS and time against sequence length, forward and backward side by side.
+
+    .venv/bin/python tools/bench/sweep.py kernels --csv out/kernels.csv [--kernels softmax,...]
+        [--sizes small,large] [--configs trn2,trn3] [--jobs N] [--force]
+
+`kernels` times each library kernel at a few sizes: matmul and attention through `trnsim bench`,
+the element-wise / normalization / loss / optimizer kernels through `kernel_runner KERNEL ...
+--bench` (one JSON line). Kernels the built kernel_runner does not know are skipped with a note,
+since the library grows. Columns: config, dtype, kernel, shape, time_ns, gflop, tflops, mfu,
+gbps, bandwidth_utilization (of the core's HBM share), bottleneck (the busiest engine).
 The binary is $TRNSIM_BUILD_DIR/bin/trnsim (default build/).
 """
 import argparse
@@ -113,11 +127,27 @@ def check_outputs(args):
     return csv_path, png_path
 
 
-def run_points(points, command_for, jobs, desc):
-    """Runs one `trnsim` command per point, each appending to its own temporary CSV; returns the
-    rows in point order, each extended with the point's extra columns. Exits on the first failure."""
+def run_parallel(items, one, jobs, desc):
+    """one(index) -> (index, result, error) for each item, `jobs` at a time with a progress bar;
+    returns the results in item order. Exits on the first error."""
     from tqdm import tqdm
 
+    results = [None] * len(items)
+    # Each point is its own process, so threads are enough to run them in parallel.
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
+            tqdm(total=len(items), desc=desc, unit="pt", file=sys.stderr) as bar:
+        for index, result, error in pool.map(one, range(len(items))):
+            if error:
+                pool.shutdown(cancel_futures=True)
+                sys.exit(f"error: point {items[index]} failed:\n{error}")
+            results[index] = result
+            bar.update(1)
+    return results
+
+
+def run_points(points, command_for, jobs, desc):
+    """Runs one `trnsim` command per point, each appending to its own temporary CSV; returns the
+    rows in point order. Exits on the first failure."""
     with tempfile.TemporaryDirectory(prefix="trnsim_sweep_") as tmp:
         def one(index):
             point = points[index]
@@ -135,17 +165,7 @@ def run_points(points, command_for, jobs, desc):
                 return index, None, f"{' '.join(map(str, cmd))}: expected 1 CSV row, got {len(rows)}"
             return index, rows[0], None
 
-        results = [None] * len(points)
-        # Each point is its own trnsim process, so threads are enough to run them in parallel.
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
-                tqdm(total=len(points), desc=desc, unit="pt", file=sys.stderr) as bar:
-            for index, row, error in pool.map(one, range(len(points))):
-                if error:
-                    pool.shutdown(cancel_futures=True)
-                    sys.exit(f"error: point {points[index]} failed:\n{error}")
-                results[index] = row
-                bar.update(1)
-    return results
+        return run_parallel(points, one, jobs, desc)
 
 
 def write_csv(path, rows, extra_columns):
@@ -204,6 +224,131 @@ def sweep_matmul(args):
     print(f"plot -> {png_path}")
 
 
+DEFAULT_ATTENTION = {"batch": [1, 4], "seq": [512, 1024, 2048, 4096, 8192], "head_dim": [64, 128],
+                     "causal": [0, 1], "direction": ["forward", "backward"]}
+
+
+def sweep_attention(args):
+    trnsim = trnsim_binary()
+    if not trnsim.exists():
+        sys.exit(f"error: {trnsim} is missing: run `make` first (or set TRNSIM_BUILD_DIR)")
+    for direction in args.direction:
+        if direction not in ("forward", "backward"):
+            sys.exit(f"error: unknown direction {direction!r} (forward, backward)")
+    csv_path, png_path = check_outputs(args)
+    points = [{"config": c, "direction": di, "batch": b, "seq": s, "head_dim": d, "causal": ca}
+              for c in args.configs for di in args.direction for b in args.batch for s in args.seq
+              for d in args.head_dim for ca in args.causal]
+    if not points:
+        sys.exit("error: the selection has no points")
+
+    def command_for(p, out):
+        return [str(trnsim), "bench", "attention", "--seq", str(p["seq"]), "--head-dim", str(p["head_dim"]),
+                "--batch", str(p["batch"]), "--heads", str(args.heads), "--kv-heads", str(args.kv_heads or args.heads),
+                "--dtype", args.dtype, "--config", p["config"], *(["--causal"] if p["causal"] else []),
+                *(["--backward"] if p["direction"] == "backward" else []), "--csv", str(out)]
+
+    rows = run_points(points, command_for, args.jobs, "attention")
+    write_csv(csv_path, [(row, {}) for row in rows], [])
+    print(f"{len(points)} points -> {csv_path}")
+
+    import plot_sweep
+    plot_sweep.plot_attention(csv_path, png_path)
+    print(f"plot -> {png_path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# `kernels`: (kernel, size name) -> how to run it. "bench" points go through `trnsim bench`
+# (matmul, attention: MFU), "runner" points through kernel_runner (bandwidth against the core's HBM
+# share). Sizes are [rows, columns] of a transformer activation (tokens x hidden 4096).
+# ---------------------------------------------------------------------------------------------
+ROWS = {"small": 1024, "large": 8192}
+KERNELS = {
+    "matmul": lambda r: ("bench", ["matmul", "--m", str(r), "--k", "4096", "--n", "4096"], f"{r}x4096x4096"),
+    "attention_fwd": lambda r: ("bench", ["attention", "--seq", str(r), "--head-dim", "128"], f"s{r}xd128"),
+    "attention_bwd": lambda r: ("bench", ["attention", "--seq", str(r), "--head-dim", "128", "--backward"],
+                                f"s{r}xd128"),
+    "gelu": lambda r: ("runner", ["unary", f"shape={r}x4096", "op=gelu"], f"{r}x4096"),
+    "add": lambda r: ("runner", ["binary", f"a_shape={r}x4096", f"b_shape={r}x4096", "op=add"], f"{r}x4096"),
+    "softmax": lambda r: ("runner", ["softmax", f"shape={r}x4096"], f"{r}x4096"),
+    "layernorm": lambda r: ("runner", ["layernorm", f"shape={r}x4096"], f"{r}x4096"),
+    "rmsnorm": lambda r: ("runner", ["rmsnorm", f"shape={r}x4096"], f"{r}x4096"),
+    "softmax_backward": lambda r: ("runner", ["softmax_backward", f"shape={r}x4096"], f"{r}x4096"),
+    "rmsnorm_backward": lambda r: ("runner", ["rmsnorm_backward", f"shape={r}x4096"], f"{r}x4096"),
+    "cross_entropy": lambda r: ("runner", ["cross_entropy", f"shape={r}x4096"], f"{r}x4096"),
+    "adamw": lambda r: ("runner", ["adamw", f"elements={r * 4096}", "dtype=fp32"], f"{r * 4096}"),
+}
+KERNEL_COLUMNS = ["config", "dtype", "kernel", "shape", "time_ns", "gflop", "tflops", "mfu", "gbps",
+                  "bandwidth_utilization", "bottleneck"]
+
+
+def sweep_kernels(args):
+    import json
+
+    trnsim = trnsim_binary()
+    runner = trnsim.parent / "kernel_runner"
+    for tool in (trnsim, runner):
+        if not tool.exists():
+            sys.exit(f"error: {tool} is missing: run `make` first (or set TRNSIM_BUILD_DIR)")
+    kernels = args.kernels or list(KERNELS)
+    for name in kernels:
+        if name not in KERNELS:
+            sys.exit(f"error: unknown kernel {name!r} (known: {', '.join(KERNELS)})")
+    for size in args.sizes:
+        if size not in ROWS:
+            sys.exit(f"error: unknown size {size!r} (known: {', '.join(ROWS)})")
+    csv_path, png_path = check_outputs(args)
+    points = [{"config": c, "kernel": k, "size": z} for c in args.configs for k in kernels for z in args.sizes]
+
+    def one(index):
+        p = points[index]
+        kind, cli, shape = KERNELS[p["kernel"]](ROWS[p["size"]])
+        row = {"config": p["config"], "dtype": args.dtype, "kernel": p["kernel"], "shape": shape}
+        with tempfile.TemporaryDirectory(prefix="trnsim_kernels_") as tmp:
+            out = pathlib.Path(tmp) / "point.csv"
+            if kind == "bench":
+                cmd = [str(trnsim), "bench", *cli, "--dtype", args.dtype, "--config", p["config"], "--csv", str(out)]
+            else:
+                dtype = [] if any(a.startswith("dtype=") for a in cli) else [f"dtype={args.dtype}"]
+                cmd = [str(runner), *cli, *dtype, "--bench", f"config={p['config']}"]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                if kind == "runner" and "unknown kernel" in result.stderr:
+                    return index, {"skipped": cli[0]}, None  # not (yet) in this build's kernel_runner
+                return index, None, f"{' '.join(cmd)}\n{result.stderr.strip()}"
+            if kind == "bench":
+                with out.open(newline="") as f:
+                    tool = next(csv.DictReader(f))
+                row.update(time_ns=tool["time_ns"], gflop=tool["gflop"], tflops=tool["tflops"], mfu=tool["mfu"],
+                           bottleneck=tool["bottleneck"])
+                return index, row, None
+        stats = json.loads(result.stdout.strip().splitlines()[-1])
+        busy = {k[:-len("_busy")].split(".")[-1]: v for k, v in stats.items() if k.endswith("_busy")}
+        row.update(time_ns=f"{stats['total_ns']:.1f}", gbps=f"{stats['gbps']:.1f}",
+                   bandwidth_utilization=f"{stats['percent_of_share'] / 100:.4f}",
+                   bottleneck=max(busy, key=busy.get) if busy else "")
+        if "mfu" in stats:  # kernels with matmuls (conv2d) report it
+            row["mfu"] = stats["mfu"]
+        return index, row, None
+
+    results = run_parallel(points, one, args.jobs, "kernels")
+    skipped = sorted({r["skipped"] for r in results if "skipped" in r})
+    rows = [r for r in results if "skipped" not in r]
+    if skipped:
+        print(f"note: kernel_runner does not know {', '.join(skipped)}: skipped", file=sys.stderr)
+    if not rows:
+        sys.exit("error: the selection has no points")
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=KERNEL_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{len(rows)} points -> {csv_path}")
+
+    import plot_sweep
+    plot_sweep.plot_kernels(csv_path, png_path)
+    print(f"plot -> {png_path}")
+
+
 def add_common(parser):
     parser.add_argument("--csv", required=True, help="output CSV (refused if it exists, unless --force)")
     parser.add_argument("--png", help="output plot (default: the CSV's name with .png)")
@@ -229,6 +374,25 @@ def main(argv=None):
                         help="nk: W stored [N, K] as nn.Linear does, --transpose-b (default); "
                              "kn: W pre-transposed to [K, N]")
     matmul.set_defaults(func=sweep_matmul)
+
+    attention = sub.add_parser("attention", help="flash attention forward and backward over sequence lengths")
+    add_common(attention)
+    a = DEFAULT_ATTENTION
+    attention.add_argument("--batch", type=int_list, default=a["batch"], help="default 1,4")
+    attention.add_argument("--seq", type=int_list, default=a["seq"], help="default 512,1024,2048,4096,8192")
+    attention.add_argument("--head-dim", type=int_list, default=a["head_dim"], help="default 64,128")
+    attention.add_argument("--causal", type=int_list, default=a["causal"], help="0 and/or 1 (default 0,1)")
+    attention.add_argument("--direction", type=csv_list, default=a["direction"], help="default forward,backward")
+    attention.add_argument("--heads", type=int, default=1, help="query heads (default 1)")
+    attention.add_argument("--kv-heads", type=int, help="key/value heads (default: --heads)")
+    attention.set_defaults(func=sweep_attention)
+
+    kernels = sub.add_parser("kernels", help="each library kernel at a few sizes")
+    add_common(kernels)
+    kernels.add_argument("--kernels", type=csv_list, help=f"comma-separated (default all: {','.join(KERNELS)})")
+    kernels.add_argument("--sizes", type=csv_list, default=list(ROWS),
+                         help=f"comma-separated ({', '.join(f'{k}: {v} rows' for k, v in ROWS.items())})")
+    kernels.set_defaults(func=sweep_kernels)
 
     args = parser.parse_args(argv)
     args.func(args)

@@ -13,6 +13,7 @@
 #include "isa/legality.h"
 #include "isa/text_form.h"
 #include "kernels/attention.h"
+#include "kernels/attention_backward.h"
 #include "kernels/matmul.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
@@ -24,6 +25,7 @@ struct MatmulOptions {
   std::string config = "trn2";
   std::vector<std::string> overrides;
   int64_t m = 0, k = 0, n = 0, batch = 1;
+  uint32_t cores = 1;
   std::string dtype = "bf16", out_dtype = "fp32", activation;
   bool transpose_a = false, transpose_b = false, bias = false, residual = false, force = false, header = false;
   std::string csv, stats, trace, emit_tasm;
@@ -57,15 +59,24 @@ std::string bottleneck_engine(const sim::SimStats& s) {
 
 // Checks the program, writes the requested artefacts (kernel text, stats, trace; none is
 // overwritten without --force) and simulates it timing-only.
-sim::SimResult simulate_point(const isa::Program& program, const LoadedConfig& config, const std::string& emit_tasm,
-                              const std::string& stats, const std::string& trace, bool force) {
-  isa::check_program(program, config.hardware);
+// With several programs, program i runs on physical core i and they share HBM (a split kernel);
+// --emit-tasm writes the first core's part.
+sim::SimResult simulate_point(const std::vector<isa::Program>& programs, const LoadedConfig& config,
+                              const std::string& emit_tasm, const std::string& stats, const std::string& trace,
+                              bool force) {
+  for (const isa::Program& program : programs) isa::check_program(program, config.hardware);
   for (const std::string* path : {&emit_tasm, &stats, &trace}) refuse_overwrite(*path, force);
-  if (!emit_tasm.empty()) std::ofstream(emit_tasm) << isa::print_tasm(program);
+  if (!emit_tasm.empty()) std::ofstream(emit_tasm) << isa::print_tasm(programs.front());
   sim::SimOptions options;
   options.timing_only = true;
   options.trace = !trace.empty();
-  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, options);
+  options.cores.clear();
+  std::vector<const isa::Program*> parts;
+  for (size_t i = 0; i < programs.size(); ++i) {
+    options.cores.push_back(uint32_t(i));
+    parts.push_back(&programs[i]);
+  }
+  sim::SimResult result = sim::simulate(parts, config.hardware, config.hash, options, nullptr, true);
   if (!stats.empty()) std::ofstream(stats) << result.stats.to_json();
   if (!trace.empty()) {
     std::ofstream out(trace);
@@ -92,12 +103,15 @@ void bench_matmul(const MatmulOptions& o) {
     if (!func) throw isa::IsaError("unknown activation '" + o.activation + "'");
     spec.activation = *func;
   }
-  isa::Program program = kernels::matmul_program(spec, config.hardware);
-  sim::SimResult result = simulate_point(program, config, o.emit_tasm, o.stats, o.trace, o.force);
+  std::vector<isa::Program> programs;
+  for (uint32_t core = 0; core < o.cores; ++core) {
+    programs.push_back(kernels::matmul_program(spec, config.hardware, core, o.cores));
+  }
+  sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
   const sim::SimStats& s = result.stats;
   // MFU counts the model FLOPs 2*M*K*N against the peak of the input dtype (transposes excluded).
   double flops = 2.0 * double(o.batch) * o.m * o.k * o.n;
-  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype);
+  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype) * o.cores;
   double tflops = flops / s.total_ns / 1e3;
   double mfu = peak > 0 ? tflops / peak : 0;
   std::string bottleneck = bottleneck_engine(s);
@@ -122,7 +136,7 @@ struct AttentionOptions {
   std::string config = "trn2";
   std::vector<std::string> overrides;
   int64_t batch = 1, heads = 1, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 128;
-  bool causal = false, force = false;
+  bool causal = false, force = false, backward = false;
   std::string dtype = "bf16", csv, stats, trace, emit_tasm;
 };
 
@@ -137,15 +151,19 @@ void bench_attention(const AttentionOptions& o) {
   spec.head_dim = o.head_dim;
   spec.causal = o.causal;
   spec.dtype = dtype_or_throw(o.dtype);
-  isa::Program program = kernels::flash_attention_forward_program(spec, config.hardware);
-  sim::SimResult result = simulate_point(program, config, o.emit_tasm, o.stats, o.trace, o.force);
+  isa::Program program = o.backward ? kernels::flash_attention_backward_program(spec, config.hardware)
+                                    : kernels::flash_attention_forward_program(spec, config.hardware);
+  std::vector<isa::Program> programs;
+  programs.push_back(std::move(program));
+  sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
   const sim::SimStats& s = result.stats;
-  double flops = kernels::attention_forward_flops(spec);
+  // The backward's model FLOPs are its five matmuls: 2.5x the forward's two.
+  double flops = o.backward ? kernels::attention_backward_flops(spec) : kernels::attention_forward_flops(spec);
   double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.dtype);
   double tflops = flops / s.total_ns / 1e3;
   double mfu = peak > 0 ? tflops / peak : 0;
   std::string bottleneck = bottleneck_engine(s);
-  std::cout << std::fixed << std::setprecision(1) << "attention fwd b" << o.batch << " h" << o.heads << " s" << o.seq
+  std::cout << std::fixed << std::setprecision(1) << "attention " << (o.backward ? "bwd" : "fwd") << " b" << o.batch << " h" << o.heads << " s" << o.seq
             << " d" << o.head_dim << (o.causal ? " causal" : "") << " on " << config.hardware.name << ": "
             << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops << " TFLOPS, MFU "
             << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
@@ -155,7 +173,7 @@ void bench_attention(const AttentionOptions& o) {
     std::ofstream csv(o.csv, std::ios::app);
     csv << std::fixed;
     if (fresh) csv << "config,config_hash,dtype,direction,batch,heads,kv_heads,seq,head_dim,causal,gflop,time_ns,tflops,mfu,bottleneck\n";
-    csv << config.hardware.name << "," << config.hash << "," << o.dtype << ",forward," << o.batch << "," << o.heads
+    csv << config.hardware.name << "," << config.hash << "," << o.dtype << (o.backward ? ",backward," : ",forward,") << o.batch << "," << o.heads
         << "," << spec.kv_heads << "," << o.seq << "," << o.head_dim << "," << (o.causal ? 1 : 0) << ","
         << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1) << s.total_ns << ","
         << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << "," << bottleneck << "\n";
@@ -173,6 +191,8 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   mm->add_option("--k", o->k, "Contraction")->required();
   mm->add_option("--n", o->n, "Columns of B and C")->required();
   mm->add_option("--batch", o->batch, "Batch (batched matmul)");
+  mm->add_option("--cores", o->cores, "Split across this many physical cores (2 = one LNC=2 logical core)")
+      ->check(CLI::Range(1, 64));
   mm->add_option("--dtype", o->dtype, "Input dtype (bf16, fp16, fp32, fp8_e4m3, ...)");
   mm->add_option("--out-dtype", o->out_dtype, "Output dtype");
   mm->add_option("--config", o->config, "Hardware config file or name (default trn2)");
@@ -196,6 +216,8 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   at->add_option("--heads", a->heads, "Query heads");
   at->add_option("--kv-heads", a->kv_heads, "Key/value heads (grouped-query; default: --heads)");
   at->add_flag("--causal", a->causal, "Causal mask");
+  at->add_flag("--backward", a->backward,
+               "Simulate the backward instead (inputs q k v o do lse, outputs dq dk dv; MFU over its 5 matmuls)");
   at->add_option("--dtype", a->dtype, "bf16 or fp16");
   at->add_option("--config", a->config, "Hardware config file or name (default trn2)");
   at->add_option("--set", a->overrides, "Override a config value (repeatable)");

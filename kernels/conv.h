@@ -1,0 +1,58 @@
+// 2-D convolution (NCHW, weight [O, C, KH, KW]) as an implicit GEMM on the Tensor engine.
+//
+// Arrangement: output channels on PSUM partitions (stationary = W^T tile [K, O-tile <= 128]),
+// output pixels on the free axis (moving = a strided window of the input in SBUF, <= 512 pixels).
+// The transposed arrangement (pixels stationary, O moving) would fill the array for O = 64 (the
+// model's II is max(min(64, M), N)), but writes [pixels, O] tiles that need a PE transpose each
+// before the NCHW store (one descriptor per element otherwise), which eats most of the gain.
+//
+// The im2col matrix never exists: each input block (a few images, or a band of output rows of
+// one image) is loaded once into a zero-padded SBUF buffer [C, images, rows, W + 2*pad_w], and
+// every kernel offset (kh, kw) is a moving access pattern [C, images, rows (stride s*Wb),
+// cols (stride s)] into it, accumulating in PSUM over all offsets and channel chunks. When
+// C <= 64 the contraction would use only C of the 128 PE rows, so the buffer holds R = 128/C'
+// copies on partition groups r*C' (C' = C rounded up to the 32/64-partition alignment), copy r
+// shifted left by r*dilation columns: one matmul then contracts over (c, kw0..kw0+R-1).
+//
+// Loads stay cheap for the DMA (one descriptor per partition and image): rows go contiguous
+// HBM -> staging SBUF, and GpSimd copies them (lane-wise, with the replica's column shift) into
+// the padded buffer, whose zero borders are set once. Blocks are double-buffered; Vector and
+// Scalar alternate PSUM evacuation with the bias add and output cast.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_common.h"
+
+namespace trnsim::kernels {
+
+struct Conv2dSpec {
+  int64_t n = 1, c = 1, h = 1, w = 1;  // input [N, C, H, W]
+  int64_t o = 1, kh = 1, kw = 1;        // weight [O, C, KH, KW]
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;  // zero padding on both sides
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;  // only 1 is supported
+  bool bias = false;   // + bias[O] (input dtype)
+  DType input_dtype = DType::bf16;
+  DType output_dtype = DType::fp32;
+
+  int64_t out_h() const { return (h + 2 * pad_h - dilation_h * (kh - 1) - 1) / stride_h + 1; }
+  int64_t out_w() const { return (w + 2 * pad_w - dilation_w * (kw - 1) - 1) / stride_w + 1; }
+  // Model FLOPs (2 per MAC), the numerator of the MFU.
+  double flops() const { return 2.0 * double(n * o * out_h() * out_w()) * double(c * kh * kw); }
+};
+
+// HBM tensors the caller declared: input [N, C, H, W], weight [O, C, KH, KW], bias [O], output
+// [N, O, Ho, Wo] (output_dtype).
+struct Conv2dTensors {
+  uint32_t input, weight, output;
+  int64_t bias = -1;
+};
+
+void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dTensors& tensors);
+
+// A whole program: inputs "input", "weight" (and "bias"), output "output".
+isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config);
+
+}  // namespace trnsim::kernels

@@ -1,0 +1,45 @@
+// Cross-entropy over the last dim of [R, C] logits with integer class targets (torch's
+// F.cross_entropy(logits, target, ignore_index=..., reduction=...)), forward and backward.
+//
+// Forward, one pass over each row tile of logits: Vector max (negated: the exp bias), Scalar
+// exp(x - max) with the row sum in its accumulator, Vector range_select picks the target logit
+// (x[i] where target <= i < target + 1, max-reduced; trn1 has no range_select: an iota mask and a
+// select_reduce instead). lse = max + log(sum) is saved for the backward (as flash attention saves
+// its row statistics); per-row losses go out directly (reduction none) or, with the valid-row count,
+// are summed over all rows on the Tensor engine (a ones column, PSUM accumulation).
+// Backward: dlogits = (exp(x - lse) - onehot(target)) * scale per row, scale = grad_output[r] (none),
+// grad_output (sum) or grad_output / valid rows (mean), 0 on ignored rows: Scalar exp and * scale,
+// GpSimd onehot * scale (an iota compared with the target) and the subtraction.
+// Rows must fit in SBUF with the ring buffers (C up to ~10K fp32 on trn2); longer rows would need
+// an online (chunked) max/sum, not implemented.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kernels/kernel_common.h"
+
+namespace trnsim::kernels {
+
+enum class Reduction { none, sum, mean };
+
+struct CrossEntropySpec {
+  int64_t rows = 1, classes = 1;
+  Reduction reduction = Reduction::mean;
+  std::optional<int64_t> ignore_index = -100;  // torch's default; nullopt: every row counts
+  DType logits_dtype = DType::fp32;             // dlogits has this dtype too; targets are int32
+};
+
+// loss: fp32 [R] (none) or [1]; lse: fp32 [R] (may be -1 when not wanted).
+void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits, uint32_t target,
+                         uint32_t loss, int64_t lse);
+// Inputs logits, target; outputs loss, lse.
+isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config);
+
+// grad_output: fp32 [R] (none) or [1]; dlogits [R, C].
+void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits,
+                                  uint32_t target, uint32_t lse, uint32_t grad_output, uint32_t dlogits);
+// Inputs logits, target, lse, grad_output (named "dloss"); output dlogits.
+isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const HardwareConfig& config);
+
+}  // namespace trnsim::kernels

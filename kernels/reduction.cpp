@@ -1,0 +1,394 @@
+// Reductions and argmax / argmin (see reduction.h for the layouts and engine choices).
+#include "kernels/reduction.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/data_movement.h"
+#include "kernels/tile_pipeline.h"
+
+namespace trnsim::kernels {
+
+using detail::dma;
+using detail::hbm_ap;
+using detail::sb2;
+using detail::sb_ap;
+
+namespace {
+
+constexpr int64_t kSpreadMaxRows = 64;  // below this many output rows a long row is spread over all partitions
+constexpr int64_t kMaxApSize = 65535;
+
+std::vector<int64_t> normalized_dims(const ReduceSpec& spec) {
+  std::set<int64_t> dims;
+  const int64_t n = int64_t(spec.shape.size());
+  for (int64_t d : spec.dims) {
+    int64_t k = d < 0 ? d + n : d;
+    if (k < 0 || k >= n) throw std::invalid_argument("reduce: dim " + std::to_string(d) + " out of range");
+    dims.insert(k);
+  }
+  if (dims.empty()) throw std::invalid_argument("reduce: no dim to reduce");
+  return {dims.begin(), dims.end()};
+}
+
+bool is_arg(ReduceOp op) { return op == ReduceOp::argmax || op == ReduceOp::argmin; }
+
+const char* alu_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return "maximum";
+    case ReduceOp::min: return "minimum";
+    default: return "add";
+  }
+}
+
+// A load-ahead pipeline over a ring: step i's load fills ring slot i, its compute runs
+// kRingDepth - 1 steps later in program order (a DMA queue serves transfers in program order).
+struct Step {
+  std::function<void(uint32_t)> load, compute;
+};
+void run_steps(const detail::Ring& ring, const std::vector<Step>& steps) {
+  const size_t ahead = detail::kRingDepth - 1;
+  for (size_t i = 0; i < std::min(ahead, steps.size()); ++i) steps[i].load(ring[int64_t(i)]);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i + ahead < steps.size()) steps[i + ahead].load(ring[int64_t(i + ahead)]);
+    steps[i].compute(ring[int64_t(i)]);
+  }
+}
+
+struct Pass {
+  uint32_t in, out;
+  DType in_dtype, out_dtype;
+  int64_t A, R, B;
+  double scale;  // applied in the final instruction (mean's 1/count; 1 otherwise)
+};
+
+int64_t chunk_width(DType dtype) {
+  return std::min<int64_t>(detail::kTargetDmaBytesPerPartition / dtype_size_bytes(dtype), kMaxApSize);
+}
+
+void emit_reduce(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& data,
+                 const char* op, int64_t axis) {
+  ctx.builder.emit(isa::Opcode::tensor_reduce)
+      .tensor("dst", dst).word("op", op).tensor("data", data).word("axis", "[" + std::to_string(axis) + "]");
+}
+void emit_scale(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& src, double scale) {
+  ctx.builder.emit(isa::Opcode::tensor_scalar)
+      .tensor("dst", dst).tensor("data", src).word("op0", "multiply").imm("operand0", scale);
+}
+
+// Rows: A on partitions, [R, B] (B == 1: chunks of R) on the free axis.
+void rows_pass(const KernelContext& ctx, const Pass& ps, const char* op, const std::string& tag) {
+  const int64_t P = ctx.partitions(), W = chunk_width(ps.in_dtype);
+  const int64_t width = ps.B > 1 ? ps.R * ps.B : std::min(ps.R, W);
+  const int64_t chunks = ps.B > 1 ? 1 : ceil_div(ps.R, width);
+  detail::Ring ring = detail::make_ring(ctx, tag + "in", ps.in_dtype, width);
+  detail::Ring part = detail::make_ring(ctx, tag + "part", DType::fp32, std::max(chunks, ps.B), 2);
+  detail::Ring fin = detail::make_ring(ctx, tag + "fin", DType::fp32, 1, 2);
+  detail::Ring res = detail::make_ring(ctx, tag + "res", ps.out_dtype, ps.B, 2);
+  std::vector<Step> steps;
+  int64_t tile = 0;
+  for (const Range& r : tiles(ps.A, P)) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t c0 = c * width, w = std::min(width, (ps.B > 1 ? ps.R * ps.B : ps.R) - c0);
+      const int64_t t = tile;
+      Step s;
+      s.load = [&ctx, ps, r, c0, w](uint32_t buf) {
+        dma(ctx, sb2(ctx, buf, r.size, w), hbm_ap(ctx, ps.in, r.begin * ps.R * ps.B + c0, {{ps.R * ps.B, uint32_t(r.size)}, {1, uint32_t(w)}}),
+            detail::kLoadQueue);
+      };
+      s.compute = [&ctx, ps, op, r, c, w, t, chunks, part, fin, res](uint32_t buf) {
+        uint32_t pb = part[t];
+        if (ps.B > 1) {
+          // The tile is [p, R, B]; reduce R through a [p, B, R] view (axis 2 = the innermost view dim).
+          emit_reduce(ctx, sb2(ctx, pb, r.size, ps.B),
+                      sb_ap(ctx, buf, uint32_t(r.size), {{1, uint32_t(ps.B)}, {ps.B, uint32_t(ps.R)}}), op, 2);
+        } else if ((t + c) % 2 == 1) {
+          // Every other chunk on the Scalar engine (copy in place + its accumulator): a bf16
+          // tensor_reduce runs at one element per cycle, so the Vector engine alone would bound a
+          // bf16 sum below the DMA rate; two engines keep up with it.
+          ctx.builder.emit(isa::Opcode::activation_reduce)
+              .tensor("dst", sb2(ctx, buf, r.size, w)).word("op", "copy").tensor("data", sb2(ctx, buf, r.size, w))
+              .word("reduce_op", op).tensor("reduce_res", sb2(ctx, pb, r.size, 1, c));
+        } else {
+          emit_reduce(ctx, sb2(ctx, pb, r.size, 1, c), sb2(ctx, buf, r.size, w), op, 1);
+        }
+        if (c + 1 < chunks) return;
+        isa::AccessPattern acc = sb2(ctx, pb, r.size, ps.B);
+        if (chunks > 1) {
+          acc = sb2(ctx, fin[t], r.size, 1);
+          emit_reduce(ctx, acc, sb2(ctx, pb, r.size, chunks), op, 1);
+        }
+        isa::AccessPattern out = sb2(ctx, res[t], r.size, ps.B);
+        emit_scale(ctx, out, acc, ps.scale);
+        dma(ctx, hbm_ap(ctx, ps.out, r.begin * ps.B, {{ps.B, uint32_t(r.size)}, {1, uint32_t(ps.B)}}), out,
+            detail::kStoreQueue);
+      };
+      steps.push_back(s);
+    }
+    ++tile;
+  }
+  run_steps(ring, steps);
+}
+
+// Spread: B == 1, few rows; row a's R elements as [128, R/128] + a [1, R%128] tail.
+void spread_pass(const KernelContext& ctx, const Pass& ps, const char* op, const std::string& tag) {
+  const int64_t P = ctx.partitions(), W = chunk_width(ps.in_dtype);
+  const int64_t cols = ps.R / P, rem = ps.R % P;
+  const int64_t width = std::min(cols, W), chunks = ceil_div(cols, width);
+  detail::Ring ring = detail::make_ring(ctx, tag + "in", ps.in_dtype, std::max(width, rem));
+  detail::Ring part = detail::make_ring(ctx, tag + "part", DType::fp32, chunks, 2);
+  detail::Ring fin = detail::make_ring(ctx, tag + "fin", DType::fp32, 1, 2);
+  uint32_t tail = ctx.builder.sbuf(ctx.name(tag + "tail"), DType::fp32, {1, uint32_t(ps.A)});
+  uint32_t acc = ctx.builder.sbuf(ctx.name(tag + "acc"), DType::fp32, {1, uint32_t(ps.A)});
+  uint32_t res = ctx.builder.sbuf(ctx.name(tag + "res"), ps.out_dtype, {1, uint32_t(ps.A)});
+  std::vector<Step> steps;
+  for (int64_t a = 0; a < ps.A; ++a) {
+    const int64_t base = a * ps.R;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t c0 = c * width, w = std::min(width, cols - c0);
+      Step s;
+      s.load = [&ctx, ps, base, cols, c0, w, P](uint32_t buf) {
+        dma(ctx, sb2(ctx, buf, P, w), hbm_ap(ctx, ps.in, base + c0, {{cols, uint32_t(P)}, {1, uint32_t(w)}}),
+            detail::kLoadQueue);
+      };
+      s.compute = [&ctx, op, a, c, w, P, part, fin, chunks, acc](uint32_t buf) {
+        emit_reduce(ctx, sb2(ctx, part[a], P, 1, c), sb2(ctx, buf, P, w), op, 1);
+        if (c + 1 < chunks) return;
+        emit_reduce(ctx, sb2(ctx, fin[a], P, 1), sb2(ctx, part[a], P, chunks), op, 1);
+        ctx.builder.emit(isa::Opcode::tensor_partition_reduce)
+            .tensor("dst", sb2(ctx, acc, 1, 1, a)).word("op", op).tensor("data", sb2(ctx, fin[a], P, 1));
+      };
+      steps.push_back(s);
+    }
+    if (rem > 0) {
+      Step s;
+      s.load = [&ctx, ps, base, cols, rem, P](uint32_t buf) {
+        dma(ctx, sb2(ctx, buf, 1, rem), hbm_ap(ctx, ps.in, base + P * cols, {{0, 1}, {1, uint32_t(rem)}}),
+            detail::kLoadQueue);
+      };
+      s.compute = [&ctx, op, a, rem, tail, acc](uint32_t buf) {
+        emit_reduce(ctx, sb2(ctx, tail, 1, 1, a), sb2(ctx, buf, 1, rem), op, 1);
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", sb2(ctx, acc, 1, 1, a)).tensor("data1", sb2(ctx, acc, 1, 1, a))
+            .tensor("data2", sb2(ctx, tail, 1, 1, a)).word("op", op);
+      };
+      steps.push_back(s);
+    }
+  }
+  run_steps(ring, steps);
+  emit_scale(ctx, sb2(ctx, res, 1, ps.A), sb2(ctx, acc, 1, ps.A), ps.scale);
+  dma(ctx, hbm_ap(ctx, ps.out, 0, {{0, 1}, {1, uint32_t(ps.A)}}), sb2(ctx, res, 1, ps.A), detail::kStoreQueue);
+}
+
+// Columns: R on partitions (tiles of 128), B in column chunks on the free axis.
+void columns_pass(const KernelContext& ctx, const Pass& ps, const char* op, const std::string& tag) {
+  // fp32 width: the accumulator, partials and result rows are fp32 [128, width] buffers.
+  const int64_t P = ctx.partitions(), W = chunk_width(DType::fp32);
+  const int64_t width = std::min(ps.B, W);
+  detail::Ring ring = detail::make_ring(ctx, tag + "in", ps.in_dtype, width);
+  detail::Ring acc = detail::make_ring(ctx, tag + "acc", DType::fp32, width, 2);
+  detail::Ring col = detail::make_ring(ctx, tag + "col", DType::fp32, width, 2);
+  detail::Ring res = detail::make_ring(ctx, tag + "res", ps.out_dtype, width, 2);
+  const int64_t rows = std::min(ps.R, P);
+  std::vector<Step> steps;
+  int64_t group = 0;
+  for (int64_t a = 0; a < ps.A; ++a) {
+    for (const Range& c : tiles(ps.B, width)) {
+      std::vector<Range> rt = tiles(ps.R, P);
+      for (size_t k = 0; k < rt.size(); ++k) {
+        const Range r = rt[k];
+        const bool first = k == 0, last = k + 1 == rt.size();
+        const int64_t g = group;
+        Step s;
+        s.load = [&ctx, ps, a, c, r](uint32_t buf) {
+          dma(ctx, sb2(ctx, buf, r.size, c.size),
+              hbm_ap(ctx, ps.in, (a * ps.R + r.begin) * ps.B + c.begin, {{ps.B, uint32_t(r.size)}, {1, uint32_t(c.size)}}),
+              detail::kLoadQueue);
+        };
+        s.compute = [&ctx, ps, op, a, c, r, first, last, g, rows, acc, col, res](uint32_t buf) {
+          isa::AccessPattern acc_r = sb2(ctx, acc[g], r.size, c.size);
+          if (first) {
+            ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", acc_r).tensor("src", sb2(ctx, buf, r.size, c.size));
+          } else {
+            ctx.builder.emit(isa::Opcode::tensor_tensor)
+                .tensor("dst", acc_r).tensor("data1", acc_r).tensor("data2", sb2(ctx, buf, r.size, c.size))
+                .word("op", op);
+          }
+          if (!last) return;
+          ctx.builder.emit(isa::Opcode::tensor_partition_reduce)
+              .tensor("dst", sb2(ctx, col[g], 1, c.size)).word("op", op)
+              .tensor("data", sb2(ctx, acc[g], rows, c.size));
+          emit_scale(ctx, sb2(ctx, res[g], 1, c.size), sb2(ctx, col[g], 1, c.size), ps.scale);
+          dma(ctx, hbm_ap(ctx, ps.out, a * ps.B + c.begin, {{0, 1}, {1, uint32_t(c.size)}}),
+              sb2(ctx, res[g], 1, c.size), detail::kStoreQueue);
+        };
+        steps.push_back(s);
+      }
+      ++group;
+    }
+  }
+  run_steps(ring, steps);
+}
+
+void reduce_pass(const KernelContext& ctx, const Pass& ps, ReduceOp op, const std::string& tag) {
+  const char* alu = alu_name(op);
+  if (ps.B == 1 && ps.A < kSpreadMaxRows && ps.R >= 4 * int64_t(ctx.partitions())) {
+    spread_pass(ctx, ps, alu, tag);
+  } else if (ps.B == 1 || ps.R * ps.B <= chunk_width(ps.in_dtype)) {
+    rows_pass(ctx, ps, alu, tag);
+  } else {
+    columns_pass(ctx, ps, alu, tag);
+  }
+}
+
+// argmax / argmin of each row of x viewed as [rows, R] (R contiguous), int32 indices into y.
+void arg_rows(const KernelContext& ctx, ReduceOp op, uint32_t x, DType dtype, int64_t rows, int64_t R, uint32_t y) {
+  const int64_t P = ctx.partitions();
+  const int64_t width = std::min(R, chunk_width(DType::fp32)), chunks = ceil_div(R, width);
+  const bool negate = op == ReduceOp::argmin;
+  detail::Ring ring = detail::make_ring(ctx, "arg_in", dtype, width);
+  detail::Ring work = detail::make_ring(ctx, "arg_work", DType::fp32, std::max<int64_t>(width, 8), 2);
+  detail::Ring vals = detail::make_ring(ctx, "arg_vals", DType::fp32, 8, 2);
+  detail::Ring idx = detail::make_ring(ctx, "arg_idx", DType::uint32, 8, 2);
+  detail::Ring cand = detail::make_ring(ctx, "arg_cand", DType::fp32, 1, 2);
+  detail::Ring mask = detail::make_ring(ctx, "arg_mask", DType::fp32, 1, 2);
+  detail::Ring best_v = detail::make_ring(ctx, "arg_best_v", DType::fp32, 1, 2);
+  detail::Ring best_i = detail::make_ring(ctx, "arg_best_i", DType::fp32, 1, 2);
+  detail::Ring res = detail::make_ring(ctx, "arg_res", DType::int32, 1, 2);
+  std::vector<Step> steps;
+  int64_t step = 0, tile = 0;
+  for (const Range& r : tiles(rows, P)) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t c0 = c * width, w = std::min(width, R - c0), t = tile, k = step++;
+      Step s;
+      s.load = [&ctx, x, R, r, c0, w](uint32_t buf) {
+        dma(ctx, sb2(ctx, buf, r.size, w), hbm_ap(ctx, x, r.begin * R + c0, {{R, uint32_t(r.size)}, {1, uint32_t(w)}}),
+            detail::kLoadQueue);
+      };
+      s.compute = [=, &ctx](uint32_t buf) {
+        const int64_t p = r.size, wp = std::max<int64_t>(w, 8);
+        isa::AccessPattern data = sb2(ctx, buf, p, w);
+        if (negate || w < 8) {
+          // max8 needs 8 elements: pad with -inf, which never wins over a real element (the first
+          // occurrence of the maximum is always a real one).
+          if (w < 8) ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, work[k], p, 8)).imm("value", -INFINITY);
+          auto copy = ctx.builder.emit(isa::Opcode::tensor_scalar);
+          copy.tensor("dst", sb2(ctx, work[k], p, w)).tensor("data", data).word("op0", "multiply").imm("operand0", negate ? -1.0 : 1.0);
+          data = sb2(ctx, work[k], p, wp);
+        }
+        ctx.builder.emit(isa::Opcode::max8).tensor("dst", sb2(ctx, vals[k], p, 8)).tensor("src", data);
+        ctx.builder.emit(isa::Opcode::nc_find_index8)
+            .tensor("dst", sb2(ctx, idx[k], p, 8)).tensor("data", data).tensor("vals", sb2(ctx, vals[k], p, 8));
+        isa::AccessPattern ci = sb2(ctx, cand[k], p, 1), v0 = sb2(ctx, vals[k], p, 1);
+        isa::AccessPattern bv = sb2(ctx, best_v[t], p, 1), bi = sb2(ctx, best_i[t], p, 1);
+        // The chunk's index as fp32 (exact below 2^24) plus the chunk's start.
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", c == 0 ? bi : ci).tensor("data", sb2(ctx, idx[k], p, 1)).word("op0", "add").imm("operand0", double(c0));
+        if (c == 0) {
+          ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", bv).tensor("src", v0);
+        } else {
+          // Strictly greater: on a tie the earlier chunk keeps its (smaller) index.
+          isa::AccessPattern m = sb2(ctx, mask[k], p, 1);
+          ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", m).tensor("data1", v0).tensor("data2", bv).word("op", "greater");
+          ctx.builder.emit(isa::Opcode::tensor_copy_predicated).tensor("dst", bi).tensor("src", ci).tensor("predicate", m);
+          ctx.builder.emit(isa::Opcode::tensor_copy_predicated).tensor("dst", bv).tensor("src", v0).tensor("predicate", m);
+        }
+        if (c + 1 < chunks) return;
+        isa::AccessPattern out = sb2(ctx, res[t], p, 1);
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", out).tensor("src", bi);
+        dma(ctx, hbm_ap(ctx, y, r.begin, {{1, uint32_t(p)}, {1, 1}}), out, detail::kStoreQueue);
+      };
+      steps.push_back(s);
+    }
+    ++tile;
+  }
+  run_steps(ring, steps);
+}
+
+}  // namespace
+
+std::vector<int64_t> reduced_shape(const ReduceSpec& spec) {
+  std::vector<int64_t> dims = normalized_dims(spec);
+  std::vector<int64_t> out;
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    bool reduced = std::find(dims.begin(), dims.end(), int64_t(d)) != dims.end();
+    if (!reduced) out.push_back(spec.shape[d]);
+    else if (spec.keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+void build_reduce(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y) {
+  std::vector<int64_t> dims = normalized_dims(spec);
+  if (is_arg(spec.op)) {
+    if (dims.size() != 1) throw std::invalid_argument("argmax/argmin reduce exactly one dim");
+    int64_t A = 1, R = spec.shape[size_t(dims[0])], B = 1;
+    for (int64_t d = 0; d < dims[0]; ++d) A *= spec.shape[size_t(d)];
+    for (size_t d = size_t(dims[0]) + 1; d < spec.shape.size(); ++d) B *= spec.shape[d];
+    uint32_t rows_src = x;
+    if (B > 1 && R > 1) {
+      // Make the reduced dim innermost: [A, R, B] -> [A, B, R] in HBM scratch.
+      PermuteSpec perm{{A, R, B}, {0, 2, 1}, spec.input_dtype};
+      rows_src = ctx.builder.hbm(ctx.name("arg_perm"), spec.input_dtype, {uint32_t(A), uint32_t(B), uint32_t(R)});
+      build_permute(ctx, perm, x, rows_src);
+    }
+    arg_rows(ctx, spec.op, rows_src, spec.input_dtype, A * B, R, y);
+    return;
+  }
+  // Merged groups of (size, reduced), size-1 dims dropped.
+  std::vector<std::pair<int64_t, bool>> groups;
+  int64_t count = 1;
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    bool reduced = std::find(dims.begin(), dims.end(), int64_t(d)) != dims.end();
+    if (reduced) count *= spec.shape[d];
+    if (spec.shape[d] == 1) continue;
+    if (!groups.empty() && groups.back().second == reduced) groups.back().first *= spec.shape[d];
+    else groups.push_back({spec.shape[d], reduced});
+  }
+  const double scale = spec.op == ReduceOp::mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
+  std::vector<size_t> reduced_groups;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].second) reduced_groups.push_back(g);
+  }
+  if (reduced_groups.empty()) {  // only size-1 dims reduced: a copy (through the scale)
+    groups.push_back({1, true});
+    reduced_groups.push_back(groups.size() - 1);
+  }
+  uint32_t current = x;
+  DType current_dtype = spec.input_dtype;
+  for (size_t k = reduced_groups.size(); k-- > 0;) {
+    const size_t g = reduced_groups[k];
+    int64_t A = 1, B = 1;
+    for (size_t i = 0; i < g; ++i) A *= groups[i].first;
+    for (size_t i = g + 1; i < groups.size(); ++i) B *= groups[i].first;
+    const bool final_pass = k == 0;
+    uint32_t out = y;
+    if (!final_pass) {
+      out = ctx.builder.hbm(ctx.name("red_scratch" + std::to_string(k)), DType::fp32, {uint32_t(A * B)});
+    }
+    Pass ps{current, out, current_dtype, final_pass ? spec.output_dtype : DType::fp32, A, groups[g].first, B,
+            final_pass ? scale : 1.0};
+    reduce_pass(ctx, ps, spec.op, "red" + std::to_string(k) + "_");
+    groups.erase(groups.begin() + long(g));
+    current = out;
+    current_dtype = DType::fp32;
+  }
+}
+
+isa::Program reduce_program(const ReduceSpec& spec, const HardwareConfig& config) {
+  isa::ProgramBuilder builder("reduce", config.generation);
+  uint32_t x = builder.hbm("x", spec.input_dtype, detail::to_u32(spec.shape), isa::AllocationRole::input);
+  DType out_dtype = is_arg(spec.op) ? DType::int32 : spec.output_dtype;
+  uint32_t y = builder.hbm("y", out_dtype, detail::to_u32(reduced_shape(spec)), isa::AllocationRole::output);
+  ReduceSpec s = spec;
+  s.output_dtype = out_dtype;
+  build_reduce(KernelContext{builder, config, ""}, s, x, y);
+  return builder.finish();
+}
+
+}  // namespace trnsim::kernels

@@ -1,0 +1,52 @@
+// Reductions (sum, mean, max, min over any set of dims, keepdim or not) and argmax / argmin over
+// one dim with PyTorch's first-occurrence tie rule. Accumulation is fp32; the output is rounded to
+// its dtype once, at the end (mean's 1/count scale is applied in that same final instruction).
+//
+// Decomposition: dims are merged into alternating kept / reduced groups and each reduced group is
+// removed by one pass over a [A, R, B] view (A = everything before it, B = the kept dims after it,
+// innermost groups first; intermediate results are fp32 HBM scratch, much smaller than the input).
+// Per pass, the layout follows where the contiguous data is:
+//  - rows (B == 1, or R*B fits one tile per partition): A on partitions, [R, B] on the free axis,
+//    every DMA one contiguous run per partition; tensor_reduce over R (a strided [B, R] view when
+//    B > 1), chunked along R with the chunk partials reduced once more at the end;
+//  - spread (B == 1, A < 64, R large): each output row's R elements are spread over all 128
+//    partitions ([128, R/128] plus a [1, R%128] tail) so all 16 DMA engines work; the [128, 1]
+//    partials are folded across partitions by tensor_partition_reduce (GpSimd), once per output
+//    row, so its ~300-cycle cost is off the streaming path. It handles max/min as well as sum,
+//    which a ones-vector matmul would not;
+//  - columns (B > 1, R*B too large for one partition): R on partitions in tiles of 128, B on the
+//    free axis; tiles are combined with tensor_tensor into an fp32 [128, w] accumulator and folded
+//    across partitions by tensor_partition_reduce once per (output row, column chunk), i.e. after
+//    R/128 streamed tiles.
+// Loads run kRingDepth - 1 tiles ahead (tile_pipeline.h) so DMA and compute overlap.
+//
+// argmax: rows on partitions, max8 + nc_find_index8 per chunk of the row (the first index of the
+// maximum within the chunk), chunks combined with a strict greater-than so earlier chunks win ties;
+// a reduced dim that is not innermost is first made innermost by the permute kernel (HBM scratch).
+// argmin runs argmax on the negated values. NaN rows are not handled (nc_find_index8 cannot find
+// NaN): such a row's index is undefined, where PyTorch returns the first NaN.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel_common.h"
+
+namespace trnsim::kernels {
+
+enum class ReduceOp { sum, mean, max, min, argmax, argmin };
+
+struct ReduceSpec {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> dims;  // dims to reduce (any order, negative = from the end); argmax/argmin: exactly one
+  ReduceOp op = ReduceOp::sum;
+  bool keepdim = false;
+  DType input_dtype = DType::fp32;
+  DType output_dtype = DType::fp32;  // int32 for argmax / argmin
+};
+
+std::vector<int64_t> reduced_shape(const ReduceSpec& spec);
+void build_reduce(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y);
+isa::Program reduce_program(const ReduceSpec& spec, const HardwareConfig& config);  // x input, y output
+
+}  // namespace trnsim::kernels
