@@ -60,7 +60,7 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   // hardware's semaphores) sees them as separate: per query-tile parity m[2], l, 1/l; per block
   // slot the block max, -scale*max, row sums and the rescale factor.
   constexpr int64_t kStatStride = 64;  // fp32 elements = 256 bytes
-  uint32_t stats = b.sbuf(ctx.name("fa_stats"), DType::fp32, {up, uint32_t((8 + 4 * kSlots) * kStatStride)});
+  uint32_t stats = b.sbuf(ctx.name("fa_stats"), DType::fp32, {up, uint32_t((10 + 4 * kSlots) * kStatStride)});
   uint32_t o_sb = b.sbuf(ctx.name("fa_o"), DType::fp32, {up, 2, ud});
   uint32_t out_sb = b.sbuf(ctx.name("fa_out"), dt, {up, 2, ud});
   uint32_t zeros = 0, masks = 0;
@@ -84,9 +84,9 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   auto stat = [&](int64_t column, int64_t rows) {
     return b.view(stats, {span(0, rows), span(column * kStatStride, 1)});
   };
-  auto tile_stat = [&](int64_t which, int64_t parity, int64_t rows) { return stat(which + 4 * parity, rows); };
-  auto slot_stat = [&](int64_t which, int64_t slot, int64_t rows) { return stat(8 + which + 4 * slot, rows); };
-  enum { kMax0 = 0, kMax1 = 1, kSum = 2, kInvSum = 3 };             // per query tile
+  auto tile_stat = [&](int64_t which, int64_t parity, int64_t rows) { return stat(which + 5 * parity, rows); };
+  auto slot_stat = [&](int64_t which, int64_t slot, int64_t rows) { return stat(10 + which + 4 * slot, rows); };
+  enum { kMax0 = 0, kMax1 = 1, kSum = 2, kInvSum = 3, kLse = 4 };   // per query tile
   enum { kBlockMax = 0, kNegMax = 1, kRowSum = 2, kRescale = 3 };   // per block slot
 
   struct QueryTile {
@@ -191,6 +191,18 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
           .tensor("dst", b.view(t.o, {at(qt.batch), at(qt.head), span(qt.rows), all()}))
           .tensor("src", out)
           .imm("queue", 8);
+      if (spec.write_lse) {
+        // logsumexp of scale * S = scale * max + log(sum): the backward recomputes P from it.
+        const int64_t m_final = blk.index % 2 ? kMax0 : kMax1;
+        isa::AccessPattern lse = tile_stat(kLse, qt.parity, qw_rows);
+        b.emit(Opcode::activation).tensor("dst", lse).word("op", "log").tensor("data", tile_stat(kSum, qt.parity, qw_rows));
+        b.emit(Opcode::scalar_tensor_tensor).tensor("dst", lse).tensor("data", tile_stat(m_final, qt.parity, qw_rows))
+            .word("op0", "multiply").imm("operand0", scale).word("op1", "add").tensor("operand1", lse);
+        b.emit(Opcode::dma_copy)
+            .tensor("dst", b.view(uint32_t(t.lse), {at(qt.batch), at(qt.head), span(qt.rows)}))
+            .tensor("src", lse)
+            .imm("queue", 9);
+      }
     }
   };
 
@@ -258,6 +270,10 @@ isa::Program flash_attention_forward_program(const AttentionSpec& spec, const Ha
   t.k = b.hbm("k", spec.dtype, shape(spec.batch, spec.kv_heads, spec.seq_k, spec.head_dim), isa::AllocationRole::input);
   t.v = b.hbm("v", spec.dtype, shape(spec.batch, spec.kv_heads, spec.seq_k, spec.head_dim), isa::AllocationRole::input);
   t.o = b.hbm("o", spec.dtype, shape(spec.batch, spec.heads, spec.seq_q, spec.head_dim), isa::AllocationRole::output);
+  if (spec.write_lse) {
+    t.lse = b.hbm("lse", DType::fp32, {uint32_t(spec.batch), uint32_t(spec.heads), uint32_t(spec.seq_q)},
+                  isa::AllocationRole::output);
+  }
   KernelContext ctx{b, config, ""};
   build_flash_attention_forward(ctx, spec, t);
   return b.finish();

@@ -20,11 +20,13 @@ struct AttentionSpec {
   bool causal = false;
   double scale = 0;  // 0 = 1 / sqrt(head_dim)
   DType dtype = DType::bf16;
+  bool write_lse = false;  // also write each row's logsumexp (of scale * S), what the backward needs
 };
 
-// q, o: [B, H, Sq, d]; k, v: [B, Hkv, Sk, d].
+// q, o: [B, H, Sq, d]; k, v: [B, Hkv, Sk, d]; lse (when spec.write_lse): [B, H, Sq] fp32.
 struct AttentionTensors {
   uint32_t q, k, v, o;
+  int64_t lse = -1;
 };
 
 void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec& spec, const AttentionTensors& t);

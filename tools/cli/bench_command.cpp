@@ -136,7 +136,7 @@ struct AttentionOptions {
   std::string config = "trn2";
   std::vector<std::string> overrides;
   int64_t batch = 1, heads = 1, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 128;
-  bool causal = false, force = false, backward = false;
+  bool causal = false, force = false, backward = false, lse = false;
   std::string dtype = "bf16", csv, stats, trace, emit_tasm;
 };
 
@@ -151,6 +151,7 @@ void bench_attention(const AttentionOptions& o) {
   spec.head_dim = o.head_dim;
   spec.causal = o.causal;
   spec.dtype = dtype_or_throw(o.dtype);
+  spec.write_lse = o.lse;
   isa::Program program = o.backward ? kernels::flash_attention_backward_program(spec, config.hardware)
                                     : kernels::flash_attention_forward_program(spec, config.hardware);
   std::vector<isa::Program> programs;
@@ -216,6 +217,7 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   at->add_option("--heads", a->heads, "Query heads");
   at->add_option("--kv-heads", a->kv_heads, "Key/value heads (grouped-query; default: --heads)");
   at->add_flag("--causal", a->causal, "Causal mask");
+  at->add_flag("--lse", a->lse, "Forward also writes each row's logsumexp (the backward's input)");
   at->add_flag("--backward", a->backward,
                "Simulate the backward instead (inputs q k v o do lse, outputs dq dk dv; MFU over its 5 matmuls)");
   at->add_option("--dtype", a->dtype, "bf16 or fp16");
