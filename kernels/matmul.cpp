@@ -128,22 +128,47 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
     b_kn = declare_scratch(ctx, "b_kn", in, shape);
   }
 
+  // FP8 double_row mode (v3+): K = 256 per instruction as [128, 2, F] (contraction index 2p + r),
+  // twice the FLOPs in the time of a bf16 K = 128 (A-V3). Used when both operands arrive in the
+  // stationary/moving layouts and K splits into whole 256-row tiles.
+  const auto& dr = pe.double_row_dtypes;
+  const bool double_row = spec.a_transposed && !spec.b_transposed && spec.k % (2 * kt) == 0 &&
+                          std::find(dr.begin(), dr.end(), in) != dr.end();
+  const int64_t rows_per_partition = double_row ? 2 : 1;
   // Block shape: 4 output tiles per PSUM set; 2 x 2 when N is wide and B[K, 1024] fits in SBUF
   // (A is then re-read N/1024 times), else 4 M-tiles x 1 (B[K, 512] resident).
-  const std::vector<Range> n_tiles = tiles(spec.n, nt), m_tiles = tiles(spec.m, mt), k_tiles = tiles(spec.k, kt);
+  const std::vector<Range> n_tiles = tiles(spec.n, nt), m_tiles = tiles(spec.m, mt),
+                           k_tiles = tiles(spec.k, kt * rows_per_partition);
   const double budget = kResidentBudget * double(ctx.config.core.sbuf.bytes_per_partition);
-  const bool wide_fits = double(2 * nt * in_bytes) * double(k_tiles.size()) <= budget;
+  const int64_t tile_bytes = in_bytes * rows_per_partition;
+  const bool wide_fits = double(2 * nt * tile_bytes) * double(k_tiles.size()) <= budget;
   const int64_t nb_tiles = std::min<int64_t>(n_tiles.size(), spec.n > nt && wide_fits ? 2 : 1);
   const int64_t mb_tiles = kPsumTilesPerSet / nb_tiles;
   const int64_t nb_cols = nb_tiles * nt;
   // As much of B[K, N-block] as the budget allows stays resident; K is chunked beyond that (then
   // each M block re-reads its B chunks).
   const int64_t chunk_tiles =
-      std::clamp<int64_t>(int64_t(budget / double(nb_cols * in_bytes)), 1, int64_t(k_tiles.size()));
+      std::clamp<int64_t>(int64_t(budget / double(nb_cols * tile_bytes)), 1, int64_t(k_tiles.size()));
   const int64_t chunks = ceil_div(k_tiles.size(), chunk_tiles);
 
-  uint32_t resident = b.sbuf(ctx.name("b_resident"), in, {uint32_t(p), uint32_t(chunk_tiles), uint32_t(nb_cols)});
-  uint32_t ring = b.sbuf(ctx.name("a_ring"), in, {uint32_t(p), uint32_t(kRingSlots), uint32_t(mb_tiles * mt)});
+  const uint32_t rpp = uint32_t(rows_per_partition);
+  uint32_t resident =
+      b.sbuf(ctx.name("b_resident"), in, {uint32_t(p), uint32_t(chunk_tiles), rpp, uint32_t(nb_cols)});
+  uint32_t ring = b.sbuf(ctx.name("a_ring"), in, {uint32_t(p), uint32_t(kRingSlots), rpp, uint32_t(mb_tiles * mt)});
+  // An operand tile [rows of K, cols] as the engine reads it: [partitions, (2,) cols].
+  auto operand = [&](uint32_t buffer, int64_t kr_size, int64_t index, Range cols) {
+    if (double_row) return b.view(buffer, {span(0, kr_size / 2), at(index), all(), span(cols)});
+    return b.view(buffer, {span(0, kr_size), at(index), at(0), span(cols)});
+  };
+  // The HBM side of a double_row load: row k0 + 2p + r of a [K, X] tensor into partition p, slot r.
+  auto double_row_source = [&](uint32_t tensor, int64_t batch, const Range& kr, const Range& cols) {
+    const isa::Allocation& a = alloc(ctx, tensor);
+    const int64_t width = a.shape.back(), rows = a.shape[a.shape.size() - 2];
+    const int64_t offset = ((a.shape.size() == 3 ? batch * rows : 0) + kr.begin) * width + cols.begin;
+    return isa::raw_access_pattern(b.program(), tensor, offset,
+                                   {isa::ApDim{2 * width, uint32_t(kr.size / 2)}, isa::ApDim{width, 2},
+                                    isa::ApDim{1, uint32_t(cols.size)}});
+  };
   uint32_t psum = b.psum(ctx.name("acc"), DType::fp32, {uint32_t(p), uint32_t(2 * kPsumTilesPerSet), uint32_t(nt)});
   const bool epilogue = spec.bias || spec.activation || spec.residual;
   uint32_t out = b.sbuf(ctx.name("c_stage"), spec.output_dtype, {uint32_t(p), 2, uint32_t(mb_tiles), uint32_t(nb_cols)});
@@ -196,8 +221,13 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
           for (int64_t j = 0; j < count; ++j) {
             const Range& kr = k_tiles[first + j];
             if (load_b) {
-              isa::AccessPattern dst = b.view(resident, {span(0, kr.size), at(j), span(0, cols.size)});
-              if (spec.b_transposed && transpose_on_load) {
+              isa::AccessPattern dst = operand(resident, kr.size, j, {0, cols.size});
+              if (double_row) {
+                b.emit(Opcode::dma_copy)
+                    .tensor("dst", dst)
+                    .tensor("src", double_row_source(b_kn, batch, kr, cols))
+                    .imm("queue", kResidentQueues[j % 2]);
+              } else if (spec.b_transposed && transpose_on_load) {
                 b.emit(Opcode::dma_transpose)
                     .tensor("dst", dst)
                     .tensor("src", hbm_2d(ctx, tensors.b, batch, cols, kr))
@@ -210,8 +240,13 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
               }
             }
             const int64_t slot = ring_step++ % kRingSlots;
-            isa::AccessPattern ring_tile = b.view(ring, {span(0, kr.size), at(slot), span(0, rows.size)});
-            if (!spec.a_transposed && transpose_on_load) {
+            isa::AccessPattern ring_tile = operand(ring, kr.size, slot, {0, rows.size});
+            if (double_row) {
+              b.emit(Opcode::dma_copy)
+                  .tensor("dst", ring_tile)
+                  .tensor("src", double_row_source(a_t, batch, kr, rows))
+                  .imm("queue", double(slot % kLoadQueues));
+            } else if (!spec.a_transposed && transpose_on_load) {
               b.emit(Opcode::dma_transpose)
                   .tensor("dst", ring_tile)
                   .tensor("src", hbm_2d(ctx, tensors.a, batch, rows, kr))
@@ -230,9 +265,10 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
                 b.emit(Opcode::nc_matmul)
                     .tensor("dst", b.view(psum, {span(0, mr.size), at(set * kPsumTilesPerSet + mi * nb_tiles + ni),
                                                  span(0, nr.size)}))
-                    .tensor("stationary", b.view(ring, {span(0, kr.size), at(slot), span(mi * mt, mr.size)}))
-                    .tensor("moving", b.view(resident, {span(0, kr.size), at(j), span(ni * nt, nr.size)}))
-                    .word("accumulate", start ? "false" : "true");
+                    .tensor("stationary", operand(ring, kr.size, slot, {mi * mt, mr.size}))
+                    .tensor("moving", operand(resident, kr.size, j, {ni * nt, nr.size}))
+                    .word("accumulate", start ? "false" : "true")
+                    .word("perf_mode", double_row ? "double_row" : "none");
               }
             }
           }

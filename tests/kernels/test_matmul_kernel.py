@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+         # |x| < 240: the legacy e4m3 of NKI and the OCP e4m3fn of torch round identically.
+         "fp8_e4m3": torch.float8_e4m3fn}
 GELU = {"gelu": lambda x: torch.nn.functional.gelu(x), "relu": torch.relu, "silu": torch.nn.functional.silu}
 
 
@@ -84,3 +86,12 @@ def test_fused_epilogue_with_bf16_output(run_trnsim, tmp_path, activation):
 def test_fp16_inputs(run_trnsim, tmp_path):
     got, expected, magnitude, k = run_matmul(run_trnsim, tmp_path, 130, 384, 520, dtype="fp16", out_dtype="fp16")
     check(got.float(), expected, magnitude, k, "fp16")
+
+
+@pytest.mark.parametrize("config", ["trn1", "trn2"])
+def test_fp8_inputs_use_double_row_where_the_generation_has_it(run_trnsim, tmp_path, config):
+    got, expected, magnitude, k = run_matmul(run_trnsim, tmp_path, 200, 512, 600, dtype="fp8_e4m3",
+                                             transpose_a=True, config=config)
+    check(got, expected, magnitude, k, "fp32")
+    listing = (tmp_path / "mm.tasm").read_text()
+    assert ("perf_mode=double_row" in listing) == (config == "trn2")
