@@ -84,7 +84,8 @@ void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec,
         .tensor("dst", s(tg1)).tensor("data", s(tgf)).word("op0", "add").imm("operand0", 1.0);
     if (spec.ignore_index) {
       ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal").imm("operand0", double(*spec.ignore_index));
+          .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
+          .imm("operand0", double(*spec.ignore_index));
     } else {
       ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0);
     }
@@ -180,7 +181,8 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
     if (spec.reduction == Reduction::none) {
       dma(ctx, column(ctx, go, r.size, t), per_row_hbm(ctx, grad_output, r), detail::kConstQueue);
     }
-    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", column(ctx, tgf, r.size, t)).tensor("src", column(ctx, tg_i, r.size, t));
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", column(ctx, tgf, r.size, t))
+        .tensor("src", column(ctx, tg_i, r.size, t));
   }
   if (spec.reduction != Reduction::none) {  // the scalar grad_output on every partition
     dma(ctx, sb2(ctx, go, P, 1), hbm_ap(ctx, grad_output, 0, {{0, uint32_t(P)}, {1, 1}}), detail::kConstQueue);
@@ -196,7 +198,8 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
         .imm("operand0", double(*spec.ignore_index)).word("op1", "multiply").tensor("operand1", sb2(ctx, valid, P, T));
   }
   ctx.builder.emit(isa::Opcode::tensor_scalar)
-      .tensor("dst", sb2(ctx, nlse, P, T)).tensor("data", sb2(ctx, nlse, P, T)).word("op0", "multiply").imm("operand0", -1.0);
+      .tensor("dst", sb2(ctx, nlse, P, T)).tensor("data", sb2(ctx, nlse, P, T)).word("op0", "multiply")
+      .imm("operand0", -1.0);
   if (spec.reduction == Reduction::none) {
     ctx.builder.emit(isa::Opcode::tensor_tensor)
         .tensor("dst", sb2(ctx, scale, P, T)).tensor("data1", sb2(ctx, valid, P, T)).tensor("data2", sb2(ctx, go, P, T))
@@ -208,23 +211,27 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
       uint32_t count = resident("ceb_count", DType::fp32, 1), ones = resident("ceb_ones", DType::fp32, P);
       uint32_t all = ctx.builder.psum(ctx.name("ceb_all"), DType::fp32, {uint32_t(P), 1});
       ctx.builder.emit(isa::Opcode::tensor_reduce)
-          .tensor("dst", sb2(ctx, count, P, 1)).word("op", "add").tensor("data", sb2(ctx, valid, P, T)).word("axis", "[1]");
+          .tensor("dst", sb2(ctx, count, P, 1)).word("op", "add").tensor("data", sb2(ctx, valid, P, T))
+          .word("axis", "[1]");
       ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, ones, P, P)).imm("value", 1.0);
       ctx.builder.emit(isa::Opcode::nc_matmul)
           .tensor("dst", sb2(ctx, all, P, 1)).tensor("stationary", sb2(ctx, ones, P, P))
           .tensor("moving", sb2(ctx, count, P, 1)).word("accumulate", "false");
       ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", sb2(ctx, factor, P, 1)).tensor("data1", sb2(ctx, go, P, 1)).tensor("data2", sb2(ctx, all, P, 1))
+          .tensor("dst", sb2(ctx, factor, P, 1)).tensor("data1", sb2(ctx, go, P, 1))
+          .tensor("data2", sb2(ctx, all, P, 1))
           .word("op", "divide");
     } else {
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, factor, P, 1)).tensor("src", sb2(ctx, go, P, 1));
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, factor, P, 1))
+          .tensor("src", sb2(ctx, go, P, 1));
     }
     ctx.builder.emit(isa::Opcode::tensor_scalar)
         .tensor("dst", sb2(ctx, scale, P, T)).tensor("data", sb2(ctx, valid, P, T)).word("op0", "multiply")
         .tensor("operand0", sb2(ctx, factor, P, 1));
   }
   uint32_t iota = resident("ceb_iota", DType::fp32, C);
-  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, iota, P, C)).word("pattern", "[[1, " + std::to_string(C) + "]]");
+  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, iota, P, C))
+      .word("pattern", "[[1, " + std::to_string(C) + "]]");
 
   detail::Ring x = detail::make_ring(ctx, "ceb_x", spec.logits_dtype, C, depth);
   detail::Ring es = detail::make_ring(ctx, "ceb_es", DType::fp32, C, depth);
@@ -249,7 +256,8 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
         .tensor("dst", full(es)).word("op", "copy").tensor("data", full(es)).tensor("scale", s_col);
     ctx.builder.emit(isa::Opcode::tensor_scalar)
         .tensor("dst", full(hot)).tensor("data", sb2(ctx, iota, p, C)).word("op0", "equal")
-        .tensor("operand0", column(ctx, tgf, p, t)).word("op1", "multiply").tensor("operand1", s_col).on(Engine::gpsimd);
+        .tensor("operand0", column(ctx, tgf, p, t)).word("op1", "multiply").tensor("operand1", s_col)
+        .on(Engine::gpsimd);
     ctx.builder.emit(isa::Opcode::tensor_tensor)
         .tensor("dst", full(out)).tensor("data1", full(es)).tensor("data2", full(hot)).word("op", "subtract")
         .on(Engine::gpsimd);

@@ -39,8 +39,8 @@ isa::AccessPattern rows_hbm(const KernelContext& ctx, uint32_t tensor, const Row
 }
 
 // SBUF per partition for a kernel's full-width buffers: what is free, less the per-row statistics rings
-// a kernel allocates after sizing its rows (up to 10 rings of kRowDepth 256-byte slots, see stat_ring).
-int64_t row_budget(const KernelContext& ctx) { return detail::sbuf_free_bytes(ctx) - 10 * (kRowDepth + 2) * 256; }
+// a kernel allocates after sizing its rows (up to 8 rings of kRowDepth 256-byte slots, see stat_ring).
+int64_t row_budget(const KernelContext& ctx) { return detail::sbuf_free_bytes(ctx) - 8 * kRowDepth * 256; }
 
 // Throws when `bytes_per_column` (every full-width buffer's bytes per element of a row) does not
 // leave room for a row of C elements.
@@ -270,7 +270,8 @@ void backward_loop(const KernelContext& ctx, const Rows& r, int64_t ahead, const
   auto load = [&](int64_t t) {
     const Range& rt = row_tiles[size_t(t)];
     for (const RowInput& in : inputs) {
-      dma(ctx, sb2(ctx, in.ring[t], rt.size, r.cols), rows_hbm(ctx, in.tensor, r, rt.begin, rt.size), detail::kLoadQueue);
+      dma(ctx, sb2(ctx, in.ring[t], rt.size, r.cols), rows_hbm(ctx, in.tensor, r, rt.begin, rt.size),
+          detail::kLoadQueue);
     }
     // The small per-row loads go on their own queue so they never wait behind a full tile.
     for (const RowStat& st : stats) {
@@ -336,8 +337,8 @@ struct ColumnSums {
           .tensor("src", sb2(ctx, banks[size_t(c.begin / kPsumBankColumns)], rows_out, c.size));
     }
     for (const auto& [row, tensor] : outs) {
-      dma(ctx, hbm_ap(ctx, uint32_t(tensor), 0, {{0, 1}, {1, uint32_t(cols)}}), ctx.builder.view(sb, {span(row, 1), span(0, cols)}),
-          detail::kStoreQueue);
+      dma(ctx, hbm_ap(ctx, uint32_t(tensor), 0, {{0, 1}, {1, uint32_t(cols)}}),
+          ctx.builder.view(sb, {span(row, 1), span(0, cols)}), detail::kStoreQueue);
     }
   }
 };
@@ -379,11 +380,15 @@ void build_rmsnorm_backward(const KernelContext& ctx, const NormBackwardSpec& sp
   if (has_w) w_sb = load_row_param(ctx, "rb_w", uint32_t(w), spec.param_dtype, r.cols);
   std::optional<ColumnSums> colsums;
   if (want_dw) colsums.emplace(ctx, "rb_colsum", 1, r.cols, spec.param_dtype);
-  auto ring = [&](const std::string& name, DType d, int64_t n) { return detail::make_ring(ctx, name, d, r.cols, int(n)); };
+  auto ring = [&](const std::string& name, DType d, int64_t n) {
+    return detail::make_ring(ctx, name, d, r.cols, int(n));
+  };
   const int in_depth = int(ahead) + 2;  // read by stages 0 and 1
-  std::vector<RowInput> inputs{{x, ring("rb_x", spec.input_dtype, in_depth)}, {dy, ring("rb_dy", spec.input_dtype, in_depth)}};
+  std::vector<RowInput> inputs{{x, ring("rb_x", spec.input_dtype, in_depth)},
+                               {dy, ring("rb_dy", spec.input_dtype, in_depth)}};
   std::vector<RowStat> stats{{rstd, stat_ring(ctx, "rb_rstd", 1, int(ahead + kStages))}};
-  detail::Ring g = ring("rb_g", DType::fp32, 3), prod = ring("rb_prod", DType::fp32, 2), out = ring("rb_dx", spec.input_dtype, 2);
+  detail::Ring g = ring("rb_g", DType::fp32, 3), prod = ring("rb_prod", DType::fp32, 2),
+               out = ring("rb_dx", spec.input_dtype, 2);
   detail::Ring dyx = want_dw ? ring("rb_dyx", DType::fp32, 2) : detail::Ring{};
   detail::Ring sum = stat_ring(ctx, "rb_sum"), k = stat_ring(ctx, "rb_k");
   const double inv_cols = 1.0 / double(r.cols);
@@ -447,11 +452,14 @@ void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec,
   if (!rms && mean < 0) throw std::invalid_argument("layernorm backward needs the saved mean");
   const int64_t in_bytes = dtype_size_bytes(spec.input_dtype);
   // SBUF per element of a row: x and dy (read by stages 0 and 1: ahead + 2 slots), xhat and g (stages 0-1:
-  // 2 slots), the product / u (stages 0-2: 3 slots), dx (2), the bf16 scratch, w and the dw/db row.
+  // 2 slots; g also carries dy * xhat to the dw matmul), the product / u (stages 0-2: 3 slots), dx (2), the
+  // bf16 scratch, w and the dw/db row. A third g slot would let stage 0 of tile t + 2 start before tile t's
+  // dw matmul ends (~15% faster) but no longer fits bf16 rows of 4096 on trn2.
   // The deepest prefetch that fits is used (1 for bf16 rows of 4096 on trn2).
   auto per_column = [&](int64_t ahead) {
     return (ahead + 2) * 2 * in_bytes + (2 + 2 + 3) * 4 + 2 * in_bytes + 2 +
-           (has_w ? dtype_size_bytes(spec.param_dtype) : 0) + (want_dw || want_db ? dtype_size_bytes(spec.param_dtype) : 0);
+           (has_w ? dtype_size_bytes(spec.param_dtype) : 0) +
+           (want_dw || want_db ? dtype_size_bytes(spec.param_dtype) : 0);
   };
   int64_t ahead = 2;  // stats rings hold kRowDepth = ahead + 3 tiles
   while (ahead > 1 && r.cols * per_column(ahead) > row_budget(ctx)) --ahead;
@@ -470,12 +478,15 @@ void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec,
     hot_w = one_hot_columns(ctx, "nb_hot_w", DType::fp32, sums, 0);
     if (want_db) hot_b = one_hot_columns(ctx, "nb_hot_b", spec.input_dtype, sums, kDbRow);
   }
-  auto ring = [&](const std::string& name, DType d, int64_t n) { return detail::make_ring(ctx, name, d, r.cols, int(n)); };
+  auto ring = [&](const std::string& name, DType d, int64_t n) {
+    return detail::make_ring(ctx, name, d, r.cols, int(n));
+  };
   const int64_t in_depth = ahead + 2;
-  std::vector<RowInput> inputs{{x, ring("nb_x", spec.input_dtype, in_depth)}, {dy, ring("nb_dy", spec.input_dtype, in_depth)}};
+  std::vector<RowInput> inputs{{x, ring("nb_x", spec.input_dtype, in_depth)},
+                               {dy, ring("nb_dy", spec.input_dtype, in_depth)}};
   std::vector<RowStat> stats{{rstd, stat_ring(ctx, "nb_rstd")}, {uint32_t(mean), stat_ring(ctx, "nb_mean")}};
-  detail::Ring xh = ring("nb_xh", DType::fp32, 2), g = ring("nb_g", DType::fp32, 2), prod = ring("nb_prod", DType::fp32, 3),
-               out = ring("nb_dx", spec.input_dtype, 2);
+  detail::Ring xh = ring("nb_xh", DType::fp32, 2), g = ring("nb_g", DType::fp32, 2),
+               prod = ring("nb_prod", DType::fp32, 3), out = ring("nb_dx", spec.input_dtype, 2);
   detail::Ring scratch = detail::make_ring(ctx, "nb_scratch", DType::bf16, r.cols, 1);
   detail::Ring sgx = stat_ring(ctx, "nb_sgx"), sg = stat_ring(ctx, "nb_sg"), nmr = stat_ring(ctx, "nb_nmr"),
                k = stat_ring(ctx, "nb_k"), bias = stat_ring(ctx, "nb_bias");
