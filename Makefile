@@ -50,6 +50,11 @@ demo: build
 	@$(BUILD_DIR)/bin/trnsim config validate configs/*.yaml configs/whatif/*.yaml
 	@echo
 	@$(BUILD_DIR)/bin/trnsim config summary trn1 trn2 trn3
+	@echo
+	@echo "Kernel library on the timing model (one NeuronCore unless --cores):"
+	@for c in trn1 trn2 trn3; do $(BUILD_DIR)/bin/trnsim bench matmul --m 4096 --k 8192 --n 8192 --transpose-a --config $$c; done
+	@$(BUILD_DIR)/bin/trnsim bench matmul --m 4096 --k 8192 --n 8192 --transpose-a --config trn2 --cores 2
+	@for c in trn2 trn3; do $(BUILD_DIR)/bin/trnsim bench attention --seq 4096 --head-dim 128 --causal --config $$c; done
 
 test: build
 	@$(MAKE) --no-print-directory test-cpp test-python
