@@ -5,13 +5,16 @@
 
 #include "isa/isa_error.h"
 #include "isa/view.h"
+#include "kernels/conv_builder.h"
 #include "kernels/tile_pipeline.h"
 
 namespace trnsim::kernels {
-namespace {
+namespace conv_detail {
 
 using isa::ApDim;
 using isa::Opcode;
+
+namespace {
 
 constexpr int64_t kAccBanks = 6;            // accumulators round-robin; the other 2 banks transpose weights
 constexpr int64_t kStageSlots = 4;          // output tiles between evacuation and store
@@ -24,20 +27,6 @@ constexpr int64_t kMaxStride = 32767;       // 16-bit access-pattern stride
 constexpr int64_t kTransposeSlotsPerBank = 4;  // [.., 128] fp32 transposes per 2 KiB bank
 constexpr int64_t kStoreQueue = 4, kWeightQueue = 6;
 
-// A contraction group: one matmul per (pixel tile, O tile) contracts over channel chunk `chunk`
-// at kernel row kh and columns kw0 .. kw0 + reps - 1 (one per replica), on partitions [0, k).
-struct Group {
-  int64_t chunk, kh, kw0, reps, k;
-};
-// Output pixels of one PSUM tile: block-local images [n, n + nc), band-local rows, columns.
-struct PixelTile {
-  int64_t n, nc, row, rc, col, cc;
-  int64_t pixels() const { return nc * rc * cc; }
-};
-struct Block {
-  int64_t n0, nb, r0, rb;
-};
-
 // Size-1 dims get stride 0 so a large unused stride does not trip the 16-bit stride field.
 std::vector<ApDim> dims(std::vector<ApDim> d) {
   for (size_t i = 1; i < d.size(); ++i) {
@@ -45,16 +34,19 @@ std::vector<ApDim> dims(std::vector<ApDim> d) {
   }
   return d;
 }
-isa::AccessPattern ap(const KernelContext& ctx, uint32_t tensor, int64_t offset, std::vector<ApDim> d) {
+
+}  // namespace
+
+isa::AccessPattern raw_ap(const KernelContext& ctx, uint32_t tensor, int64_t offset, std::vector<ApDim> d) {
   return isa::raw_access_pattern(ctx.builder.program(), tensor, offset, dims(std::move(d)));
 }
 
-void memset_flat(const KernelContext& ctx, uint32_t buffer, int64_t partitions, int64_t total) {
+void memset_flat(const KernelContext& ctx, uint32_t buffer, int64_t partitions, int64_t total, double value) {
   for (int64_t begin = 0; begin < total; begin += kMemsetPiece) {
     const int64_t size = std::min(kMemsetPiece, total - begin);
     ctx.builder.emit(Opcode::memset)
-        .tensor("dst", ap(ctx, buffer, begin, {{0, uint32_t(partitions)}, {1, uint32_t(size)}}))
-        .imm("value", 0)
+        .tensor("dst", raw_ap(ctx, buffer, begin, {{0, uint32_t(partitions)}, {1, uint32_t(size)}}))
+        .imm("value", value)
         .on(Engine::gpsimd);
   }
 }
@@ -73,347 +65,395 @@ void evacuate(isa::ProgramBuilder& b, const isa::AccessPattern& dst, const isa::
   }
 }
 
-class Conv2dBuilder {
- public:
-  Conv2dBuilder(const KernelContext& ctx, const Conv2dSpec& s, const Conv2dTensors& t) : m_ctx(ctx), m_s(s), m_t(t) {}
+ConvGeometry forward_geometry(const Conv2dSpec& s) {
+  ConvGeometry g;
+  g.n = s.n, g.c = s.c, g.h = s.h, g.w = s.w, g.o = s.o, g.kh = s.kh, g.kw = s.kw;
+  g.stride_h = s.stride_h, g.stride_w = s.stride_w, g.dilation_h = s.dilation_h, g.dilation_w = s.dilation_w;
+  g.pad_t = g.pad_b = s.pad_h;
+  g.pad_l = g.pad_r = s.pad_w;
+  g.bias = s.bias;
+  g.input_dtype = s.input_dtype;
+  g.output_dtype = s.output_dtype;
+  return g;
+}
 
-  void build() {
-    validate();
-    plan();
-    allocate();
+// dX[y] = sum over (ho, kh) with ho*s + kh*d - p = y of dY[ho] W[kh]: a stride-1 conv over dY
+// dilated by s, with the kernel flipped, padded d(k-1)-p on top and that plus the rows the forward's
+// last window left over ((H + 2p - d(k-1) - 1) mod s) at the bottom, so the output is exactly H.
+ConvGeometry grad_input_geometry(const Conv2dSpec& s) {
+  ConvGeometry g;
+  g.n = s.n, g.c = s.o, g.h = s.out_h(), g.w = s.out_w(), g.o = s.c, g.kh = s.kh, g.kw = s.kw;
+  g.dilation_h = s.dilation_h, g.dilation_w = s.dilation_w;
+  g.in_dil_h = s.stride_h, g.in_dil_w = s.stride_w;
+  g.pad_t = s.dilation_h * (s.kh - 1) - s.pad_h;
+  g.pad_l = s.dilation_w * (s.kw - 1) - s.pad_w;
+  g.pad_b = g.pad_t + (s.h + 2 * s.pad_h - s.dilation_h * (s.kh - 1) - 1) % s.stride_h;
+  g.pad_r = g.pad_l + (s.w + 2 * s.pad_w - s.dilation_w * (s.kw - 1) - 1) % s.stride_w;
+  g.flip_weight = true;
+  g.input_dtype = s.input_dtype;
+  g.output_dtype = s.output_dtype;
+  return g;
+}
+
+void Conv2dBuilder::build() {
+  validate();
+  plan();
+  allocate();
+  if (m_mode == ConvMode::grad_weight) {
+    emit_grad_weight();
+  } else {
     emit();
   }
+}
 
- private:
-  void validate() const {
-    const Conv2dSpec& s = m_s;
-    if (s.groups != 1) throw isa::IsaError("conv2d: groups > 1 is not supported yet");
-    if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0 || s.o <= 0 || s.kh <= 0 || s.kw <= 0) {
-      throw isa::IsaError("conv2d: empty shape");
-    }
-    if (s.stride_h <= 0 || s.stride_w <= 0 || s.dilation_h <= 0 || s.dilation_w <= 0 || s.pad_h < 0 || s.pad_w < 0) {
-      throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
-    }
-    if (s.out_h() <= 0 || s.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
+void Conv2dBuilder::validate() const {
+  const ConvGeometry& s = m_s;
+  if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0 || s.o <= 0 || s.kh <= 0 || s.kw <= 0) {
+    throw isa::IsaError("conv2d: empty shape");
   }
+  if (s.stride_h <= 0 || s.stride_w <= 0 || s.dilation_h <= 0 || s.dilation_w <= 0) {
+    throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
+  }
+  if (s.out_h() <= 0 || s.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
+}
 
-  int64_t rows_in(int64_t rb) const { return (rb - 1) * m_s.stride_h + (m_s.kh - 1) * m_s.dilation_h + 1; }
-
-  void plan() {
-    const Conv2dSpec& s = m_s;
-    const int64_t p = m_ctx.partitions();
-    m_ho = s.out_h();
-    m_wo = s.out_w();
-    m_wb = s.w + 2 * s.pad_w;
-    m_in_bytes = dtype_size_bytes(s.input_dtype);
-    m_chunks = tiles(s.c, p);
-    // Replicas fill the PE rows when C <= 64; partition groups start on the 32/64 alignment.
-    m_cpad = s.c <= 32 ? 32 : (s.c <= 64 ? 64 : p);
-    m_reps = s.c <= 64 ? std::min<int64_t>(s.kw, p / m_cpad) : 1;
-    m_kw_groups = ceil_div(s.kw, m_reps);
-    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
-      for (int64_t kh = 0; kh < s.kh; ++kh) {
-        for (int64_t kw0 = 0; kw0 < s.kw; kw0 += m_reps) {
-          const int64_t reps = std::min(m_reps, s.kw - kw0);
-          m_groups.push_back({int64_t(ch), kh, kw0, reps, (reps - 1) * m_cpad + m_chunks[ch].size});
-        }
+void Conv2dBuilder::plan() {
+  const ConvGeometry& s = m_s;
+  const int64_t p = m_ctx.partitions();
+  m_ho = s.out_h();
+  m_wo = s.out_w();
+  m_wb = s.padded_w();
+  m_in_bytes = dtype_size_bytes(s.input_dtype);
+  m_chunks = tiles(s.c, p);
+  // Replicas fill the PE rows when C <= 64; partition groups start on the 32/64 alignment. The
+  // weight gradient transposes one offset at a time and has no use for them.
+  m_cpad = s.c <= 32 ? 32 : (s.c <= 64 ? 64 : p);
+  m_reps = s.c <= 64 && m_mode != ConvMode::grad_weight ? std::min<int64_t>(s.kw, p / m_cpad) : 1;
+  m_kw_groups = ceil_div(s.kw, m_reps);
+  for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+    for (int64_t kh = 0; kh < s.kh; ++kh) {
+      for (int64_t kw0 = 0; kw0 < s.kw; kw0 += m_reps) {
+        const int64_t reps = std::min(m_reps, s.kw - kw0);
+        m_groups.push_back({int64_t(ch), kh, kw0, reps, (reps - 1) * m_cpad + m_chunks[ch].size});
       }
     }
-    // Rows reach the buffer through a staging copy unless no column padding/shift is needed.
-    m_staged = s.pad_w > 0 || m_reps > 1;
-    m_needs_zero = s.pad_h > 0 || s.pad_w > 0 || m_reps > 1;
-    // W^T resident per O block.
-    const double weight_budget = kWeightBudget * double(m_ctx.config.core.sbuf.bytes_per_partition);
-    // Both the raw rows [O-tile, C*KH*KW] and W^T [K, group, O] stay resident for an O block.
-    auto bytes = [&](int64_t ob) {
-      return double((int64_t(m_groups.size()) * ob + ceil_div(ob, p) * s.c * s.kh * s.kw) * m_in_bytes);
-    };
-    m_o_block = s.o;
+  }
+  // Rows reach the buffer through a staging copy unless they land contiguous and unshifted (a
+  // column-dilated input would be one DMA descriptor per element).
+  m_staged = s.pad_l != 0 || s.pad_r != 0 || m_reps > 1 || s.in_dil_w > 1;
+  m_needs_zero = s.pad_t > 0 || s.pad_b > 0 || s.pad_l > 0 || s.pad_r > 0 || m_reps > 1 || s.in_dil_h > 1 ||
+                 s.in_dil_w > 1;
+  if (m_mode == ConvMode::grad_weight) return;
+  // W^T resident per O block.
+  const double weight_budget = kWeightBudget * double(m_ctx.config.core.sbuf.bytes_per_partition);
+  // Both the raw rows [O-tile, C*KH*KW] and W^T [K, group, O] stay resident for an O block.
+  auto bytes = [&](int64_t ob) {
+    return double((int64_t(m_groups.size()) * ob + ceil_div(ob, p) * s.c * s.kh * s.kw) * m_in_bytes);
+  };
+  m_o_block = s.o;
+  if (bytes(m_o_block) > weight_budget) {
+    m_o_block = p;
+    while (bytes(m_o_block + p) <= weight_budget) m_o_block += p;
     if (bytes(m_o_block) > weight_budget) {
-      m_o_block = p;
-      while (bytes(m_o_block + p) <= weight_budget) m_o_block += p;
-      if (bytes(m_o_block) > weight_budget) {
-        throw isa::IsaError("conv2d: C * KH * KW too large for the resident weights");
-      }
+      throw isa::IsaError("conv2d: C * KH * KW too large for the resident weights");
     }
   }
+}
 
-  void allocate() {
-    isa::ProgramBuilder& b = m_ctx.builder;
-    const Conv2dSpec& s = m_s;
-    const uint32_t p = m_ctx.partitions();
-    const uint32_t bank = uint32_t(m_ctx.config.core.psum.bank_bytes / 4);
-    m_wt = b.sbuf(m_ctx.name("conv_wt"), s.input_dtype, {p, uint32_t(m_groups.size() * m_o_block)});
-    m_wraw = b.sbuf(m_ctx.name("conv_wraw"), s.input_dtype, {p, uint32_t(ceil_div(m_o_block, p) * s.c * s.kh * s.kw)});
-    m_acc = b.psum(m_ctx.name("conv_acc"), DType::fp32, {p, uint32_t(kAccBanks), bank});
-    m_wps = b.psum(m_ctx.name("conv_wtrans"), DType::fp32, {p, 2, bank});
-    m_stage = b.sbuf(m_ctx.name("conv_out"), s.output_dtype, {p, uint32_t(kStageSlots), bank});
-    if (s.bias) m_bias = b.sbuf(m_ctx.name("conv_bias"), s.input_dtype, {p, uint32_t(ceil_div(s.o, p))});
+void Conv2dBuilder::allocate() {
+  if (m_mode == ConvMode::grad_weight) {
+    allocate_grad_weight();
+    return;
+  }
+  isa::ProgramBuilder& b = m_ctx.builder;
+  const ConvGeometry& s = m_s;
+  const uint32_t p = m_ctx.partitions();
+  const uint32_t bank = uint32_t(m_ctx.config.core.psum.bank_bytes / 4);
+  m_wt = b.sbuf(m_ctx.name("conv_wt"), s.input_dtype, {p, uint32_t(m_groups.size() * m_o_block)});
+  m_wraw = b.sbuf(m_ctx.name("conv_wraw"), s.input_dtype, {p, uint32_t(ceil_div(m_o_block, p) * s.c * s.kh * s.kw)});
+  m_acc = b.psum(m_ctx.name("conv_acc"), DType::fp32, {p, uint32_t(kAccBanks), bank});
+  m_wps = b.psum(m_ctx.name("conv_wtrans"), DType::fp32, {p, 2, bank});
+  m_stage = b.sbuf(m_ctx.name("conv_out"), s.output_dtype, {p, uint32_t(kStageSlots), bank});
+  if (s.bias) m_bias = b.sbuf(m_ctx.name("conv_bias"), s.input_dtype, {p, uint32_t(ceil_div(s.o, p))});
+  allocate_blocks(0, kTargetBlockPixels);
+}
 
-    // Input blocks: whole images when one fits (several when small), else bands of output rows.
-    const int64_t avail = detail::sbuf_free_bytes(m_ctx);
-    auto bytes = [&](int64_t nb, int64_t rb) {
-      return 2 * int64_t(m_chunks.size()) * nb * rows_in(rb) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes;
-    };
-    if (bytes(1, m_ho) <= avail) {
-      m_rb = m_ho;
-      m_nb = std::min({s.n, avail / bytes(1, m_ho), ceil_div(kTargetBlockPixels, m_ho * m_wo),
-                       ceil_div(s.n, kMinBlocks)});
-      if (rows_in(m_rb) * m_wb > kMaxStride) m_nb = 1;
-      m_nb = std::max<int64_t>(m_nb, 1);
-    } else {
-      m_nb = 1;
-      m_rb = m_ho;
-      while (m_rb > 1 && bytes(1, m_rb) > avail) --m_rb;
-      if (bytes(1, m_rb) > avail) throw isa::IsaError("conv2d: one output row's input does not fit in SBUF");
-    }
-    m_rows_in = rows_in(m_rb);
-    const uint32_t buf_free = uint32_t(m_chunks.size() * m_nb * m_rows_in * m_wb);
-    for (int i = 0; i < 2; ++i) {
-      m_buf[i] = b.sbuf(m_ctx.name("conv_in" + std::to_string(i)), s.input_dtype, {p, buf_free});
-      if (m_staged) {
-        m_staging[i] = b.sbuf(m_ctx.name("conv_stage" + std::to_string(i)), s.input_dtype,
-                              {p, uint32_t(m_chunks.size() * m_nb * m_rows_in * s.w)});
-      }
+// Input blocks: whole images when one fits (several when small), else bands of output rows.
+// `extra_bytes_per_pixel`: per output pixel of a block, what the caller double-buffers with it.
+void Conv2dBuilder::allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels) {
+  isa::ProgramBuilder& b = m_ctx.builder;
+  const ConvGeometry& s = m_s;
+  const uint32_t p = m_ctx.partitions();
+  const int64_t avail = detail::sbuf_free_bytes(m_ctx);
+  auto bytes = [&](int64_t nb, int64_t rb) {
+    return 2 * int64_t(m_chunks.size()) * nb * rows_in(rb) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
+           2 * nb * rb * m_wo * extra_bytes_per_pixel;
+  };
+  if (bytes(1, m_ho) <= avail) {
+    m_rb = m_ho;
+    m_nb = std::min({s.n, avail / bytes(1, m_ho), ceil_div(target_pixels, m_ho * m_wo), ceil_div(s.n, kMinBlocks)});
+    if (rows_in(m_rb) * m_wb > kMaxStride) m_nb = 1;
+    m_nb = std::max<int64_t>(m_nb, 1);
+  } else {
+    m_nb = 1;
+    m_rb = m_ho;
+    while (m_rb > 1 && bytes(1, m_rb) > avail) --m_rb;
+    if (bytes(1, m_rb) > avail) throw isa::IsaError("conv2d: one output row's input does not fit in SBUF");
+  }
+  m_rows_in = rows_in(m_rb);
+  const uint32_t buf_free = uint32_t(m_chunks.size() * m_nb * m_rows_in * m_wb);
+  for (int i = 0; i < 2; ++i) {
+    m_buf[i] = b.sbuf(m_ctx.name("conv_in" + std::to_string(i)), s.input_dtype, {p, buf_free});
+    if (m_staged) {
+      m_staging[i] = b.sbuf(m_ctx.name("conv_stage" + std::to_string(i)), s.input_dtype,
+                            {p, uint32_t(m_chunks.size() * m_nb * m_rows_in * s.w)});
     }
   }
+}
 
-  std::vector<PixelTile> pixel_tiles(const Block& blk) const {
-    const int64_t max_px = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
-    std::vector<PixelTile> out;
-    if (blk.rb == m_ho && m_ho * m_wo <= max_px) {
-      const int64_t per = max_px / (m_ho * m_wo);
-      for (const Range& r : tiles(blk.nb, per)) out.push_back({r.begin, r.size, 0, m_ho, 0, m_wo});
-      return out;
-    }
-    for (int64_t n = 0; n < blk.nb; ++n) {
-      if (m_wo <= max_px) {
-        for (const Range& r : tiles(blk.rb, max_px / m_wo)) out.push_back({n, 1, r.begin, r.size, 0, m_wo});
-      } else {
-        for (int64_t row = 0; row < blk.rb; ++row) {
-          for (const Range& c : tiles(m_wo, max_px)) out.push_back({n, 1, row, 1, c.begin, c.size});
-        }
-      }
-    }
+std::vector<PixelTile> Conv2dBuilder::pixel_tiles(const Block& blk, int64_t max_px) const {
+  std::vector<PixelTile> out;
+  if (blk.rb == m_ho && m_ho * m_wo <= max_px) {
+    const int64_t per = max_px / (m_ho * m_wo);
+    for (const Range& r : tiles(blk.nb, per)) out.push_back({r.begin, r.size, 0, m_ho, 0, m_wo});
     return out;
   }
-
-  // Weight rows for output channels [o0, o0 + count), contiguous with O on partitions (one
-  // descriptor per partition; W^T straight from HBM would be one per element).
-  void load_weight_rows(int64_t o0, int64_t count) {
-    const Conv2dSpec& s = m_s;
-    const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
-    if (m_reps > 1 && s.c < m_cpad) memset_flat(m_ctx, m_wt, p, int64_t(m_groups.size()) * m_o_block);
-    for (const Range& ot : tiles(count, p)) {
-      const std::vector<ApDim> row = {{khw, uint32_t(s.c)}, {1, uint32_t(khw)}};  // one contiguous run
-      dma_emit(ap(m_ctx, m_wraw, ot.begin / p * s.c * khw, {{0, uint32_t(ot.size)}, row[0], row[1]}),
-               ap(m_ctx, m_t.weight, (o0 + ot.begin) * s.c * khw, {{s.c * khw, uint32_t(ot.size)}, row[0], row[1]}),
-               kWeightQueue);
-    }
-  }
-
-  // W^T of one O tile: one PE transpose per (chunk, kh, kw) lands [C-chunk, O-tile] on the
-  // replica's partition group; 8 PSUM slots (2 banks x 4) let the PE run ahead of the copies out.
-  void prepare_weights(const Range& ot) {
-    isa::ProgramBuilder& b = m_ctx.builder;
-    const Conv2dSpec& s = m_s;
-    const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
-    int64_t& step = m_wprep_step;
-    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
-      const Range& cr = m_chunks[ch];
-      const int64_t raw = (ot.begin / p * s.c + cr.begin) * khw;
-      for (int64_t kh = 0; kh < s.kh; ++kh) {
-        for (int64_t kw = 0; kw < s.kw; ++kw) {
-          const int64_t r = kw % m_reps;
-          const int64_t g = (int64_t(ch) * s.kh + kh) * m_kw_groups + kw / m_reps;
-          const int64_t ps = step % (2 * kTransposeSlotsPerBank);
-          const uint32_t part = uint32_t(r * m_cpad), cn = uint32_t(cr.size);
-          const int64_t slot = ps * int64_t(m_ctx.config.core.psum.bank_bytes / 4) / kTransposeSlotsPerBank;
-          isa::AccessPattern t = ap(m_ctx, m_wps, slot,
-                                    {{part, cn}, {1, uint32_t(ot.size)}});
-          b.emit(Opcode::nc_transpose)
-              .tensor("dst", t)
-              .tensor("data", ap(m_ctx, m_wraw, raw + kh * s.kw + kw, {{0, uint32_t(ot.size)}, {khw, cn}}));
-          isa::AccessPattern dst = ap(m_ctx, m_wt, g * m_o_block + ot.begin, {{part, cn}, {1, uint32_t(ot.size)}});
-          evacuate(b, dst, t, nullptr, step++ % 2 ? Engine::scalar : Engine::vector);
-        }
+  for (int64_t n = 0; n < blk.nb; ++n) {
+    if (m_wo <= max_px) {
+      for (const Range& r : tiles(blk.rb, max_px / m_wo)) out.push_back({n, 1, r.begin, r.size, 0, m_wo});
+    } else {
+      for (int64_t row = 0; row < blk.rb; ++row) {
+        for (const Range& c : tiles(m_wo, max_px)) out.push_back({n, 1, row, 1, c.begin, c.size});
       }
     }
   }
+  return out;
+}
 
-  void dma_emit(const isa::AccessPattern& dst, const isa::AccessPattern& src, int64_t queue) {
-    m_ctx.builder.emit(Opcode::dma_copy).tensor("dst", dst).tensor("src", src).imm("queue", double(queue));
+std::vector<Block> Conv2dBuilder::blocks() const {
+  std::vector<Block> out;
+  for (const Range& nr : tiles(m_s.n, m_nb)) {
+    for (const Range& rr : tiles(m_ho, m_rb)) out.push_back({nr.begin, nr.size, rr.begin, rr.size});
   }
+  return out;
+}
 
-  // Block i into buffer i % 2: valid input rows (HBM -> staging, contiguous per channel and image),
-  // then lane-wise copies into the padded buffer at each replica's column shift.
-  void load_block(const Block& blk, int64_t index) {
-    const Conv2dSpec& s = m_s;
-    isa::ProgramBuilder& b = m_ctx.builder;
-    const uint32_t buf = m_buf[index % 2];
-    const int64_t rin = rows_in(blk.rb);
-    const int64_t jt = std::max<int64_t>(0, s.pad_h - blk.r0 * s.stride_h);
-    const int64_t jb = std::min<int64_t>(rin, s.h + s.pad_h - blk.r0 * s.stride_h);
-    const int64_t nrows = jb - jt;
-    const int64_t y0 = blk.r0 * s.stride_h + jt - s.pad_h;
-    const int64_t hw = s.h * s.w;
-    // Zero borders and unused partitions once per buffer, before its first fill.
-    const int64_t buf_free = int64_t(m_chunks.size()) * m_nb * m_rows_in * m_wb;
-    if (m_needs_zero && index < 2) memset_flat(m_ctx, buf, m_ctx.partitions(), buf_free);
+// Weight rows for output channels [o0, o0 + count), O on partitions: forward rows are contiguous
+// (one descriptor per partition; W^T straight from HBM would be one per element). For dX the
+// conv's output channels are the forward's input channels: runs of KH*KW per (partition, O).
+void Conv2dBuilder::load_weight_rows(int64_t o0, int64_t count) {
+  const ConvGeometry& s = m_s;
+  const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
+  if (m_reps > 1 && s.c < m_cpad) memset_flat(m_ctx, m_wt, p, int64_t(m_groups.size()) * m_o_block);
+  for (const Range& ot : tiles(count, p)) {
+    const std::vector<ApDim> row = {{khw, uint32_t(s.c)}, {1, uint32_t(khw)}};
+    const isa::AccessPattern src =
+        s.flip_weight
+            ? ap(m_t.weight, (o0 + ot.begin) * khw, {{khw, uint32_t(ot.size)}, {s.o * khw, uint32_t(s.c)}, row[1]})
+            : ap(m_t.weight, (o0 + ot.begin) * s.c * khw, {{s.c * khw, uint32_t(ot.size)}, row[0], row[1]});
+    dma_emit(ap(m_wraw, ot.begin / p * s.c * khw, {{0, uint32_t(ot.size)}, row[0], row[1]}), src, kWeightQueue);
+  }
+}
+
+// W^T of one O tile: one PE transpose per (chunk, kh, kw) lands [C-chunk, O-tile] on the
+// replica's partition group; 8 PSUM slots (2 banks x 4) let the PE run ahead of the copies out.
+void Conv2dBuilder::prepare_weights(const Range& ot) {
+  isa::ProgramBuilder& b = m_ctx.builder;
+  const ConvGeometry& s = m_s;
+  const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
+  int64_t& step = m_wprep_step;
+  for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+    const Range& cr = m_chunks[ch];
+    const int64_t raw = (ot.begin / p * s.c + cr.begin) * khw;
+    for (int64_t kh = 0; kh < s.kh; ++kh) {
+      for (int64_t kw = 0; kw < s.kw; ++kw) {
+        const int64_t r = kw % m_reps;
+        const int64_t g = (int64_t(ch) * s.kh + kh) * m_kw_groups + kw / m_reps;
+        const int64_t ps = step % (2 * kTransposeSlotsPerBank);
+        const uint32_t part = uint32_t(r * m_cpad), cn = uint32_t(cr.size);
+        const int64_t slot = ps * int64_t(m_ctx.config.core.psum.bank_bytes / 4) / kTransposeSlotsPerBank;
+        // dX reads the kernel flipped: tap (kh, kw) of this conv is (KH-1-kh, KW-1-kw) of the weight.
+        const int64_t tap = s.flip_weight ? (s.kh - 1 - kh) * s.kw + (s.kw - 1 - kw) : kh * s.kw + kw;
+        isa::AccessPattern t = ap(m_wps, slot, {{part, cn}, {1, uint32_t(ot.size)}});
+        b.emit(Opcode::nc_transpose)
+            .tensor("dst", t)
+            .tensor("data", ap(m_wraw, raw + tap, {{0, uint32_t(ot.size)}, {khw, cn}}));
+        isa::AccessPattern dst = ap(m_wt, g * m_o_block + ot.begin, {{part, cn}, {1, uint32_t(ot.size)}});
+        evacuate(b, dst, t, nullptr, step++ % 2 ? Engine::scalar : Engine::vector);
+      }
+    }
+  }
+}
+
+void Conv2dBuilder::dma_emit(const isa::AccessPattern& dst, const isa::AccessPattern& src, int64_t queue) {
+  m_ctx.builder.emit(Opcode::dma_copy).tensor("dst", dst).tensor("src", src).imm("queue", double(queue));
+}
+
+// Block i into buffer i % 2: valid input rows (HBM -> staging, contiguous per channel and image),
+// then lane-wise copies into the padded buffer at each replica's column shift. Buffer row j of a
+// band starting at output row r0 is padded row r0*stride + j, i.e. input row (that - pad_t) /
+// in_dil when that divides (dX of a strided conv: the rows between stay zero).
+void Conv2dBuilder::load_block(const Block& blk, int64_t index) {
+  const ConvGeometry& s = m_s;
+  isa::ProgramBuilder& b = m_ctx.builder;
+  const uint32_t buf = m_buf[index % 2];
+  const int64_t rin = rows_in(blk.rb);
+  const int64_t top = blk.r0 * s.stride_h - s.pad_t;  // logical row of buffer row 0
+  const int64_t ya = std::max<int64_t>(0, ceil_div_signed(top, s.in_dil_h));
+  const int64_t yb = std::min<int64_t>(s.h, floor_div(top + rin - 1, s.in_dil_h) + 1);
+  const int64_t nrows = yb - ya;
+  const int64_t jt = ya * s.in_dil_h - top;                                  // buffer row of input row ya
+  const int64_t jb = nrows > 0 ? (yb - 1) * s.in_dil_h - top + 1 : rin;      // past the last one
+  const int64_t hw = s.h * s.w;
+  // Zero borders and unused partitions once per buffer, before its first fill.
+  const int64_t buf_free = int64_t(m_chunks.size()) * m_nb * m_rows_in * m_wb;
+  const bool banded = m_rb < m_ho;
+  // Bands of a row-dilated input move the zero rows between data rows too: zero the whole buffer.
+  if (m_needs_zero && (index < 2 || (banded && s.in_dil_h > 1))) {
+    memset_flat(m_ctx, buf, m_ctx.partitions(), buf_free);
+  } else if (banded) {
     // Bands move the zero rows around; whole-image blocks keep them where the first memset put them.
-    if (m_rb < m_ho) {
-      for (const Range& z : {Range{0, jt}, Range{std::max<int64_t>(jb, 0), rin - std::max<int64_t>(jb, 0)}}) {
-        if (z.size <= 0) continue;
-        for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
-          const int64_t base = int64_t(ch) * m_nb * m_rows_in * m_wb;
-          b.emit(Opcode::memset)
-              .tensor("dst", ap(m_ctx, buf, base + z.begin * m_wb,
-                                {{0, m_ctx.partitions()},
-                                 {m_rows_in * m_wb, uint32_t(blk.nb)},
-                                 {m_wb, uint32_t(z.size)},
-                                 {1, uint32_t(m_wb)}}))
-              .imm("value", 0)
+    for (const Range& z : {Range{0, std::min(jt, rin)}, Range{jb, rin - jb}}) {
+      if (z.size <= 0) continue;
+      for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+        const int64_t base = int64_t(ch) * m_nb * m_rows_in * m_wb;
+        b.emit(Opcode::memset)
+            .tensor("dst", ap(buf, base + z.begin * m_wb,
+                              {{0, m_ctx.partitions()},
+                               {m_rows_in * m_wb, uint32_t(blk.nb)},
+                               {m_wb, uint32_t(z.size)},
+                               {1, uint32_t(m_wb)}}))
+            .imm("value", 0)
+            .on(Engine::gpsimd);
+      }
+    }
+  }
+  if (nrows <= 0) return;
+  const uint32_t stage = m_staged ? m_staging[index % 2] : buf;
+  const int64_t row_len = m_staged ? s.w : m_wb;
+  // Unstaged rows go straight to their buffer rows (in_dil_h apart); staged ones land contiguous.
+  const int64_t dma_row_stride = m_staged ? s.w : s.in_dil_h * m_wb;
+  int64_t queue = 0;
+  for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+    const Range& cr = m_chunks[ch];
+    for (int64_t r = 0; r < (m_staged ? m_reps : 1); ++r) {
+      for (int64_t n = 0; n < blk.nb; ++n) {
+        const int64_t img = int64_t(ch) * m_nb + n;
+        const int64_t dst = m_staged ? img * m_rows_in * row_len : (img * m_rows_in + jt) * row_len;
+        dma_emit(ap(stage, dst, {{uint32_t(r * m_cpad), uint32_t(cr.size)}, {dma_row_stride, uint32_t(nrows)},
+                                 {1, uint32_t(s.w)}}),
+                 ap(m_t.input, ((blk.n0 + n) * s.c + cr.begin) * hw + ya * s.w,
+                    {{hw, uint32_t(cr.size)}, {s.w, uint32_t(nrows)}, {1, uint32_t(s.w)}}),
+                 queue++ % 4);
+      }
+    }
+    if (!m_staged) continue;
+    for (int64_t r = 0; r < m_reps; ++r) {
+      // Buffer column X of replica r holds padded column X + shift: input column (X + shift - pad_l) / in_dil_w.
+      const int64_t shift = r * s.dilation_w;
+      const int64_t xa = std::max<int64_t>(0, ceil_div_signed(shift - s.pad_l, s.in_dil_w));
+      const int64_t xb = std::min<int64_t>(s.w, floor_div(m_wb - 1 + shift - s.pad_l, s.in_dil_w) + 1);
+      if (xb <= xa) continue;
+      const int64_t cols = xb - xa, x0 = xa * s.in_dil_w + s.pad_l - shift;
+      // Split to the engines' free-size limit: by image, then by rows.
+      const int64_t rows_per = std::max<int64_t>(1, std::min(nrows, kMaxEngineFree / cols));
+      const bool whole = blk.nb * nrows * cols <= kMaxEngineFree;
+      for (int64_t n = 0; n < (whole ? 1 : blk.nb); ++n) {
+        for (const Range& rr : whole ? std::vector<Range>{{0, nrows}} : tiles(nrows, rows_per)) {
+          const uint32_t images = uint32_t(whole ? blk.nb : 1);
+          const int64_t img = int64_t(ch) * m_nb + n;
+          const uint32_t part = uint32_t(r * m_cpad), cn = uint32_t(cr.size);
+          b.emit(Opcode::tensor_copy)
+              .tensor("dst", ap(buf, (img * m_rows_in + jt + rr.begin * s.in_dil_h) * m_wb + x0,
+                                {{part, cn}, {m_rows_in * m_wb, images}, {s.in_dil_h * m_wb, uint32_t(rr.size)},
+                                 {s.in_dil_w, uint32_t(cols)}}))
+              .tensor("src", ap(stage, (img * m_rows_in + rr.begin) * s.w + xa,
+                                {{part, cn}, {m_rows_in * s.w, images}, {s.w, uint32_t(rr.size)}, {1, uint32_t(cols)}}))
               .on(Engine::gpsimd);
         }
       }
     }
-    if (nrows <= 0) return;
-    const uint32_t stage = m_staged ? m_staging[index % 2] : buf;
-    const int64_t row_len = m_staged ? s.w : m_wb;
-    int64_t queue = 0;
-    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
-      const Range& cr = m_chunks[ch];
-      for (int64_t r = 0; r < (m_staged ? m_reps : 1); ++r) {
-        for (int64_t n = 0; n < blk.nb; ++n) {
-          const int64_t dst_row = (int64_t(ch) * m_nb + n) * m_rows_in + (m_staged ? 0 : jt);
-          dma_emit(ap(m_ctx, stage, dst_row * row_len,
-                      {{uint32_t(r * m_cpad), uint32_t(cr.size)}, {row_len, uint32_t(nrows)}, {1, uint32_t(s.w)}}),
-                   ap(m_ctx, m_t.input, ((blk.n0 + n) * s.c + cr.begin) * hw + y0 * s.w,
-                      {{hw, uint32_t(cr.size)}, {s.w, uint32_t(nrows)}, {1, uint32_t(s.w)}}),
-                   queue++ % 4);
-        }
+  }
+}
+
+void Conv2dBuilder::compute_block(const Block& blk, int64_t index, int64_t o0, int64_t count) {
+  isa::ProgramBuilder& b = m_ctx.builder;
+  const ConvGeometry& s = m_s;
+  const int64_t p = m_ctx.partitions();
+  const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
+  const uint32_t buf = m_buf[index % 2];
+  const int64_t img_stride = m_rows_in * m_wb;
+  for (const PixelTile& t : pixel_tiles(blk, bank)) {
+    const uint32_t px = uint32_t(t.pixels());
+    for (const Range& ot : tiles(count, p)) {
+      const int64_t acc = m_acc_step++ % kAccBanks;
+      isa::AccessPattern dst = ap(m_acc, acc * bank, {{0, uint32_t(ot.size)}, {1, px}});
+      for (size_t gi = 0; gi < m_groups.size(); ++gi) {
+        const Group& g = m_groups[gi];
+        const int64_t row = (g.chunk * m_nb + t.n) * m_rows_in + t.row * s.stride_h + g.kh * s.dilation_h;
+        const int64_t offset = row * m_wb + t.col * s.stride_w + g.kw0 * s.dilation_w;
+        b.emit(Opcode::nc_matmul)
+            .tensor("dst", dst)
+            .tensor("stationary", ap(m_wt, int64_t(gi) * m_o_block + ot.begin, {{0, uint32_t(g.k)}, {1, uint32_t(ot.size)}}))
+            .tensor("moving", ap(buf, offset,
+                                 {{0, uint32_t(g.k)},
+                                  {img_stride, uint32_t(t.nc)},
+                                  {s.stride_h * m_wb, uint32_t(t.rc)},
+                                  {s.stride_w, uint32_t(t.cc)}}))
+            .word("accumulate", gi == 0 ? "false" : "true");
       }
-      if (!m_staged) continue;
-      for (int64_t r = 0; r < m_reps; ++r) {
-        const int64_t shift = r * s.dilation_w;
-        const int64_t x_lo = std::max<int64_t>(0, s.pad_w - shift);
-        const int64_t x_hi = std::min<int64_t>(m_wb, s.w + s.pad_w - shift);
-        if (x_hi <= x_lo) continue;
-        const int64_t cols = x_hi - x_lo;
-        // Split to the engines' free-size limit: by image, then by rows.
-        const int64_t rows_per = std::max<int64_t>(1, std::min(nrows, kMaxEngineFree / cols));
-        const bool whole = blk.nb * nrows * cols <= kMaxEngineFree;
-        for (int64_t n = 0; n < (whole ? 1 : blk.nb); ++n) {
-          for (const Range& rr : whole ? std::vector<Range>{{0, nrows}} : tiles(nrows, rows_per)) {
-            const uint32_t images = uint32_t(whole ? blk.nb : 1);
-            const int64_t img = int64_t(ch) * m_nb + n;
-            const uint32_t part = uint32_t(r * m_cpad), cn = uint32_t(cr.size);
-            b.emit(Opcode::tensor_copy)
-                .tensor("dst", ap(m_ctx, buf, (img * m_rows_in + jt + rr.begin) * m_wb + x_lo,
-                                  {{part, cn}, {m_rows_in * m_wb, images}, {m_wb, uint32_t(rr.size)},
-                                   {1, uint32_t(cols)}}))
-                .tensor("src", ap(m_ctx, stage, (img * m_rows_in + rr.begin) * s.w + x_lo + shift - s.pad_w,
-                                  {{part, cn}, {m_rows_in * s.w, images}, {s.w, uint32_t(rr.size)},
-                                   {1, uint32_t(cols)}}))
-                .on(Engine::gpsimd);
-          }
-        }
+      const int64_t slot = m_stage_step++ % kStageSlots;
+      isa::AccessPattern out = ap(m_stage, slot * bank, {{0, uint32_t(ot.size)}, {1, px}});
+      const int64_t o_tile = (o0 + ot.begin) / p;
+      isa::AccessPattern bias;
+      if (s.bias) bias = ap(m_bias, o_tile, {{0, uint32_t(ot.size)}, {1, 1}});
+      evacuate(b, out, dst, s.bias ? &bias : nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
+      const int64_t plane = m_ho * m_wo;
+      for (int64_t i = 0; i < t.nc; ++i) {
+        const int64_t n = blk.n0 + t.n + i;
+        dma_emit(ap(m_t.output, (n * s.o + o0 + ot.begin) * plane + (blk.r0 + t.row) * m_wo + t.col,
+                    {{plane, uint32_t(ot.size)}, {m_wo, uint32_t(t.rc)}, {1, uint32_t(t.cc)}}),
+                 ap(m_stage, slot * bank + i * t.rc * t.cc,
+                    {{0, uint32_t(ot.size)}, {t.cc, uint32_t(t.rc)}, {1, uint32_t(t.cc)}}),
+                 kStoreQueue + (m_store_step++ % 2));
       }
     }
   }
+}
 
-  void compute_block(const Block& blk, int64_t index, int64_t o0, int64_t count) {
-    isa::ProgramBuilder& b = m_ctx.builder;
-    const Conv2dSpec& s = m_s;
-    const int64_t p = m_ctx.partitions();
-    const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
-    const uint32_t buf = m_buf[index % 2];
-    const int64_t img_stride = m_rows_in * m_wb;
-    for (const PixelTile& t : pixel_tiles(blk)) {
-      const uint32_t px = uint32_t(t.pixels());
-      for (const Range& ot : tiles(count, p)) {
-        const int64_t acc = m_acc_step++ % kAccBanks;
-        isa::AccessPattern dst = ap(m_ctx, m_acc, acc * bank, {{0, uint32_t(ot.size)}, {1, px}});
-        for (size_t gi = 0; gi < m_groups.size(); ++gi) {
-          const Group& g = m_groups[gi];
-          const int64_t row = (g.chunk * m_nb + t.n) * m_rows_in + t.row * s.stride_h + g.kh * s.dilation_h;
-          const int64_t offset = row * m_wb + t.col * s.stride_w + g.kw0 * s.dilation_w;
-          b.emit(Opcode::nc_matmul)
-              .tensor("dst", dst)
-              .tensor("stationary", ap(m_ctx, m_wt, int64_t(gi) * m_o_block + ot.begin,
-                                       {{0, uint32_t(g.k)}, {1, uint32_t(ot.size)}}))
-              .tensor("moving", ap(m_ctx, buf, offset,
-                                   {{0, uint32_t(g.k)},
-                                    {img_stride, uint32_t(t.nc)},
-                                    {s.stride_h * m_wb, uint32_t(t.rc)},
-                                    {s.stride_w, uint32_t(t.cc)}}))
-              .word("accumulate", gi == 0 ? "false" : "true");
-        }
-        const int64_t slot = m_stage_step++ % kStageSlots;
-        isa::AccessPattern out = ap(m_ctx, m_stage, slot * bank, {{0, uint32_t(ot.size)}, {1, px}});
-        const int64_t o_tile = (o0 + ot.begin) / p;
-        isa::AccessPattern bias;
-        if (s.bias) bias = ap(m_ctx, m_bias, o_tile, {{0, uint32_t(ot.size)}, {1, 1}});
-        evacuate(b, out, dst, s.bias ? &bias : nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
-        const int64_t plane = m_ho * m_wo;
-        for (int64_t i = 0; i < t.nc; ++i) {
-          const int64_t n = blk.n0 + t.n + i;
-          dma_emit(ap(m_ctx, m_t.output, (n * s.o + o0 + ot.begin) * plane + (blk.r0 + t.row) * m_wo + t.col,
-                      {{plane, uint32_t(ot.size)}, {m_wo, uint32_t(t.rc)}, {1, uint32_t(t.cc)}}),
-                   ap(m_ctx, m_stage, slot * bank + i * t.rc * t.cc,
-                      {{0, uint32_t(ot.size)}, {t.cc, uint32_t(t.rc)}, {1, uint32_t(t.cc)}}),
-                   kStoreQueue + (m_store_step++ % 2));
-        }
-      }
+void Conv2dBuilder::emit() {
+  const ConvGeometry& s = m_s;
+  const int64_t p = m_ctx.partitions();
+  if (s.bias) {
+    for (const Range& ot : tiles(s.o, p)) {
+      dma_emit(ap(m_bias, ot.begin / p, {{0, uint32_t(ot.size)}, {1, 1}}),
+               ap(uint32_t(m_t.bias), ot.begin, {{1, uint32_t(ot.size)}, {1, 1}}), kWeightQueue);
     }
   }
-
-  void emit() {
-    const Conv2dSpec& s = m_s;
-    const int64_t p = m_ctx.partitions();
-    if (s.bias) {
-      for (const Range& ot : tiles(s.o, p)) {
-        dma_emit(ap(m_ctx, m_bias, ot.begin / p, {{0, uint32_t(ot.size)}, {1, 1}}),
-                 ap(m_ctx, uint32_t(m_t.bias), ot.begin, {{1, uint32_t(ot.size)}, {1, 1}}), kWeightQueue);
-      }
-    }
-    std::vector<Block> blocks;
-    for (const Range& nr : tiles(s.n, m_nb)) {
-      for (const Range& rr : tiles(m_ho, m_rb)) blocks.push_back({nr.begin, nr.size, rr.begin, rr.size});
-    }
-    int64_t index = 0;
-    for (const Range& ob : tiles(s.o, m_o_block)) {
-      // Input block 0 ahead of the weights, so both arrive while the first W^T tiles are built.
-      load_block(blocks[0], index);
-      load_weight_rows(ob.begin, ob.size);
-      for (const Range& ot : tiles(ob.size, p)) prepare_weights(ot);
-      // Loads run one block ahead of the matmuls; the dependency tracker orders buffer reuse.
-      for (size_t i = 0; i < blocks.size(); ++i) {
-        if (i + 1 < blocks.size()) load_block(blocks[i + 1], index + 1);
-        compute_block(blocks[i], index, ob.begin, ob.size);
-        ++index;
-      }
+  const std::vector<Block> all_blocks = blocks();
+  int64_t index = 0;
+  for (const Range& ob : tiles(s.o, m_o_block)) {
+    // Input block 0 ahead of the weights, so both arrive while the first W^T tiles are built.
+    load_block(all_blocks[0], index);
+    load_weight_rows(ob.begin, ob.size);
+    for (const Range& ot : tiles(ob.size, p)) prepare_weights(ot);
+    // Loads run one block ahead of the matmuls; the dependency tracker orders buffer reuse.
+    for (size_t i = 0; i < all_blocks.size(); ++i) {
+      if (i + 1 < all_blocks.size()) load_block(all_blocks[i + 1], index + 1);
+      compute_block(all_blocks[i], index, ob.begin, ob.size);
+      ++index;
     }
   }
+}
 
-  const KernelContext& m_ctx;
-  const Conv2dSpec& m_s;
-  const Conv2dTensors& m_t;
-  int64_t m_ho = 0, m_wo = 0, m_wb = 0, m_in_bytes = 0;
-  std::vector<Range> m_chunks;
-  int64_t m_cpad = 0, m_reps = 1, m_kw_groups = 1;
-  std::vector<Group> m_groups;
-  bool m_staged = false, m_needs_zero = false;
-  int64_t m_o_block = 0, m_nb = 1, m_rb = 1, m_rows_in = 1;
-  uint32_t m_wt = 0, m_wraw = 0, m_acc = 0, m_wps = 0, m_stage = 0, m_bias = 0;
-  uint32_t m_buf[2] = {0, 0}, m_staging[2] = {0, 0};
-  int64_t m_wprep_step = 0, m_acc_step = 0, m_stage_step = 0, m_evac_step = 0, m_store_step = 0;
-};
-
-}  // namespace
+}  // namespace conv_detail
 
 void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dTensors& tensors) {
-  Conv2dBuilder(ctx, spec, tensors).build();
+  if (spec.groups != 1) throw isa::IsaError("conv2d: groups > 1 is not supported yet");
+  if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
+  conv_detail::ConvTensors t;
+  t.input = tensors.input, t.weight = tensors.weight, t.output = tensors.output, t.bias = tensors.bias;
+  conv_detail::Conv2dBuilder(ctx, conv_detail::forward_geometry(spec), t, conv_detail::ConvMode::forward).build();
 }
 
 isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config) {

@@ -55,4 +55,27 @@ void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2d
 // A whole program: inputs "input", "weight" (and "bias"), output "output".
 isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config);
 
+// Backward of the forward above (same spec; `bias` says whether grad_bias is wanted; gradients in
+// spec.output_dtype, accumulated in fp32).
+//  - grad_input: stride 1 is a conv of dY padded by d(k-1)-p with the flipped, channel-transposed
+//    weight, on the forward's machinery. Stride s > 1 uses the same conv over dY dilated by s
+//    (s - 1 zero rows/columns between elements, placed by the block loader in SBUF, so nothing
+//    extra goes through HBM). Chosen over col2im because col2im's scatter-add of KH*KW
+//    overlapping [C, pixels] partials runs on the Vector engine (~KH*KW adds per dX element),
+//    which is slower than the PE's wasted zero MACs (3/4 of them at s = 2) and keeps one code path.
+//  - grad_weight (and grad_bias): a GEMM over output pixels on partitions: dY^T[pixels, O] is the
+//    stationary, im2col(X)^T[pixels, C*KH*KW] the moving (PE transposes of the forward's input
+//    windows), accumulated in PSUM; grad_bias is one more moving column of ones.
+struct Conv2dBackwardTensors {
+  uint32_t input, weight, grad_output, grad_input, grad_weight;
+  int64_t grad_bias = -1;
+};
+void build_conv2d_backward(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dBackwardTensors& tensors);
+
+// Inputs "input", "weight", "grad_output" [N, O, Ho, Wo] (input dtype); outputs "grad_input",
+// "grad_weight" (and "grad_bias" when spec.bias).
+isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfig& config);
+// Model FLOPs of the backward: dX and dW, each the forward's (grad_bias is not counted).
+inline double conv2d_backward_flops(const Conv2dSpec& spec) { return 2 * spec.flops(); }
+
 }  // namespace trnsim::kernels

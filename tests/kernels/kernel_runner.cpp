@@ -208,6 +208,10 @@ int main(int argc, char** argv) try {
     spec.output_dtype = dtype_of(kv, "out_dtype", "fp32");
     model_flops = spec.flops();
     program = conv2d_program(spec, hw);
+    if (get("backward", "0") == "1") {  // inputs input weight grad_output; outputs grad_input grad_weight (grad_bias)
+      model_flops = conv2d_backward_flops(spec);
+      program = conv2d_backward_program(spec, hw);
+    }
   } else if (kernel == "reduce" || kernel == "permute" || kernel == "concat" || kernel == "embedding") {
     // reduce shape=AxBxC dims=0,2 op=sum|mean|max|min|argmax|argmin keepdim=0|1 dtype out_dtype
     // permute shape=AxBxC perm=2,0,1 dtype; concat shapes=2x3,2x5 dim=1 dtype;

@@ -97,3 +97,88 @@ RANDOM_CASES = [
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,dtype", RANDOM_CASES)
 def test_conv2d_random_shapes(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias, dtype):
     run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype, seed=c * 7 + o)
+
+
+# ---- backward: grad_input, grad_weight, grad_bias against torch autograd ----
+
+def run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, dilation=1, bias=False,
+                      dtype="bf16", out_dtype="fp32", seed=0):
+    kh, kw = (k, k) if isinstance(k, int) else k
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape):
+        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH[dtype]).float()
+
+    x, wt = rand(n, c, h, w), rand(o, c, kh, kw)
+    ho = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    wo = (w + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    dy = rand(n, o, ho, wo)
+    params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c, kh, kw)), "stride": stride,
+              "padding": padding, "dilation": dilation, "has_bias": int(bias), "dtype": dtype, "out_dtype": out_dtype,
+              "backward": 1}
+    outputs = ["grad_input", "grad_weight"] + (["grad_bias"] if bias else [])
+    got = run_kernel(run_trnsim, tmp_path, "conv2d", params,
+                     {"input": x.numpy(), "weight": wt.numpy(), "grad_output": dy.numpy()}, outputs)
+
+    def grads(xv, wv, dyv):
+        xv, wv = xv.double().requires_grad_(), wv.double().requires_grad_()
+        bv = torch.zeros(o, dtype=torch.float64, requires_grad=True)
+        y = torch.nn.functional.conv2d(xv, wv, bv if bias else None, stride=stride, padding=padding, dilation=dilation)
+        return torch.autograd.grad(y, [xv, wv, bv] if bias else [xv, wv], dyv.double())
+
+    expected = grads(x, wt, dy)
+    magnitude = grads(x.abs(), wt.abs(), dy.abs())  # every product positive: the sum of |terms|
+    contraction = [o * kh * kw, n * ho * wo, n * ho * wo]
+    for name, g, e, m, k_len in zip(outputs, got, expected, magnitude, contraction):
+        g = torch.from_numpy(np.asarray(g, dtype=np.float32)).double()
+        assert g.shape == e.shape, name
+        tolerance = 4 * (k_len + 1) * 2.0**-24 * m + 1e-6
+        if out_dtype == "bf16":
+            tolerance = tolerance + e.abs() * 2.0**-8
+        excess = (g - e).abs() - tolerance
+        assert float(excess.max()) <= 0, f"{name}: max excess {float(excess.max())}"
+
+
+# (n, c, h, w, o, k, stride, padding, bias, dtype): replica paths (dX's input channels are O),
+# C/O > 128 (several dW accumulator passes), stride 2 with odd sizes (the remainder row), padding
+# larger than k-1 (a cropped dY), 1x1 / 3x3 / 5x5.
+BACKWARD_CASES = [
+    (1, 3, 7, 9, 5, 3, 1, 1, True, "bf16"),
+    (2, 16, 11, 10, 20, 3, 2, 1, False, "bf16"),
+    (2, 64, 8, 8, 64, 3, 1, 1, True, "bf16"),
+    (1, 40, 9, 13, 7, 5, 1, 2, True, "fp32"),
+    (2, 130, 6, 5, 140, 3, 1, 0, True, "bf16"),
+    (1, 8, 13, 13, 4, 1, 2, 2, True, "bf16"),
+    (2, 24, 10, 7, 129, 5, 2, 2, False, "fp32"),
+    (1, 20, 9, 9, 12, 1, 1, 1, False, "fp32"),
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,dtype", BACKWARD_CASES)
+def test_conv2d_backward_matches_autograd(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias, dtype):
+    run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
+
+
+def test_conv2d_backward_bf16_grads_dilation_and_bands(run_trnsim, tmp_path):
+    run_conv_backward(run_trnsim, tmp_path, 2, 48, 12, 11, 32, 3, stride=1, padding=2, dilation=2, bias=True,
+                      out_dtype="bf16")
+    # 200x200 does not fit SBUF whole: row bands, for dY dilated by the stride too.
+    (tmp_path / "bands").mkdir()
+    run_conv_backward(run_trnsim, tmp_path / "bands", 1, 3, 200, 200, 4, 3, stride=2, padding=1, bias=True)
+
+
+BACKWARD_RANDOM = np.random.default_rng(77)
+BACKWARD_RANDOM_CASES = [
+    (int(BACKWARD_RANDOM.integers(1, 4)), int(BACKWARD_RANDOM.integers(1, 150)), int(BACKWARD_RANDOM.integers(5, 16)),
+     int(BACKWARD_RANDOM.integers(5, 16)), int(BACKWARD_RANDOM.integers(1, 150)), int(BACKWARD_RANDOM.choice([1, 3, 5])),
+     int(BACKWARD_RANDOM.integers(1, 3)), int(BACKWARD_RANDOM.integers(0, 3)), bool(BACKWARD_RANDOM.integers(0, 2)),
+     str(BACKWARD_RANDOM.choice(["bf16", "fp32"])))
+    for _ in range(8)
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,dtype", BACKWARD_RANDOM_CASES)
+def test_conv2d_backward_random_shapes(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias, dtype):
+    if (h + 2 * padding - k) < 0 or (w + 2 * padding - k) < 0:
+        pytest.skip("kernel larger than the padded input")
+    run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype, seed=c * 7 + o)

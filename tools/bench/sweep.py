@@ -268,6 +268,15 @@ KERNELS = {
     "attention_fwd": lambda r: ("bench", ["attention", "--seq", str(r), "--head-dim", "128"], f"s{r}xd128"),
     "attention_bwd": lambda r: ("bench", ["attention", "--seq", str(r), "--head-dim", "128", "--backward"],
                                 f"s{r}xd128"),
+    **{f"conv2d_{name}_{d[:3]}": (lambda r, name=name, x=x, w=w, s=s, p=p, d=d: (
+        "bench", ["conv2d", "--input", f"{r // 1024}x{x}", "--weight", w, "--stride", str(s), "--padding", str(p),
+                  *(["--backward"] if d == "backward" else [])], f"{r // 1024}x{x}*{w}/s{s}"))
+       # ResNet-50 layers (batch 1 small, 8 large): conv2_x 3x3, conv3_x strided 3x3, conv4_x 3x3, a 1x1.
+       for name, x, w, s, p in [("res2_3x3", "64x56x56", "64x64x3x3", 1, 1),
+                                ("res3_3x3s2", "128x56x56", "128x128x3x3", 2, 1),
+                                ("res4_3x3", "256x14x14", "256x256x3x3", 1, 1),
+                                ("res3_1x1", "512x28x28", "128x512x1x1", 1, 0)]
+       for d in ("forward", "backward")},
     "gelu": lambda r: ("runner", ["unary", f"shape={r}x4096", "op=gelu"], f"{r}x4096"),
     "add": lambda r: ("runner", ["binary", f"a_shape={r}x4096", f"b_shape={r}x4096", "op=add"], f"{r}x4096"),
     "softmax": lambda r: ("runner", ["softmax", f"shape={r}x4096"], f"{r}x4096"),

@@ -14,6 +14,7 @@
 #include "isa/text_form.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
+#include "kernels/conv.h"
 #include "kernels/matmul.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
@@ -181,6 +182,69 @@ void bench_attention(const AttentionOptions& o) {
   }
 }
 
+struct Conv2dOptions {
+  std::string config = "trn2";
+  std::vector<std::string> overrides;
+  std::string input, weight, dtype = "bf16", csv, stats, trace, emit_tasm;
+  int64_t stride = 1, padding = 0;
+  bool backward = false, force = false;
+};
+
+std::vector<int64_t> conv_shape(const std::string& text, const char* what) {
+  std::vector<int64_t> shape;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, 'x');) {
+    try {
+      shape.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      shape.clear();
+      break;
+    }
+  }
+  if (shape.size() != 4) throw isa::IsaError(std::string(what) + " '" + text + "' is not of the form AxBxCxD");
+  return shape;
+}
+
+void bench_conv2d(const Conv2dOptions& o) {
+  LoadedConfig config = load_config(o.config, o.overrides);
+  const std::vector<int64_t> x = conv_shape(o.input, "--input"), w = conv_shape(o.weight, "--weight");
+  if (x[1] != w[1]) throw isa::IsaError("--input has " + std::to_string(x[1]) + " channels, --weight " + std::to_string(w[1]));
+  kernels::Conv2dSpec spec;
+  spec.n = x[0], spec.c = x[1], spec.h = x[2], spec.w = x[3], spec.o = w[0], spec.kh = w[2], spec.kw = w[3];
+  spec.stride_h = spec.stride_w = o.stride;
+  spec.pad_h = spec.pad_w = o.padding;
+  spec.input_dtype = dtype_or_throw(o.dtype);
+  spec.output_dtype = spec.input_dtype;  // activations and gradients stay in the training dtype
+  std::vector<isa::Program> programs;
+  programs.push_back(o.backward ? kernels::conv2d_backward_program(spec, config.hardware)
+                                : kernels::conv2d_program(spec, config.hardware));
+  sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
+  const sim::SimStats& s = result.stats;
+  // Model FLOPs: 2*N*O*Ho*Wo*C*KH*KW forward; the backward's dX and dW are one forward each.
+  double flops = o.backward ? kernels::conv2d_backward_flops(spec) : spec.flops();
+  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype);
+  double tflops = flops / s.total_ns / 1e3;
+  double mfu = peak > 0 ? tflops / peak : 0;
+  std::string bottleneck = bottleneck_engine(s);
+  const char* direction = o.backward ? "backward" : "forward";
+  std::cout << std::fixed << std::setprecision(1) << "conv2d " << (o.backward ? "bwd" : "fwd") << " " << o.input
+            << " * " << o.weight << " s" << o.stride << " p" << o.padding << " " << o.dtype << " on "
+            << config.hardware.name << ": " << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops
+            << " TFLOPS, MFU " << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
+  if (!o.csv.empty()) {
+    std::error_code ec;
+    bool fresh = !std::filesystem::exists(o.csv, ec);
+    std::ofstream csv(o.csv, std::ios::app);
+    csv << std::fixed;
+    if (fresh) csv << "config,config_hash,dtype,n,c,h,w,o,kh,kw,stride,padding,direction,gflop,time_ns,tflops,mfu,bottleneck\n";
+    csv << config.hardware.name << "," << config.hash << "," << o.dtype << "," << spec.n << "," << spec.c << ","
+        << spec.h << "," << spec.w << "," << spec.o << "," << spec.kh << "," << spec.kw << "," << o.stride << ","
+        << o.padding << "," << direction << "," << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1)
+        << s.total_ns << "," << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << ","
+        << bottleneck << "\n";
+  }
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, int& exit_code) {
@@ -231,6 +295,30 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   at->callback([a, &exit_code] {
     try {
       bench_attention(*a);
+    } catch (const isa::IsaError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    }
+  });
+  auto cv = std::make_shared<Conv2dOptions>();
+  CLI::App* conv = bench->add_subcommand("conv2d", "One conv2d point (forward or backward): time, TFLOPS, MFU");
+  conv->add_option("--input", cv->input, "Input NxCxHxW")->required();
+  conv->add_option("--weight", cv->weight, "Weight OxCxKHxKW")->required();
+  conv->add_option("--stride", cv->stride, "Stride (both dims)")->check(CLI::Range(1, 64));
+  conv->add_option("--padding", cv->padding, "Zero padding (both dims, both sides)")->check(CLI::Range(0, 64));
+  conv->add_flag("--backward", cv->backward,
+                 "Simulate the backward instead (grad_input and grad_weight; MFU over their model FLOPs)");
+  conv->add_option("--dtype", cv->dtype, "bf16, fp16 or fp32 (inputs and outputs; fp32 accumulation)");
+  conv->add_option("--config", cv->config, "Hardware config file or name (default trn2)");
+  conv->add_option("--set", cv->overrides, "Override a config value (repeatable)");
+  conv->add_option("--csv", cv->csv, "Append a row to this CSV");
+  conv->add_option("--stats", cv->stats, "Write the simulation statistics as JSON");
+  conv->add_option("--trace", cv->trace, "Write a Perfetto trace");
+  conv->add_option("--emit-tasm", cv->emit_tasm, "Write the generated kernel as .tasm");
+  conv->add_flag("--force", cv->force, "Overwrite existing output files");
+  conv->callback([cv, &exit_code] {
+    try {
+      bench_conv2d(*cv);
     } catch (const isa::IsaError& e) {
       std::cerr << "error: " << e.what() << "\n";
       exit_code = 1;
