@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "isa/isa_error.h"
@@ -214,8 +215,38 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   };
 
   const int64_t group = spec.heads / spec.kv_heads;
+  // Split across cores by (batch, head, query tile) blocks in this loop order: each core takes a
+  // contiguous run of them (so it loads K and V only for the kv heads its run touches), balanced by
+  // the number of key blocks (causal tiles near the top have fewer). Rows are independent, so the
+  // values equal the one-core values.
+  std::vector<int64_t> owner;
+  {
+    std::vector<int64_t> cost;
+    int64_t total = 0;
+    for (int64_t i = 0; i < spec.batch * spec.heads; ++i) {
+      for (const Range& qr : tiles(sq, kQueryTile)) {
+        cost.push_back(ceil_div(spec.causal ? std::min(sk, qr.begin + qr.size) : sk, kKeyBlock));
+        total += cost.back();
+      }
+    }
+    int64_t before = 0;
+    for (int64_t c : cost) {
+      // The core whose equal share of the total holds this tile's midpoint.
+      owner.push_back(std::min<int64_t>(int64_t(ctx.cores) - 1, (2 * before + c) * int64_t(ctx.cores) / (2 * total)));
+      before += c;
+    }
+  }
+  const int64_t tiles_per_head = ceil_div(sq, kQueryTile);
+  int64_t global_tile = 0;
   for (int64_t batch = 0; batch < spec.batch; ++batch) {
     for (int64_t kvh = 0; kvh < spec.kv_heads; ++kvh) {
+      const int64_t first = global_tile, count = group * tiles_per_head;
+      global_tile += count;
+      if (std::find(owner.begin() + first, owner.begin() + first + count, int64_t(ctx.core)) ==
+          owner.begin() + first + count) {
+        continue;  // no query tile of this kv head is this core's
+      }
+      int64_t head_tile = first;
       const int64_t kvp = kv_count++ % 2;
       // K^T [d, Sk] in 512-row DMA transposes; V in 128-key tiles with keys on partitions.
       for (const Range& r : tiles(sk, kKeyBlock)) {
@@ -233,6 +264,7 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
       }
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (const Range& qr : tiles(sq, kQueryTile)) {
+          if (owner[size_t(head_tile++)] != int64_t(ctx.core)) continue;
           const int64_t tile_index = int64_t(query_tiles.size());
           const int64_t parity = tile_index % 2, qw = qr.size;
           const int64_t key_end = spec.causal ? std::min(sk, qr.begin + qw) : sk;
@@ -260,7 +292,8 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   drain(0);
 }
 
-isa::Program flash_attention_forward_program(const AttentionSpec& spec, const HardwareConfig& config) {
+isa::Program flash_attention_forward_program(const AttentionSpec& spec, const HardwareConfig& config, uint32_t core,
+                                              uint32_t cores) {
   isa::ProgramBuilder b("flash_attention_fwd", config.generation);
   auto shape = [](int64_t a, int64_t h, int64_t s, int64_t d) {
     return std::vector<uint32_t>{uint32_t(a), uint32_t(h), uint32_t(s), uint32_t(d)};
@@ -274,7 +307,7 @@ isa::Program flash_attention_forward_program(const AttentionSpec& spec, const Ha
     t.lse = b.hbm("lse", DType::fp32, {uint32_t(spec.batch), uint32_t(spec.heads), uint32_t(spec.seq_q)},
                   isa::AllocationRole::output);
   }
-  KernelContext ctx{b, config, ""};
+  KernelContext ctx{b, config, "", core, cores};
   build_flash_attention_forward(ctx, spec, t);
   return b.finish();
 }

@@ -30,7 +30,10 @@ struct AttentionTensors {
 };
 
 void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec& spec, const AttentionTensors& t);
-isa::Program flash_attention_forward_program(const AttentionSpec& spec, const HardwareConfig& config);
+// With cores > 1: part `core` of the kernel split across that many cores by (batch, head, query tile)
+// blocks (contiguous runs balanced by key blocks; q, k, v, o, lse shared in HBM).
+isa::Program flash_attention_forward_program(const AttentionSpec& spec, const HardwareConfig& config,
+                                             uint32_t core = 0, uint32_t cores = 1);
 
 // Model FLOPs of the two matmuls (causal counts the unmasked half), for MFU.
 double attention_forward_flops(const AttentionSpec& spec);

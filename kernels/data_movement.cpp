@@ -62,7 +62,11 @@ void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, ui
     dims.push_back({1, 1, 1});
   }
   const int64_t esize = dtype_size_bytes(ctx.builder.program().allocations[src].dtype);
-  const int64_t target = std::max<int64_t>(1, kCopyBytesPerDma / esize);
+  int64_t target = std::max<int64_t>(1, kCopyBytesPerDma / esize);
+  // Split across cores: transfers small enough that every core gets some.
+  int64_t total = 1;
+  for (const CopyDim& d : dims) total *= d.size;
+  if (ctx.cores > 1) target = std::max<int64_t>(1, std::min(target, ceil_div(total, ctx.cores)));
   // Free dims from the innermost outward (at most 3, fitting the AP fields); the innermost is
   // chunked when it is too long for one AP dim. The next dim out is the partition dim (any stride),
   // chunked to ~kCopyBytesPerDma; the rest are loops.
@@ -79,7 +83,9 @@ void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, ui
   const int64_t inner_chunk = std::min(dims[n - 1].size, kMaxApSize);
 
   std::vector<int64_t> index(std::max(0, part), 0);
-  int64_t queue = first_queue;
+  // The transfers are listed first, then this core emits its contiguous share of them (queues rotating
+  // from first_queue on each core).
+  std::vector<std::pair<isa::AccessPattern, isa::AccessPattern>> transfers;  // (dst, src)
   while (true) {
     int64_t so = src_offset, doff = dst_offset;
     for (int d = 0; d < part; ++d) {
@@ -107,13 +113,17 @@ void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, ui
           s_ap.push_back({dims[size_t(d)].src_stride, size});
           d_ap.push_back({dims[size_t(d)].dst_stride, size});
         }
-        dma(ctx, hbm_ap(ctx, dst, d0, d_ap), hbm_ap(ctx, src, s0, s_ap), queue);
-        queue = first_queue + (queue - first_queue + 1) % kCopyQueues;
+        transfers.emplace_back(hbm_ap(ctx, dst, d0, d_ap), hbm_ap(ctx, src, s0, s_ap));
       }
     }
     int d = part;
     while (d > 0 && ++index[size_t(d - 1)] == dims[size_t(d - 1)].size) index[size_t(--d)] = 0;
     if (d <= 0) break;
+  }
+  int64_t queue = first_queue;
+  for (const auto& [d_ap, s_ap] : my_share(ctx, transfers)) {
+    dma(ctx, d_ap, s_ap, queue);
+    queue = first_queue + (queue - first_queue + 1) % kCopyQueues;
   }
 }
 
@@ -162,7 +172,12 @@ void pe_transpose(const KernelContext& ctx, DType dtype, uint32_t x, uint32_t y,
     psum.push_back(ctx.builder.psum(ctx.name("perm_ps" + std::to_string(k)), DType::fp32, {uint32_t(P), uint32_t(P)}));
   }
   const bool scalar_copy = ctx.config.generation >= Generation::trn2;  // tensor_copy on Scalar from trn2 on
-  int64_t set = 0, transposes = 0;
+  // The I x J blocks of every loop index, in order; each core transposes a contiguous share of them.
+  struct TBlock {
+    int64_t so, doff;
+    Range ib, jb;
+  };
+  std::vector<TBlock> blocks;
   std::vector<int64_t> index(loops.size(), 0);
   while (true) {
     int64_t so = 0, doff = 0;
@@ -171,7 +186,18 @@ void pe_transpose(const KernelContext& ctx, DType dtype, uint32_t x, uint32_t y,
       doff += index[d] * loops[d].dst_stride;
     }
     for (const Range& ib : tiles(id.size, I)) {
-      for (const Range& jb : tiles(jd.size, J)) {
+      for (const Range& jb : tiles(jd.size, J)) blocks.push_back({so, doff, ib, jb});
+    }
+    size_t d = loops.size();
+    while (d > 0 && ++index[d - 1] == loops[d - 1].size) index[--d] = 0;
+    if (d == 0) break;
+  }
+  int64_t set = 0, transposes = 0;
+  for (const TBlock& blk : my_share(ctx, blocks)) {
+    const int64_t so = blk.so, doff = blk.doff;
+    const Range ib = blk.ib, jb = blk.jb;
+    {
+      {
         const detail::Ring& in = in_rings[size_t(set % kSets)];
         const detail::Ring& out = out_rings[size_t(set % kSets)];
         ++set;
@@ -200,9 +226,6 @@ void pe_transpose(const KernelContext& ctx, DType dtype, uint32_t x, uint32_t y,
         }
       }
     }
-    size_t d = loops.size();
-    while (d > 0 && ++index[d - 1] == loops[d - 1].size) index[--d] = 0;
-    if (d == 0) break;
   }
 }
 
@@ -224,11 +247,11 @@ void build_permute(const KernelContext& ctx, const PermuteSpec& spec, uint32_t x
   pe_transpose(ctx, spec.dtype, x, y, dims, jdim);
 }
 
-isa::Program permute_program(const PermuteSpec& spec, const HardwareConfig& config) {
+isa::Program permute_program(const PermuteSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("permute", config.generation);
   uint32_t x = builder.hbm("x", spec.dtype, detail::to_u32(spec.shape), isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.dtype, detail::to_u32(permuted_shape(spec)), isa::AllocationRole::output);
-  build_permute(KernelContext{builder, config, ""}, spec, x, y);
+  build_permute(KernelContext{builder, config, "", core, cores}, spec, x, y);
   return builder.finish();
 }
 
@@ -268,7 +291,7 @@ void build_concat(const KernelContext& ctx, const ConcatSpec& spec, const std::v
   }
 }
 
-isa::Program concat_program(const ConcatSpec& spec, const HardwareConfig& config) {
+isa::Program concat_program(const ConcatSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("concat", config.generation);
   std::vector<uint32_t> inputs;
   for (size_t k = 0; k < spec.shapes.size(); ++k) {
@@ -276,7 +299,7 @@ isa::Program concat_program(const ConcatSpec& spec, const HardwareConfig& config
                                  isa::AllocationRole::input));
   }
   uint32_t y = builder.hbm("y", spec.dtype, detail::to_u32(concat_shape(spec)), isa::AllocationRole::output);
-  build_concat(KernelContext{builder, config, ""}, spec, inputs, y);
+  build_concat(KernelContext{builder, config, "", core, cores}, spec, inputs, y);
   return builder.finish();
 }
 
@@ -289,7 +312,7 @@ void build_embedding(const KernelContext& ctx, const EmbeddingSpec& spec, uint32
   detail::Ring idx = detail::make_ring(ctx, "emb_idx", spec.index_dtype, 1);
   detail::Ring rows = detail::make_ring(ctx, "emb_rows", spec.dtype, width);
   int64_t slot = 0;
-  for (const Range& r : tiles(spec.num_ids, P)) {
+  for (const Range& r : my_share(ctx, tiles(spec.num_ids, P))) {  // split across cores by row tiles
     isa::AccessPattern ids_tile = sb2(ctx, idx[slot], r.size, 1);
     dma(ctx, ids_tile, hbm_ap(ctx, ids, r.begin, {{1, uint32_t(r.size)}, {1, 1}}), detail::kConstQueue);
     for (const Range& c : tiles(spec.dim, width)) {
@@ -308,12 +331,12 @@ void build_embedding(const KernelContext& ctx, const EmbeddingSpec& spec, uint32
   }
 }
 
-isa::Program embedding_program(const EmbeddingSpec& spec, const HardwareConfig& config) {
+isa::Program embedding_program(const EmbeddingSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("embedding", config.generation);
   uint32_t ids = builder.hbm("ids", spec.index_dtype, {uint32_t(spec.num_ids)}, isa::AllocationRole::input);
   uint32_t table = builder.hbm("table", spec.dtype, {uint32_t(spec.vocab), uint32_t(spec.dim)}, isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.dtype, {uint32_t(spec.num_ids), uint32_t(spec.dim)}, isa::AllocationRole::output);
-  build_embedding(KernelContext{builder, config, ""}, spec, ids, table, y);
+  build_embedding(KernelContext{builder, config, "", core, cores}, spec, ids, table, y);
   return builder.finish();
 }
 

@@ -13,6 +13,8 @@
 //    model makes slower than two full-rate DMAs plus PE transposes (see the bench in the report);
 //    integer dtypes (exact bits) fall back to element-granular DMA.
 // Concatenation: one HBM -> HBM DMA per input (per chunk), large runs.
+// Split across cores: each core takes a contiguous share of the transfers (HBM -> HBM copies), of the
+// transpose blocks, or of the 128-id row tiles (gather).
 // Gather: ids loaded 128 at a time, dma_gather (software-DGE indirect DMA) of the rows into SBUF,
 // stored with one contiguous run per row.
 #pragma once
@@ -31,7 +33,9 @@ struct PermuteSpec {
 };
 std::vector<int64_t> permuted_shape(const PermuteSpec& spec);
 void build_permute(const KernelContext& ctx, const PermuteSpec& spec, uint32_t x, uint32_t y);
-isa::Program permute_program(const PermuteSpec& spec, const HardwareConfig& config);  // x input, y output
+// X input, y output. With cores > 1: part `core` of the kernel split across that many cores.
+isa::Program permute_program(const PermuteSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                             uint32_t cores = 1);
 
 struct ConcatSpec {
   std::vector<std::vector<int64_t>> shapes;  // equal except along dim
@@ -40,7 +44,9 @@ struct ConcatSpec {
 };
 std::vector<int64_t> concat_shape(const ConcatSpec& spec);
 void build_concat(const KernelContext& ctx, const ConcatSpec& spec, const std::vector<uint32_t>& inputs, uint32_t y);
-isa::Program concat_program(const ConcatSpec& spec, const HardwareConfig& config);  // x0, x1, ... inputs, y output
+// X0, x1, ... inputs, y output. With cores > 1: part `core` of the kernel split across that many cores.
+isa::Program concat_program(const ConcatSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                            uint32_t cores = 1);
 
 struct EmbeddingSpec {
   int64_t num_ids = 0, vocab = 0, dim = 0;
@@ -48,7 +54,9 @@ struct EmbeddingSpec {
   DType index_dtype = DType::int32;  // int32 or uint32
 };
 void build_embedding(const KernelContext& ctx, const EmbeddingSpec& spec, uint32_t ids, uint32_t table, uint32_t y);
-isa::Program embedding_program(const EmbeddingSpec& spec, const HardwareConfig& config);  // ids, table; y
+// Ids, table; y. With cores > 1: part `core` of the kernel split across that many cores.
+isa::Program embedding_program(const EmbeddingSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                               uint32_t cores = 1);
 
 namespace detail {
 // One dim of a strided copy: size, and the element stride on the source and destination side.

@@ -204,7 +204,11 @@ void run_tiles(const KernelContext& ctx, const std::vector<Block>& blocks, uint3
   }
   int64_t max_cols = 1;
   for (const Block& b : blocks) max_cols = std::max(max_cols, b.cols);
-  const int64_t width = tile_width(ctx, max_cols, widest, per_column);
+  int64_t width = tile_width(ctx, max_cols, widest, per_column);
+  // Split across cores: narrower tiles when there are too few for every core to get one.
+  if (ctx.cores > 1 && make_tiles(blocks, P, width).size() < ctx.cores) {
+    width = tile_width(ctx, ceil_div(max_cols, ctx.cores), widest, per_column);
+  }
 
   detail::Ring out_ring = detail::make_ring(ctx, name + "_out", out_dtype, width);
   std::vector<detail::Ring> in_rings, col_rings;
@@ -215,7 +219,9 @@ void run_tiles(const KernelContext& ctx, const std::vector<Block>& blocks, uint3
     col_rings.push_back(inputs[i].tensor < 0 ? detail::Ring{}
                                              : detail::make_ring(ctx, name + "_col" + std::to_string(i) + "_", d, 1));
   }
-  std::vector<Tile> all = make_tiles(blocks, P, width);
+  // Split across cores: each core takes a contiguous run of the tiles (whole column chunks of the
+  // [128, N/128] layout, or whole row tiles); the per-element arithmetic does not depend on the split.
+  std::vector<Tile> all = my_share(ctx, make_tiles(blocks, P, width));
   // Shared (row-broadcast) operands are loaded once per (block, column chunk) into their ring slot.
   std::vector<std::pair<int64_t, int64_t>> shared_key(inputs.size(), {-1, -1});
   std::vector<int64_t> shared_slot(inputs.size(), -1);
@@ -317,11 +323,11 @@ void build_unary(const KernelContext& ctx, const UnarySpec& spec, uint32_t x, ui
   });
 }
 
-isa::Program unary_program(const UnarySpec& spec, const HardwareConfig& config) {
+isa::Program unary_program(const UnarySpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("unary", config.generation);
   uint32_t x = builder.hbm("x", spec.input_dtype, detail::to_u32(spec.shape), isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.output_dtype, detail::to_u32(spec.shape), isa::AllocationRole::output);
-  build_unary(KernelContext{builder, config, ""}, spec, x, y);
+  build_unary(KernelContext{builder, config, "", core, cores}, spec, x, y);
   return builder.finish();
 }
 
@@ -376,13 +382,13 @@ void build_binary(const KernelContext& ctx, const BinarySpec& spec, int64_t a, i
   });
 }
 
-isa::Program binary_program(const BinarySpec& spec, const HardwareConfig& config) {
+isa::Program binary_program(const BinarySpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("binary", config.generation);
   int64_t a = -1, b = -1;
   if (!spec.a_scalar) a = builder.hbm("a", spec.a_dtype, detail::to_u32(spec.a_shape), isa::AllocationRole::input);
   if (!spec.b_scalar) b = builder.hbm("b", spec.b_dtype, detail::to_u32(spec.b_shape), isa::AllocationRole::input);
   uint32_t c = builder.hbm("c", spec.output_dtype, detail::to_u32(binary_out_shape(spec)), isa::AllocationRole::output);
-  build_binary(KernelContext{builder, config, ""}, spec, a, b, c);
+  build_binary(KernelContext{builder, config, "", core, cores}, spec, a, b, c);
   return builder.finish();
 }
 
@@ -416,14 +422,14 @@ void build_where(const KernelContext& ctx, const WhereSpec& spec, uint32_t cond,
   });
 }
 
-isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config) {
+isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("where", config.generation);
   auto shape = detail::to_u32(spec.shape);
   uint32_t cond = builder.hbm("cond", spec.cond_dtype, shape, isa::AllocationRole::input);
   int64_t a = spec.a_scalar ? -1 : int64_t(builder.hbm("a", spec.a_dtype, shape, isa::AllocationRole::input));
   int64_t b = spec.b_scalar ? -1 : int64_t(builder.hbm("b", spec.b_dtype, shape, isa::AllocationRole::input));
   uint32_t out = builder.hbm("out", spec.output_dtype, shape, isa::AllocationRole::output);
-  build_where(KernelContext{builder, config, ""}, spec, cond, a, b, out);
+  build_where(KernelContext{builder, config, "", core, cores}, spec, cond, a, b, out);
   return builder.finish();
 }
 

@@ -9,6 +9,9 @@
 // tensor_scalar; one broadcast along partitions (a bias row) is loaded once per column chunk with
 // a partition-stride-0 DMA and reused by every row tile.
 //
+// Split across cores (core/cores of the KernelContext): each core streams a contiguous run of the
+// tiles; the values do not depend on the split.
+//
 // Engines: transcendental functions run on the Scalar engine (activation); ALU-only functions
 // and binary operators on the Vector engine, whose bf16 tensor_scalar runs in the 4x mode and
 // bf16 add/subtract/multiply tensor_tensor at one element per cycle (cost model): both faster
@@ -39,7 +42,8 @@ struct UnarySpec {
 
 // y[shape] = op(x[shape]); x, y HBM tensors of the spec's dtypes.
 void build_unary(const KernelContext& ctx, const UnarySpec& spec, uint32_t x, uint32_t y);
-isa::Program unary_program(const UnarySpec& spec, const HardwareConfig& config);  // x input, y output
+isa::Program unary_program(const UnarySpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                           uint32_t cores = 1);  // x input, y output
 
 enum class BinaryOp {
   add, subtract, multiply, divide, maximum, minimum,
@@ -57,7 +61,8 @@ std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::v
 
 // c = a op b with broadcasting; c has the broadcast shape. Pass -1 for an operand given as a scalar.
 void build_binary(const KernelContext& ctx, const BinarySpec& spec, int64_t a, int64_t b, uint32_t c);
-isa::Program binary_program(const BinarySpec& spec, const HardwareConfig& config);  // a, b inputs, c output
+isa::Program binary_program(const BinarySpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                            uint32_t cores = 1);  // a, b inputs, c output
 
 // out = cond != 0 ? a : b, all of one shape (either value operand may be a scalar immediate).
 struct WhereSpec {
@@ -66,6 +71,7 @@ struct WhereSpec {
   std::optional<double> a_scalar, b_scalar;
 };
 void build_where(const KernelContext& ctx, const WhereSpec& spec, uint32_t cond, int64_t a, int64_t b, uint32_t out);
-isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config);  // cond, a, b inputs, out output
+isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                          uint32_t cores = 1);  // cond, a, b inputs, out output
 
 }  // namespace trnsim::kernels

@@ -40,8 +40,38 @@ struct KernelContext {
 
   std::string name(const std::string& base) const { return prefix + base; }
   bool mine(int64_t work_item) const { return work_item % int64_t(cores) == int64_t(core); }
+  // This core's contiguous share of `n` work items (contiguous rows keep each core's DMAs local):
+  // [begin, begin + size), the first n % cores cores taking one item more.
+  Range share(int64_t n) const {
+    const int64_t base = n / int64_t(cores), extra = n % int64_t(cores), c = int64_t(core);
+    return {c * base + std::min(c, extra), base + (c < extra ? 1 : 0)};
+  }
+  // The same context as a whole kernel on one core (for a phase that is not split).
+  KernelContext single() const {
+    KernelContext c = *this;
+    c.core = 0;
+    c.cores = 1;
+    return c;
+  }
   uint32_t partitions() const { return config.core.sbuf.partitions; }
 };
+
+// This core's contiguous share of a list of work items (see KernelContext::share).
+template <typename T>
+std::vector<T> my_share(const KernelContext& ctx, const std::vector<T>& items) {
+  const Range r = ctx.share(int64_t(items.size()));
+  return std::vector<T>(items.begin() + r.begin, items.begin() + r.begin + r.size);
+}
+
+// Builds a phase that cannot be split across cores (it combines the work of every row, or it feeds a
+// later phase, and cores have no way to wait for one another): every core declares the same
+// allocations (the cores' HBM declarations must match), only core 0 keeps the instructions.
+template <typename Build>
+void on_first_core(const KernelContext& ctx, Build&& build) {
+  const size_t mark = ctx.builder.program().instructions.size();
+  build(ctx.single());
+  if (ctx.core != 0) ctx.builder.mutable_program().instructions.resize(mark);
+}
 
 inline isa::Slice all() { return isa::Slice::all(); }
 inline isa::Slice at(int64_t i) { return isa::Slice::index(i); }

@@ -16,6 +16,8 @@ using detail::sb_ap;
 
 namespace {
 
+// The indirect DMA of the chunked cross-entropy's target logits: its own queue, so it never holds up loads.
+constexpr int64_t kGatherQueue = 3;
 // One more tile in flight than the element-wise kernels: each row tile chains Vector -> Scalar -> Vector.
 constexpr int kDepth = detail::kRingDepth + 1;
 
@@ -37,13 +39,198 @@ void check_row_fits(const KernelContext& ctx, const char* kernel, int64_t cols, 
   }
 }
 
+// Column chunks of rows too long for SBUF: `n` chunks of `width` columns (the last may be shorter),
+// the widest whose chunk-wide buffers (`bytes_per_column`) fit in `budget`, at most `target` columns,
+// balanced over the row so the last chunk is not a sliver.
+struct Chunks {
+  int64_t width, n;
+};
+Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int64_t budget, const char* kernel) {
+  int64_t width = std::min({cols, target, budget / bytes_per_column});
+  if (width < 64) throw std::invalid_argument(std::string(kernel) + ": no room in SBUF for a column chunk");
+  const int64_t n = ceil_div(cols, width);
+  // Balanced, and a multiple of 128 elements: every chunk-wide buffer then spans whole 256-byte granules
+  // (a chunk sharing a granule with its neighbour in the ring would make their engines wait on each other).
+  width = std::min(cols, ceil_div(ceil_div(cols, n), 128) * 128);
+  return {width, ceil_div(cols, width)};
+}
+
+// Rows too long for SBUF (LLM vocabularies: 32K-152K classes): one pass over HBM in column chunks.
+// Per chunk c: Vector -max_c (negated), Scalar sum_c = sum exp(x - max_c), GpSimd gathers -max_c into a
+// [P, n] row. After the last chunk of a row tile: max = max_c over chunks, sum = sum_c sum_c *
+// exp(max_c - max) (flash attention's rescaled running sum, done once over the n chunk statistics so
+// no engine waits on the previous chunk), then the loss as in the one-pass schedule. The target logit
+// is not searched for in the chunks (a second full-width Vector pass) but fetched from HBM by an
+// indirect DMA per 32 rows: element (row, target) at flat index (row % 32) * C + target of the 32 rows'
+// logits (exact in fp32 up to 2^24 / 32 = 524288 classes); ignored rows fetch a clamped index and are
+// masked out anyway.
+void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits,
+                                 uint32_t target, uint32_t loss, int64_t lse) {
+  if (ctx.cores > 1 && spec.reduction != Reduction::none) {
+    // The sum over every row accumulates in one core's PSUM: the whole kernel runs on core 0. Per-row
+    // losses (reduction none) split by row tiles below.
+    on_first_core(ctx, [&](const KernelContext& one) {
+      build_cross_entropy_chunked(one, spec, logits, target, loss, lse);
+    });
+    return;
+  }
+  const int64_t C = spec.classes, in_b = dtype_size_bytes(spec.logits_dtype);
+  const int depth = detail::kRingDepth;
+  // Chunk-wide: the logits ring and a bf16 scratch for the discarded exponentials.
+  if (C > (int64_t(1) << 24) / 32) throw std::invalid_argument("cross_entropy: more than 524288 classes");
+  const Chunks ch = chunk_columns(C, detail::kTargetDmaBytesPerPartition / in_b, depth * in_b + 2,
+                                  detail::sbuf_free_bytes(ctx) - 16 * depth * 256 - 32 * ceil_div(C, 1024),
+                                  "cross_entropy");
+  const int64_t n = ch.n, W = ch.width;
+  detail::align_sbuf_to_granule(ctx, "cec_pad");
+  detail::Ring x = detail::make_ring(ctx, "cec_x", spec.logits_dtype, W, depth);
+  detail::Ring scratch = detail::make_ring(ctx, "cec_scratch", DType::bf16, W, 1);
+  auto stat = [&](const std::string& name, DType d = DType::fp32, int64_t w = 1, int dep = kDepth) {
+    return detail::make_ring(ctx, name, d, std::max<int64_t>(w, 256 / dtype_size_bytes(d)), dep);
+  };
+  detail::Ring tgt = stat("cec_tgt", DType::int32), tgf = stat("cec_tgf"),
+               negmax = stat("cec_negmax"), sumexp = stat("cec_sumexp"), lse_r = stat("cec_lse"),
+               picked = stat("cec_picked"), diff = stat("cec_diff"), pair = stat("cec_pair", DType::fp32, 2),
+               nm = stat("cec_nm", spec.logits_dtype, 1, depth), idx = stat("cec_idx", DType::int32);
+  // Per row tile (two in flight): the chunks' -max_c, sum_c and exp(max_c - max).
+  detail::Ring nm_all = stat("cec_nm_all", DType::fp32, n, 2), se_all = stat("cec_se_all", DType::fp32, n, 2),
+               w_all = stat("cec_w_all", DType::fp32, n, 2);
+  // (p % 32) * C, the offset of row p's logits among its 32 rows' (iota counts partitions from the AP's first).
+  constexpr int64_t kGroup = 32;
+  const uint32_t base = ctx.builder.sbuf(ctx.name("cec_base"), DType::fp32, {ctx.partitions(), 1});
+  auto group_rows = [&](isa::AccessPattern ap, int64_t g, int64_t q) {
+    ap.start_partition += uint32_t(g * kGroup);
+    ap.partition.size = uint32_t(q);
+    return ap;
+  };
+  for (int64_t g = 0; g < int64_t(ctx.partitions()) / kGroup; ++g) {
+    ctx.builder.emit(isa::Opcode::iota).tensor("dst", group_rows(sb2(ctx, base, kGroup, 1), g, kGroup))
+        .word("pattern", "[[1, 1]]").imm("channel_multiplier", double(C));
+  }
+  std::optional<uint32_t> ones, total;
+  if (spec.reduction != Reduction::none) {
+    ones = ctx.builder.sbuf(ctx.name("cec_ones"), DType::fp32, {ctx.partitions(), 1});
+    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, *ones, ctx.partitions(), 1)).imm("value", 1.0);
+    total = ctx.builder.psum(ctx.name("cec_total"), DType::fp32, {1, 2});
+  }
+  struct Step {
+    Range rows;
+    int64_t tile, chunk;
+  };
+  std::vector<Range> row_tiles = my_share(ctx, tiles(spec.rows, ctx.partitions()));
+  std::vector<Step> steps;
+  for (size_t t = 0; t < row_tiles.size(); ++t) {
+    for (int64_t c = 0; c < n; ++c) steps.push_back({row_tiles[t], int64_t(t), c});
+  }
+  auto cols_of = [&](int64_t c) { return Range{c * W, std::min(W, C - c * W)}; };
+  auto load = [&](size_t k) {
+    const Step& s = steps[k];
+    const Range cr = cols_of(s.chunk);
+    dma(ctx, sb2(ctx, x[int64_t(k)], s.rows.size, cr.size),
+        hbm_ap(ctx, logits, s.rows.begin * C + cr.begin, {{C, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}}),
+        detail::kLoadQueue);
+    if (s.chunk == 0) dma(ctx, sb2(ctx, tgt[s.tile], s.rows.size, 1), per_row_hbm(ctx, target, s.rows), detail::kConstQueue);
+  };
+  const size_t ahead = size_t(depth) - 1;
+  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (k + ahead < steps.size()) load(k + ahead);
+    const Step& st = steps[k];
+    const Range& r = st.rows;
+    const Range cr = cols_of(st.chunk);
+    const int64_t t = st.tile, p = r.size, w = cr.size, kk = int64_t(k);
+    auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
+    auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
+    const isa::AccessPattern xt = sb2(ctx, x[kk], p, w), valid = column(ctx, pair[t], p, 1);
+    if (st.chunk == 0) {
+      // Per-row target as fp32 (exact below 2^24) and whether the row counts.
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt)).on(Engine::gpsimd);
+      if (spec.ignore_index) {
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
+            .imm("operand0", double(*spec.ignore_index)).on(Engine::gpsimd);
+      } else {
+        ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0).on(Engine::gpsimd);
+      }
+      // The target logit by indirect DMA, index (p % 32) * C + clamp(target, 0, C - 1) per row.
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", s(picked)).tensor("data", s(tgf)).word("op0", "maximum").imm("operand0", 0.0)
+          .word("op1", "minimum").imm("operand1", double(C - 1)).on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", s(picked)).tensor("data1", s(picked)).tensor("data2", sb2(ctx, base, p, 1)).word("op", "add")
+          .on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(idx)).tensor("src", s(picked)).on(Engine::gpsimd);
+      for (int64_t g = 0; g * kGroup < p; ++g) {
+        const int64_t q = std::min(kGroup, p - g * kGroup);
+        ctx.builder.emit(isa::Opcode::dma_gather)
+            .tensor("dst", group_rows(s(picked), g, q))
+            .tensor("src", hbm_ap(ctx, logits, (r.begin + g * kGroup) * C, {{1, uint32_t(q * C)}, {1, 1}}))
+            .tensor("indices", group_rows(s(idx), g, q))
+            .imm("queue", double(kGatherQueue));
+      }
+    }
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", sb2(ctx, nm[kk], p, 1)).word("op", "maximum").tensor("data", xt).word("axis", "[1]")
+        .imm("negate", 1);
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt)
+        .tensor("bias", sb2(ctx, nm[kk], p, 1)).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", sb2(ctx, nm[kk], p, 1))
+        .on(Engine::gpsimd);
+    if (st.chunk != n - 1) continue;
+    // The row statistics from the n chunks': -max = min of -max_c, sum = sum_c sum_c * exp(max_c - max).
+    const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
+                             ws = sb2(ctx, w_all[t], p, n);
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", s(negmax)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", s(negmax)).imm("scale", -1.0);
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
+    // lse = log(sum) + max; loss = lse - x[target] on valid rows, 0 on ignored ones.
+    ctx.builder.emit(isa::Opcode::activation).tensor("dst", s(lse_r)).word("op", "log").tensor("data", s(sumexp));
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", s(lse_r)).tensor("data1", s(lse_r)).tensor("data2", s(negmax)).word("op", "subtract");
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", s(diff)).tensor("data1", s(lse_r)).tensor("data2", s(picked)).word("op", "subtract");
+    ctx.builder.emit(isa::Opcode::select_reduce)
+        .tensor("dst", column(ctx, pair[t], p, 0)).tensor("predicate", valid).tensor("on_true", s(diff))
+        .imm("on_false", 0.0);
+    if (lse >= 0) dma(ctx, per_row_hbm(ctx, uint32_t(lse), r), s(lse_r), detail::kStoreQueue);
+    if (spec.reduction == Reduction::none) {
+      dma(ctx, per_row_hbm(ctx, loss, r), column(ctx, pair[t], p, 0), detail::kStoreQueue);
+    } else {
+      ctx.builder.emit(isa::Opcode::nc_matmul)
+          .tensor("dst", sb2(ctx, *total, 1, 2)).tensor("stationary", sb2(ctx, *ones, p, 1))
+          .tensor("moving", sb2(ctx, pair[t], p, 2)).word("accumulate", t == 0 ? "false" : "true");
+    }
+  }
+  if (spec.reduction != Reduction::none) {
+    uint32_t res = ctx.builder.sbuf(ctx.name("cec_result"), DType::fp32, {1, 2});
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, res, 1, 2)).tensor("src", sb2(ctx, *total, 1, 2));
+    if (spec.reduction == Reduction::mean) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", column(ctx, res, 1, 0)).tensor("data1", column(ctx, res, 1, 0))
+          .tensor("data2", column(ctx, res, 1, 1)).word("op", "divide");
+    }
+    dma(ctx, hbm_ap(ctx, loss, 0, {{1, 1}, {1, 1}}), column(ctx, res, 1, 0), detail::kStoreQueue);
+  }
+}
+
 }  // namespace
 
 void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits, uint32_t target,
                          uint32_t loss, int64_t lse) {
   const int64_t C = spec.classes;
   const bool trn1 = ctx.config.generation == Generation::trn1;
-  check_row_fits(ctx, "cross_entropy", C, kDepth * dtype_size_bytes(spec.logits_dtype) + 2 * 2 + (trn1 ? 4 : 0));
+  const int64_t one_pass_per_column = kDepth * dtype_size_bytes(spec.logits_dtype) + 2 * 2 + (trn1 ? 4 : 0);
+  if (C * one_pass_per_column > detail::sbuf_free_bytes(ctx)) {  // the row does not fit: column chunks
+    build_cross_entropy_chunked(ctx, spec, logits, target, loss, lse);
+    return;
+  }
+  check_row_fits(ctx, "cross_entropy", C, one_pass_per_column);
   detail::Ring x = detail::make_ring(ctx, "ce_x", spec.logits_dtype, C, kDepth);
   detail::Ring scratch = detail::make_ring(ctx, "ce_scratch", DType::bf16, C, 2);  // discarded full-width results
   auto stat = [&](const std::string& n, DType d = DType::fp32, int64_t w = 1) {
@@ -159,10 +346,20 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
   const int64_t T = int64_t(row_tiles.size());
   const int64_t out_bytes = dtype_size_bytes(spec.logits_dtype);
   // Rings of logits, exp, onehot and dlogits, as deep as SBUF allows (2 for bf16 rows of 4096 on trn2), + iota.
+  // Rows too long for that (LLM vocabularies) go in column chunks W wide (the softmax needs no statistics
+  // beyond the saved lse, so the chunks are independent): the widest chunk with 3-deep rings, at least
+  // ~4 KiB of logits per partition per DMA (W = C when the row fits).
   auto per_column = [&](int64_t depth) { return depth * (2 * out_bytes + 2 * 4) + 4; };
+  const int64_t budget = detail::sbuf_free_bytes(ctx) - 8192 - 4 * 8 * (ceil_div(spec.rows, P) + ceil_div(C, 1024));
   int depth = kDepth;
-  while (depth > 2 && C * per_column(depth) > detail::sbuf_free_bytes(ctx) - 8192) --depth;
-  check_row_fits(ctx, "cross_entropy backward", C, per_column(depth));
+  while (depth > 2 && C * per_column(depth) > budget) --depth;
+  int64_t W = C;
+  if (C * per_column(depth) > budget) {
+    depth = 4;
+    W = chunk_columns(C, 3072, per_column(depth), budget, "cross_entropy backward").width;
+  }
+  const int64_t n = ceil_div(C, W);
+  check_row_fits(ctx, "cross_entropy backward", W, per_column(depth));
   auto resident = [&](const std::string& n, DType d, int64_t w) {
     return ctx.builder.sbuf(ctx.name(n), d, {uint32_t(P), uint32_t(std::max<int64_t>(1, w))});
   };
@@ -229,39 +426,64 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
         .tensor("dst", sb2(ctx, scale, P, T)).tensor("data", sb2(ctx, valid, P, T)).word("op0", "multiply")
         .tensor("operand0", sb2(ctx, factor, P, 1));
   }
-  uint32_t iota = resident("ceb_iota", DType::fp32, C);
-  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, iota, P, C))
-      .word("pattern", "[[1, " + std::to_string(C) + "]]");
+  uint32_t iota = resident("ceb_iota", DType::fp32, W);
+  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, iota, P, W))
+      .word("pattern", "[[1, " + std::to_string(W) + "]]");
+  // Chunked rows: the target relative to each chunk (target - first column), written and read by the
+  // engine that forms the one-hot: Vector for chunked rows (Scalar exp and * scale, Vector one-hot, GpSimd
+  // the difference: ~6% faster than GpSimd doing both), GpSimd in the one-pass schedule.
+  const uint32_t tgc = n > 1 ? resident("ceb_tgc", DType::fp32, n) : 0;
+  const Engine hot_engine = n > 1 ? Engine::vector : Engine::gpsimd;
 
-  detail::Ring x = detail::make_ring(ctx, "ceb_x", spec.logits_dtype, C, depth);
-  detail::Ring es = detail::make_ring(ctx, "ceb_es", DType::fp32, C, depth);
-  detail::Ring hot = detail::make_ring(ctx, "ceb_hot", DType::fp32, C, depth);
-  detail::Ring out = detail::make_ring(ctx, "ceb_dx", spec.logits_dtype, C, depth);
-  auto load = [&](size_t t) {
-    const Range& r = row_tiles[t];
-    dma(ctx, sb2(ctx, x[int64_t(t)], r.size, C), logits_hbm(ctx, logits, spec, r), detail::kLoadQueue);
+  detail::align_sbuf_to_granule(ctx, "ceb_pad");
+  detail::Ring x = detail::make_ring(ctx, "ceb_x", spec.logits_dtype, W, depth);
+  detail::Ring es = detail::make_ring(ctx, "ceb_es", DType::fp32, W, depth);
+  detail::Ring hot = detail::make_ring(ctx, "ceb_hot", DType::fp32, W, depth);
+  detail::Ring out = detail::make_ring(ctx, "ceb_dx", spec.logits_dtype, W, depth);
+  struct Step {
+    int64_t tile;
+    Range cols;
+  };
+  std::vector<Step> steps;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < n; ++c) steps.push_back({t, Range{c * W, std::min(W, C - c * W)}});
+  }
+  auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
+    const Range& r = row_tiles[size_t(s.tile)];
+    return hbm_ap(ctx, tensor, r.begin * C + s.cols.begin, {{C, uint32_t(r.size)}, {1, uint32_t(s.cols.size)}});
+  };
+  auto load = [&](size_t k) {
+    const Step& s = steps[k];
+    dma(ctx, sb2(ctx, x[int64_t(k)], row_tiles[size_t(s.tile)].size, s.cols.size), chunk_hbm(logits, s),
+        detail::kLoadQueue);
   };
   const size_t ahead = size_t(depth) - 1;
-  for (size_t t = 0; t < std::min(ahead, row_tiles.size()); ++t) load(t);
-  for (size_t i = 0; i < row_tiles.size(); ++i) {
-    if (i + ahead < row_tiles.size()) load(i + ahead);
-    const Range& r = row_tiles[i];
-    const int64_t t = int64_t(i), p = r.size;
-    auto full = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, C); };
-    isa::AccessPattern s_col = column(ctx, scale, p, t);
+  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (k + ahead < steps.size()) load(k + ahead);
+    const Step& st = steps[k];
+    const int64_t t = st.tile, p = row_tiles[size_t(t)].size, w = st.cols.size, slot = int64_t(k);
+    auto full = [&](const detail::Ring& ring) { return sb2(ctx, ring[slot], p, w); };
+    isa::AccessPattern s_col = column(ctx, scale, p, t), tg_col = column(ctx, tgf, p, t);
+    if (n > 1) {
+      tg_col = column(ctx, tgc, p, st.cols.begin / W);
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", tg_col).tensor("data", column(ctx, tgf, p, t)).word("op0", "subtract")
+          .imm("operand0", double(st.cols.begin)).on(hot_engine);
+    }
     // Scalar: exp(x - lse), then * scale; GpSimd: (iota == target) * scale, and the difference.
     ctx.builder.emit(isa::Opcode::activation)
         .tensor("dst", full(es)).word("op", "exp").tensor("data", full(x)).tensor("bias", column(ctx, nlse, p, t));
     ctx.builder.emit(isa::Opcode::activation)
         .tensor("dst", full(es)).word("op", "copy").tensor("data", full(es)).tensor("scale", s_col);
     ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", full(hot)).tensor("data", sb2(ctx, iota, p, C)).word("op0", "equal")
-        .tensor("operand0", column(ctx, tgf, p, t)).word("op1", "multiply").tensor("operand1", s_col)
-        .on(Engine::gpsimd);
+        .tensor("dst", full(hot)).tensor("data", sb2(ctx, iota, p, w)).word("op0", "equal")
+        .tensor("operand0", tg_col).word("op1", "multiply").tensor("operand1", s_col)
+        .on(hot_engine);
     ctx.builder.emit(isa::Opcode::tensor_tensor)
         .tensor("dst", full(out)).tensor("data1", full(es)).tensor("data2", full(hot)).word("op", "subtract")
         .on(Engine::gpsimd);
-    dma(ctx, logits_hbm(ctx, dlogits, spec, r), full(out), detail::kStoreQueue);
+    dma(ctx, chunk_hbm(dlogits, st), full(out), detail::kStoreQueue);
   }
 }
 

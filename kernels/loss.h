@@ -10,8 +10,15 @@
 // Backward: dlogits = (exp(x - lse) - onehot(target)) * scale per row, scale = grad_output[r] (none),
 // grad_output (sum) or grad_output / valid rows (mean), 0 on ignored rows: Scalar exp and * scale,
 // GpSimd onehot * scale (an iota compared with the target) and the subtraction.
-// Rows must fit in SBUF with the ring buffers (C up to ~10K fp32 on trn2); longer rows would need
-// an online (chunked) max/sum, not implemented.
+// Rows too long for SBUF with the ring buffers (beyond ~8K bf16 / ~5K fp32 classes forward, ~3K
+// backward on trn2: LLM vocabularies of 32K-152K) switch automatically to column chunks (up to 16 KiB
+// per partition per load forward, ~6 KiB backward; 256-byte aligned, 3-4 deep rings). Forward: online
+// softmax statistics (per-chunk max and sum of exp(x - max_c), rescaled and combined per row once the
+// row's chunks are done; one pass over HBM), the target logit fetched by an indirect DMA (dma_gather)
+// per 32 rows instead of a range_select pass (so the forward runs at the Scalar exp rate). Backward:
+// chunks are independent given the saved lse (Scalar exp and * scale, Vector the one-hot, GpSimd the
+// difference). Reductions and ignore_index as in the one-pass schedule (no label smoothing). Classes
+// up to 2^24 / 32 = 524288 in the chunked forward.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,8 @@ uint32_t load_row_param(const KernelContext& ctx, const std::string& name, uint3
 // Emits the row-tile loop: loads ahead of compute(t), so loads, compute and stores overlap. `compute` returns the tile to store.
 void row_loop(const KernelContext& ctx, const Rows& r, uint32_t x, uint32_t y, const detail::Ring& in_ring,
               const std::function<isa::AccessPattern(const isa::AccessPattern&, int64_t t, int64_t p)>& compute) {
-  std::vector<Range> row_tiles = tiles(r.rows, ctx.partitions());
+  // Split across cores: a contiguous share of the row tiles each (rows are independent).
+  std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
   auto load = [&](size_t t) {
     const Range& rt = row_tiles[t];
     dma(ctx, sb2(ctx, in_ring[int64_t(t)], rt.size, r.cols), rows_hbm(ctx, x, r, rt.begin, rt.size), detail::kLoadQueue);
@@ -94,13 +95,137 @@ detail::Ring stat_ring(const KernelContext& ctx, const std::string& name, int64_
 
 // ---- softmax / log_softmax ----
 
+namespace {
+
+// Column chunks of rows too long for SBUF: `n` chunks of `width` columns (the last may be shorter).
+struct Chunks {
+  int64_t width, n;
+};
+// The widest chunk whose `bytes_per_column` (every chunk-wide buffer) fits in `budget`, at most
+// `target` columns, balanced over the row so the last chunk is not a sliver.
+Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int64_t budget, const char* kernel) {
+  int64_t width = std::min(target, budget / bytes_per_column);
+  if (width < 64) throw std::invalid_argument(std::string(kernel) + ": no room in SBUF for a column chunk");
+  const int64_t n = ceil_div(cols, width);
+  // Balanced, and a multiple of 128 elements: every chunk-wide buffer then spans whole 256-byte granules
+  // (a chunk sharing a granule with its neighbour in the ring would make their engines wait on each other).
+  width = std::min(cols, ceil_div(ceil_div(cols, n), 128) * 128);
+  return {width, ceil_div(cols, width)};
+}
+
+// Rows too long for SBUF: online softmax over column chunks, two passes over HBM per row tile.
+// Pass 1, per chunk c: Vector -max_c (negated), Scalar sum_c = sum exp(x - max_c) (its accumulator),
+// GpSimd gathers -max_c into a [P, n] row; after the last chunk, max = max_c over chunks and
+// sum = sum_c sum_c * exp(max_c - max) (flash attention's rescaled running sum, done once per row
+// over the n chunk statistics rather than chunk by chunk, so no engine waits on the previous chunk).
+// Pass 2 re-reads the chunks: softmax y = exp(x - max - log(sum)) on Scalar (one pass),
+// log_softmax y = x - max - log(sum) alternating GpSimd and Vector. Loads run ring-depth - 1 chunks
+// ahead across passes and row tiles, so the second pass of a tile overlaps nothing but its own loads
+// and stores and the first pass of the next tile starts streaming while the statistics combine.
+void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, const Rows& r, uint32_t x, uint32_t y) {
+  const int64_t in_b = dtype_size_bytes(spec.input_dtype), out_b = dtype_size_bytes(spec.output_dtype);
+  const int depth = detail::kRingDepth;
+  // Chunk-wide buffers: the input ring, the output ring and a bf16 scratch for pass 1's exponentials;
+  // ~16 KiB per partition per load (large DMAs) when SBUF allows.
+  const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b, depth * (in_b + out_b) + 2,
+                                  row_budget(ctx) - 24 * ceil_div(r.cols, 1024), "softmax");
+  const int64_t n = ch.n, stat_w = std::max<int64_t>(n, kGranuleFloats);
+  detail::align_sbuf_to_granule(ctx, "smc_pad");
+  detail::Ring in = detail::make_ring(ctx, "smc_in", spec.input_dtype, ch.width, depth);
+  detail::Ring out = detail::make_ring(ctx, "smc_out", spec.output_dtype, ch.width, depth);
+  detail::Ring scratch = detail::make_ring(ctx, "smc_scratch", DType::bf16, ch.width, 1);
+  // Per row tile (two tiles in flight): the chunks' -max and sums, and exp(max_c - max).
+  detail::Ring nm_all = detail::make_ring(ctx, "smc_nm_all", DType::fp32, stat_w, 2);
+  detail::Ring se_all = detail::make_ring(ctx, "smc_se_all", DType::fp32, stat_w, 2);
+  detail::Ring w_all = detail::make_ring(ctx, "smc_w_all", DType::fp32, stat_w, 2);
+  detail::Ring nm = stat_ring(ctx, "smc_nm"), neg_max = stat_ring(ctx, "smc_negmax"), sum = stat_ring(ctx, "smc_sum"),
+               bias = stat_ring(ctx, "smc_bias");
+
+  struct Step {
+    Range rows;
+    int64_t tile, pass, chunk;
+  };
+  // The row-tile loop (split across cores by whole row tiles), each tile's chunks twice.
+  std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
+  std::vector<Step> steps;
+  for (size_t t = 0; t < row_tiles.size(); ++t) {
+    for (int64_t pass = 1; pass <= 2; ++pass) {
+      for (int64_t c = 0; c < n; ++c) steps.push_back({row_tiles[t], int64_t(t), pass, c});
+    }
+  }
+  auto cols_of = [&](int64_t c) { return Range{c * ch.width, std::min(ch.width, r.cols - c * ch.width)}; };
+  auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
+    const Range cr = cols_of(s.chunk);
+    return hbm_ap(ctx, tensor, s.rows.begin * r.cols + cr.begin, {{r.cols, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}});
+  };
+  auto load = [&](size_t k) {
+    const Step& s = steps[k];
+    dma(ctx, sb2(ctx, in[int64_t(k)], s.rows.size, cols_of(s.chunk).size), chunk_hbm(x, s), detail::kLoadQueue);
+  };
+  const size_t ahead = size_t(depth) - 1;
+  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
+  int64_t stores = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (k + ahead < steps.size()) load(k + ahead);
+    const Step& st = steps[k];
+    const int64_t p = st.rows.size, t = st.tile, w = cols_of(st.chunk).size;
+    auto one = [&](const detail::Ring& ring, int64_t slot) { return sb2(ctx, ring[slot], p, 1); };
+    auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
+    const isa::AccessPattern xt = sb2(ctx, in[int64_t(k)], p, w);
+    if (st.pass == 1) {
+      const int64_t kk = int64_t(k);
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", one(nm, kk)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt).tensor("bias", one(nm, kk))
+          .imm("scale", 1.0).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", one(nm, kk))
+          .on(Engine::gpsimd);
+      if (st.chunk == n - 1) {
+        // -max = min over the chunks' -max_c; sum = sum_c sum_c * exp(max_c - max); bias = -max - log(sum).
+        const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
+                                 ws = sb2(ctx, w_all[t], p, n);
+        ctx.builder.emit(isa::Opcode::tensor_reduce)
+            .tensor("dst", one(neg_max, t)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", one(neg_max, t)).imm("scale", -1.0);
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
+        ctx.builder.emit(isa::Opcode::tensor_reduce)
+            .tensor("dst", one(sum, t)).word("op", "add").tensor("data", ws).word("axis", "[1]");
+        ctx.builder.emit(isa::Opcode::activation).tensor("dst", one(bias, t)).word("op", "log").tensor("data", one(sum, t));
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", one(bias, t)).tensor("data1", one(neg_max, t)).tensor("data2", one(bias, t))
+            .word("op", "subtract");
+      }
+      continue;
+    }
+    const isa::AccessPattern yt = sb2(ctx, out[stores], p, w);
+    if (!spec.log) {
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", yt).word("op", "exp").tensor("data", xt).tensor("bias", one(bias, t)).imm("scale", 1.0);
+    } else {
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", one(bias, t))
+          .on(st.chunk % 2 == 0 ? Engine::gpsimd : Engine::vector);
+    }
+    dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
+    ++stores;
+  }
+}
+
+}  // namespace
+
 void build_softmax(const KernelContext& ctx, const SoftmaxSpec& spec, uint32_t x, uint32_t y) {
   const Rows r = rows_of(spec.shape);
   const int64_t depth = kRowDepth;
   // in ring, fp32 exp ring (softmax) or a bf16 scratch (log_softmax), out ring.
   int64_t per_column = depth * (dtype_size_bytes(spec.input_dtype) + dtype_size_bytes(spec.output_dtype)) +
                        (spec.log ? 2 : depth * 4);
-  check_fits(ctx, "softmax", r.cols, per_column);
+  if (r.cols * per_column > row_budget(ctx)) {  // the row does not fit: two passes over column chunks
+    build_softmax_chunked(ctx, spec, r, x, y);
+    return;
+  }
   detail::Ring in = detail::make_ring(ctx, "sm_in", spec.input_dtype, r.cols, kRowDepth);
   detail::Ring out = detail::make_ring(ctx, "sm_out", spec.output_dtype, r.cols, kRowDepth);
   // softmax keeps exp(x - max) in fp32 for the final scaling; log_softmax only needs its row sum,
@@ -133,15 +258,180 @@ void build_softmax(const KernelContext& ctx, const SoftmaxSpec& spec, uint32_t x
   });
 }
 
-isa::Program softmax_program(const SoftmaxSpec& spec, const HardwareConfig& config) {
+isa::Program softmax_program(const SoftmaxSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder(spec.log ? "log_softmax" : "softmax", config.generation);
   uint32_t x = builder.hbm("x", spec.input_dtype, detail::to_u32(spec.shape), isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.output_dtype, detail::to_u32(spec.shape), isa::AllocationRole::output);
-  build_softmax(KernelContext{builder, config, ""}, spec, x, y);
+  build_softmax(KernelContext{builder, config, "", core, cores}, spec, x, y);
   return builder.finish();
 }
 
 // ---- layernorm / rmsnorm ----
+
+namespace {
+
+// Rows too long for SBUF: two passes over HBM per row tile in column chunks (as the chunked softmax).
+// Pass 1 per chunk: rmsnorm Scalar sum of squares (its accumulator) into column c of a [P, n] row;
+// layernorm Vector bn_stats over <= 512-element pieces into a [P, pieces * 6] row. After the last
+// chunk: rmsnorm rstd = rsqrt(sum / C + eps); layernorm bn_aggr over every piece, rstd and -mean * rstd.
+// Pass 2 re-reads the x chunks with the w (and b) chunks, broadcast to the partitions on their own
+// queue, and normalises: rmsnorm GpSimd x * w, Vector * rstd; layernorm Scalar x * rstd - mean * rstd,
+// GpSimd * w and + b. SBUF cannot hold w for the whole row, so it is re-read: row tiles go in groups of
+// kNormGroup, pass 1 of every tile of a group, then pass 2 chunk by chunk across the group's tiles,
+// each w / b chunk loaded once per group (the broadcast reads 128 copies from HBM: once per tile it
+// would cost as much traffic as x itself).
+constexpr int64_t kNormGroup = 4;
+void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Rows& r, uint32_t x, int64_t w,
+                        int64_t b, uint32_t y) {
+  const bool rms = spec.kind == NormKind::rmsnorm;
+  const bool has_w = w >= 0, has_b = !rms && b >= 0;
+  const char* kernel = rms ? "rmsnorm" : "layernorm";
+  const int64_t in_b = dtype_size_bytes(spec.input_dtype), out_b = dtype_size_bytes(spec.output_dtype),
+                par_b = dtype_size_bytes(spec.param_dtype);
+  const int depth = detail::kRingDepth;
+  // bn_stats pieces: ceil(width / 512) per chunk (an upper bound before the width is known).
+  const int64_t pieces_bound = ceil_div(r.cols, kBnStatsMaxFree) + ceil_div(r.cols, 1024);
+  const int64_t stats_bytes = rms ? 2 * 256 : 2 * std::max<int64_t>(256, pieces_bound * kBnStatsValues * 4);
+  // Loads run depth - 1 steps ahead, which may cross that many param chunks (groups of one tile).
+  const int param_depth = depth;
+  const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b,
+                                  depth * (in_b + out_b + 4) + param_depth * (has_w + has_b) * par_b + 2,
+                                  row_budget(ctx) - stats_bytes, kernel);
+  const int64_t n = ch.n, chunk_pieces = ceil_div(ch.width, kBnStatsMaxFree);
+  const int64_t pieces = (n - 1) * chunk_pieces + ceil_div(r.cols - (n - 1) * ch.width, kBnStatsMaxFree);
+  detail::align_sbuf_to_granule(ctx, "nc_pad");
+  detail::Ring in = detail::make_ring(ctx, "nc_in", spec.input_dtype, ch.width, depth);
+  detail::Ring out = detail::make_ring(ctx, "nc_out", spec.output_dtype, ch.width, depth);
+  detail::Ring tmp = detail::make_ring(ctx, "nc_tmp", DType::fp32, ch.width, depth);
+  detail::Ring wr = has_w ? detail::make_ring(ctx, "nc_w", spec.param_dtype, ch.width, param_depth) : detail::Ring{};
+  detail::Ring br = has_b ? detail::make_ring(ctx, "nc_b", spec.param_dtype, ch.width, param_depth) : detail::Ring{};
+  detail::Ring scratch = rms ? detail::make_ring(ctx, "nc_sq", DType::bf16, ch.width, 1) : detail::Ring{};
+  // Per row tile (two in flight): the chunks' sums of squares or bn_stats.
+  detail::Ring acc = stat_ring(ctx, "nc_acc", rms ? n : pieces * kBnStatsValues, 2);
+  // Per-row statistics live from a tile's pass 1 to its pass 2: two groups' worth of slots.
+  detail::Ring mv = stat_ring(ctx, "nc_mv", 2, 2 * kNormGroup), rstd = stat_ring(ctx, "nc_rstd", 1, 2 * kNormGroup),
+               nmr = stat_ring(ctx, "nc_nmr", 1, 2 * kNormGroup);
+  const double inv_cols = 1.0 / double(r.cols);
+
+  struct Step {
+    Range rows;
+    int64_t tile, pass, chunk;
+    int64_t param = -1;  // pass 2: the w / b ring slot; the group's first tile loads it
+    bool load_param = false;
+  };
+  // The row-tile loop (split across cores by whole row tiles) in groups: pass 1 of each tile, then
+  // pass 2 chunk-major over the group's tiles.
+  std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
+  std::vector<Step> steps;
+  int64_t param_slot = 0;
+  for (size_t g0 = 0; g0 < row_tiles.size(); g0 += size_t(kNormGroup)) {
+    const size_t g1 = std::min(row_tiles.size(), g0 + size_t(kNormGroup));
+    for (size_t t = g0; t < g1; ++t) {
+      for (int64_t c = 0; c < n; ++c) steps.push_back({row_tiles[t], int64_t(t), 1, c});
+    }
+    for (int64_t c = 0; c < n; ++c, ++param_slot) {
+      for (size_t t = g0; t < g1; ++t) steps.push_back({row_tiles[t], int64_t(t), 2, c, param_slot, t == g0});
+    }
+  }
+  auto cols_of = [&](int64_t c) { return Range{c * ch.width, std::min(ch.width, r.cols - c * ch.width)}; };
+  auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
+    const Range cr = cols_of(s.chunk);
+    return hbm_ap(ctx, tensor, s.rows.begin * r.cols + cr.begin, {{r.cols, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}});
+  };
+  auto param_hbm = [&](int64_t tensor, const Step& s) {
+    const Range cr = cols_of(s.chunk);
+    return hbm_ap(ctx, uint32_t(tensor), cr.begin, {{0, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}});
+  };
+  auto load = [&](size_t k) {
+    const Step& s = steps[k];
+    const int64_t p = s.rows.size, cw = cols_of(s.chunk).size;
+    dma(ctx, sb2(ctx, in[int64_t(k)], p, cw), chunk_hbm(x, s), detail::kLoadQueue);
+    // The group's w / b chunk on all partitions (later tiles of the group may have fewer rows).
+    const int64_t P = ctx.partitions();
+    Step all = s;
+    all.rows.size = P;
+    if (s.load_param && has_w) dma(ctx, sb2(ctx, wr[s.param], P, cw), param_hbm(w, all), detail::kConstQueue);
+    if (s.load_param && has_b) dma(ctx, sb2(ctx, br[s.param], P, cw), param_hbm(b, all), detail::kConstQueue);
+  };
+  const size_t ahead = size_t(depth) - 1;
+  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
+  int64_t stores = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (k + ahead < steps.size()) load(k + ahead);
+    const Step& st = steps[k];
+    const Range cr = cols_of(st.chunk);
+    const int64_t p = st.rows.size, t = st.tile, cw = cr.size, kk = int64_t(k);
+    auto one = [&](const detail::Ring& ring, int64_t offset = 0) { return sb2(ctx, ring[t], p, 1, offset); };
+    const isa::AccessPattern xt = sb2(ctx, in[kk], p, cw);
+    if (st.pass == 1) {
+      if (rms) {
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", sb2(ctx, scratch[0], p, cw)).word("op", "square").tensor("data", xt)
+            .word("reduce_op", "add").tensor("reduce_res", one(acc, st.chunk));
+      } else {
+        const int64_t first_piece = st.chunk * chunk_pieces;
+        for (int64_t c0 = 0; c0 < cw; c0 += kBnStatsMaxFree) {
+          const int64_t f = std::min(kBnStatsMaxFree, cw - c0);
+          ctx.builder.emit(isa::Opcode::bn_stats)
+              .tensor("dst", sb2(ctx, acc[t], p, kBnStatsValues, (first_piece + c0 / kBnStatsMaxFree) * kBnStatsValues))
+              .tensor("data", detail::sb_ap(ctx, in[kk], uint32_t(p), {{1, uint32_t(f)}}, c0));
+        }
+      }
+      if (st.chunk != n - 1) continue;
+      if (rms) {
+        ctx.builder.emit(isa::Opcode::tensor_reduce)
+            .tensor("dst", one(rstd)).word("op", "add").tensor("data", sb2(ctx, acc[t], p, n)).word("axis", "[1]");
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "multiply").imm("operand0", inv_cols)
+            .word("op1", "add").imm("operand1", spec.eps);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
+      } else {
+        ctx.builder.emit(isa::Opcode::bn_aggr)
+            .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, pieces * kBnStatsValues));
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", one(rstd)).tensor("data", one(mv, 1)).word("op0", "add").imm("operand0", spec.eps);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
+        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+            .tensor("dst", one(nmr)).tensor("data", one(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
+            .word("op1", "multiply").tensor("operand1", one(rstd));
+      }
+      continue;
+    }
+    const isa::AccessPattern yt = sb2(ctx, out[stores], p, cw), tt = sb2(ctx, tmp[stores], p, cw);
+    const isa::AccessPattern wt = has_w ? sb2(ctx, wr[st.param], p, cw) : xt,
+                             bt = has_b ? sb2(ctx, br[st.param], p, cw) : xt;
+    if (rms) {
+      isa::AccessPattern src = xt;
+      if (has_w) {
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", tt).tensor("data1", xt).tensor("data2", wt).word("op", "multiply").on(Engine::gpsimd);
+        src = tt;
+      }
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", yt).tensor("data", src).word("op0", "multiply").tensor("operand0", one(rstd));
+    } else {
+      const isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", norm_dst).word("op", "copy").tensor("data", xt).tensor("scale", one(rstd))
+          .tensor("bias", one(nmr));
+      if (has_w) {
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", wt).word("op", "multiply")
+            .on(Engine::gpsimd);
+      }
+      if (has_b) {
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", yt).tensor("data1", tt).tensor("data2", bt).word("op", "add").on(Engine::gpsimd);
+      }
+    }
+    dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
+    ++stores;
+  }
+}
+
+}  // namespace
 
 void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y) {
   const Rows r = rows_of(spec.shape);
@@ -150,6 +440,10 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
   const int64_t depth = kRowDepth;
   int64_t per_column = depth * (dtype_size_bytes(spec.input_dtype) + dtype_size_bytes(spec.output_dtype) + 4) + 2 +
                        (has_w + has_b) * dtype_size_bytes(spec.param_dtype);
+  if (r.cols * per_column > row_budget(ctx)) {  // the row does not fit: two passes over column chunks
+    build_norm_chunked(ctx, spec, r, x, w, b, y);
+    return;
+  }
   check_fits(ctx, rms ? "rmsnorm" : "layernorm", r.cols, per_column);
 
   std::optional<uint32_t> w_sb, b_sb;
@@ -226,7 +520,7 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
   });
 }
 
-isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config) {
+isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   const bool rms = spec.kind == NormKind::rmsnorm;
   isa::ProgramBuilder builder(rms ? "rmsnorm" : "layernorm", config.generation);
   std::vector<uint32_t> param_shape{uint32_t(spec.shape.back())};
@@ -234,7 +528,7 @@ isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config) {
   int64_t w = spec.weight ? int64_t(builder.hbm("w", spec.param_dtype, param_shape, isa::AllocationRole::input)) : -1;
   int64_t b = spec.bias && !rms ? int64_t(builder.hbm("b", spec.param_dtype, param_shape, isa::AllocationRole::input)) : -1;
   uint32_t y = builder.hbm("y", spec.output_dtype, detail::to_u32(spec.shape), isa::AllocationRole::output);
-  build_norm(KernelContext{builder, config, ""}, spec, x, w, b, y);
+  build_norm(KernelContext{builder, config, "", core, cores}, spec, x, w, b, y);
   return builder.finish();
 }
 
@@ -265,7 +559,9 @@ using Stage = std::function<void(const Tiles& inputs, const Tiles& stats, int64_
 // first); work tiles produced in stage a and last read in stage b need b - a + 1 slots.
 void backward_loop(const KernelContext& ctx, const Rows& r, int64_t ahead, const std::vector<RowInput>& inputs,
                    const std::vector<RowStat>& stats, const std::vector<Stage>& stages) {
-  std::vector<Range> row_tiles = tiles(r.rows, ctx.partitions());
+  // Split across cores: a contiguous share of the row tiles each (callers with column sums over all
+  // rows run on one core, see build_norm_backward).
+  std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
   const int64_t n = int64_t(row_tiles.size()), n_stages = int64_t(stages.size());
   auto load = [&](int64_t t) {
     const Range& rt = row_tiles[size_t(t)];
@@ -442,6 +738,15 @@ void build_rmsnorm_backward(const KernelContext& ctx, const NormBackwardSpec& sp
 
 void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
                          int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db) {
+  if (ctx.cores > 1 && (dw >= 0 || (spec.kind == NormKind::layernorm && db >= 0))) {
+    // dw / db sum over every row in one core's PSUM, and cores cannot add into one another's sums
+    // or wait for one another: with column sums the whole backward runs on core 0 (the other
+    // cores' parts are empty). Without them dx is split by row tiles like the forward.
+    on_first_core(ctx, [&](const KernelContext& one) {
+      build_norm_backward(one, spec, x, dy, mean, rstd, w, dx, dw, db);
+    });
+    return;
+  }
   if (spec.kind == NormKind::rmsnorm) {
     build_rmsnorm_backward(ctx, spec, rows_of(spec.shape), x, dy, rstd, w, dx, dw);
     return;
@@ -569,7 +874,7 @@ void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec,
   }
 }
 
-isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config) {
+isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   const bool rms = spec.kind == NormKind::rmsnorm;
   isa::ProgramBuilder builder(rms ? "rmsnorm_backward" : "layernorm_backward", config.generation);
   const Rows r = rows_of(spec.shape);
@@ -583,7 +888,7 @@ isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareC
   uint32_t dx = builder.hbm("dx", spec.input_dtype, shape, out);
   int64_t dw = spec.weight ? int64_t(builder.hbm("dw", spec.param_dtype, param, out)) : -1;
   int64_t db = spec.bias && !rms ? int64_t(builder.hbm("db", spec.param_dtype, param, out)) : -1;
-  build_norm_backward(KernelContext{builder, config, ""}, spec, x, dy, mean, rstd, w, dx, dw, db);
+  build_norm_backward(KernelContext{builder, config, "", core, cores}, spec, x, dy, mean, rstd, w, dx, dw, db);
   return builder.finish();
 }
 
@@ -627,13 +932,13 @@ void build_softmax_backward(const KernelContext& ctx, const SoftmaxBackwardSpec&
   }});
 }
 
-isa::Program softmax_backward_program(const SoftmaxBackwardSpec& spec, const HardwareConfig& config) {
+isa::Program softmax_backward_program(const SoftmaxBackwardSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder(spec.log ? "log_softmax_backward" : "softmax_backward", config.generation);
   std::vector<uint32_t> shape = detail::to_u32(spec.shape);
   uint32_t y = builder.hbm("y", spec.input_dtype, shape, isa::AllocationRole::input);
   uint32_t dy = builder.hbm("dy", spec.output_dtype, shape, isa::AllocationRole::input);
   uint32_t dx = builder.hbm("dx", spec.output_dtype, shape, isa::AllocationRole::output);
-  build_softmax_backward(KernelContext{builder, config, ""}, spec, y, dy, dx);
+  build_softmax_backward(KernelContext{builder, config, "", core, cores}, spec, y, dy, dx);
   return builder.finish();
 }
 

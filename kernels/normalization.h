@@ -1,9 +1,16 @@
 // Row-wise kernels over the last dim: softmax, log_softmax, layernorm and rmsnorm, forward and backward.
 //
 // Layout: the flattened outer dims are rows, 128 per tile on partitions; the whole last dim C of a
-// row sits on the free axis (one contiguous DMA run per partition). A row must fit in SBUF with
-// the kernel's ring buffers (C up to ~8K elements for bf16 rmsnorm on trn2); longer rows would
-// need a two-pass schedule, not implemented.
+// row sits on the free axis (one contiguous DMA run per partition), when it fits in SBUF with the
+// kernel's ring buffers (C up to ~8K elements for bf16 rmsnorm on trn2, ~3K fp32 / ~4.7K bf16 softmax).
+// Longer forward rows switch automatically to a chunked two-pass schedule over column chunks (up to
+// 16 KiB per partition per load, 256-byte aligned, 4-deep rings), re-reading x from HBM:
+//   softmax / log_softmax: online softmax, per-chunk max and sum of exp(x - max_c) combined per row
+//     (rescaled by exp(max_c - max)), then y = exp(x - max - log(sum)) or x - max - log(sum);
+//   rmsnorm: per-chunk sums of squares, then x * w * rstd; layernorm: bn_stats per <= 512 elements
+//     of every chunk, one bn_aggr per row, then (x - mean) * rstd * w + b. The w / b chunks are
+//     re-read per group of 4 row tiles (pass 2 runs chunk-major across the group).
+// Longer rows in the backward kernels are not implemented (the builders throw).
 //
 // Engine balance (the cost model's per-element cycles: Vector 0.96-1.2 GHz, Scalar and GpSimd
 // 1.2 GHz, one element per partition per cycle outside the bf16 modes): each kernel spreads its
@@ -13,6 +20,10 @@
 //   layernorm:  Vector bn_stats/bn_aggr, Scalar x * rstd - mean * rstd, GpSimd * w and + b.
 //   softmax:    Vector row max, Scalar exp with the row sum, GpSimd * 1/sum.
 //   log_softmax: Vector row max, Scalar exp with the row sum, GpSimd x - max - log(sum).
+//
+// Split across cores (KernelContext core/cores): each core takes a contiguous share of the row tiles;
+// rows are independent, so the values equal the one-core values. The backward with dw / db (column
+// sums over every row) runs wholly on core 0.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +40,8 @@ struct SoftmaxSpec {
 };
 
 void build_softmax(const KernelContext& ctx, const SoftmaxSpec& spec, uint32_t x, uint32_t y);
-isa::Program softmax_program(const SoftmaxSpec& spec, const HardwareConfig& config);  // x input, y output
+isa::Program softmax_program(const SoftmaxSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                             uint32_t cores = 1);  // x input, y output
 
 enum class NormKind { layernorm, rmsnorm };
 
@@ -44,7 +56,8 @@ struct NormSpec {
 // y = (x - mean) / sqrt(var + eps) * w + b (layernorm), y = x / sqrt(mean(x^2) + eps) * w (rmsnorm);
 // w, b are [C] tensors (-1 when absent).
 void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y);
-isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config);  // x, w, b inputs; y output
+isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                          uint32_t cores = 1);  // x, w, b inputs; y output
 
 
 
@@ -74,7 +87,8 @@ struct NormBackwardSpec {
 void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
                          int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db);
 // Inputs x, dy, mean (layernorm), rstd, w (weight); outputs dx, dw (weight), db (bias).
-isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config);
+isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                                   uint32_t cores = 1);
 
 struct SoftmaxBackwardSpec {
   std::vector<int64_t> shape;  // over the last dim
@@ -86,6 +100,7 @@ struct SoftmaxBackwardSpec {
 // _softmax_backward_data), log_softmax dx = dy - exp(y) * sum(dy) (_log_softmax_backward_data).
 void build_softmax_backward(const KernelContext& ctx, const SoftmaxBackwardSpec& spec, uint32_t y, uint32_t dy,
                             uint32_t dx);
-isa::Program softmax_backward_program(const SoftmaxBackwardSpec& spec, const HardwareConfig& config);  // y, dy in; dx out
+isa::Program softmax_backward_program(const SoftmaxBackwardSpec& spec, const HardwareConfig& config,
+                                      uint32_t core = 0, uint32_t cores = 1);  // y, dy in; dx out
 
 }  // namespace trnsim::kernels

@@ -48,9 +48,13 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
       depth * (dtype_size_bytes(spec.param_dtype) + dtype_size_bytes(spec.grad_dtype) + 4 * 4);
   constexpr int64_t kMaxApDimSize = 65535;
   const int64_t max_cols = std::max<int64_t>(spec.elements / P, spec.elements % P);
-  const int64_t width = std::min({detail::kTargetDmaBytesPerPartition / 4, detail::sbuf_free_bytes(ctx) / per_column,
+  int64_t width = std::min({detail::kTargetDmaBytesPerPartition / 4, detail::sbuf_free_bytes(ctx) / per_column,
                                   kMaxApDimSize, std::max<int64_t>(1, max_cols)});
   if (width < 1) throw std::invalid_argument("adamw: SBUF is full");
+  // Split across cores: narrower tiles when there are too few for every core to get one.
+  if (ctx.cores > 1 && flat_tiles(spec.elements, P, width).size() < ctx.cores) {
+    width = std::max<int64_t>(1, ceil_div(width, ctx.cores));
+  }
 
   auto ring = [&](const std::string& n, DType d) { return detail::make_ring(ctx, n, d, width, int(depth)); };
   detail::Ring p = ring("adamw_p", spec.param_dtype), g = ring("adamw_g", spec.grad_dtype),
@@ -63,7 +67,9 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   const double bc2 = 1.0 - std::pow(spec.beta2, double(spec.step));
   const double step_size = spec.lr / bc1, bc2_sqrt = std::sqrt(bc2);
 
-  std::vector<FlatTile> all = flat_tiles(spec.elements, P, width);
+  // Split across cores: each core updates a contiguous run of the column tiles (element-wise, so the
+  // values do not depend on the split).
+  std::vector<FlatTile> all = my_share(ctx, flat_tiles(spec.elements, P, width));
   const int64_t n = int64_t(all.size());
   auto load = [&](int64_t k) {
     const FlatTile& t = all[size_t(k)];
@@ -128,7 +134,7 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   }
 }
 
-isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config) {
+isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("adamw", config.generation);
   const auto in = isa::AllocationRole::input;
   std::vector<uint32_t> shape{uint32_t(spec.elements)};
@@ -136,7 +142,7 @@ isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config) 
   uint32_t grad = builder.hbm("grad", spec.grad_dtype, shape, in);
   uint32_t m = builder.hbm("exp_avg", DType::fp32, shape, in);
   uint32_t v = builder.hbm("exp_avg_sq", DType::fp32, shape, in);
-  build_adamw(KernelContext{builder, config, ""}, spec, param, grad, m, v);
+  build_adamw(KernelContext{builder, config, "", core, cores}, spec, param, grad, m, v);
   return builder.finish();
 }
 

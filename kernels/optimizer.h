@@ -29,6 +29,8 @@ struct AdamWSpec {
 void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param, uint32_t grad, uint32_t exp_avg,
                  uint32_t exp_avg_sq);
 // HBM tensors param, grad, exp_avg, exp_avg_sq (all inputs; param and the state are also the results).
-isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config);
+// With cores > 1 it is part `core` of the update split across that many cores (contiguous tiles each).
+isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                           uint32_t cores = 1);
 
 }  // namespace trnsim::kernels

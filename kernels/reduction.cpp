@@ -92,7 +92,7 @@ void rows_pass(const KernelContext& ctx, const Pass& ps, const char* op, const s
   detail::Ring res = detail::make_ring(ctx, tag + "res", ps.out_dtype, ps.B, 2);
   std::vector<Step> steps;
   int64_t tile = 0;
-  for (const Range& r : tiles(ps.A, P)) {
+  for (const Range& r : my_share(ctx, tiles(ps.A, P))) {  // split across cores by row tiles
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t c0 = c * width, w = std::min(width, (ps.B > 1 ? ps.R * ps.B : ps.R) - c0);
       const int64_t t = tile;
@@ -147,7 +147,10 @@ void spread_pass(const KernelContext& ctx, const Pass& ps, const char* op, const
   uint32_t acc = ctx.builder.sbuf(ctx.name(tag + "acc"), DType::fp32, {1, uint32_t(ps.A)});
   uint32_t res = ctx.builder.sbuf(ctx.name(tag + "res"), ps.out_dtype, {1, uint32_t(ps.A)});
   std::vector<Step> steps;
-  for (int64_t a = 0; a < ps.A; ++a) {
+  // Split across cores by output rows (each row's partials are combined on the core that owns it).
+  const Range mine = ctx.share(ps.A);
+  if (mine.size == 0) return;
+  for (int64_t a = mine.begin; a < mine.begin + mine.size; ++a) {
     const int64_t base = a * ps.R;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t c0 = c * width, w = std::min(width, cols - c0);
@@ -181,15 +184,19 @@ void spread_pass(const KernelContext& ctx, const Pass& ps, const char* op, const
     }
   }
   run_steps(ring, steps);
-  emit_scale(ctx, sb2(ctx, res, 1, ps.A), sb2(ctx, acc, 1, ps.A), ps.scale);
-  dma(ctx, hbm_ap(ctx, ps.out, 0, {{0, 1}, {1, uint32_t(ps.A)}}), sb2(ctx, res, 1, ps.A), detail::kStoreQueue);
+  const uint32_t n = uint32_t(mine.size);
+  emit_scale(ctx, sb2(ctx, res, 1, n, mine.begin), sb2(ctx, acc, 1, n, mine.begin), ps.scale);
+  dma(ctx, hbm_ap(ctx, ps.out, mine.begin, {{0, 1}, {1, n}}), sb2(ctx, res, 1, n, mine.begin), detail::kStoreQueue);
 }
 
 // Columns: R on partitions (tiles of 128), B in column chunks on the free axis.
 void columns_pass(const KernelContext& ctx, const Pass& ps, const char* op, const std::string& tag) {
   // fp32 width: the accumulator, partials and result rows are fp32 [128, width] buffers.
+  // Split across cores by (output row, column chunk) groups: each core sums whole columns over every
+  // row, so no partial sums cross cores; with several cores the chunks are narrowed so that each core
+  // gets some (a column's sum is the same whatever the chunk width).
   const int64_t P = ctx.partitions(), W = chunk_width(DType::fp32);
-  const int64_t width = std::min(ps.B, W);
+  const int64_t width = std::min({ps.B, W, ceil_div(ps.B, std::max<int64_t>(1, int64_t(ctx.cores) / ps.A))});
   detail::Ring ring = detail::make_ring(ctx, tag + "in", ps.in_dtype, width);
   detail::Ring acc = detail::make_ring(ctx, tag + "acc", DType::fp32, width, 2);
   detail::Ring col = detail::make_ring(ctx, tag + "col", DType::fp32, width, 2);
@@ -197,8 +204,14 @@ void columns_pass(const KernelContext& ctx, const Pass& ps, const char* op, cons
   const int64_t rows = std::min(ps.R, P);
   std::vector<Step> steps;
   int64_t group = 0;
+  std::vector<std::pair<int64_t, Range>> groups;  // (a, column chunk)
   for (int64_t a = 0; a < ps.A; ++a) {
-    for (const Range& c : tiles(ps.B, width)) {
+    for (const Range& c : tiles(ps.B, width)) groups.push_back({a, c});
+  }
+  for (const auto& ac : my_share(ctx, groups)) {
+    const int64_t a = ac.first;
+    const Range c = ac.second;
+    {
       std::vector<Range> rt = tiles(ps.R, P);
       for (size_t k = 0; k < rt.size(); ++k) {
         const Range r = rt[k];
@@ -262,7 +275,7 @@ void arg_rows(const KernelContext& ctx, ReduceOp op, uint32_t x, DType dtype, in
   detail::Ring res = detail::make_ring(ctx, "arg_res", DType::int32, 1, 2);
   std::vector<Step> steps;
   int64_t step = 0, tile = 0;
-  for (const Range& r : tiles(rows, P)) {
+  for (const Range& r : my_share(ctx, tiles(rows, P))) {  // split across cores by row tiles
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t c0 = c * width, w = std::min(width, R - c0), t = tile, k = step++;
       Step s;
@@ -323,7 +336,46 @@ std::vector<int64_t> reduced_shape(const ReduceSpec& spec) {
   return out;
 }
 
+namespace {
+
+// Whether the reduction takes more than one pass over HBM (a later pass reads what an earlier one
+// wrote): several reduced dim groups, or argmax over a dim that is not innermost (permute first).
+bool multi_pass(const ReduceSpec& spec) {
+  std::vector<int64_t> dims = normalized_dims(spec);
+  if (is_arg(spec.op)) {
+    int64_t R = spec.shape[size_t(dims[0])], B = 1;
+    for (size_t d = size_t(dims[0]) + 1; d < spec.shape.size(); ++d) B *= spec.shape[d];
+    return B > 1 && R > 1;
+  }
+  int reduced_groups = 0;
+  bool previous_reduced = false, any = false;
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    if (spec.shape[d] == 1) continue;
+    bool reduced = std::find(dims.begin(), dims.end(), int64_t(d)) != dims.end();
+    if (reduced && (!any || !previous_reduced)) ++reduced_groups;
+    previous_reduced = reduced;
+    any = true;
+  }
+  return reduced_groups > 1;
+}
+
+void build_reduce_passes(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y);
+
+}  // namespace
+
 void build_reduce(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y) {
+  if (ctx.cores > 1 && multi_pass(spec)) {
+    // A later pass reads the whole scratch tensor an earlier pass wrote, and cores cannot wait for
+    // one another: the whole reduction runs on core 0 (the other cores' parts are empty).
+    on_first_core(ctx, [&](const KernelContext& one) { build_reduce_passes(one, spec, x, y); });
+    return;
+  }
+  build_reduce_passes(ctx, spec, x, y);
+}
+
+namespace {
+
+void build_reduce_passes(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y) {
   std::vector<int64_t> dims = normalized_dims(spec);
   if (is_arg(spec.op)) {
     if (dims.size() != 1) throw std::invalid_argument("argmax/argmin reduce exactly one dim");
@@ -380,14 +432,16 @@ void build_reduce(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, 
   }
 }
 
-isa::Program reduce_program(const ReduceSpec& spec, const HardwareConfig& config) {
+}  // namespace
+
+isa::Program reduce_program(const ReduceSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   isa::ProgramBuilder builder("reduce", config.generation);
   uint32_t x = builder.hbm("x", spec.input_dtype, detail::to_u32(spec.shape), isa::AllocationRole::input);
   DType out_dtype = is_arg(spec.op) ? DType::int32 : spec.output_dtype;
   uint32_t y = builder.hbm("y", out_dtype, detail::to_u32(reduced_shape(spec)), isa::AllocationRole::output);
   ReduceSpec s = spec;
   s.output_dtype = out_dtype;
-  build_reduce(KernelContext{builder, config, ""}, s, x, y);
+  build_reduce(KernelContext{builder, config, "", core, cores}, s, x, y);
   return builder.finish();
 }
 

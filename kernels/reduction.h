@@ -20,6 +20,14 @@
 //    R/128 streamed tiles.
 // Loads run kRingDepth - 1 tiles ahead (tile_pipeline.h) so DMA and compute overlap.
 //
+// Split across cores (KernelContext core/cores): each core takes a contiguous share of the output -
+// row tiles (rows), output rows (spread), (output row, column chunk) groups (columns; a sum over
+// dim 0 is split over its columns), row tiles (argmax). No partial result crosses cores, so the
+// values equal the one-core values. A reduction that needs several passes (several reduced dim
+// groups, or argmax over a dim that is not innermost) runs wholly on core 0: its later pass reads
+// what every part of the earlier one wrote, and cores have no way to wait for one another. A single
+// output row that is spread (a full reduction) is one core's work too.
+//
 // argmax: rows on partitions, max8 + nc_find_index8 per chunk of the row (the first index of the
 // maximum within the chunk), chunks combined with a strict greater-than so earlier chunks win ties;
 // a reduced dim that is not innermost is first made innermost by the permute kernel (HBM scratch).
@@ -47,6 +55,8 @@ struct ReduceSpec {
 
 std::vector<int64_t> reduced_shape(const ReduceSpec& spec);
 void build_reduce(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y);
-isa::Program reduce_program(const ReduceSpec& spec, const HardwareConfig& config);  // x input, y output
+// x input, y output. With cores > 1: part `core` of the reduction split across that many cores.
+isa::Program reduce_program(const ReduceSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                            uint32_t cores = 1);
 
 }  // namespace trnsim::kernels

@@ -79,6 +79,21 @@ inline Ring make_ring(const KernelContext& ctx, const std::string& name, DType d
   return ring;
 }
 
+// Pads the SBUF allocator to the next 256-byte boundary (the dependency granule; allocations are only
+// 64-byte aligned), so that ring slots whose size is a multiple of 256 bytes never share a granule with
+// their neighbours (which would make the engines using neighbouring slots wait on each other).
+inline void align_sbuf_to_granule(const KernelContext& ctx, const std::string& name) {
+  uint64_t used = 0;
+  for (const isa::Allocation& a : ctx.builder.program().allocations) {
+    if (a.space == isa::MemorySpace::sbuf) used = std::max(used, a.base_byte + a.bytes_per_partition());
+  }
+  constexpr uint64_t kGranule = 256, kAllocAlign = 64;  // isa/builder.cpp: allocations start 64-byte aligned
+  used = (used + kAllocAlign - 1) / kAllocAlign * kAllocAlign;
+  if (used % kGranule != 0) {
+    ctx.builder.sbuf(ctx.name(name), DType::fp32, {ctx.partitions(), uint32_t((kGranule - used % kGranule) / 4)});
+  }
+}
+
 inline int64_t product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

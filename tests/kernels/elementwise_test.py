@@ -150,7 +150,11 @@ def test_where(run_trnsim, tmp_path, b_scalar):
 
 
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("dtype,shape", [("fp32", (300, 7)), ("bf16", (129, 513)), ("fp32", (2, 3, 1)), ("bf16", (5, 2049))])
+@pytest.mark.parametrize("dtype,shape", [
+    ("fp32", (300, 7)), ("bf16", (129, 513)), ("fp32", (2, 3, 1)), ("bf16", (5, 2049)),
+    # Rows too long for SBUF: the chunked two-pass schedule (ragged C: not a multiple of the chunk).
+    ("fp32", (5, 40000)), ("bf16", (5, 40000)), ("fp32", (130, 70000)), ("bf16", (2, 3, 33333)),
+])
 def test_softmax(run_trnsim, tmp_path, log, dtype, shape):
     x = (np.random.default_rng(10).standard_normal(shape) * 3).astype(np.float32)
     kernel = "log_softmax" if log else "softmax"
@@ -164,6 +168,8 @@ def test_softmax(run_trnsim, tmp_path, log, dtype, shape):
 @pytest.mark.parametrize("dtype,shape,weight,bias", [
     ("fp32", (300, 7), True, True), ("bf16", (129, 513), True, False), ("fp32", (1, 2049), False, False),
     ("bf16", (2, 64, 100), True, True),
+    # Rows too long for SBUF: the chunked two-pass schedule (ragged C: not a multiple of the chunk).
+    ("fp32", (5, 40000), True, True), ("bf16", (130, 20001), True, False), ("fp32", (3, 70001), False, False),
 ])
 def test_norm(run_trnsim, tmp_path, kind, dtype, shape, weight, bias):
     rng = np.random.default_rng(11)

@@ -6,7 +6,8 @@
 //   kernel_runner unary shape=300x7 dtype=bf16 op=gelu --tasm k.tasm
 //   kernel_runner binary a_shape=8192x4096 b_shape=4096 dtype=bf16 op=add --bench config=trn3
 // Keys: shape, a_shape, b_shape, dtype, out_dtype, a_dtype, b_dtype, param_dtype, cond_dtype, op,
-// scale, bias, a_scalar, b_scalar, eps, weight (0/1), has_bias (0/1), config.
+// scale, bias, a_scalar, b_scalar, eps, weight (0/1), has_bias (0/1), config, cores (the kernel split
+// across that many cores sharing HBM; --tasm writes core 0's part), core_ids (which physical cores).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -86,171 +87,191 @@ int main(int argc, char** argv) try {
   const HardwareConfig& hw = config.hardware;
   std::string dtype = get("dtype", "fp32");
 
-  isa::Program program;
   double model_flops = 0;  // conv2d: the MFU numerator (2 N O Ho Wo C KH KW)
-  if (kernel == "unary") {
-    UnarySpec spec;
-    spec.shape = parse_shape(get("shape"));
-    spec.op = enum_of<UnaryOp>(get("op", "copy"),
-                               {{"copy", UnaryOp::copy}, {"relu", UnaryOp::relu}, {"gelu", UnaryOp::gelu},
-                                {"gelu_tanh", UnaryOp::gelu_tanh}, {"silu", UnaryOp::silu},
-                                {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh}, {"exp", UnaryOp::exp},
-                                {"log", UnaryOp::log}, {"sqrt", UnaryOp::sqrt}, {"rsqrt", UnaryOp::rsqrt},
-                                {"square", UnaryOp::square}, {"abs", UnaryOp::abs}, {"neg", UnaryOp::neg},
-                                {"reciprocal", UnaryOp::reciprocal}, {"affine", UnaryOp::affine}});
-    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
-    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-    spec.scale = std::stod(get("scale", "1"));
-    spec.bias = std::stod(get("bias", "0"));
-    program = unary_program(spec, hw);
-  } else if (kernel == "binary") {
-    BinarySpec spec;
-    spec.a_shape = parse_shape(get("a_shape", "1"));
-    spec.b_shape = parse_shape(get("b_shape", "1"));
-    spec.op = enum_of<BinaryOp>(
-        get("op", "add"), {{"add", BinaryOp::add}, {"subtract", BinaryOp::subtract}, {"multiply", BinaryOp::multiply},
-                           {"divide", BinaryOp::divide}, {"maximum", BinaryOp::maximum}, {"minimum", BinaryOp::minimum},
-                           {"equal", BinaryOp::equal}, {"not_equal", BinaryOp::not_equal},
-                           {"greater", BinaryOp::greater}, {"greater_equal", BinaryOp::greater_equal},
-                           {"less", BinaryOp::less}, {"less_equal", BinaryOp::less_equal}});
-    spec.a_dtype = dtype_of(kv, "a_dtype", dtype);
-    spec.b_dtype = dtype_of(kv, "b_dtype", dtype);
-    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-    if (kv.count("a_scalar")) spec.a_scalar = std::stod(kv["a_scalar"]);
-    if (kv.count("b_scalar")) spec.b_scalar = std::stod(kv["b_scalar"]);
-    program = binary_program(spec, hw);
-  } else if (kernel == "where") {
-    WhereSpec spec;
-    spec.shape = parse_shape(get("shape"));
-    spec.cond_dtype = dtype_of(kv, "cond_dtype", "uint8");
-    spec.a_dtype = dtype_of(kv, "a_dtype", dtype);
-    spec.b_dtype = dtype_of(kv, "b_dtype", dtype);
-    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-    if (kv.count("a_scalar")) spec.a_scalar = std::stod(kv["a_scalar"]);
-    if (kv.count("b_scalar")) spec.b_scalar = std::stod(kv["b_scalar"]);
-    program = where_program(spec, hw);
-  } else if (kernel == "softmax" || kernel == "log_softmax") {
-    SoftmaxSpec spec;
-    spec.shape = parse_shape(get("shape"));
-    spec.log = kernel == "log_softmax";
-    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
-    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-    program = softmax_program(spec, hw);
-  } else if (kernel == "layernorm" || kernel == "rmsnorm") {
-    NormSpec spec;
-    spec.kind = kernel == "rmsnorm" ? NormKind::rmsnorm : NormKind::layernorm;
-    spec.shape = parse_shape(get("shape"));
-    spec.eps = std::stod(get("eps", "1e-5"));
-    spec.weight = get("weight", "1") == "1";
-    spec.bias = get("has_bias", "0") == "1";
-    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
-    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-    spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
-    program = norm_program(spec, hw);
-  } else if (kernel == "layernorm_backward" || kernel == "rmsnorm_backward") {
-    // shape dtype param_dtype weight has_bias: inputs x dy mean rstd w, outputs dx dw db
-    NormBackwardSpec spec;
-    spec.kind = kernel == "rmsnorm_backward" ? NormKind::rmsnorm : NormKind::layernorm;
-    spec.shape = parse_shape(get("shape"));
-    spec.weight = get("weight", "1") == "1";
-    spec.bias = get("has_bias", "0") == "1";
-    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
-    spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
-    program = norm_backward_program(spec, hw);
-  } else if (kernel == "softmax_backward" || kernel == "log_softmax_backward") {
-    SoftmaxBackwardSpec spec;  // inputs y dy, output dx
-    spec.shape = parse_shape(get("shape"));
-    spec.log = kernel == "log_softmax_backward";
-    spec.input_dtype = dtype_of(kv, "dtype", "fp32");
-    spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-    program = softmax_backward_program(spec, hw);
-  } else if (kernel == "cross_entropy" || kernel == "cross_entropy_backward") {
-    // shape=RxC dtype reduction=none|sum|mean ignore_index=N|none
-    CrossEntropySpec spec;
-    std::vector<int64_t> shape = parse_shape(get("shape"));
-    spec.rows = shape.at(0), spec.classes = shape.at(1);
-    spec.reduction = enum_of<Reduction>(get("reduction", "mean"),
-                                        {{"none", Reduction::none}, {"sum", Reduction::sum}, {"mean", Reduction::mean}});
-    std::string ignore = get("ignore_index", "-100");
-    spec.ignore_index = ignore == "none" ? std::nullopt : std::optional<int64_t>(std::stoll(ignore));
-    spec.logits_dtype = dtype_of(kv, "dtype", "fp32");
-    program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw) : cross_entropy_backward_program(spec, hw);
-  } else if (kernel == "adamw") {
-    // elements dtype (param) grad_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
-    AdamWSpec spec;
-    spec.elements = std::stoll(get("elements"));
-    spec.param_dtype = dtype_of(kv, "dtype", "fp32");
-    spec.grad_dtype = dtype_of(kv, "grad_dtype", dtype);
-    spec.lr = std::stod(get("lr", "1e-3"));
-    spec.beta1 = std::stod(get("beta1", "0.9"));
-    spec.beta2 = std::stod(get("beta2", "0.999"));
-    spec.eps = std::stod(get("eps", "1e-8"));
-    spec.weight_decay = std::stod(get("weight_decay", "1e-2"));
-    spec.step = std::stoll(get("step", "1"));
-    program = adamw_program(spec, hw);
-  } else if (kernel == "conv2d") {
-    // input=NxCxHxW weight=OxCxKHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW groups has_bias
-    Conv2dSpec spec;
-    std::vector<int64_t> in = parse_shape(get("input")), wt = parse_shape(get("weight"));
-    if (in.size() != 4 || wt.size() != 4) throw std::invalid_argument("conv2d needs input=NxCxHxW weight=OxCxKHxKW");
-    spec.n = in[0], spec.c = in[1], spec.h = in[2], spec.w = in[3];
-    spec.o = wt[0], spec.kh = wt[2], spec.kw = wt[3];
-    auto pair = [&](const std::string& key, const std::string& fallback) {
-      std::vector<int64_t> v = parse_shape(get(key, fallback));
-      return std::make_pair(v.at(0), v.size() > 1 ? v[1] : v[0]);
-    };
-    std::tie(spec.stride_h, spec.stride_w) = pair("stride", "1");
-    std::tie(spec.pad_h, spec.pad_w) = pair("padding", "0");
-    std::tie(spec.dilation_h, spec.dilation_w) = pair("dilation", "1");
-    spec.groups = std::stoll(get("groups", "1"));
-    spec.bias = get("has_bias", "0") == "1";
-    spec.input_dtype = dtype_of(kv, "dtype", "bf16");
-    spec.output_dtype = dtype_of(kv, "out_dtype", "fp32");
-    model_flops = spec.flops();
-    program = conv2d_program(spec, hw);
-    if (get("backward", "0") == "1") {  // inputs input weight grad_output; outputs grad_input grad_weight (grad_bias)
-      model_flops = conv2d_backward_flops(spec);
-      program = conv2d_backward_program(spec, hw);
-    }
-  } else if (kernel == "reduce" || kernel == "permute" || kernel == "concat" || kernel == "embedding") {
-    // reduce shape=AxBxC dims=0,2 op=sum|mean|max|min|argmax|argmin keepdim=0|1 dtype out_dtype
-    // permute shape=AxBxC perm=2,0,1 dtype; concat shapes=2x3,2x5 dim=1 dtype;
-    // embedding num_ids=N vocab=V dim=D dtype index_dtype
-    auto ints = [&](const std::string& key) {
-      std::vector<int64_t> v;
-      std::stringstream in(get(key));
-      for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
-      return v;
-    };
-    if (kernel == "reduce") {
-      ReduceSpec spec;
+  // One program per core: with cores=N the kernel is split across N cores sharing HBM (kernels
+  // without a split build the whole kernel and only accept cores=1).
+  auto build = [&](uint32_t core, uint32_t cores) {
+    isa::Program program;
+    if (kernel == "unary") {
+      UnarySpec spec;
       spec.shape = parse_shape(get("shape"));
-      spec.dims = ints("dims");
-      spec.op = enum_of<ReduceOp>(get("op", "sum"), {{"sum", ReduceOp::sum}, {"mean", ReduceOp::mean},
-                                                      {"max", ReduceOp::max}, {"min", ReduceOp::min},
-                                                      {"argmax", ReduceOp::argmax}, {"argmin", ReduceOp::argmin}});
-      spec.keepdim = get("keepdim", "0") == "1";
+      spec.op = enum_of<UnaryOp>(get("op", "copy"),
+                                 {{"copy", UnaryOp::copy}, {"relu", UnaryOp::relu}, {"gelu", UnaryOp::gelu},
+                                  {"gelu_tanh", UnaryOp::gelu_tanh}, {"silu", UnaryOp::silu},
+                                  {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh}, {"exp", UnaryOp::exp},
+                                  {"log", UnaryOp::log}, {"sqrt", UnaryOp::sqrt}, {"rsqrt", UnaryOp::rsqrt},
+                                  {"square", UnaryOp::square}, {"abs", UnaryOp::abs}, {"neg", UnaryOp::neg},
+                                  {"reciprocal", UnaryOp::reciprocal}, {"affine", UnaryOp::affine}});
       spec.input_dtype = dtype_of(kv, "dtype", "fp32");
       spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
-      program = reduce_program(spec, hw);
-    } else if (kernel == "permute") {
-      program = permute_program({parse_shape(get("shape")), ints("perm"), dtype_of(kv, "dtype", "fp32")}, hw);
-    } else if (kernel == "concat") {
-      ConcatSpec spec;
-      std::stringstream in(get("shapes"));
-      for (std::string item; std::getline(in, item, ',');) spec.shapes.push_back(parse_shape(item));
-      spec.dim = std::stoll(get("dim", "0"));
-      spec.dtype = dtype_of(kv, "dtype", "fp32");
-      program = concat_program(spec, hw);
+      spec.scale = std::stod(get("scale", "1"));
+      spec.bias = std::stod(get("bias", "0"));
+      program = unary_program(spec, hw, core, cores);
+    } else if (kernel == "binary") {
+      BinarySpec spec;
+      spec.a_shape = parse_shape(get("a_shape", "1"));
+      spec.b_shape = parse_shape(get("b_shape", "1"));
+      spec.op = enum_of<BinaryOp>(
+          get("op", "add"), {{"add", BinaryOp::add}, {"subtract", BinaryOp::subtract}, {"multiply", BinaryOp::multiply},
+                             {"divide", BinaryOp::divide}, {"maximum", BinaryOp::maximum}, {"minimum", BinaryOp::minimum},
+                             {"equal", BinaryOp::equal}, {"not_equal", BinaryOp::not_equal},
+                             {"greater", BinaryOp::greater}, {"greater_equal", BinaryOp::greater_equal},
+                             {"less", BinaryOp::less}, {"less_equal", BinaryOp::less_equal}});
+      spec.a_dtype = dtype_of(kv, "a_dtype", dtype);
+      spec.b_dtype = dtype_of(kv, "b_dtype", dtype);
+      spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+      if (kv.count("a_scalar")) spec.a_scalar = std::stod(kv["a_scalar"]);
+      if (kv.count("b_scalar")) spec.b_scalar = std::stod(kv["b_scalar"]);
+      program = binary_program(spec, hw, core, cores);
+    } else if (kernel == "where") {
+      WhereSpec spec;
+      spec.shape = parse_shape(get("shape"));
+      spec.cond_dtype = dtype_of(kv, "cond_dtype", "uint8");
+      spec.a_dtype = dtype_of(kv, "a_dtype", dtype);
+      spec.b_dtype = dtype_of(kv, "b_dtype", dtype);
+      spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+      if (kv.count("a_scalar")) spec.a_scalar = std::stod(kv["a_scalar"]);
+      if (kv.count("b_scalar")) spec.b_scalar = std::stod(kv["b_scalar"]);
+      program = where_program(spec, hw, core, cores);
+    } else if (kernel == "softmax" || kernel == "log_softmax") {
+      SoftmaxSpec spec;
+      spec.shape = parse_shape(get("shape"));
+      spec.log = kernel == "log_softmax";
+      spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+      spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+      program = softmax_program(spec, hw, core, cores);
+    } else if (kernel == "layernorm" || kernel == "rmsnorm") {
+      NormSpec spec;
+      spec.kind = kernel == "rmsnorm" ? NormKind::rmsnorm : NormKind::layernorm;
+      spec.shape = parse_shape(get("shape"));
+      spec.eps = std::stod(get("eps", "1e-5"));
+      spec.weight = get("weight", "1") == "1";
+      spec.bias = get("has_bias", "0") == "1";
+      spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+      spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+      spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
+      program = norm_program(spec, hw, core, cores);
+    } else if (kernel == "layernorm_backward" || kernel == "rmsnorm_backward") {
+      // shape dtype param_dtype weight has_bias: inputs x dy mean rstd w, outputs dx dw db
+      NormBackwardSpec spec;
+      spec.kind = kernel == "rmsnorm_backward" ? NormKind::rmsnorm : NormKind::layernorm;
+      spec.shape = parse_shape(get("shape"));
+      spec.weight = get("weight", "1") == "1";
+      spec.bias = get("has_bias", "0") == "1";
+      spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+      spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
+      program = norm_backward_program(spec, hw, core, cores);
+    } else if (kernel == "softmax_backward" || kernel == "log_softmax_backward") {
+      SoftmaxBackwardSpec spec;  // inputs y dy, output dx
+      spec.shape = parse_shape(get("shape"));
+      spec.log = kernel == "log_softmax_backward";
+      spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+      spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+      program = softmax_backward_program(spec, hw, core, cores);
+    } else if (kernel == "cross_entropy" || kernel == "cross_entropy_backward") {
+      // shape=RxC dtype reduction=none|sum|mean ignore_index=N|none
+      CrossEntropySpec spec;
+      std::vector<int64_t> shape = parse_shape(get("shape"));
+      spec.rows = shape.at(0), spec.classes = shape.at(1);
+      spec.reduction = enum_of<Reduction>(get("reduction", "mean"),
+                                          {{"none", Reduction::none}, {"sum", Reduction::sum}, {"mean", Reduction::mean}});
+      std::string ignore = get("ignore_index", "-100");
+      spec.ignore_index = ignore == "none" ? std::nullopt : std::optional<int64_t>(std::stoll(ignore));
+      spec.logits_dtype = dtype_of(kv, "dtype", "fp32");
+      if (cores > 1) throw std::invalid_argument("cores: " + kernel + " is not split across cores");
+      program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw) : cross_entropy_backward_program(spec, hw);
+    } else if (kernel == "adamw") {
+      // elements dtype (param) grad_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
+      AdamWSpec spec;
+      spec.elements = std::stoll(get("elements"));
+      spec.param_dtype = dtype_of(kv, "dtype", "fp32");
+      spec.grad_dtype = dtype_of(kv, "grad_dtype", dtype);
+      spec.lr = std::stod(get("lr", "1e-3"));
+      spec.beta1 = std::stod(get("beta1", "0.9"));
+      spec.beta2 = std::stod(get("beta2", "0.999"));
+      spec.eps = std::stod(get("eps", "1e-8"));
+      spec.weight_decay = std::stod(get("weight_decay", "1e-2"));
+      spec.step = std::stoll(get("step", "1"));
+      program = adamw_program(spec, hw, core, cores);
+    } else if (kernel == "conv2d") {
+      // input=NxCxHxW weight=OxCxKHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW groups has_bias
+      Conv2dSpec spec;
+      std::vector<int64_t> in = parse_shape(get("input")), wt = parse_shape(get("weight"));
+      if (in.size() != 4 || wt.size() != 4) throw std::invalid_argument("conv2d needs input=NxCxHxW weight=OxCxKHxKW");
+      spec.n = in[0], spec.c = in[1], spec.h = in[2], spec.w = in[3];
+      spec.o = wt[0], spec.kh = wt[2], spec.kw = wt[3];
+      auto pair = [&](const std::string& key, const std::string& fallback) {
+        std::vector<int64_t> v = parse_shape(get(key, fallback));
+        return std::make_pair(v.at(0), v.size() > 1 ? v[1] : v[0]);
+      };
+      std::tie(spec.stride_h, spec.stride_w) = pair("stride", "1");
+      std::tie(spec.pad_h, spec.pad_w) = pair("padding", "0");
+      std::tie(spec.dilation_h, spec.dilation_w) = pair("dilation", "1");
+      spec.groups = std::stoll(get("groups", "1"));
+      spec.bias = get("has_bias", "0") == "1";
+      spec.input_dtype = dtype_of(kv, "dtype", "bf16");
+      spec.output_dtype = dtype_of(kv, "out_dtype", "fp32");
+      model_flops = spec.flops();
+      if (cores > 1) throw std::invalid_argument("cores: conv2d is not split across cores");
+      program = conv2d_program(spec, hw);
+      if (get("backward", "0") == "1") {  // inputs input weight grad_output; outputs grad_input grad_weight (grad_bias)
+        model_flops = conv2d_backward_flops(spec);
+        program = conv2d_backward_program(spec, hw);
+      }
+    } else if (kernel == "reduce" || kernel == "permute" || kernel == "concat" || kernel == "embedding") {
+      // reduce shape=AxBxC dims=0,2 op=sum|mean|max|min|argmax|argmin keepdim=0|1 dtype out_dtype
+      // permute shape=AxBxC perm=2,0,1 dtype; concat shapes=2x3,2x5 dim=1 dtype;
+      // embedding num_ids=N vocab=V dim=D dtype index_dtype
+      auto ints = [&](const std::string& key) {
+        std::vector<int64_t> v;
+        std::stringstream in(get(key));
+        for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
+        return v;
+      };
+      if (kernel == "reduce") {
+        ReduceSpec spec;
+        spec.shape = parse_shape(get("shape"));
+        spec.dims = ints("dims");
+        spec.op = enum_of<ReduceOp>(get("op", "sum"), {{"sum", ReduceOp::sum}, {"mean", ReduceOp::mean},
+                                                        {"max", ReduceOp::max}, {"min", ReduceOp::min},
+                                                        {"argmax", ReduceOp::argmax}, {"argmin", ReduceOp::argmin}});
+        spec.keepdim = get("keepdim", "0") == "1";
+        spec.input_dtype = dtype_of(kv, "dtype", "fp32");
+        spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
+        program = reduce_program(spec, hw, core, cores);
+      } else if (kernel == "permute") {
+        program = permute_program({parse_shape(get("shape")), ints("perm"), dtype_of(kv, "dtype", "fp32")}, hw, core,
+                                  cores);
+      } else if (kernel == "concat") {
+        ConcatSpec spec;
+        std::stringstream in(get("shapes"));
+        for (std::string item; std::getline(in, item, ',');) spec.shapes.push_back(parse_shape(item));
+        spec.dim = std::stoll(get("dim", "0"));
+        spec.dtype = dtype_of(kv, "dtype", "fp32");
+        program = concat_program(spec, hw, core, cores);
+      } else {
+        EmbeddingSpec spec{std::stoll(get("num_ids")), std::stoll(get("vocab")), std::stoll(get("dim")),
+                           dtype_of(kv, "dtype", "fp32"), dtype_of(kv, "index_dtype", "int32")};
+        program = embedding_program(spec, hw, core, cores);
+      }
     } else {
-      EmbeddingSpec spec{std::stoll(get("num_ids")), std::stoll(get("vocab")), std::stoll(get("dim")),
-                         dtype_of(kv, "dtype", "fp32"), dtype_of(kv, "index_dtype", "int32")};
-      program = embedding_program(spec, hw);
+      throw std::invalid_argument("unknown kernel " + kernel);
     }
-  } else {
-    throw std::invalid_argument("unknown kernel " + kernel);
+    return program;
+  };
+  const uint32_t cores = uint32_t(std::stoul(get("cores", "1")));
+  std::vector<uint32_t> core_ids;
+  for (uint32_t c = 0; c < cores; ++c) core_ids.push_back(c);
+  if (kv.count("core_ids")) {  // physical cores to run on, e.g. core_ids=0,2 (default 0..cores-1)
+    core_ids.clear();
+    std::stringstream in(get("core_ids"));
+    for (std::string item; std::getline(in, item, ',');) core_ids.push_back(uint32_t(std::stoul(item)));
+    if (core_ids.size() != cores) throw std::invalid_argument("core_ids must list `cores` cores");
   }
-  isa::check_program(program, hw);
+  std::vector<isa::Program> programs;
+  for (uint32_t c = 0; c < cores; ++c) programs.push_back(build(c, cores));
+  for (const isa::Program& p : programs) isa::check_program(p, hw);
+  const isa::Program& program = programs.front();
 
   if (!tasm.empty()) {
     std::ofstream out(tasm);
@@ -259,10 +280,13 @@ int main(int argc, char** argv) try {
   if (bench) {
     sim::SimOptions options;
     options.timing_only = true;
-    sim::SimResult result = sim::simulate(program, hw, config.hash, options);
+    options.cores = core_ids;
+    std::vector<const isa::Program*> parts;
+    for (const isa::Program& p : programs) parts.push_back(&p);
+    sim::SimResult result = sim::simulate(parts, hw, config.hash, options, nullptr, /*shared_hbm=*/true);
     const sim::SimStats& s = result.stats;
-    // The core's share of the chip's HBM bandwidth: chip bandwidth / cores.
-    double share_gbps = hw.hbm.bandwidth_gbps / double(hw.chip.physical_cores);
+    // The cores' share of the chip's HBM bandwidth: chip bandwidth / physical cores, per core used.
+    double share_gbps = hw.hbm.bandwidth_gbps / double(hw.chip.physical_cores) * double(cores);
     double gbps = double(s.hbm_bytes) / s.total_ns;
     std::printf("{\"kernel\": \"%s\", \"config\": \"%s\", \"total_ns\": %.1f, \"hbm_bytes\": %llu, \"gbps\": %.1f, "
                 "\"share_gbps\": %.1f, \"percent_of_share\": %.1f",

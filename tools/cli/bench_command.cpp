@@ -137,6 +137,7 @@ struct AttentionOptions {
   std::string config = "trn2";
   std::vector<std::string> overrides;
   int64_t batch = 1, heads = 1, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 128;
+  uint32_t cores = 1;  // forward only: split by (batch, head, query tile) blocks
   bool causal = false, force = false, backward = false, lse = false;
   std::string dtype = "bf16", csv, stats, trace, emit_tasm;
 };
@@ -153,15 +154,17 @@ void bench_attention(const AttentionOptions& o) {
   spec.causal = o.causal;
   spec.dtype = dtype_or_throw(o.dtype);
   spec.write_lse = o.lse;
-  isa::Program program = o.backward ? kernels::flash_attention_backward_program(spec, config.hardware)
-                                    : kernels::flash_attention_forward_program(spec, config.hardware);
+  if (o.backward && o.cores > 1) throw isa::IsaError("bench attention: --cores applies to the forward only");
   std::vector<isa::Program> programs;
-  programs.push_back(std::move(program));
+  for (uint32_t core = 0; core < o.cores; ++core) {
+    programs.push_back(o.backward ? kernels::flash_attention_backward_program(spec, config.hardware)
+                                  : kernels::flash_attention_forward_program(spec, config.hardware, core, o.cores));
+  }
   sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
   const sim::SimStats& s = result.stats;
   // The backward's model FLOPs are its five matmuls: 2.5x the forward's two.
   double flops = o.backward ? kernels::attention_backward_flops(spec) : kernels::attention_forward_flops(spec);
-  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.dtype);
+  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.dtype) * o.cores;
   double tflops = flops / s.total_ns / 1e3;
   double mfu = peak > 0 ? tflops / peak : 0;
   std::string bottleneck = bottleneck_engine(s);
@@ -281,6 +284,8 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   at->add_option("--heads", a->heads, "Query heads");
   at->add_option("--kv-heads", a->kv_heads, "Key/value heads (grouped-query; default: --heads)");
   at->add_flag("--causal", a->causal, "Causal mask");
+  at->add_option("--cores", a->cores, "Forward split across this many physical cores (by batch, head, query tile)")
+      ->check(CLI::Range(1, 64));
   at->add_flag("--lse", a->lse, "Forward also writes each row's logsumexp (the backward's input)");
   at->add_flag("--backward", a->backward,
                "Simulate the backward instead (inputs q k v o do lse, outputs dq dk dv; MFU over its 5 matmuls)");
