@@ -1,0 +1,47 @@
+// trnsim._C: pybind11 bindings of the neuron device. Plain C++ on this side (neuron_device.h),
+// so this TU does not pay for torch headers. `import torch` must come before loading it.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "frontend/neuron_device.h"
+
+namespace py = pybind11;
+namespace fe = trnsim::frontend;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "trnsim native part: the PyTorch device 'neuron' (PrivateUse1) on simulated Trainium";
+
+  m.def("set_config", &fe::set_config, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
+        "Load the hardware config the device simulates (a name such as 'trn2' or a path) with 'a.b=v' overrides.");
+  m.def("config_info", [] {
+    fe::DeviceConfigInfo c = fe::config_info();
+    py::dict d;
+    d["name"] = c.name;
+    d["source_file"] = c.source_file;
+    d["hash"] = c.hash;
+    d["device_count"] = c.device_count;
+    d["hbm_bytes_per_device"] = c.hbm_bytes_per_device;
+    d["host_link_gbps"] = c.host_link_gbps;
+    return d;
+  });
+  m.def("device_count", &fe::device_count);
+  m.def("current_device", &fe::current_device);
+  m.def("set_device", &fe::set_device, py::arg("index"));
+  m.def("memory_stats", [](int device) {
+    fe::MemoryStats s = fe::memory_stats(device);
+    py::dict d;
+    d["allocated_bytes"] = s.allocated;
+    d["peak_allocated_bytes"] = s.peak_allocated;
+    d["capacity_bytes"] = s.capacity;
+    d["num_allocs"] = s.num_allocs;
+    d["num_ooms"] = s.num_ooms;
+    return d;
+  }, py::arg("device"));
+  m.def("reset_peak_memory_stats", &fe::reset_peak_memory_stats, py::arg("device"));
+  m.def("set_fallback_mode", &fe::set_fallback_mode, py::arg("mode"));
+  m.def("fallback_mode", &fe::fallback_mode);
+  m.def("fallback_counts", &fe::fallback_counts);
+  m.def("reset_fallback_counts", &fe::reset_fallback_counts);
+  m.def("manual_seed", &fe::manual_seed, py::arg("device"), py::arg("seed"));
+  m.def("initial_seed", &fe::initial_seed, py::arg("device"));
+}

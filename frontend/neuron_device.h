@@ -1,0 +1,52 @@
+// The PyTorch device "neuron" seen from outside the torch translation unit: plain C++ only, so
+// the pybind11 bindings (module.cpp) compile without torch headers. The one TU that includes
+// ATen is neuron_device.cpp (allocator, device guard, hooks, native ops, CPU fallback).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trnsim::frontend {
+
+// The hardware the device simulates. Loaded by load_config(name_or_path, overrides); until
+// set_config is called the first use loads $TRNSIM_CONFIG or "trn2".
+struct DeviceConfigInfo {
+  std::string name;
+  std::string source_file;
+  std::string hash;
+  int device_count = 0;                   // logical cores of the default system
+  uint64_t hbm_bytes_per_device = 0;      // chip HBM / logical cores per chip
+  double host_link_gbps = 0;
+};
+
+void set_config(const std::string& name_or_path, const std::vector<std::string>& overrides);
+DeviceConfigInfo config_info();
+
+int device_count();
+int current_device();
+void set_device(int index);
+
+struct MemoryStats {
+  uint64_t allocated = 0;       // bytes held by live tensors
+  uint64_t peak_allocated = 0;  // since the last reset
+  uint64_t capacity = 0;        // simulated HBM of this device
+  uint64_t num_allocs = 0;
+  uint64_t num_ooms = 0;
+};
+MemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);
+
+// Boxed CPU fallback: every op without a native neuron kernel, counted by operator name.
+enum class FallbackMode { allow, warn, error };
+void set_fallback_mode(const std::string& mode);  // "allow" | "warn" | "error"
+std::string fallback_mode();
+std::map<std::string, int64_t> fallback_counts();
+void reset_fallback_counts();
+
+// Per-device default generators (the CPU-fallback random ops still draw from the CPU one).
+void manual_seed(int device, uint64_t seed);
+uint64_t initial_seed(int device);
+
+}  // namespace trnsim::frontend

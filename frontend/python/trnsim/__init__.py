@@ -1,0 +1,74 @@
+"""trnsim: PyTorch on a simulated AWS Trainium device, ``"neuron"``.
+
+``import trnsim`` renames PyTorch's PrivateUse1 backend to ``neuron`` and registers the device
+module ``torch.neuron``, so ``x.to("neuron")``, ``torch.randn(3, device="neuron")``,
+``x.neuron()`` and ``model.to("neuron")`` work.
+
+First slice (issue 6): device memory is simulated HBM (capacity from the hardware config, CUDA-like
+out-of-memory errors, ``torch.neuron.memory_allocated()``), copies and views are native, and every
+compute op still runs on the CPU through a counting fallback (``trnsim.fallback_report()``;
+``TRNSIM_FALLBACK=allow|warn|error``, default ``warn`` once per op). Lowering ATen ops to the
+kernel library and the simulator is the next slice.
+
+The hardware is ``$TRNSIM_CONFIG`` (a name such as ``trn3`` or a path), default ``trn2``;
+``trnsim.set_config(name_or_path, **overrides)`` changes it.
+"""
+import os as _os
+
+import torch  # must precede the native module: it loads libtorch and registers PrivateUse1's peers
+
+from . import _C
+from . import device as _device_module
+
+__all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode"]
+
+DEVICE_NAME = "neuron"
+
+
+def _overrides_list(overrides, kwargs):
+    items = list(overrides or [])
+    for key, value in kwargs.items():
+        # set_config("trn2", hbm__capacity_bytes=1<<30) or set_config("trn2", **{"hbm.capacity_bytes": 1<<30})
+        items.append(f"{key.replace('__', '.')}={value}")
+    return items
+
+
+def set_config(name_or_path="trn2", overrides=None, **kwargs):
+    """Choose the simulated hardware: a shipped config name ("trn2", "trn3"), a YAML path or a
+    what-if, plus overrides as "a.b=v" strings or keyword arguments (dots spelled "__")."""
+    _C.set_config(str(name_or_path), _overrides_list(overrides, kwargs))
+    return config()
+
+
+def config():
+    """The configured hardware: name, source file, hash, device count, HBM bytes per device."""
+    return _C.config_info()
+
+
+def fallback_report():
+    """Ops that ran on the CPU through the fallback since the last reset: {op name: calls}."""
+    return dict(_C.fallback_counts())
+
+
+def reset_fallback_report():
+    _C.reset_fallback_counts()
+
+
+def set_fallback_mode(mode):
+    """"allow" (silent), "warn" (once per op; the default) or "error" (raise NotImplementedError)."""
+    _C.set_fallback_mode(mode)
+
+
+def _register():
+    if getattr(torch, DEVICE_NAME, None) is _device_module:
+        return
+    torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+    torch._register_device_module(DEVICE_NAME, _device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+
+
+set_config(_os.environ.get("TRNSIM_CONFIG") or "trn2")
+if _os.environ.get("TRNSIM_FALLBACK"):
+    set_fallback_mode(_os.environ["TRNSIM_FALLBACK"])
+_register()
