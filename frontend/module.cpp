@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "frontend/kernel_executor.h"
 #include "frontend/neuron_device.h"
 
 namespace py = pybind11;
@@ -44,4 +45,25 @@ PYBIND11_MODULE(_C, m) {
   m.def("reset_fallback_counts", &fe::reset_fallback_counts);
   m.def("manual_seed", &fe::manual_seed, py::arg("device"), py::arg("seed"));
   m.def("initial_seed", &fe::initial_seed, py::arg("device"));
+  m.def("simulated_ns", &fe::simulated_ns, py::arg("device"),
+        "Simulated nanoseconds of the ops run on the device (all devices when device < 0).");
+  m.def("reset_simulated_time", &fe::reset_simulated_time);
+  m.def("op_log", [] {
+    py::list out;
+    for (const fe::OpRecord& r : fe::op_log()) {
+      py::dict d;
+      d["op"] = r.op;
+      d["shapes"] = r.shapes;
+      d["dtype"] = r.dtype;
+      d["device"] = r.device;
+      d["ns"] = r.ns;
+      d["flops"] = r.flops;
+      d["mfu"] = r.mfu;
+      d["bottleneck"] = r.bottleneck;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("reset_op_log", &fe::reset_op_log);
+  m.def("program_cache_size", &fe::program_cache_size);
 }

@@ -1,12 +1,13 @@
-// The PyTorch device "neuron" (PrivateUse1), first slice: simulated HBM allocator with capacity
-// and stats, device guard, hooks, the native data-movement and view ops, and a counting boxed
-// CPU fallback through which, for now, every compute op runs. The only TU that includes ATen
+// The PyTorch device "neuron" (PrivateUse1): simulated HBM allocator with capacity and stats,
+// device guard, hooks, the native data-movement and view ops, the ops lowered to the kernel
+// library and run on the simulator (kernel_executor), and a counting boxed CPU fallback for the rest. The only TU that includes ATen
 // (each torch TU costs about a minute of compile time on the 2-core CI machine).
 #include "frontend/neuron_device.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -33,9 +34,18 @@
 
 #include "config/config_loader.h"
 #include "config/derived_figures.h"
+#include "frontend/kernel_executor.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
 
 namespace trnsim::frontend {
 namespace {
+
+using kernels::BinaryOp;
+using kernels::BinarySpec;
+using kernels::MatmulSpec;
+using kernels::UnaryOp;
+using kernels::UnarySpec;
 
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 constexpr int kMaxDevices = 128;  // c10::DeviceIndex is int8_t
@@ -59,6 +69,7 @@ void load_locked(const std::string& name, const std::vector<std::string>& overri
   uint32_t per_chip = std::max<uint32_t>(1, figures.logical_cores_per_chip);
   info.hbm_bytes_per_device = loaded.hardware.hbm.capacity_bytes / per_chip;
   info.host_link_gbps = loaded.hardware.host_link.bandwidth_gbps;
+  executor_set_hardware(loaded.hardware, loaded.hash);
   g_config = info;
   g_config_loaded = true;
 }
@@ -490,10 +501,247 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "Set TRNSIM_FALLBACK=warn or allow to let it fall back.");
   if (mode == FallbackMode::warn && first) {
     TORCH_WARN("The operator '", full,
-               "' has no neuron kernel yet; it runs on the CPU (copies to the host and back). "
+               "' has no neuron kernel (for these arguments) yet; it runs on the CPU (copies to the host and back). "
                "trnsim.fallback_report() lists such ops; TRNSIM_FALLBACK=allow silences this, =error forbids it.");
   }
   at::native::cpu_fallback(op, stack);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ops on the simulator (slice 2): lowered to the kernel library, values from the interpreter,
+// time from the timing model (kernel_executor). Registered boxed; whatever a lowering does not
+// support (dtype, shape, alpha/beta, operands on other devices) goes through neuron_fallback,
+// counted like any other fallback op.
+
+std::optional<DType> sim_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::fp32;
+    case at::kBFloat16: return DType::bf16;
+    case at::kHalf: return DType::fp16;
+    default: return std::nullopt;
+  }
+}
+
+std::vector<int64_t> dims(c10::IntArrayRef sizes) { return std::vector<int64_t>(sizes.begin(), sizes.end()); }
+
+std::string dims_key(c10::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? "," : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+bool on_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
+
+HostBuffer buffer(const std::string& name, const at::Tensor& t) {
+  return HostBuffer{name, t.data_ptr(), static_cast<size_t>(t.numel()), *sim_dtype(t.scalar_type())};
+}
+
+OpRecord record_for(const std::string& op, std::initializer_list<at::Tensor> inputs, at::ScalarType dtype) {
+  OpRecord r;
+  r.op = op;
+  for (const at::Tensor& t : inputs) r.shapes.push_back(dims(t.sizes()));
+  r.dtype = c10::toString(dtype);
+  return r;
+}
+
+// A matmul operand as stored: contiguous, or the transpose (last two dims) of a contiguous tensor
+// (nn.Linear's weight.t()), which the kernel loads transposed; anything else is made contiguous
+// by a device copy.
+std::pair<at::Tensor, bool> matmul_operand(const at::Tensor& t) {
+  if (t.is_contiguous()) return {t, false};
+  at::Tensor stored = t.transpose(-1, -2);
+  if (stored.is_contiguous()) return {stored, true};
+  return {t.contiguous(), false};
+}
+
+// C = A @ B (+ bias[N] or + residual[M, N]) for [M, K] @ [K, N] or batched [B, M, K] @ [B, K, N].
+std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& a_in, const at::Tensor& b_in,
+                                       const at::Tensor* addend) {
+  if (!on_neuron(a_in) || !on_neuron(b_in) || a_in.scalar_type() != b_in.scalar_type()) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(a_in.scalar_type());
+  if (!dt) return std::nullopt;
+  const bool batched = a_in.dim() == 3;
+  if (a_in.dim() != b_in.dim() || (a_in.dim() != 2 && !batched)) return std::nullopt;
+  if (batched && a_in.size(0) != b_in.size(0)) return std::nullopt;
+  const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
+  if (b_in.size(-2) != k || m == 0 || k == 0 || n == 0 || (batched && a_in.size(0) == 0)) return std::nullopt;
+  MatmulSpec spec;
+  spec.batch = batched ? a_in.size(0) : 1;
+  spec.m = m;
+  spec.k = k;
+  spec.n = n;
+  spec.input_dtype = *dt;
+  spec.output_dtype = *dt;
+  at::Tensor bias;
+  if (addend) {
+    if (!on_neuron(*addend) || addend->scalar_type() != a_in.scalar_type() || batched) return std::nullopt;
+    if (addend->dim() == 1 && addend->size(0) == n) {
+      spec.bias = true;
+    } else if (addend->dim() == 2 && addend->size(0) == 1 && addend->size(1) == n) {
+      spec.bias = true;
+    } else if (addend->dim() == 2 && addend->size(0) == m && addend->size(1) == n) {
+      spec.residual = true;
+    } else {
+      return std::nullopt;
+    }
+    bias = addend->contiguous();
+  }
+  c10::DeviceGuard guard(a_in.device());
+  auto [a, a_t] = matmul_operand(a_in);
+  auto [b, b_t] = matmul_operand(b_in);
+  spec.a_transposed = a_t;
+  spec.b_transposed = b_t;
+  at::Tensor c = batched ? at::empty({spec.batch, m, n}, a_in.options()) : at::empty({m, n}, a_in.options());
+  const std::string key = op + "|" + std::to_string(spec.batch) + "," + std::to_string(m) + "," + std::to_string(k) +
+                          "," + std::to_string(n) + "|" + c10::toString(a_in.scalar_type()) + "|" +
+                          std::to_string(a_t) + std::to_string(b_t) + std::to_string(spec.bias) +
+                          std::to_string(spec.residual);
+  std::vector<HostBuffer> inputs = {buffer("a", a), buffer("b", b)};
+  if (spec.bias) inputs.push_back(buffer("bias", bias));
+  if (spec.residual) inputs.push_back(buffer("residual", bias));
+  OpRecord record = addend ? record_for(op, {*addend, a_in, b_in}, a_in.scalar_type())
+                           : record_for(op, {a_in, b_in}, a_in.scalar_type());
+  execute_program(a_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::matmul_program(spec, hw); },
+                  inputs, {buffer("c", c)}, std::move(record));
+  return c;
+}
+
+std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x_in, UnaryOp kind) {
+  if (!on_neuron(x_in) || x_in.numel() == 0) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  if (!dt) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty(x_in.sizes(), x_in.options());
+  UnarySpec spec;
+  spec.shape = {x.numel()};
+  spec.op = kind;
+  spec.input_dtype = *dt;
+  spec.output_dtype = *dt;
+  const std::string key = op + "|" + std::to_string(x.numel()) + "|" + c10::toString(x.scalar_type());
+  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::unary_program(spec, hw); },
+                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  return y;
+}
+
+// A binary operand: a tensor on the device of the result dtype, or a 0-dim tensor used as an
+// immediate (Python numbers arrive as wrapped 0-dim CPU tensors).
+struct BinaryOperand {
+  at::Tensor tensor;
+  std::optional<double> scalar;
+};
+
+std::optional<BinaryOperand> binary_operand(const at::Tensor& t, at::ScalarType result) {
+  if (t.dim() == 0) {
+    if (!at::isFloatingType(t.scalar_type()) && !at::isIntegralType(t.scalar_type(), /*includeBool=*/true))
+      return std::nullopt;
+    return BinaryOperand{at::Tensor(), (on_neuron(t) ? local_scalar_dense(t) : t.item()).toDouble()};
+  }
+  if (!on_neuron(t) || t.scalar_type() != result || t.numel() == 0) return std::nullopt;
+  return BinaryOperand{t.contiguous(), std::nullopt};
+}
+
+std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& a_in, const at::Tensor& b_in,
+                                       BinaryOp kind) {
+  if (!on_neuron(a_in) && !on_neuron(b_in)) return std::nullopt;
+  const at::ScalarType result = at::result_type(a_in, b_in);
+  const std::optional<DType> dt = sim_dtype(result);
+  if (!dt) return std::nullopt;
+  const at::Tensor& device_operand = on_neuron(a_in) ? a_in : b_in;
+  c10::DeviceGuard guard(device_operand.device());
+  std::optional<BinaryOperand> a = binary_operand(a_in, result), b = binary_operand(b_in, result);
+  if (!a || !b || (a->scalar && b->scalar)) return std::nullopt;
+  BinarySpec spec;
+  spec.op = kind;
+  spec.a_dtype = spec.b_dtype = spec.output_dtype = *dt;
+  spec.a_scalar = a->scalar;
+  spec.b_scalar = b->scalar;
+  std::vector<int64_t> out_shape;
+  if (a->scalar) {
+    out_shape = dims(b->tensor.sizes());
+  } else if (b->scalar) {
+    out_shape = dims(a->tensor.sizes());
+  } else {
+    const at::DimVector shape = at::infer_size_dimvector(a->tensor.sizes(), b->tensor.sizes());
+    out_shape.assign(shape.begin(), shape.end());
+  }
+  int64_t numel = 1;
+  for (int64_t d : out_shape) numel *= d;
+  if (numel == 0) return std::nullopt;
+  // Same shapes are flattened (one program per element count); broadcasts keep their shapes.
+  const bool same = !a->scalar && !b->scalar && a->tensor.sizes() == b->tensor.sizes();
+  const bool flat = a->scalar || b->scalar || same;
+  spec.a_shape = a->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(a->tensor.sizes());
+  spec.b_shape = b->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(b->tensor.sizes());
+  at::Tensor c = at::empty(out_shape, device_operand.options().dtype(result));
+  std::string key = op + "|" + dims_key(spec.a_shape) + dims_key(spec.b_shape) + "|" + c10::toString(result);
+  std::ostringstream immediates;  // an immediate is part of the program
+  immediates << std::hexfloat;
+  if (spec.a_scalar) immediates << "|a=" << *spec.a_scalar;
+  if (spec.b_scalar) immediates << "|b=" << *spec.b_scalar;
+  key += immediates.str();
+  std::vector<HostBuffer> inputs;
+  if (!a->scalar) inputs.push_back(buffer("a", a->tensor));
+  if (!b->scalar) inputs.push_back(buffer("b", b->tensor));
+  execute_program(device_operand.device().index(), key,
+                  [spec](const HardwareConfig& hw) { return kernels::binary_program(spec, hw); }, inputs,
+                  {buffer("c", c)}, record_for(op, {a_in, b_in}, result));
+  return c;
+}
+
+bool is_one(const c10::IValue& v) { return v.isScalar() ? v.toScalar().equal(1) : false; }
+
+std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (op == "mm" || op == "bmm") {
+    const at::Tensor& a = args[0].toTensor();
+    if (a.dim() != (op == "bmm" ? 3 : 2)) return std::nullopt;
+    return lower_matmul(op, a, args[1].toTensor(), nullptr);
+  }
+  if (op == "addmm") {
+    if (!is_one(args[3]) || !is_one(args[4])) return std::nullopt;
+    const at::Tensor& bias = args[0].toTensor();
+    return lower_matmul(op, args[1].toTensor(), args[2].toTensor(), &bias);
+  }
+  if (op == "add.Tensor" || op == "sub.Tensor") {
+    if (!is_one(args[2])) return std::nullopt;
+    return lower_binary(op, args[0].toTensor(), args[1].toTensor(),
+                        op == "add.Tensor" ? BinaryOp::add : BinaryOp::subtract);
+  }
+  if (op == "mul.Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), BinaryOp::multiply);
+  if (op == "div.Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), BinaryOp::divide);
+  if (op == "gelu") {
+    const std::string approximate(args[1].toStringRef());
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
+    return lower_unary(op, args[0].toTensor(), approximate == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu);
+  }
+  static const std::map<std::string, UnaryOp> unary = {{"relu", UnaryOp::relu},       {"silu", UnaryOp::silu},
+                                                        {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh},
+                                                        {"exp", UnaryOp::exp}};
+  auto it = unary.find(op);
+  if (it != unary.end()) return lower_unary(op, args[0].toTensor(), it->second);
+  return std::nullopt;
+}
+
+void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  std::string full = name.name;
+  if (!name.overload_name.empty()) full += "." + name.overload_name;
+  if (full.rfind("aten::", 0) == 0) full = full.substr(6);
+  const size_t n = op.schema().arguments().size();
+  std::optional<at::Tensor> out = lower(full, torch::jit::last(*stack, n));
+  if (!out) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  torch::jit::push(*stack, std::move(*out));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* op : {"mm", "addmm", "bmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "relu", "gelu",
+                         "silu", "sigmoid", "tanh", "exp"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
+  }
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>()); }

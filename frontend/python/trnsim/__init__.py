@@ -6,9 +6,11 @@ module ``torch.neuron``, so ``x.to("neuron")``, ``torch.randn(3, device="neuron"
 
 First slice (issue 6): device memory is simulated HBM (capacity from the hardware config, CUDA-like
 out-of-memory errors, ``torch.neuron.memory_allocated()``), copies and views are native, and every
-compute op still runs on the CPU through a counting fallback (``trnsim.fallback_report()``;
-``TRNSIM_FALLBACK=allow|warn|error``, default ``warn`` once per op). Lowering ATen ops to the
-kernel library and the simulator is the next slice.
+compute op without a lowering runs on the CPU through a counting fallback
+(``trnsim.fallback_report()``; ``TRNSIM_FALLBACK=allow|warn|error``, default ``warn`` once per op).
+Second slice: mm, addmm, bmm, add/sub/mul/div and relu/gelu/silu/sigmoid/tanh/exp run on the
+simulator (kernel library; values from the interpreter, time from the timing model), advancing
+``trnsim.simulated_ns()`` and logged in ``trnsim.op_log()``.
 
 The hardware is ``$TRNSIM_CONFIG`` (a name such as ``trn3`` or a path), default ``trn2``;
 ``trnsim.set_config(name_or_path, **overrides)`` changes it.
@@ -20,7 +22,8 @@ import torch  # must precede the native module: it loads libtorch and registers 
 from . import _C
 from . import device as _device_module
 
-__all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode"]
+__all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
+           "simulated_ns", "reset_simulated_time", "op_log"]
 
 DEVICE_NAME = "neuron"
 
@@ -57,6 +60,26 @@ def reset_fallback_report():
 def set_fallback_mode(mode):
     """"allow" (silent), "warn" (once per op; the default) or "error" (raise NotImplementedError)."""
     _C.set_fallback_mode(mode)
+
+
+def simulated_ns(device=None):
+    """Simulated nanoseconds of the ops that ran on the simulator: the device's clock (the current
+    device when None; "all" sums every device). Fallback ops add nothing yet."""
+    if device == "all":
+        return _C.simulated_ns(-1)
+    return _C.simulated_ns(_device_module._index(device))
+
+
+def reset_simulated_time():
+    """Zero every device's simulated clock and clear the op log."""
+    _C.reset_simulated_time()
+    _C.reset_op_log()
+
+
+def op_log():
+    """The ops run on the simulator since the last reset, in order: dicts with op, shapes (of the
+    inputs), dtype, device, ns (simulated), flops, mfu and bottleneck (the busiest engine)."""
+    return list(_C.op_log())
 
 
 def _register():
