@@ -12,12 +12,22 @@
 //  - spread (B == 1, A < 64, R large): each output row's R elements are spread over all 128
 //    partitions ([128, R/128] plus a [1, R%128] tail) so all 16 DMA engines work; the [128, 1]
 //    partials are folded across partitions by tensor_partition_reduce (GpSimd), once per output
-//    row, so its ~300-cycle cost is off the streaming path. It handles max/min as well as sum,
-//    which a ones-vector matmul would not;
-//  - columns (B > 1, R*B too large for one partition): R on partitions in tiles of 128, B on the
-//    free axis; tiles are combined with tensor_tensor into an fp32 [128, w] accumulator and folded
-//    across partitions by tensor_partition_reduce once per (output row, column chunk), i.e. after
-//    R/128 streamed tiles.
+//    row, so its ~300-cycle cost is off the streaming path;
+//  - streamed columns (B > 1, R*B too large for one partition, bf16/fp16/fp32 input; max/min
+//    only with R >= 128): column groups of <= 1024 (two sets of PSUM accumulators alternate so a
+//    group's evacuation overlaps the next group), rows streamed in blocks of 128 x k rows (partition
+//    p takes k consecutive rows; k*1024 elements = 16 KiB per partition per DMA, loads alternating
+//    two DMA queues), ragged rows last in tiles of <= 128. sum/mean: a ones column [rows, 1] as the
+//    stationary operand, each [rows, <= 512] slice moving, column sums accumulated in fp32 PSUM over
+//    the whole group; fp32 inputs (a quarter-rate PE pass) send every other full block to a GpSimd
+//    fp32 accumulator, folded into PSUM by fp32 matmuls at the end. max/min: slices alternate
+//    between Vector (fp32 accumulator in PSUM, so SBUF + PSUM tensor_tensor runs at 1 element per
+//    cycle) and GpSimd (fp32 SBUF accumulator); the two are combined, PE-transposed 128 columns at a
+//    time and reduced along the free axis. The block layout depends only on R and the dtype, so a
+//    column's arithmetic does not depend on the chunk width (cores split the columns bit-exactly);
+//  - columns (the other B > 1 cases): R on partitions in tiles of 128, B on the free axis; tiles
+//    are combined with tensor_tensor into an fp32 [128, w] accumulator and folded across
+//    partitions by tensor_partition_reduce once per (output row, column chunk).
 // Loads run kRingDepth - 1 tiles ahead (tile_pipeline.h) so DMA and compute overlap.
 //
 // Split across cores (KernelContext core/cores): each core takes a contiguous share of the output -

@@ -53,6 +53,39 @@ def test_reduce(run_trnsim, tmp_path, shape, dims, op):
     assert torch.all((out - expected).abs() <= tol), (out - expected).abs().max()
 
 
+# Reductions over an outer dim with a long inner row (the streamed-columns path: sum/mean on the
+# Tensor engine with a ones column, fp32 inputs partly on GpSimd; max/min on Vector + GpSimd):
+# ragged rows and columns, several column groups, a kept dim before the reduced one.
+OUTER_CASES = [((1000, 777), [0]), ((3, 130, 50), [0]), ((3, 130, 50), [0, 1]), ((2100, 1100), [0]),
+               ((2, 1030, 300), [1])]
+OUTER_TORCH = {**TORCH, "fp16": torch.float16}
+
+
+@pytest.mark.parametrize("shape,dims", OUTER_CASES)
+@pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp16"])
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_reduce_outer_dim(run_trnsim, tmp_path, shape, dims, dtype, op):
+    keepdim = shape[0] == 2
+    x = RNG.standard_normal(shape).astype(np.float32)
+    params = {"shape": shape_text(shape), "dims": ",".join(map(str, dims)), "op": op, "keepdim": int(keepdim),
+              "dtype": dtype}
+    (y,) = run_kernel(run_trnsim, tmp_path, "reduce", params, {"x": x}, ["y"])
+    y = np.asarray(y)
+    xt = torch.from_numpy(x).to(OUTER_TORCH[dtype]).float()
+    fn = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[op]
+    expected = fn(xt.double(), dim=dims, keepdim=keepdim)
+    assert y.shape == tuple(expected.shape)
+    out = torch.from_numpy(np.asarray(y, np.float32)).double()
+    if op in ("max", "min"):
+        np.testing.assert_array_equal(out.numpy(), expected.to(OUTER_TORCH[dtype]).double().numpy())
+        return
+    count = np.prod([shape[d] for d in dims])
+    magnitude = torch.sum(xt.abs().double(), dim=dims, keepdim=keepdim) / (count if op == "mean" else 1)
+    ulp = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -23}[dtype]
+    tol = ulp * expected.abs() + 1e-6 * magnitude + 1e-30
+    assert torch.all((out - expected).abs() <= tol), (out - expected).abs().max()
+
+
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 @pytest.mark.parametrize("shape,dim,dtype", [((300, 7), 1, "fp32"), ((5, 5000), 1, "bf16"), ((3, 4), 1, "fp32"),
                                              ((40, 6, 9), 1, "bf16"), ((17, 3), 0, "fp32")])
