@@ -142,8 +142,14 @@ void build_flash_attention_backward(const KernelContext& ctx, const AttentionSpe
   const std::vector<Range> key_blocks = tiles(sk, kKeyBlock);
   const std::vector<Range> query_tiles = tiles(sq, kQueryTile);
   int64_t pair_step = 0, block_step = 0, dq_step = 0;
+  // Split across cores by (batch, kv head) units in this loop order: each core takes a contiguous
+  // share of them, with every query head of the group, so it writes whole dK / dV outputs (no
+  // partial sums across cores) and the dQ rows of its query heads. All units cost the same.
+  const Range mine = ctx.share(spec.batch * spec.kv_heads);
   for (int64_t batch = 0; batch < spec.batch; ++batch) {
     for (int64_t kvh = 0; kvh < spec.kv_heads; ++kvh) {
+      const int64_t unit = batch * spec.kv_heads + kvh;
+      if (unit < mine.begin || unit >= mine.begin + mine.size) continue;
       for (int64_t hi = 0; hi < group; ++hi) {
         const int64_t h = kvh * group + hi;
         // ---- per head: Q^T, dO^T (512-row DMA transposes), Q, dO, -L and D = rowsum(dO * O) ----
@@ -313,7 +319,8 @@ void build_flash_attention_backward(const KernelContext& ctx, const AttentionSpe
   }
 }
 
-isa::Program flash_attention_backward_program(const AttentionSpec& spec, const HardwareConfig& config) {
+isa::Program flash_attention_backward_program(const AttentionSpec& spec, const HardwareConfig& config, uint32_t core,
+                                               uint32_t cores) {
   isa::ProgramBuilder b("flash_attention_bwd", config.generation);
   auto shape = [](int64_t a, int64_t h, int64_t s, int64_t d) {
     return std::vector<uint32_t>{uint32_t(a), uint32_t(h), uint32_t(s), uint32_t(d)};
@@ -331,7 +338,7 @@ isa::Program flash_attention_backward_program(const AttentionSpec& spec, const H
   t.dq = b.hbm("dq", spec.dtype, q_shape, out);
   t.dk = b.hbm("dk", spec.dtype, kv_shape, out);
   t.dv = b.hbm("dv", spec.dtype, kv_shape, out);
-  KernelContext ctx{b, config, ""};
+  KernelContext ctx{b, config, "", core, cores};
   build_flash_attention_backward(ctx, spec, t);
   return b.finish();
 }

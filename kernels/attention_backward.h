@@ -33,7 +33,11 @@ struct AttentionBackwardTensors {
 void build_flash_attention_backward(const KernelContext& ctx, const AttentionSpec& spec,
                                     const AttentionBackwardTensors& t);
 // HBM tensors named q, k, v, o, do, lse (inputs) and dq, dk, dv (outputs).
-isa::Program flash_attention_backward_program(const AttentionSpec& spec, const HardwareConfig& config);
+// With cores > 1: part `core` of the kernel split across that many cores by (batch, kv head): each
+// core computes whole dK / dV of its kv heads (all query heads of a group on the same core, so no
+// partial sums cross cores) and dQ of those query heads. Values equal the one-core values.
+isa::Program flash_attention_backward_program(const AttentionSpec& spec, const HardwareConfig& config,
+                                              uint32_t core = 0, uint32_t cores = 1);
 
 // Model FLOPs of the backward's five matmuls: 2.5x the forward's two.
 double attention_backward_flops(const AttentionSpec& spec);

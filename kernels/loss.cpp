@@ -223,6 +223,12 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
 
 void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits, uint32_t target,
                          uint32_t loss, int64_t lse) {
+  if (ctx.cores > 1 && spec.reduction != Reduction::none) {
+    // The sum over every row accumulates in one core's PSUM and cores cannot wait for one another: the
+    // whole kernel runs on core 0. Per-row losses (reduction none) split by row tiles.
+    on_first_core(ctx, [&](const KernelContext& one) { build_cross_entropy(one, spec, logits, target, loss, lse); });
+    return;
+  }
   const int64_t C = spec.classes;
   const bool trn1 = ctx.config.generation == Generation::trn1;
   const int64_t one_pass_per_column = kDepth * dtype_size_bytes(spec.logits_dtype) + 2 * 2 + (trn1 ? 4 : 0);
@@ -251,7 +257,7 @@ void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec,
     ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, *ones, ctx.partitions(), 1)).imm("value", 1.0);
     total = ctx.builder.psum(ctx.name("ce_total"), DType::fp32, {1, 2});
   }
-  std::vector<Range> row_tiles = tiles(spec.rows, ctx.partitions());
+  std::vector<Range> row_tiles = my_share(ctx, tiles(spec.rows, ctx.partitions()));
   auto load = [&](size_t t) {
     const Range& r = row_tiles[t];
     dma(ctx, sb2(ctx, x[int64_t(t)], r.size, C), logits_hbm(ctx, logits, spec, r), detail::kLoadQueue);
@@ -328,14 +334,15 @@ void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec,
   }
 }
 
-isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config) {
+isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config, uint32_t core,
+                                   uint32_t cores) {
   isa::ProgramBuilder builder("cross_entropy", config.generation);
   const auto in = isa::AllocationRole::input, out = isa::AllocationRole::output;
   uint32_t logits = builder.hbm("logits", spec.logits_dtype, {uint32_t(spec.rows), uint32_t(spec.classes)}, in);
   uint32_t target = builder.hbm("target", DType::int32, {uint32_t(spec.rows)}, in);
   uint32_t loss = builder.hbm("loss", DType::fp32, {spec.reduction == Reduction::none ? uint32_t(spec.rows) : 1u}, out);
   uint32_t lse = builder.hbm("lse", DType::fp32, {uint32_t(spec.rows)}, out);
-  build_cross_entropy(KernelContext{builder, config, ""}, spec, logits, target, loss, lse);
+  build_cross_entropy(KernelContext{builder, config, "", core, cores}, spec, logits, target, loss, lse);
   return builder.finish();
 }
 
@@ -371,15 +378,22 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
   ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, tgf, P, T)).imm("value", -1.0);  // pad rows: invalid
   ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, nlse, P, T)).imm("value", 0.0);
   ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, go, P, T)).imm("value", 0.0);
+  // Split across cores by row tiles (this core's contiguous share, `mine`); the per-row values are
+  // loaded for those tiles only, except the targets of every tile for the mean's valid-row count
+  // (every core counts all rows itself: cores cannot wait for one another).
+  const Range mine = ctx.share(T);
+  auto is_mine = [&](int64_t t) { return t >= mine.begin && t < mine.begin + mine.size; };
   for (int64_t t = 0; t < T; ++t) {
+    if (!is_mine(t) && spec.reduction != Reduction::mean) continue;
     const Range& r = row_tiles[size_t(t)];
     dma(ctx, column(ctx, tg_i, r.size, t), per_row_hbm(ctx, target, r), detail::kConstQueue);
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", column(ctx, tgf, r.size, t))
+        .tensor("src", column(ctx, tg_i, r.size, t));
+    if (!is_mine(t)) continue;
     dma(ctx, column(ctx, nlse, r.size, t), per_row_hbm(ctx, lse, r), detail::kConstQueue);
     if (spec.reduction == Reduction::none) {
       dma(ctx, column(ctx, go, r.size, t), per_row_hbm(ctx, grad_output, r), detail::kConstQueue);
     }
-    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", column(ctx, tgf, r.size, t))
-        .tensor("src", column(ctx, tg_i, r.size, t));
   }
   if (spec.reduction != Reduction::none) {  // the scalar grad_output on every partition
     dma(ctx, sb2(ctx, go, P, 1), hbm_ap(ctx, grad_output, 0, {{0, uint32_t(P)}, {1, 1}}), detail::kConstQueue);
@@ -445,7 +459,7 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
     Range cols;
   };
   std::vector<Step> steps;
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = mine.begin; t < mine.begin + mine.size; ++t) {
     for (int64_t c = 0; c < n; ++c) steps.push_back({t, Range{c * W, std::min(W, C - c * W)}});
   }
   auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
@@ -487,7 +501,8 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
   }
 }
 
-isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const HardwareConfig& config) {
+isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const HardwareConfig& config, uint32_t core,
+                                            uint32_t cores) {
   isa::ProgramBuilder builder("cross_entropy_backward", config.generation);
   const auto in = isa::AllocationRole::input;
   std::vector<uint32_t> shape{uint32_t(spec.rows), uint32_t(spec.classes)}, rows{uint32_t(spec.rows)};
@@ -496,7 +511,7 @@ isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const 
   uint32_t lse = builder.hbm("lse", DType::fp32, rows, in);
   uint32_t go = builder.hbm("dloss", DType::fp32, {spec.reduction == Reduction::none ? uint32_t(spec.rows) : 1u}, in);
   uint32_t dlogits = builder.hbm("dlogits", spec.logits_dtype, shape, isa::AllocationRole::output);
-  build_cross_entropy_backward(KernelContext{builder, config, ""}, spec, logits, target, lse, go, dlogits);
+  build_cross_entropy_backward(KernelContext{builder, config, "", core, cores}, spec, logits, target, lse, go, dlogits);
   return builder.finish();
 }
 

@@ -19,6 +19,9 @@
 // chunks are independent given the saved lse (Scalar exp and * scale, Vector the one-hot, GpSimd the
 // difference). Reductions and ignore_index as in the one-pass schedule (no label smoothing). Classes
 // up to 2^24 / 32 = 524288 in the chunked forward.
+// Split across cores (KernelContext core/cores) by row tiles: the forward with reduction none and the
+// backward (with mean every core counts the valid rows of all rows itself, from the targets); the
+// forward with sum / mean (one total in one core's PSUM) runs wholly on core 0.
 #pragma once
 
 #include <cstdint>
@@ -40,13 +43,19 @@ struct CrossEntropySpec {
 // loss: fp32 [R] (none) or [1]; lse: fp32 [R] (may be -1 when not wanted).
 void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits, uint32_t target,
                          uint32_t loss, int64_t lse);
-// Inputs logits, target; outputs loss, lse.
-isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config);
+// Inputs logits, target; outputs loss, lse. With cores > 1: part `core` of the kernel split across
+// that many cores by row tiles (reduction none); with sum / mean (one total over every row, and cores
+// cannot wait for one another) the whole kernel runs on core 0.
+isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                                   uint32_t cores = 1);
 
 // grad_output: fp32 [R] (none) or [1]; dlogits [R, C].
 void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits,
                                   uint32_t target, uint32_t lse, uint32_t grad_output, uint32_t dlogits);
-// Inputs logits, target, lse, grad_output (named "dloss"); output dlogits.
-isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const HardwareConfig& config);
+// Inputs logits, target, lse, grad_output (named "dloss"); output dlogits. With cores > 1: part `core`
+// of the kernel split across that many cores by row tiles, whatever the reduction (with mean, every
+// core counts the valid rows of all rows itself).
+isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const HardwareConfig& config,
+                                            uint32_t core = 0, uint32_t cores = 1);
 
 }  // namespace trnsim::kernels

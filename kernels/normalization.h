@@ -10,7 +10,15 @@
 //   rmsnorm: per-chunk sums of squares, then x * w * rstd; layernorm: bn_stats per <= 512 elements
 //     of every chunk, one bn_aggr per row, then (x - mean) * rstd * w + b. The w / b chunks are
 //     re-read per group of 4 row tiles (pass 2 runs chunk-major across the group).
-// Longer rows in the backward kernels are not implemented (the builders throw).
+// The backward kernels switch likewise to two passes over column chunks for rows too long for SBUF:
+//   softmax backward: pass 1 per-chunk row sums of dy * y, pass 2 (dy - sum) * y; log_softmax backward:
+//     pass 1 per-chunk sums of dy (only dy is read), pass 2 dy - exp(y) * sum;
+//   norm backward: pass 1 per-chunk sums of g * xhat (and g, layernorm), pass 2 dx; both passes run
+//     chunk-major across the core's row tiles, so each w chunk is broadcast once per pass and dw / db
+//     accumulate one chunk's columns in PSUM over every row tile (any C; the chunk is at most
+//     512 x PSUM banks wide). Also used when dw / db of a row that fits SBUF need more PSUM banks
+//     than the core has (C > 4096 on trn2/trn3). The per-(row tile, chunk) partial sums stay in SBUF:
+//     8 bytes x row tiles x chunks per partition.
 //
 // Engine balance (the cost model's per-element cycles: Vector 0.96-1.2 GHz, Scalar and GpSimd
 // 1.2 GHz, one element per partition per cycle outside the bf16 modes): each kernel spreads its
@@ -83,7 +91,7 @@ struct NormBackwardSpec {
 // (fp32 [R], R = rows; mean is -1 for rmsnorm), with rstd = 1 / sqrt(var + eps) (layernorm) or
 // 1 / sqrt(mean(x^2) + eps) (rmsnorm). dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
 // g = dy * w (layernorm; rmsnorm without the mean(g) term), dw = sum over rows of dy * xhat, db = sum dy.
-// w, dw, db are -1 when absent. dw / db need C <= 512 * PSUM banks (4096 on trn2/trn3).
+// w, dw, db are -1 when absent. Any C (dw / db wider than the PSUM banks use the chunked schedule).
 void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
                          int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db);
 // Inputs x, dy, mean (layernorm), rstd, w (weight); outputs dx, dw (weight), db (bias).

@@ -178,8 +178,8 @@ int main(int argc, char** argv) try {
       std::string ignore = get("ignore_index", "-100");
       spec.ignore_index = ignore == "none" ? std::nullopt : std::optional<int64_t>(std::stoll(ignore));
       spec.logits_dtype = dtype_of(kv, "dtype", "fp32");
-      if (cores > 1) throw std::invalid_argument("cores: " + kernel + " is not split across cores");
-      program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw) : cross_entropy_backward_program(spec, hw);
+      program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw, core, cores)
+                                          : cross_entropy_backward_program(spec, hw, core, cores);
     } else if (kernel == "adamw") {
       // elements dtype (param) grad_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
       AdamWSpec spec;

@@ -14,8 +14,10 @@
 #include "config/config_loader.h"
 #include "isa/numerics/float_format.h"
 #include "kernels/attention.h"
+#include "kernels/attention_backward.h"
 #include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
+#include "kernels/loss.h"
 #include "kernels/normalization.h"
 #include "kernels/optimizer.h"
 #include "kernels/reduction.h"
@@ -43,6 +45,9 @@ std::vector<float> input_values(const isa::Allocation& a) {
   for (float& x : v) x = positive ? std::fabs(normal(rng)) + 0.1f : normal(rng);
   if (a.dtype == DType::uint8) {
     for (float& x : v) x = x > 0 ? 1.0f : 0.0f;
+  }
+  if (a.name == "target") {  // class indices in [0, 50), every 7th row ignored (-100)
+    for (size_t i = 0; i < n; ++i) v[i] = i % 7 == 3 ? -100.0f : float(int(std::fabs(v[i]) * 20) % 50);
   }
   return v;
 }
@@ -197,7 +202,7 @@ std::vector<Case> cases() {
   {
     ReduceSpec s{{1000, 3000}, {0}, ReduceOp::sum, false, DType::fp32, DType::fp32};
     MakeProgram m = [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return reduce_program(s, hw, c, n); };
-    add(out, "sum_dim0_split_by_columns", m, "tensor_tensor", false, true,
+    add(out, "sum_dim0_split_by_columns", m, "nc_matmul", false, true,
                    [](const Outcome& o, const HardwareConfig& hw, const MakeProgram& mk) {
                      std::vector<float> x = inputs_of(mk, hw, "x"), y = as_fp32(hw, mk, hw, o, "y");
                      for (size_t c = 0; c < 3000; ++c) {
@@ -206,6 +211,27 @@ std::vector<Case> cases() {
                        ASSERT_NEAR(y[c], sum, 1e-6 * mag) << c;
                      }
                    });
+  }
+  {
+    // fp32 over the outer dim: full row blocks alternate between the PE and a GpSimd accumulator.
+    ReduceSpec s{{2100, 1500}, {0}, ReduceOp::sum, false, DType::fp32, DType::fp32};
+    MakeProgram m = [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return reduce_program(s, hw, c, n); };
+    add(out, "sum_dim0_fp32_pe_and_gpsimd", m, "nc_matmul", false, true,
+                   [](const Outcome& o, const HardwareConfig& hw, const MakeProgram& mk) {
+                     std::vector<float> x = inputs_of(mk, hw, "x"), y = as_fp32(hw, mk, hw, o, "y");
+                     for (size_t c = 0; c < 1500; ++c) {
+                       double sum = 0, mag = 0;
+                       for (size_t r = 0; r < 2100; ++r) sum += x[r * 1500 + c], mag += std::fabs(x[r * 1500 + c]);
+                       ASSERT_NEAR(y[c], sum, 1e-6 * mag) << c;
+                     }
+                   });
+  }
+  {
+    // max over the outer dim: Vector and GpSimd accumulators, one PE-transpose fold per column group.
+    ReduceSpec s{{1500, 2100}, {0}, ReduceOp::max, false, DType::bf16, DType::bf16};
+    add(out, "max_dim0_split_by_columns_bf16",
+                   [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return reduce_program(s, hw, c, n); },
+                   "nc_transpose", false);
   }
   {
     ReduceSpec s{{3, 200, 500}, {-1}, ReduceOp::max, true, DType::bf16, DType::bf16};
@@ -330,6 +356,34 @@ std::vector<Case> cases() {
                    "nc_matmul", true, false);
   }
   {
+    // Rows too long for SBUF: two passes over column chunks, split by row tiles.
+    SoftmaxBackwardSpec s{{300, 20000}, true, DType::bf16, DType::bf16};
+    add(out, "log_softmax_backward_chunked_bf16",
+        [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return softmax_backward_program(s, hw, c, n); },
+        "activation");
+    s.log = false;
+    s.input_dtype = s.output_dtype = DType::fp32;
+    s.shape = {300, 15001};
+    add(out, "softmax_backward_chunked",
+        [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return softmax_backward_program(s, hw, c, n); },
+        "scalar_tensor_tensor");
+  }
+  {
+    NormBackwardSpec s;
+    s.kind = NormKind::layernorm;
+    s.shape = {300, 20001};
+    s.weight = false;
+    add(out, "layernorm_backward_chunked_no_params",
+        [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return norm_backward_program(s, hw, c, n); },
+        "scalar_tensor_tensor");
+    s.kind = NormKind::rmsnorm;
+    s.weight = true;  // dw per chunk: on core 0
+    s.shape = {300, 15000};
+    add(out, "rmsnorm_backward_chunked_dw_on_core0",
+        [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return norm_backward_program(s, hw, c, n); },
+        "nc_matmul", true, false);
+  }
+  {
     AdamWSpec s;
     s.elements = 1000003;
     s.step = 3;
@@ -353,6 +407,65 @@ std::vector<Case> cases() {
     add(out, "flash_attention_fwd_causal",
                    [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return flash_attention_forward_program(s, hw, c, n); },
                    "nc_matmul");
+  }
+  {
+    CrossEntropySpec s;
+    s.rows = 1000;
+    s.classes = 1000;
+    s.reduction = Reduction::none;
+    auto fwd = [](CrossEntropySpec s) {
+      return [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return cross_entropy_program(s, hw, c, n); };
+    };
+    auto bwd = [](CrossEntropySpec s) {
+      return [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return cross_entropy_backward_program(s, hw, c, n); };
+    };
+    add(out, "cross_entropy_none", fwd(s), "activation", true, true,
+        [](const Outcome& o, const HardwareConfig& hw, const MakeProgram& mk) {
+          std::vector<float> x = inputs_of(mk, hw, "logits"), tg = inputs_of(mk, hw, "target"),
+                             loss = as_fp32(hw, mk, hw, o, "loss");
+          for (size_t r = 0; r < 1000; ++r) {
+            double mx = -INFINITY, sum = 0;
+            for (size_t k = 0; k < 1000; ++k) mx = std::max(mx, double(x[r * 1000 + k]));
+            for (size_t k = 0; k < 1000; ++k) sum += std::exp(x[r * 1000 + k] - mx);
+            const double e = tg[r] < 0 ? 0.0 : std::log(sum) + mx - x[r * 1000 + size_t(tg[r])];
+            ASSERT_NEAR(loss[r], e, 1e-5 * std::fabs(e) + 1e-5) << r;
+          }
+        });
+    s.rows = 300;
+    s.classes = 20000;  // column chunks
+    s.logits_dtype = DType::bf16;
+    add(out, "cross_entropy_none_chunked_bf16", fwd(s), "activation");
+    s.rows = 1000;
+    s.classes = 1000;
+    s.logits_dtype = DType::fp32;
+    s.reduction = Reduction::mean;  // one total over every row: on core 0
+    add(out, "cross_entropy_mean_on_core0", fwd(s), "activation", true, false);
+    add(out, "cross_entropy_backward_mean", bwd(s), "activation");
+    replicated(out, 1000 * 4 + 128 * 4);  // every row's target (the valid-row count), grad_output on all partitions
+    s.reduction = Reduction::none;
+    s.rows = 300;
+    s.classes = 10000;  // column chunks
+    s.logits_dtype = DType::bf16;
+    add(out, "cross_entropy_backward_none_chunked_bf16", bwd(s), "activation");
+  }
+  {
+    // Split by (batch, kv head): every query head of a group on the kv head's core (whole dK / dV).
+    AttentionSpec s;
+    s.batch = 2;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.seq_q = s.seq_k = 300;
+    s.head_dim = 64;
+    add(out, "flash_attention_bwd_gqa",
+        [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return flash_attention_backward_program(s, hw, c, n); },
+        "nc_matmul");
+    s.causal = true;
+    s.batch = 1;
+    s.heads = s.kv_heads = 3;
+    s.seq_q = s.seq_k = 700;
+    add(out, "flash_attention_bwd_causal",
+        [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return flash_attention_backward_program(s, hw, c, n); },
+        "nc_matmul");
   }
   return out;
 }
@@ -478,6 +591,53 @@ TEST(KernelSplit, TwoCoresHalveCausalAttention) {
   std::printf("flash attention fwd causal h4 s2048 d128: 1 core %.1f us, cores {0,1} %.1f us (%.2fx)\n", t.one / 1e3,
               t.same_stack / 1e3, t.same_stack / t.one);
   EXPECT_NEAR(t.same_stack / t.one, 0.5, 0.05);
+}
+
+TEST(KernelSplit, TwoCoresHalveCausalAttentionBackward) {
+  AttentionSpec s;
+  s.heads = 4;
+  s.kv_heads = 2;  // grouped: each core takes one kv head with both of its query heads
+  s.seq_q = s.seq_k = 2048;
+  s.head_dim = 128;
+  s.causal = true;
+  Times t = times([s](const HardwareConfig& hw, uint32_t c, uint32_t n) {
+    return flash_attention_backward_program(s, hw, c, n);
+  });
+  std::printf("flash attention bwd causal h4 kv2 s2048 d128: 1 core %.1f us, cores {0,1} %.1f us (%.2fx), "
+              "cores {0,2} %.1f us (%.2fx)\n",
+              t.one / 1e3, t.same_stack / 1e3, t.same_stack / t.one, t.two_stacks / 1e3, t.two_stacks / t.one);
+  EXPECT_NEAR(t.two_stacks / t.one, 0.5, 0.05);
+  EXPECT_NEAR(t.same_stack / t.one, 0.5, 0.05);
+}
+
+TEST(KernelSplit, TwoCoresSpeedUpCrossEntropyBackward) {
+  CrossEntropySpec s;
+  s.rows = 8192;
+  s.classes = 4096;
+  s.logits_dtype = DType::bf16;
+  s.reduction = Reduction::mean;
+  Times t = times([s](const HardwareConfig& hw, uint32_t c, uint32_t n) {
+    return cross_entropy_backward_program(s, hw, c, n);
+  });
+  std::printf("cross-entropy bwd [8192, 4096] bf16 mean: 1 core %.1f us, cores {0,1} %.1f us (%.2fx), cores {0,2} "
+              "%.1f us (%.2fx)\n",
+              t.one / 1e3, t.same_stack / 1e3, t.same_stack / t.one, t.two_stacks / 1e3, t.two_stacks / t.one);
+  EXPECT_LT(t.same_stack / t.one, 0.75);
+  EXPECT_NEAR(t.two_stacks / t.one, 0.5, 0.08);
+}
+
+TEST(KernelSplit, TwoCoresSpeedUpCrossEntropyNone) {
+  CrossEntropySpec s;
+  s.rows = 8192;
+  s.classes = 4096;
+  s.logits_dtype = DType::bf16;
+  s.reduction = Reduction::none;
+  Times t = times([s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return cross_entropy_program(s, hw, c, n); });
+  std::printf("cross-entropy fwd [8192, 4096] bf16 none: 1 core %.1f us, cores {0,1} %.1f us (%.2fx), cores {0,2} "
+              "%.1f us (%.2fx)\n",
+              t.one / 1e3, t.same_stack / 1e3, t.same_stack / t.one, t.two_stacks / 1e3, t.two_stacks / t.one);
+  EXPECT_LT(t.same_stack / t.one, 0.75);
+  EXPECT_NEAR(t.two_stacks / t.one, 0.5, 0.08);
 }
 
 }  // namespace

@@ -34,6 +34,10 @@ def check(out, expected, dtype, terms=None, fp32_ulps=64):
 @pytest.mark.parametrize("dtype,shape,weight,bias", [
     ("fp32", (300, 7), True, True), ("bf16", (127, 513), True, False), ("fp32", (1, 2049), False, False),
     ("bf16", (2, 64, 100), True, True), ("fp32", (129, 300), False, True),
+    # Rows too long for SBUF: two passes over column chunks (ragged C); dw / db per chunk.
+    ("fp32", (5, 40000), True, True), ("bf16", (130, 40001), True, True), ("fp32", (3, 12345), False, False),
+    # Rows that fit SBUF but whose dw is wider than the PSUM banks (4096 columns): chunked too.
+    ("bf16", (100, 4160), True, False),
 ])
 def test_norm_backward(run_trnsim, tmp_path, kind, dtype, shape, weight, bias):
     rng = np.random.default_rng(21)
@@ -88,7 +92,9 @@ def test_norm_backward(run_trnsim, tmp_path, kind, dtype, shape, weight, bias):
 
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype,shape", [("fp32", (300, 7)), ("bf16", (127, 513)), ("fp32", (1, 2049)),
-                                         ("bf16", (2, 3, 129))])
+                                         ("bf16", (2, 3, 129)),
+                                         # rows too long for SBUF: two passes over column chunks (ragged C)
+                                         ("fp32", (5, 40000)), ("bf16", (130, 40001))])
 def test_softmax_backward(run_trnsim, tmp_path, log, dtype, shape):
     rng = np.random.default_rng(22)
     x = torch.from_numpy((rng.standard_normal(shape) * 3).astype(np.float32))

@@ -137,7 +137,7 @@ struct AttentionOptions {
   std::string config = "trn2";
   std::vector<std::string> overrides;
   int64_t batch = 1, heads = 1, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 128;
-  uint32_t cores = 1;  // forward only: split by (batch, head, query tile) blocks
+  uint32_t cores = 1;  // forward: split by (batch, head, query tile) blocks; backward: by (batch, kv head)
   bool causal = false, force = false, backward = false, lse = false;
   std::string dtype = "bf16", csv, stats, trace, emit_tasm;
 };
@@ -154,10 +154,9 @@ void bench_attention(const AttentionOptions& o) {
   spec.causal = o.causal;
   spec.dtype = dtype_or_throw(o.dtype);
   spec.write_lse = o.lse;
-  if (o.backward && o.cores > 1) throw isa::IsaError("bench attention: --cores applies to the forward only");
   std::vector<isa::Program> programs;
   for (uint32_t core = 0; core < o.cores; ++core) {
-    programs.push_back(o.backward ? kernels::flash_attention_backward_program(spec, config.hardware)
+    programs.push_back(o.backward ? kernels::flash_attention_backward_program(spec, config.hardware, core, o.cores)
                                   : kernels::flash_attention_forward_program(spec, config.hardware, core, o.cores));
   }
   sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
@@ -284,7 +283,7 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   at->add_option("--heads", a->heads, "Query heads");
   at->add_option("--kv-heads", a->kv_heads, "Key/value heads (grouped-query; default: --heads)");
   at->add_flag("--causal", a->causal, "Causal mask");
-  at->add_option("--cores", a->cores, "Forward split across this many physical cores (by batch, head, query tile)")
+  at->add_option("--cores", a->cores, "Split across this many physical cores (forward by batch, head, query tile; backward by batch, kv head)")
       ->check(CLI::Range(1, 64));
   at->add_flag("--lse", a->lse, "Forward also writes each row's logsumexp (the backward's input)");
   at->add_flag("--backward", a->backward,
