@@ -32,6 +32,49 @@ isa::AccessPattern column(const KernelContext& ctx, uint32_t buf, int64_t p, int
   return sb_ap(ctx, buf, uint32_t(p), {{1, 1}}, col);
 }
 
+// Finishes a row tile's losses from its statistics ([P, 1] columns): lse = log(sum) + max, loss =
+// lse - x[target] on valid rows and 0 on ignored ones; stores lse when asked, and the per-row loss
+// (reduction none) or accumulates [sum of losses, valid rows] += ones.T @ pair in PSUM over the row
+// tiles. `pair` is [P, 2] = [loss, valid].
+struct RowLossColumns {
+  isa::AccessPattern sumexp, negmax, lse, picked, diff;
+};
+void finish_row_loss(const KernelContext& ctx, const CrossEntropySpec& spec, const RowLossColumns& c,
+                     uint32_t pair, const Range& rows, bool first_tile, uint32_t loss, int64_t lse,
+                     const std::optional<uint32_t>& ones, const std::optional<uint32_t>& total) {
+  const int64_t p = rows.size;
+  ctx.builder.emit(isa::Opcode::activation).tensor("dst", c.lse).word("op", "log").tensor("data", c.sumexp);
+  ctx.builder.emit(isa::Opcode::tensor_tensor)
+      .tensor("dst", c.lse).tensor("data1", c.lse).tensor("data2", c.negmax).word("op", "subtract");
+  ctx.builder.emit(isa::Opcode::tensor_tensor)
+      .tensor("dst", c.diff).tensor("data1", c.lse).tensor("data2", c.picked).word("op", "subtract");
+  ctx.builder.emit(isa::Opcode::select_reduce)
+      .tensor("dst", column(ctx, pair, p, 0)).tensor("predicate", column(ctx, pair, p, 1)).tensor("on_true", c.diff)
+      .imm("on_false", 0.0);
+  if (lse >= 0) dma(ctx, per_row_hbm(ctx, uint32_t(lse), rows), c.lse, detail::kStoreQueue);
+  if (spec.reduction == Reduction::none) {
+    dma(ctx, per_row_hbm(ctx, loss, rows), column(ctx, pair, p, 0), detail::kStoreQueue);
+  } else {
+    ctx.builder.emit(isa::Opcode::nc_matmul)
+        .tensor("dst", sb2(ctx, *total, 1, 2)).tensor("stationary", sb2(ctx, *ones, p, 1))
+        .tensor("moving", sb2(ctx, pair, p, 2)).word("accumulate", first_tile ? "false" : "true");
+  }
+}
+
+// The reduced loss from the PSUM [sum of losses, valid rows]: the sum, or torch's mean = sum / valid
+// rows (nan when every row is ignored).
+void store_reduced_loss(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t total, uint32_t loss,
+                        const std::string& name) {
+  uint32_t res = ctx.builder.sbuf(ctx.name(name), DType::fp32, {1, 2});
+  ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, res, 1, 2)).tensor("src", sb2(ctx, total, 1, 2));
+  if (spec.reduction == Reduction::mean) {
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", column(ctx, res, 1, 0)).tensor("data1", column(ctx, res, 1, 0))
+        .tensor("data2", column(ctx, res, 1, 1)).word("op", "divide");
+  }
+  dma(ctx, hbm_ap(ctx, loss, 0, {{1, 1}, {1, 1}}), column(ctx, res, 1, 0), detail::kStoreQueue);
+}
+
 void check_row_fits(const KernelContext& ctx, const char* kernel, int64_t cols, int64_t bytes_per_column) {
   if (cols * bytes_per_column > detail::sbuf_free_bytes(ctx)) {
     throw std::invalid_argument(std::string(kernel) + ": a row of " + std::to_string(cols) +
@@ -189,34 +232,10 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
         .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
     ctx.builder.emit(isa::Opcode::tensor_reduce)
         .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
-    // lse = log(sum) + max; loss = lse - x[target] on valid rows, 0 on ignored ones.
-    ctx.builder.emit(isa::Opcode::activation).tensor("dst", s(lse_r)).word("op", "log").tensor("data", s(sumexp));
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", s(lse_r)).tensor("data1", s(lse_r)).tensor("data2", s(negmax)).word("op", "subtract");
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", s(diff)).tensor("data1", s(lse_r)).tensor("data2", s(picked)).word("op", "subtract");
-    ctx.builder.emit(isa::Opcode::select_reduce)
-        .tensor("dst", column(ctx, pair[t], p, 0)).tensor("predicate", valid).tensor("on_true", s(diff))
-        .imm("on_false", 0.0);
-    if (lse >= 0) dma(ctx, per_row_hbm(ctx, uint32_t(lse), r), s(lse_r), detail::kStoreQueue);
-    if (spec.reduction == Reduction::none) {
-      dma(ctx, per_row_hbm(ctx, loss, r), column(ctx, pair[t], p, 0), detail::kStoreQueue);
-    } else {
-      ctx.builder.emit(isa::Opcode::nc_matmul)
-          .tensor("dst", sb2(ctx, *total, 1, 2)).tensor("stationary", sb2(ctx, *ones, p, 1))
-          .tensor("moving", sb2(ctx, pair[t], p, 2)).word("accumulate", t == 0 ? "false" : "true");
-    }
+    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
+                    ones, total);
   }
-  if (spec.reduction != Reduction::none) {
-    uint32_t res = ctx.builder.sbuf(ctx.name("cec_result"), DType::fp32, {1, 2});
-    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, res, 1, 2)).tensor("src", sb2(ctx, *total, 1, 2));
-    if (spec.reduction == Reduction::mean) {
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", column(ctx, res, 1, 0)).tensor("data1", column(ctx, res, 1, 0))
-          .tensor("data2", column(ctx, res, 1, 1)).word("op", "divide");
-    }
-    dma(ctx, hbm_ap(ctx, loss, 0, {{1, 1}, {1, 1}}), column(ctx, res, 1, 0), detail::kStoreQueue);
-  }
+  if (spec.reduction != Reduction::none) store_reduced_loss(ctx, spec, *total, loss, "cec_result");
 }
 
 }  // namespace
@@ -303,35 +322,11 @@ void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec,
           .tensor("on_true", xt).imm("on_false", -std::numeric_limits<double>::infinity())
           .word("reduce_op", "maximum").tensor("reduce_res", s(picked));
     }
-    // lse = log(sum) + max; loss = lse - x[target] on valid rows, 0 on ignored ones (x[target] is -inf there).
-    ctx.builder.emit(isa::Opcode::activation).tensor("dst", s(lse_r)).word("op", "log").tensor("data", s(sumexp));
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", s(lse_r)).tensor("data1", s(lse_r)).tensor("data2", s(negmax)).word("op", "subtract");
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", s(diff)).tensor("data1", s(lse_r)).tensor("data2", s(picked)).word("op", "subtract");
-    ctx.builder.emit(isa::Opcode::select_reduce)
-        .tensor("dst", column(ctx, pair[t], p, 0)).tensor("predicate", valid).tensor("on_true", s(diff))
-        .imm("on_false", 0.0);
-    if (lse >= 0) dma(ctx, per_row_hbm(ctx, uint32_t(lse), r), s(lse_r), detail::kStoreQueue);
-    if (spec.reduction == Reduction::none) {
-      dma(ctx, per_row_hbm(ctx, loss, r), column(ctx, pair[t], p, 0), detail::kStoreQueue);
-    } else {
-      // Tensor: [sum of losses, valid rows] += ones.T @ pair, accumulated in PSUM over the row tiles.
-      ctx.builder.emit(isa::Opcode::nc_matmul)
-          .tensor("dst", sb2(ctx, *total, 1, 2)).tensor("stationary", sb2(ctx, *ones, p, 1))
-          .tensor("moving", sb2(ctx, pair[t], p, 2)).word("accumulate", i == 0 ? "false" : "true");
-    }
+    // x[target] is -inf on ignored rows; their loss is 0.
+    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, i == 0, loss, lse,
+                    ones, total);
   }
-  if (spec.reduction != Reduction::none) {
-    uint32_t res = ctx.builder.sbuf(ctx.name("ce_result"), DType::fp32, {1, 2});
-    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, res, 1, 2)).tensor("src", sb2(ctx, *total, 1, 2));
-    if (spec.reduction == Reduction::mean) {  // torch: sum / valid rows (nan when every row is ignored)
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", column(ctx, res, 1, 0)).tensor("data1", column(ctx, res, 1, 0))
-          .tensor("data2", column(ctx, res, 1, 1)).word("op", "divide");
-    }
-    dma(ctx, hbm_ap(ctx, loss, 0, {{1, 1}, {1, 1}}), column(ctx, res, 1, 0), detail::kStoreQueue);
-  }
+  if (spec.reduction != Reduction::none) store_reduced_loss(ctx, spec, *total, loss, "ce_result");
 }
 
 isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config, uint32_t core,
