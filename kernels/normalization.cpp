@@ -100,7 +100,29 @@ namespace {
 // Column chunks of rows too long for SBUF: `n` chunks of `width` columns (the last may be shorter).
 struct Chunks {
   int64_t width, n;
+  Range columns(int64_t chunk, int64_t cols) const { return {chunk * width, std::min(width, cols - chunk * width)}; }
 };
+
+// One chunk of a row tile in a two-pass schedule: pass 1 gathers the row statistics, pass 2 uses them.
+struct ChunkStep {
+  Range rows;
+  int64_t tile, pass, chunk;
+};
+// Each row tile's chunks twice, tile by tile (a tile's statistics live only between its two passes).
+std::vector<ChunkStep> tile_major_two_passes(const std::vector<Range>& row_tiles, int64_t chunks) {
+  std::vector<ChunkStep> steps;
+  for (size_t t = 0; t < row_tiles.size(); ++t) {
+    for (int64_t pass = 1; pass <= 2; ++pass) {
+      for (int64_t c = 0; c < chunks; ++c) steps.push_back({row_tiles[t], int64_t(t), pass, c});
+    }
+  }
+  return steps;
+}
+// Rows `rows` x columns `cr` of a [*, cols] HBM tensor.
+isa::AccessPattern chunk_rows_hbm(const KernelContext& ctx, uint32_t tensor, int64_t cols, const Range& rows,
+                                  const Range& cr) {
+  return hbm_ap(ctx, tensor, rows.begin * cols + cr.begin, {{cols, uint32_t(rows.size)}, {1, uint32_t(cr.size)}});
+}
 // The widest chunk whose `bytes_per_column` (every chunk-wide buffer) fits in `budget`, at most
 // `target` columns, balanced over the row so the last chunk is not a sliver.
 Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int64_t budget, const char* kernel) {
@@ -141,22 +163,12 @@ void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, co
   detail::Ring nm = stat_ring(ctx, "smc_nm"), neg_max = stat_ring(ctx, "smc_negmax"), sum = stat_ring(ctx, "smc_sum"),
                bias = stat_ring(ctx, "smc_bias");
 
-  struct Step {
-    Range rows;
-    int64_t tile, pass, chunk;
-  };
+  using Step = ChunkStep;
   // The row-tile loop (split across cores by whole row tiles), each tile's chunks twice.
-  std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
-  std::vector<Step> steps;
-  for (size_t t = 0; t < row_tiles.size(); ++t) {
-    for (int64_t pass = 1; pass <= 2; ++pass) {
-      for (int64_t c = 0; c < n; ++c) steps.push_back({row_tiles[t], int64_t(t), pass, c});
-    }
-  }
-  auto cols_of = [&](int64_t c) { return Range{c * ch.width, std::min(ch.width, r.cols - c * ch.width)}; };
+  const std::vector<ChunkStep> steps = tile_major_two_passes(my_share(ctx, tiles(r.rows, ctx.partitions())), n);
+  auto cols_of = [&](int64_t c) { return ch.columns(c, r.cols); };
   auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
-    const Range cr = cols_of(s.chunk);
-    return hbm_ap(ctx, tensor, s.rows.begin * r.cols + cr.begin, {{r.cols, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}});
+    return chunk_rows_hbm(ctx, tensor, r.cols, s.rows, cols_of(s.chunk));
   };
   auto load = [&](size_t k) {
     const Step& s = steps[k];
@@ -333,10 +345,9 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
       for (size_t t = g0; t < g1; ++t) steps.push_back({row_tiles[t], int64_t(t), 2, c, param_slot, t == g0});
     }
   }
-  auto cols_of = [&](int64_t c) { return Range{c * ch.width, std::min(ch.width, r.cols - c * ch.width)}; };
+  auto cols_of = [&](int64_t c) { return ch.columns(c, r.cols); };
   auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
-    const Range cr = cols_of(s.chunk);
-    return hbm_ap(ctx, tensor, s.rows.begin * r.cols + cr.begin, {{r.cols, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}});
+    return chunk_rows_hbm(ctx, tensor, r.cols, s.rows, cols_of(s.chunk));
   };
   auto param_hbm = [&](int64_t tensor, const Step& s) {
     const Range cr = cols_of(s.chunk);
@@ -739,9 +750,7 @@ void build_norm_backward_chunked(const KernelContext& ctx, const NormBackwardSpe
   const int64_t last_tile = int64_t(row_tiles.size()) - 1;
   auto cols_of = [&](int64_t c) { return Range{c * W, std::min(W, r.cols - c * W)}; };
   auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
-    const Range& rt = row_tiles[size_t(s.tile)];
-    const Range cr = cols_of(s.chunk);
-    return hbm_ap(ctx, tensor, rt.begin * r.cols + cr.begin, {{r.cols, uint32_t(rt.size)}, {1, uint32_t(cr.size)}});
+    return chunk_rows_hbm(ctx, tensor, r.cols, row_tiles[size_t(s.tile)], cols_of(s.chunk));
   };
   auto load = [&](size_t k) {
     const Step& s = steps[k];
@@ -1158,21 +1167,12 @@ void build_softmax_backward_chunked(const KernelContext& ctx, const SoftmaxBackw
   detail::Ring part = detail::make_ring(ctx, "sbc_part", DType::fp32, stat_w, 2);
   detail::Ring sum = stat_ring(ctx, "sbc_sum");
 
-  struct Step {
-    Range rows;
-    int64_t tile, pass, chunk;
-  };
-  std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
-  std::vector<Step> steps;
-  for (size_t t = 0; t < row_tiles.size(); ++t) {
-    for (int64_t pass = 1; pass <= 2; ++pass) {
-      for (int64_t c = 0; c < n; ++c) steps.push_back({row_tiles[t], int64_t(t), pass, c});
-    }
-  }
-  auto cols_of = [&](int64_t c) { return Range{c * ch.width, std::min(ch.width, r.cols - c * ch.width)}; };
+  using Step = ChunkStep;
+  // The row-tile loop (split across cores by whole row tiles), each tile's chunks twice.
+  const std::vector<ChunkStep> steps = tile_major_two_passes(my_share(ctx, tiles(r.rows, ctx.partitions())), n);
+  auto cols_of = [&](int64_t c) { return ch.columns(c, r.cols); };
   auto chunk_hbm = [&](uint32_t tensor, const Step& s) {
-    const Range cr = cols_of(s.chunk);
-    return hbm_ap(ctx, tensor, s.rows.begin * r.cols + cr.begin, {{r.cols, uint32_t(s.rows.size)}, {1, uint32_t(cr.size)}});
+    return chunk_rows_hbm(ctx, tensor, r.cols, s.rows, cols_of(s.chunk));
   };
   auto load = [&](size_t k) {
     const Step& s = steps[k];
