@@ -25,18 +25,23 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <iomanip>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "config/config_loader.h"
 #include "config/derived_figures.h"
 #include "frontend/kernel_executor.h"
+#include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "kernels/normalization.h"
+#include "kernels/reduction.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -44,6 +49,9 @@ namespace {
 using kernels::BinaryOp;
 using kernels::BinarySpec;
 using kernels::MatmulSpec;
+using kernels::ReduceOp;
+using kernels::ReduceSpec;
+using kernels::WhereSpec;
 using kernels::UnaryOp;
 using kernels::UnarySpec;
 
@@ -532,8 +540,10 @@ std::string dims_key(c10::IntArrayRef sizes) {
 
 bool on_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
 
+// Host bytes as the kernels see them: bool as uint8 (0 / 1), int32 as is.
 HostBuffer buffer(const std::string& name, const at::Tensor& t) {
-  return HostBuffer{name, t.data_ptr(), static_cast<size_t>(t.numel()), *sim_dtype(t.scalar_type())};
+  DType dt = t.scalar_type() == at::kBool ? DType::uint8 : t.scalar_type() == at::kInt ? DType::int32 : *sim_dtype(t.scalar_type());
+  return HostBuffer{name, t.data_ptr(), static_cast<size_t>(t.numel()), dt};
 }
 
 OpRecord record_for(const std::string& op, std::initializer_list<at::Tensor> inputs, at::ScalarType dtype) {
@@ -618,7 +628,8 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   spec.op = kind;
   spec.input_dtype = *dt;
   spec.output_dtype = *dt;
-  const std::string key = op + "|" + std::to_string(x.numel()) + "|" + c10::toString(x.scalar_type());
+  const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) + "|" +
+                          c10::toString(x.scalar_type());
   execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::unary_program(spec, hw); },
                   {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   return y;
@@ -641,8 +652,9 @@ std::optional<BinaryOperand> binary_operand(const at::Tensor& t, at::ScalarType 
   return BinaryOperand{t.contiguous(), std::nullopt};
 }
 
+// `compare`: the result is bool (1 / 0 written as uint8 by the kernel), computed in the operands' type.
 std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& a_in, const at::Tensor& b_in,
-                                       BinaryOp kind) {
+                                       BinaryOp kind, bool compare = false, bool round_immediate = true) {
   if (!on_neuron(a_in) && !on_neuron(b_in)) return std::nullopt;
   const at::ScalarType result = at::result_type(a_in, b_in);
   const std::optional<DType> dt = sim_dtype(result);
@@ -651,9 +663,14 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   c10::DeviceGuard guard(device_operand.device());
   std::optional<BinaryOperand> a = binary_operand(a_in, result), b = binary_operand(b_in, result);
   if (!a || !b || (a->scalar && b->scalar)) return std::nullopt;
+  if (compare && round_immediate) {  // torch compares against the scalar converted to the operands' dtype
+    for (BinaryOperand* o : {&*a, &*b})
+      if (o->scalar) o->scalar = at::scalar_tensor(*o->scalar, at::kDouble).to(result).item<double>();
+  }
   BinarySpec spec;
   spec.op = kind;
   spec.a_dtype = spec.b_dtype = spec.output_dtype = *dt;
+  if (compare) spec.output_dtype = DType::uint8;
   spec.a_scalar = a->scalar;
   spec.b_scalar = b->scalar;
   std::vector<int64_t> out_shape;
@@ -673,7 +690,7 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   const bool flat = a->scalar || b->scalar || same;
   spec.a_shape = a->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(a->tensor.sizes());
   spec.b_shape = b->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(b->tensor.sizes());
-  at::Tensor c = at::empty(out_shape, device_operand.options().dtype(result));
+  at::Tensor c = at::empty(out_shape, device_operand.options().dtype(compare ? at::kBool : result));
   std::string key = op + "|" + dims_key(spec.a_shape) + dims_key(spec.b_shape) + "|" + c10::toString(result);
   std::ostringstream immediates;  // an immediate is part of the program
   immediates << std::hexfloat;
@@ -689,7 +706,401 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   return c;
 }
 
+// Reductions (kernels/reduction.h): sum / mean / amax / amin over any dims (empty = all), max / min
+// over one dim with their indices, argmax / argmin. The kernel accumulates in fp32 and rounds to the
+// input dtype once, which is torch's result dtype here (a `dtype=` other than the input's falls
+// back). Its argmax writes int32; the int64 torch wants is a device copy. Built keepdim (the same
+// elements in the same order) so that a full reduction has no 0-dim allocation.
+std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& x_in, std::vector<int64_t> rdims,
+                                       bool keepdim, ReduceOp kind) {
+  if (!on_neuron(x_in) || x_in.numel() == 0) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  if (!dt) return std::nullopt;
+  const int64_t rank = x_in.dim();
+  const bool arg = kind == ReduceOp::argmax || kind == ReduceOp::argmin;
+  if (rank == 0) {  // a 0-dim tensor (e.g. a loss): reduced as [1], the result 0-dim again
+    if (arg) return std::nullopt;
+    for (int64_t d : rdims) c10::maybe_wrap_dim(d, 0);  // torch accepts only dim 0 / -1
+    std::optional<at::Tensor> y = lower_reduce(op, x_in.reshape({1}), {0}, false, kind);
+    return y ? std::optional<at::Tensor>(y->reshape({})) : std::nullopt;
+  }
+  std::vector<bool> reduced(rank, rdims.empty());
+  for (int64_t d : rdims) reduced[c10::maybe_wrap_dim(d, rank)] = true;
+  std::vector<int64_t> kernel_dims, out_shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (reduced[d]) kernel_dims.push_back(d);
+    if (!reduced[d]) out_shape.push_back(x_in.size(d));
+    else if (keepdim) out_shape.push_back(1);
+  }
+  if (arg && kernel_dims.size() != 1) return std::nullopt;
+  // The kernel's argmax cannot find NaN (nc_find_index8), torch returns the first NaN's index: such
+  // inputs fall back (a host-side scan; device memory is host memory).
+  if (arg && host_alias(x_in).isnan().any().item<bool>()) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  at::Tensor x = x_in.contiguous();
+  ReduceSpec spec;
+  spec.shape = dims(x.sizes());
+  spec.dims = kernel_dims;
+  spec.op = kind;
+  spec.keepdim = true;
+  spec.input_dtype = *dt;
+  spec.output_dtype = arg ? DType::int32 : *dt;
+  at::Tensor y = at::empty(out_shape, x_in.options().dtype(arg ? at::kInt : x_in.scalar_type()));
+  const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + dims_key(x.sizes()) +
+                          dims_key(kernel_dims) + std::to_string(spec.keepdim) + "|" + c10::toString(x.scalar_type());
+  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::reduce_program(spec, hw); },
+                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  return arg ? y.to(at::kLong) : y;
+}
+
+std::vector<int64_t> int_list(const c10::IValue& v) {
+  if (v.isNone()) return {};
+  if (v.isInt()) return {v.toInt()};
+  const auto list = v.toIntVector();
+  return std::vector<int64_t>(list.begin(), list.end());
+}
+
+// A `dtype=` argument the kernel's result dtype satisfies (none, or the input's own).
+bool same_dtype_arg(const c10::IValue& v, const at::Tensor& x) {
+  return v.isNone() || static_cast<at::ScalarType>(v.toInt()) == x.scalar_type();
+}
+
+// out = cond != 0 ? a : b (kernels/elementwise.h where), operands broadcast; a or b may be an
+// immediate.
+std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& cond_in, std::optional<at::Tensor> a_in,
+                                      std::optional<double> a_scalar, std::optional<at::Tensor> b_in,
+                                      std::optional<double> b_scalar, at::ScalarType result) {
+  const std::optional<DType> dt = sim_dtype(result);
+  if (!dt || !on_neuron(cond_in) || cond_in.scalar_type() != at::kBool) return std::nullopt;
+  at::DimVector shape(cond_in.sizes().begin(), cond_in.sizes().end());
+  for (const auto* t : {&a_in, &b_in}) {
+    if (*t && (!on_neuron(**t) || (*t)->scalar_type() != result)) return std::nullopt;
+    if (*t) shape = at::infer_size_dimvector(shape, (*t)->sizes());
+  }
+  // Broadcast operands are expanded to the result's shape and made contiguous by a device copy.
+  if (cond_in.sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in.expand(shape), a_in, a_scalar, b_in, b_scalar, result);
+  if (a_in && a_in->sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in, a_in->expand(shape), a_scalar, b_in, b_scalar, result);
+  if (b_in && b_in->sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in, a_in, a_scalar, b_in->expand(shape), b_scalar, result);
+  if (cond_in.numel() == 0) return std::nullopt;
+  c10::DeviceGuard guard(cond_in.device());
+  WhereSpec spec;
+  spec.shape = {cond_in.numel()};
+  spec.cond_dtype = DType::uint8;
+  spec.a_dtype = spec.b_dtype = spec.output_dtype = *dt;
+  spec.a_scalar = a_scalar;
+  spec.b_scalar = b_scalar;
+  const at::Tensor cond = cond_in.contiguous();  // alive until the program has run
+  std::vector<HostBuffer> inputs = {buffer("cond", cond)};
+  at::Tensor a, b;
+  if (a_in) inputs.push_back(buffer("a", a = a_in->contiguous()));
+  if (b_in) inputs.push_back(buffer("b", b = b_in->contiguous()));
+  at::Tensor out = at::empty(cond_in.sizes(), cond_in.options().dtype(result));
+  std::ostringstream key;
+  key << std::hexfloat << op << "|" << cond_in.numel() << "|" << c10::toString(result);
+  if (a_scalar) key << "|a=" << *a_scalar;
+  if (b_scalar) key << "|b=" << *b_scalar;
+  execute_program(cond_in.device().index(), key.str(),
+                  [spec](const HardwareConfig& hw) { return kernels::where_program(spec, hw); }, inputs,
+                  {buffer("out", out)}, record_for(op, {cond_in}, result));
+  return out;
+}
+
+// threshold_backward(grad, self, threshold) = self <= threshold ? 0 : grad (relu's backward):
+// a comparison against the immediate, then where.
+std::optional<at::Tensor> lower_threshold_backward(const at::Tensor& grad, const at::Tensor& self, const c10::Scalar& thr) {
+  if (!on_neuron(grad) || !on_neuron(self) || grad.scalar_type() != self.scalar_type() ||
+      grad.sizes() != self.sizes() || !sim_dtype(grad.scalar_type()) || grad.numel() == 0)
+    return std::nullopt;
+  const at::Tensor threshold = at::scalar_tensor(thr, at::TensorOptions().dtype(at::kDouble));
+  std::optional<at::Tensor> le = lower_binary("threshold_backward.le", self, threshold, BinaryOp::less_equal, true,
+                                                  /*round_immediate=*/false);  // torch: in fp32 (opmath)
+  if (!le) return std::nullopt;
+  return lower_where("threshold_backward", *le, std::nullopt, 0.0, grad, std::nullopt, grad.scalar_type());
+}
+
+// mse_loss (reduction 0 none, 1 mean, 2 sum) from the element-wise and reduction kernels:
+// (self - target)^2, then the reduction. Backward: 2 (self - target) [/ N] * grad_output.
+std::optional<at::Tensor> lower_mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  if (self.sizes() != target.sizes() || reduction < 0 || reduction > 2) return std::nullopt;
+  std::optional<at::Tensor> diff = lower_binary("mse_loss.sub", self, target, BinaryOp::subtract);
+  if (!diff) return std::nullopt;
+  std::optional<at::Tensor> sq = lower_binary("mse_loss.square", *diff, *diff, BinaryOp::multiply);
+  if (!sq || reduction == 0) return sq;
+  std::optional<at::Tensor> loss = lower_reduce("mse_loss", *sq, {}, false, reduction == 1 ? ReduceOp::mean : ReduceOp::sum);
+  return loss;
+}
+
+std::optional<at::Tensor> lower_mse_loss_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                                                  int64_t reduction) {
+  if (self.sizes() != target.sizes() || reduction < 0 || reduction > 2 || self.numel() == 0) return std::nullopt;
+  if (!(grad.dim() == 0 || grad.sizes() == self.sizes())) return std::nullopt;
+  std::optional<at::Tensor> diff = lower_binary("mse_loss_backward.sub", self, target, BinaryOp::subtract);
+  if (!diff) return std::nullopt;
+  const double scale = reduction == 1 ? 2.0 / static_cast<double>(self.numel()) : 2.0;
+  std::optional<at::Tensor> scaled = lower_binary("mse_loss_backward.scale", *diff, at::scalar_tensor(scale, at::kDouble),
+                                                  BinaryOp::multiply);
+  if (!scaled) return std::nullopt;
+  return lower_binary("mse_loss_backward", *scaled, grad, BinaryOp::multiply);
+}
+
+// _softmax / _log_softmax over the last dim (kernels/normalization.h) and their backward from the
+// forward's output. half_to_float, another dim, or a backward whose input_dtype differs falls back.
+bool last_dim(const at::Tensor& t, int64_t dim) { return t.dim() > 0 && c10::maybe_wrap_dim(dim, t.dim()) == t.dim() - 1; }
+
+std::optional<at::Tensor> lower_softmax(const std::string& op, const at::Tensor& x_in, int64_t dim, bool log) {
+  if (!on_neuron(x_in) || x_in.numel() == 0 || !last_dim(x_in, dim)) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  if (!dt) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty(x_in.sizes(), x_in.options());
+  kernels::SoftmaxSpec spec;
+  spec.shape = {x.numel() / x.size(-1), x.size(-1)};
+  spec.log = log;
+  spec.input_dtype = spec.output_dtype = *dt;
+  const std::string key = op + "|" + dims_key(spec.shape) + "|" + c10::toString(x.scalar_type());
+  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::softmax_program(spec, hw); },
+                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  return y;
+}
+
+std::optional<at::Tensor> lower_softmax_backward(const std::string& op, const at::Tensor& dy_in, const at::Tensor& y_in,
+                                                 int64_t dim, at::ScalarType input_dtype, bool log) {
+  if (!on_neuron(dy_in) || !on_neuron(y_in) || dy_in.numel() == 0 || dy_in.sizes() != y_in.sizes() ||
+      dy_in.scalar_type() != y_in.scalar_type() || input_dtype != dy_in.scalar_type() || !last_dim(y_in, dim))
+    return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(y_in.scalar_type());
+  if (!dt) return std::nullopt;
+  c10::DeviceGuard guard(y_in.device());
+  at::Tensor y = y_in.contiguous(), dy = dy_in.contiguous();
+  at::Tensor dx = at::empty(y_in.sizes(), y_in.options());
+  kernels::SoftmaxBackwardSpec spec;
+  spec.shape = {y.numel() / y.size(-1), y.size(-1)};
+  spec.log = log;
+  spec.input_dtype = spec.output_dtype = *dt;
+  const std::string key = op + "|" + dims_key(spec.shape) + "|" + c10::toString(y.scalar_type());
+  execute_program(y_in.device().index(), key,
+                  [spec](const HardwareConfig& hw) { return kernels::softmax_backward_program(spec, hw); },
+                  {buffer("y", y), buffer("dy", dy)}, {buffer("dx", dx)}, record_for(op, {dy_in, y_in}, y_in.scalar_type()));
+  return dx;
+}
+
+// native_layer_norm / _fused_rms_norm over the last dim (a one-element normalized_shape). The norm
+// kernel writes y only, so the statistics torch returns (mean, rstd: [..., 1], the input's dtype as
+// on the CPU) are computed by separate fp32 reduction / element-wise kernels: mean, (x - mean)^2 (or
+// x^2), their mean, + eps, rsqrt (rms_norm's rstd stays fp32, as on the CPU). Parameters must have
+// the input's dtype.
+std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels::NormKind kind, const at::Tensor& x_in,
+                                                  c10::IntArrayRef normalized, const c10::IValue& w_arg,
+                                                  const c10::IValue& b_arg, double eps) {
+  if (!on_neuron(x_in) || x_in.numel() == 0 || normalized.size() != 1 || x_in.dim() < 1 ||
+      x_in.size(-1) != normalized[0])
+    return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  if (!dt) return std::nullopt;
+  at::Tensor w = w_arg.isNone() ? at::Tensor() : w_arg.toTensor();
+  at::Tensor b = b_arg.isNone() ? at::Tensor() : b_arg.toTensor();
+  for (const at::Tensor* p : {&w, &b}) {
+    if (p->defined() && (!on_neuron(*p) || p->scalar_type() != x_in.scalar_type() || p->dim() != 1)) return std::nullopt;
+  }
+  const bool rms = kind == kernels::NormKind::rmsnorm;
+  c10::DeviceGuard guard(x_in.device());
+  const int64_t c = x_in.size(-1), rows = x_in.numel() / c;
+  at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty(x_in.sizes(), x_in.options());
+  kernels::NormSpec spec;
+  spec.kind = kind;
+  spec.shape = {rows, c};
+  spec.eps = eps;
+  spec.weight = w.defined();
+  spec.bias = b.defined();
+  spec.input_dtype = spec.output_dtype = spec.param_dtype = *dt;
+  std::ostringstream key;
+  key << std::hexfloat << op << "|" << rows << "," << c << "|" << spec.weight << spec.bias << "|" << eps << "|"
+      << c10::toString(x.scalar_type());
+  std::vector<HostBuffer> inputs = {buffer("x", x)};
+  if (w.defined()) inputs.push_back(buffer("w", w = w.contiguous()));
+  if (b.defined()) inputs.push_back(buffer("b", b = b.contiguous()));
+  execute_program(x_in.device().index(), key.str(), [spec](const HardwareConfig& hw) { return kernels::norm_program(spec, hw); },
+                  inputs, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  // The statistics, in fp32.
+  at::Tensor xf = x.scalar_type() == at::kFloat ? x.reshape({rows, c}) : x.reshape({rows, c}).to(at::kFloat);
+  std::optional<at::Tensor> mean, centered = xf;
+  if (!rms) {
+    mean = lower_reduce(op + ".mean", xf, {1}, true, ReduceOp::mean);
+    if (!mean) return std::nullopt;
+    centered = lower_binary(op + ".center", xf, *mean, BinaryOp::subtract);
+    if (!centered) return std::nullopt;
+  }
+  std::optional<at::Tensor> sq = lower_binary(op + ".square", *centered, *centered, BinaryOp::multiply);
+  if (!sq) return std::nullopt;
+  std::optional<at::Tensor> var = lower_reduce(op + ".var", *sq, {1}, true, ReduceOp::mean);
+  if (!var) return std::nullopt;
+  std::optional<at::Tensor> var_eps = lower_binary(op + ".eps", *var, at::scalar_tensor(eps, at::kDouble), BinaryOp::add);
+  if (!var_eps) return std::nullopt;
+  std::optional<at::Tensor> rstd = lower_unary(op + ".rsqrt", *var_eps, UnaryOp::rsqrt);
+  if (!rstd) return std::nullopt;
+  std::vector<int64_t> stat_shape = dims(x_in.sizes());
+  stat_shape.back() = 1;
+  auto stat = [&](const at::Tensor& t) { return t.reshape(stat_shape).to(x_in.scalar_type()); };
+  if (rms) return std::vector<at::Tensor>{y, rstd->reshape(stat_shape)};  // fp32, as on the CPU
+  return std::vector<at::Tensor>{y, stat(*mean), stat(*rstd)};
+}
+
+// native_layer_norm_backward / _fused_rms_norm_backward with the saved statistics: dx, dw, db as
+// output_mask asks (the kernel computes dw / db whenever the parameter exists).
+std::optional<std::vector<at::Tensor>> lower_norm_backward(const std::string& op, kernels::NormKind kind,
+                                                           const at::Tensor& dy_in, const at::Tensor& x_in,
+                                                           c10::IntArrayRef normalized, const at::Tensor* mean_in,
+                                                           const at::Tensor& rstd_in, const c10::IValue& w_arg,
+                                                           const c10::IValue& b_arg, std::vector<bool> mask) {
+  if (!on_neuron(x_in) || !on_neuron(dy_in) || x_in.numel() == 0 || normalized.size() != 1 ||
+      x_in.size(-1) != normalized[0] || dy_in.sizes() != x_in.sizes() || dy_in.scalar_type() != x_in.scalar_type())
+    return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  if (!dt || !on_neuron(rstd_in) || !sim_dtype(rstd_in.scalar_type()) || (mean_in && (!on_neuron(*mean_in) || !sim_dtype(mean_in->scalar_type()))))
+    return std::nullopt;
+  at::Tensor w = w_arg.isNone() ? at::Tensor() : w_arg.toTensor();
+  at::Tensor b = b_arg.isNone() ? at::Tensor() : b_arg.toTensor();
+  for (const at::Tensor* p : {&w, &b}) {
+    if (p->defined() && (!on_neuron(*p) || p->scalar_type() != x_in.scalar_type() || p->dim() != 1)) return std::nullopt;
+  }
+  const int64_t c = x_in.size(-1), rows = x_in.numel() / c;
+  if (rstd_in.numel() != rows || (mean_in && mean_in->numel() != rows)) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  kernels::NormBackwardSpec spec;
+  spec.kind = kind;
+  spec.shape = {rows, c};
+  spec.weight = w.defined();
+  spec.bias = b.defined();
+  spec.input_dtype = spec.param_dtype = *dt;
+  at::Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  at::Tensor rstd = rstd_in.contiguous().to(at::kFloat);
+  std::vector<HostBuffer> inputs = {buffer("x", x), buffer("dy", dy), buffer("rstd", rstd)};
+  at::Tensor mean;
+  if (mean_in) inputs.push_back(buffer("mean", mean = mean_in->contiguous().to(at::kFloat)));
+  if (w.defined()) inputs.push_back(buffer("w", w = w.contiguous()));
+  at::Tensor dx = at::empty(x_in.sizes(), x_in.options());
+  std::vector<HostBuffer> outputs = {buffer("dx", dx)};
+  at::Tensor dw, db;
+  if (w.defined()) outputs.push_back(buffer("dw", dw = at::empty(w.sizes(), w.options())));
+  if (b.defined()) outputs.push_back(buffer("db", db = at::empty(b.sizes(), b.options())));
+  const std::string key = op + "|" + std::to_string(rows) + "," + std::to_string(c) + "|" + std::to_string(spec.weight) +
+                          std::to_string(spec.bias) + "|" + c10::toString(x.scalar_type());
+  execute_program(x_in.device().index(), key,
+                  [spec](const HardwareConfig& hw) { return kernels::norm_backward_program(spec, hw); }, inputs, outputs,
+                  record_for(op, {dy_in, x_in}, x_in.scalar_type()));
+  std::vector<at::Tensor> result = {mask[0] ? dx : at::Tensor(), mask[1] ? dw : at::Tensor()};
+  if (kind == kernels::NormKind::layernorm) result.push_back(mask.size() > 2 && mask[2] ? db : at::Tensor());
+  return result;
+}
+
+// cat along any dim (kernels/data_movement.h concat): every input on the device, of one float
+// dtype, non-empty (torch's legacy [0]-shaped inputs fall back).
+std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t dim) {
+  if (tensors.empty() || !on_neuron(tensors[0]) || tensors[0].dim() == 0) return std::nullopt;
+  const at::ScalarType type = tensors[0].scalar_type();
+  const std::optional<DType> dt = sim_dtype(type);
+  if (!dt) return std::nullopt;
+  const int64_t rank = tensors[0].dim();
+  dim = c10::maybe_wrap_dim(dim, rank);
+  kernels::ConcatSpec spec;
+  spec.dim = dim;
+  spec.dtype = *dt;
+  std::vector<int64_t> out_shape = dims(tensors[0].sizes());
+  out_shape[dim] = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!on_neuron(t) || t.scalar_type() != type || t.dim() != rank || t.numel() == 0) return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim && t.size(d) != tensors[0].size(d)) return std::nullopt;
+    spec.shapes.push_back(dims(t.sizes()));
+    out_shape[dim] += t.size(dim);
+  }
+  c10::DeviceGuard guard(tensors[0].device());
+  std::vector<HostBuffer> inputs;
+  std::vector<at::Tensor> contiguous;
+  std::string key = op + "|" + std::to_string(dim) + "|" + c10::toString(type) + "|";
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    contiguous.push_back(tensors[k].contiguous());
+    inputs.push_back(buffer("x" + std::to_string(k), contiguous.back()));
+    key += dims_key(tensors[k].sizes());
+  }
+  at::Tensor y = at::empty(out_shape, tensors[0].options());
+  OpRecord record;
+  record.op = op;
+  for (const at::Tensor& t : tensors) record.shapes.push_back(dims(t.sizes()));
+  record.dtype = c10::toString(type);
+  execute_program(tensors[0].device().index(), key,
+                  [spec](const HardwareConfig& hw) { return kernels::concat_program(spec, hw); }, inputs,
+                  {buffer("y", y)}, std::move(record));
+  return y;
+}
+
+// sigmoid_backward(grad, y) = grad * y * (1 - y); tanh_backward(grad, y) = grad * (1 - y^2): composed
+// of element-wise kernels (elementwise.h has no derivative functions). gelu_backward and
+// silu_backward fall back (no erf / would need the activation's derivative table).
+std::optional<at::Tensor> lower_activation_backward(const std::string& op, const at::Tensor& grad, const at::Tensor& y) {
+  if (!on_neuron(grad) || !on_neuron(y) || grad.sizes() != y.sizes() || grad.scalar_type() != y.scalar_type())
+    return std::nullopt;
+  const at::Tensor one = at::scalar_tensor(1.0, at::kDouble);
+  std::optional<at::Tensor> local;
+  if (op == "sigmoid_backward") {
+    std::optional<at::Tensor> one_minus = lower_binary(op + ".1-y", one, y, BinaryOp::subtract);
+    if (!one_minus) return std::nullopt;
+    local = lower_binary(op + ".y(1-y)", y, *one_minus, BinaryOp::multiply);
+  } else {
+    std::optional<at::Tensor> sq = lower_binary(op + ".y^2", y, y, BinaryOp::multiply);
+    if (!sq) return std::nullopt;
+    local = lower_binary(op + ".1-y^2", one, *sq, BinaryOp::subtract);
+  }
+  if (!local) return std::nullopt;
+  return lower_binary(op, grad, *local, BinaryOp::multiply);
+}
+
+// pow.Tensor_Scalar for the exponents the unary kernel has: 2 (square), 1 (copy), 0.5 (sqrt),
+// -0.5 (rsqrt), -1 (reciprocal); others fall back.
+std::optional<at::Tensor> lower_pow(const std::string& op, const at::Tensor& x, const c10::Scalar& e) {
+  if (!e.isFloatingPoint() && !e.isIntegral(false)) return std::nullopt;
+  const double v = e.toDouble();
+  if (v == 2) return lower_unary(op, x, UnaryOp::square);
+  if (v == 1) return lower_unary(op, x, UnaryOp::copy);
+  if (v == 0.5) return lower_unary(op, x, UnaryOp::sqrt);
+  if (v == -0.5) return lower_unary(op, x, UnaryOp::rsqrt);
+  if (v == -1) return lower_unary(op, x, UnaryOp::reciprocal);
+  return std::nullopt;
+}
+
 bool is_one(const c10::IValue& v) { return v.isScalar() ? v.toScalar().equal(1) : false; }
+
+// add / sub's alpha: other * alpha by one more kernel (rounded once more than torch's fused form);
+// a 0-dim other with alpha != 1 falls back.
+std::optional<at::Tensor> scaled_by_alpha(const std::string& op, const at::Tensor& self, const at::Tensor& other,
+                                          const c10::IValue& alpha) {
+  if (is_one(alpha)) return other;
+  if (!alpha.isScalar() || other.dim() == 0) return std::nullopt;
+  const c10::Scalar a = alpha.toScalar();
+  if (!a.isFloatingPoint() && !a.isIntegral(false)) return std::nullopt;
+  if (!on_neuron(other) || other.scalar_type() != at::result_type(self, other)) return std::nullopt;
+  return lower_binary(op + ".alpha", other, at::scalar_tensor(a.toDouble(), at::kDouble), BinaryOp::multiply);
+}
+
+// silu_backward(grad, x) = grad * s * (1 + x * (1 - s)), s = sigmoid(x) (the activation table).
+std::optional<at::Tensor> lower_silu_backward(const at::Tensor& grad, const at::Tensor& x) {
+  if (!on_neuron(grad) || !on_neuron(x) || grad.sizes() != x.sizes() || grad.scalar_type() != x.scalar_type())
+    return std::nullopt;
+  const std::string op = "silu_backward";
+  std::optional<at::Tensor> s = lower_unary(op + ".sigmoid", x, UnaryOp::sigmoid);
+  if (!s) return std::nullopt;
+  std::optional<at::Tensor> t = lower_binary(op + ".1-s", at::scalar_tensor(1.0, at::kDouble), *s, BinaryOp::subtract);
+  if (!t) return std::nullopt;
+  t = lower_binary(op + ".x(1-s)", x, *t, BinaryOp::multiply);
+  if (!t) return std::nullopt;
+  t = lower_binary(op + ".1+", *t, at::scalar_tensor(1.0, at::kDouble), BinaryOp::add);
+  if (!t) return std::nullopt;
+  t = lower_binary(op + ".s*", *s, *t, BinaryOp::multiply);
+  if (!t) return std::nullopt;
+  return lower_binary(op, grad, *t, BinaryOp::multiply);
+}
 
 std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue> args) {
   if (op == "mm" || op == "bmm") {
@@ -703,16 +1114,123 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return lower_matmul(op, args[1].toTensor(), args[2].toTensor(), &bias);
   }
   if (op == "add.Tensor" || op == "sub.Tensor") {
-    if (!is_one(args[2])) return std::nullopt;
-    return lower_binary(op, args[0].toTensor(), args[1].toTensor(),
-                        op == "add.Tensor" ? BinaryOp::add : BinaryOp::subtract);
+    std::optional<at::Tensor> other = scaled_by_alpha(op, args[0].toTensor(), args[1].toTensor(), args[2]);
+    if (!other) return std::nullopt;
+    return lower_binary(op, args[0].toTensor(), *other, op == "add.Tensor" ? BinaryOp::add : BinaryOp::subtract);
   }
+  if (op == "clamp" || op == "clamp_min" || op == "clamp_max") {
+    std::optional<at::Tensor> x = args[0].toTensor();
+    const c10::IValue lo = op == "clamp_max" ? c10::IValue() : args[1];
+    const c10::IValue hi = op == "clamp" ? args[2] : op == "clamp_max" ? args[1] : c10::IValue();
+    if (lo.isNone() && hi.isNone()) return std::nullopt;
+    for (const c10::IValue* bound : {&lo, &hi}) {
+      if (bound->isNone()) continue;
+      const c10::Scalar v = bound->toScalar();
+      if (!v.isFloatingPoint() && !v.isIntegral(false)) return std::nullopt;
+      if (at::result_type(*x, v) != x->scalar_type()) return std::nullopt;  // e.g. an int tensor and a float bound
+      // torch clamps to the bound converted to the tensor's dtype
+      const double rounded = at::scalar_tensor(v, at::kDouble).to(x->scalar_type()).item<double>();
+      x = lower_binary(op + (bound == &lo ? ".min" : ".max"), *x, at::scalar_tensor(rounded, at::kDouble),
+                       bound == &lo ? BinaryOp::maximum : BinaryOp::minimum);
+      if (!x) return std::nullopt;
+    }
+    return x;
+  }
+  if (op == "masked_fill.Scalar") {
+    const at::Tensor& self = args[0].toTensor();
+    const c10::Scalar v = args[2].toScalar();
+    if (!v.isFloatingPoint() && !v.isIntegral(false)) return std::nullopt;
+    if (at::infer_size_dimvector(self.sizes(), args[1].toTensor().sizes()) != self.sizes()) return std::nullopt;
+    return lower_where(op, args[1].toTensor(), std::nullopt, v.toDouble(), self, std::nullopt, self.scalar_type());
+  }
+  if (op == "silu_backward") return lower_silu_backward(args[0].toTensor(), args[1].toTensor());
+  // In place: computed out of place, then copied into self (which keeps its dtype and shape).
+  if (op == "add_.Tensor" || op == "sub_.Tensor" || op == "mul_.Tensor" || op == "div_.Tensor") {
+    const at::Tensor& self = args[0].toTensor();
+    const at::Tensor& other = args[1].toTensor();
+    if (!on_neuron(self) || at::result_type(self, other) != self.scalar_type()) return std::nullopt;
+    if (other.dim() > 0 && at::infer_size_dimvector(self.sizes(), other.sizes()) != self.sizes()) return std::nullopt;
+    static const std::map<std::string, BinaryOp> inplace = {{"add_.Tensor", BinaryOp::add},
+                                                            {"sub_.Tensor", BinaryOp::subtract},
+                                                            {"mul_.Tensor", BinaryOp::multiply},
+                                                            {"div_.Tensor", BinaryOp::divide}};
+    std::optional<at::Tensor> scaled = other;
+    if (op == "add_.Tensor" || op == "sub_.Tensor") scaled = scaled_by_alpha(op, self, other, args[2]);
+    if (!scaled) return std::nullopt;
+    std::optional<at::Tensor> result = lower_binary(op, self, *scaled, inplace.at(op));
+    if (!result) return std::nullopt;
+    at::Tensor target = self;
+    target.copy_(*result);
+    return target;
+  }
+  if (op == "cat") return lower_cat(op, args[0].toTensorVector(), args[1].toInt());
+  if (op == "pow.Tensor_Scalar") return lower_pow(op, args[0].toTensor(), args[1].toScalar());
+  if (op == "sigmoid_backward" || op == "tanh_backward")
+    return lower_activation_backward(op, args[0].toTensor(), args[1].toTensor());
   if (op == "mul.Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), BinaryOp::multiply);
   if (op == "div.Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), BinaryOp::divide);
   if (op == "gelu") {
     const std::string approximate(args[1].toStringRef());
     if (approximate != "none" && approximate != "tanh") return std::nullopt;
     return lower_unary(op, args[0].toTensor(), approximate == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu);
+  }
+  // Reductions.
+  if (op == "sum.dim_IntList" || op == "mean.dim") {
+    const at::Tensor& x = args[0].toTensor();
+    if (!same_dtype_arg(args[3], x)) return std::nullopt;
+    return lower_reduce(op, x, int_list(args[1]), args[2].toBool(), op == "sum.dim_IntList" ? ReduceOp::sum : ReduceOp::mean);
+  }
+  if (op == "sum" || op == "mean") {
+    const at::Tensor& x = args[0].toTensor();
+    if (!same_dtype_arg(args[1], x)) return std::nullopt;
+    return lower_reduce(op, x, {}, false, op == "sum" ? ReduceOp::sum : ReduceOp::mean);
+  }
+  if (op == "amax" || op == "amin")
+    return lower_reduce(op, args[0].toTensor(), int_list(args[1]), args[2].toBool(), op == "amax" ? ReduceOp::max : ReduceOp::min);
+  if (op == "max" || op == "min")
+    return lower_reduce(op, args[0].toTensor(), {}, false, op == "max" ? ReduceOp::max : ReduceOp::min);
+  if (op == "argmax" || op == "argmin") {
+    const at::Tensor& x = args[0].toTensor();
+    const ReduceOp kind = op == "argmax" ? ReduceOp::argmax : ReduceOp::argmin;
+    if (!args[1].isNone()) return lower_reduce(op, x, {args[1].toInt()}, args[2].toBool(), kind);
+    // dim=None: over the flattened tensor; keepdim keeps every dim as 1.
+    std::optional<at::Tensor> flat = lower_reduce(op, x.reshape({-1}), {0}, false, kind);
+    if (!flat || !args[2].toBool()) return flat;
+    return flat->reshape(std::vector<int64_t>(x.dim(), 1));
+  }
+  if (op == "_softmax" || op == "_log_softmax") {
+    if (args[2].toBool()) return std::nullopt;  // half_to_float
+    return lower_softmax(op, args[0].toTensor(), args[1].toInt(), op == "_log_softmax");
+  }
+  if (op == "_softmax_backward_data" || op == "_log_softmax_backward_data")
+    return lower_softmax_backward(op, args[0].toTensor(), args[1].toTensor(), args[2].toInt(),
+                                  static_cast<at::ScalarType>(args[3].toInt()), op == "_log_softmax_backward_data");
+  if (op == "mse_loss") return lower_mse_loss(args[0].toTensor(), args[1].toTensor(), args[2].toInt());
+  if (op == "mse_loss_backward")
+    return lower_mse_loss_backward(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toInt());
+  // Backward of relu, comparisons, where.
+  if (op == "threshold_backward") return lower_threshold_backward(args[0].toTensor(), args[1].toTensor(), args[2].toScalar());
+  static const std::map<std::string, BinaryOp> compare = {
+      {"eq", BinaryOp::equal}, {"ne", BinaryOp::not_equal}, {"lt", BinaryOp::less},
+      {"gt", BinaryOp::greater}, {"le", BinaryOp::less_equal}, {"ge", BinaryOp::greater_equal}};
+  const size_t dot = op.find('.');
+  auto cmp = compare.find(op.substr(0, dot));
+  if (cmp != compare.end() && dot != std::string::npos) {
+    const std::string overload = op.substr(dot + 1);
+    if (overload == "Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), cmp->second, true);
+    if (overload == "Scalar") {
+      const at::Tensor& a = args[0].toTensor();
+      const c10::Scalar& v = args[1].toScalar();
+      if (!v.isFloatingPoint() && !v.isIntegral(false)) return std::nullopt;
+      return lower_binary(op, a, at::scalar_tensor(v, at::TensorOptions().dtype(v.isFloatingPoint() ? at::kDouble : at::kLong)),
+                          cmp->second, true);
+    }
+    return std::nullopt;
+  }
+  if (op == "where.self") {
+    const at::Tensor &cond = args[0].toTensor(), &a = args[1].toTensor(), &b = args[2].toTensor();
+    if (a.dim() == 0 || b.dim() == 0 || a.scalar_type() != b.scalar_type()) return std::nullopt;
+    return lower_where(op, cond, a, std::nullopt, b, std::nullopt, a.scalar_type());
   }
   static const std::map<std::string, UnaryOp> unary = {{"relu", UnaryOp::relu},       {"silu", UnaryOp::silu},
                                                         {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh},
@@ -728,18 +1246,73 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!name.overload_name.empty()) full += "." + name.overload_name;
   if (full.rfind("aten::", 0) == 0) full = full.substr(6);
   const size_t n = op.schema().arguments().size();
-  std::optional<at::Tensor> out = lower(full, torch::jit::last(*stack, n));
+  std::optional<at::Tensor> out;
+  std::optional<at::Tensor> indices;
+  std::optional<std::vector<at::Tensor>> multi;
+  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, n);
+  // A kernel that rejects the shape (std::invalid_argument, e.g. a row wider than SBUF) falls back;
+  // the lowered ops are out of place, so nothing was written yet.
+  try {
+  if (full == "max.dim" || full == "min.dim") {  // (values, indices): two kernels
+    const at::Tensor& x = args[0].toTensor();
+    const int64_t dim = args[1].toInt();
+    const bool keepdim = args[2].toBool();
+    const bool is_max = full == "max.dim";
+    indices = lower_reduce(full, x, {dim}, keepdim, is_max ? ReduceOp::argmax : ReduceOp::argmin);
+    if (indices) out = lower_reduce(full, x, {dim}, keepdim, is_max ? ReduceOp::max : ReduceOp::min);
+    if (!out) indices.reset();
+  } else if (full == "native_layer_norm" || full == "_fused_rms_norm") {
+    const bool ln = full == "native_layer_norm";
+    const at::Tensor& x = args[0].toTensor();
+    double eps = 0;
+    if (ln) eps = args[4].toDouble();
+    else if (!args[3].isNone()) eps = args[3].toDouble();
+    else if (x.scalar_type() == at::kBFloat16) eps = 0.0078125;  // torch.finfo(dtype).eps, rms_norm's default
+    else if (x.scalar_type() == at::kHalf) eps = 0.0009765625;
+    else eps = static_cast<double>(std::numeric_limits<float>::epsilon());
+    multi = lower_norm(full, ln ? kernels::NormKind::layernorm : kernels::NormKind::rmsnorm, x,
+                       args[1].toIntVector(), args[2], ln ? args[3] : c10::IValue(), eps);
+  } else if (full == "native_layer_norm_backward") {
+    const at::Tensor& mean = args[3].toTensor();
+    multi = lower_norm_backward(full, kernels::NormKind::layernorm, args[0].toTensor(), args[1].toTensor(),
+                                args[2].toIntVector(), &mean, args[4].toTensor(), args[5], args[6],
+                                args[7].toBoolList().vec());
+  } else if (full == "_fused_rms_norm_backward") {
+    multi = lower_norm_backward(full, kernels::NormKind::rmsnorm, args[0].toTensor(), args[1].toTensor(),
+                                args[2].toIntVector(), nullptr, args[3].toTensor(), args[4], c10::IValue(),
+                                args[5].toBoolList().vec());
+  } else {
+    out = lower(full, args);
+  }
+  } catch (const std::invalid_argument&) {
+    out.reset();
+    indices.reset();
+    multi.reset();
+  }
+  if (multi) {
+    torch::jit::drop(*stack, n);
+    for (at::Tensor& t : *multi) torch::jit::push(*stack, std::move(t));
+    return;
+  }
   if (!out) {
     neuron_fallback(op, stack);
     return;
   }
   torch::jit::drop(*stack, n);
   torch::jit::push(*stack, std::move(*out));
+  if (indices) torch::jit::push(*stack, std::move(*indices));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* op : {"mm", "addmm", "bmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "relu", "gelu",
-                         "silu", "sigmoid", "tanh", "exp"}) {
+                         "silu", "sigmoid", "tanh", "exp", "sum.dim_IntList", "mean.dim", "sum", "mean", "amax", "amin",
+                         "max", "min", "max.dim", "min.dim", "argmax", "argmin", "threshold_backward", "eq.Tensor",
+                         "ne.Tensor", "lt.Tensor", "gt.Tensor", "le.Tensor", "ge.Tensor", "eq.Scalar", "ne.Scalar",
+                         "lt.Scalar", "gt.Scalar", "le.Scalar", "ge.Scalar", "where.self", "mse_loss", "mse_loss_backward", "_softmax", "_log_softmax",
+                         "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
+                         "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "add_.Tensor",
+                         "sub_.Tensor", "mul_.Tensor", "div_.Tensor", "cat", "pow.Tensor_Scalar", "sigmoid_backward",
+                         "tanh_backward", "silu_backward", "clamp", "clamp_min", "clamp_max", "masked_fill.Scalar"}) {
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
   }
 }
