@@ -55,6 +55,9 @@ demo: build
 	@for c in trn1 trn2 trn3; do $(BUILD_DIR)/bin/trnsim bench matmul --m 4096 --k 8192 --n 8192 --transpose-a --config $$c; done
 	@$(BUILD_DIR)/bin/trnsim bench matmul --m 4096 --k 8192 --n 8192 --transpose-a --config trn2 --cores 2
 	@for c in trn2 trn3; do $(BUILD_DIR)/bin/trnsim bench attention --seq 4096 --head-dim 128 --causal --config $$c; done
+	@echo
+	@echo "Plain PyTorch on the device 'neuron' (examples/mlp_training.py):"
+	@$(VENV)/bin/python examples/mlp_training.py --steps 3
 
 test: build
 	@$(MAKE) --no-print-directory test-cpp test-python
