@@ -11,6 +11,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
@@ -37,6 +38,8 @@
 #include "config/config_loader.h"
 #include "config/derived_figures.h"
 #include "frontend/kernel_executor.h"
+#include "kernels/attention.h"
+#include "kernels/attention_backward.h"
 #include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
@@ -64,6 +67,7 @@ constexpr int kMaxDevices = 128;  // c10::DeviceIndex is int8_t
 std::mutex g_config_mutex;
 bool g_config_loaded = false;
 DeviceConfigInfo g_config;
+bool g_dma_transpose = true;  // the configured core's DMA can transpose (flash attention needs it)
 
 void load_locked(const std::string& name, const std::vector<std::string>& overrides) {
   LoadedConfig loaded = load_config(name, overrides);
@@ -78,6 +82,7 @@ void load_locked(const std::string& name, const std::vector<std::string>& overri
   info.hbm_bytes_per_device = loaded.hardware.hbm.capacity_bytes / per_chip;
   info.host_link_gbps = loaded.hardware.host_link.bandwidth_gbps;
   executor_set_hardware(loaded.hardware, loaded.hash);
+  g_dma_transpose = loaded.hardware.core.dma.transpose_supported;
   g_config = info;
   g_config_loaded = true;
 }
@@ -1037,8 +1042,7 @@ std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at:
 }
 
 // sigmoid_backward(grad, y) = grad * y * (1 - y); tanh_backward(grad, y) = grad * (1 - y^2): composed
-// of element-wise kernels (elementwise.h has no derivative functions). gelu_backward and
-// silu_backward fall back (no erf / would need the activation's derivative table).
+// of element-wise kernels. gelu_backward and silu_backward: lower_gelu_backward / lower_silu_backward.
 std::optional<at::Tensor> lower_activation_backward(const std::string& op, const at::Tensor& grad, const at::Tensor& y) {
   if (!on_neuron(grad) || !on_neuron(y) || grad.sizes() != y.sizes() || grad.scalar_type() != y.scalar_type())
     return std::nullopt;
@@ -1102,7 +1106,231 @@ std::optional<at::Tensor> lower_silu_backward(const at::Tensor& grad, const at::
   return lower_binary(op, grad, *t, BinaryOp::multiply);
 }
 
+// gelu_backward(grad, x): approximate="none" is grad * gelu'(x) with the activation table's exact
+// gelu_dx (Phi(x) + x * phi(x)). approximate="tanh" (the ISA has no derivative of the tanh form) is
+// composed: with u = k x (1 + c x^2), t = tanh(u), gelu' = 0.5 (1 + t) + 0.5 k x (1 - t^2) (1 + 3c x^2),
+// k = sqrt(2/pi), c = 0.044715. Each step rounds to the tensor's dtype (bf16 is looser than torch's
+// fp32-internal formula).
+std::optional<at::Tensor> lower_gelu_backward(const at::Tensor& grad, const at::Tensor& x, const std::string& approximate) {
+  if (!on_neuron(grad) || !on_neuron(x) || grad.sizes() != x.sizes() || grad.scalar_type() != x.scalar_type())
+    return std::nullopt;
+  const std::string op = "gelu_backward";
+  if (approximate == "none") {
+    std::optional<at::Tensor> d = lower_unary(op + ".dx", x, UnaryOp::gelu_dx);
+    if (!d) return std::nullopt;
+    return lower_binary(op, grad, *d, BinaryOp::multiply);
+  }
+  if (approximate != "tanh") return std::nullopt;
+  constexpr double k = 0.7978845608028654, c = 0.044715;
+  auto num = [](double v) { return at::scalar_tensor(v, at::kDouble); };
+  std::optional<at::Tensor> x2 = lower_binary(op + ".x2", x, x, BinaryOp::multiply);
+  if (!x2) return std::nullopt;
+  std::optional<at::Tensor> u = lower_binary(op + ".cx2", *x2, num(c), BinaryOp::multiply);
+  if (!u) return std::nullopt;
+  u = lower_binary(op + ".1+cx2", *u, num(1.0), BinaryOp::add);
+  if (!u) return std::nullopt;
+  u = lower_binary(op + ".x(1+cx2)", x, *u, BinaryOp::multiply);
+  if (!u) return std::nullopt;
+  u = lower_binary(op + ".ku", *u, num(k), BinaryOp::multiply);
+  if (!u) return std::nullopt;
+  std::optional<at::Tensor> t = lower_unary(op + ".tanh", *u, UnaryOp::tanh);
+  if (!t) return std::nullopt;
+  std::optional<at::Tensor> r = lower_binary(op + ".t2", *t, *t, BinaryOp::multiply);
+  if (!r) return std::nullopt;
+  r = lower_binary(op + ".1-t2", num(1.0), *r, BinaryOp::subtract);
+  if (!r) return std::nullopt;
+  std::optional<at::Tensor> p = lower_binary(op + ".3cx2", *x2, num(3.0 * c), BinaryOp::multiply);
+  if (!p) return std::nullopt;
+  p = lower_binary(op + ".1+3cx2", *p, num(1.0), BinaryOp::add);
+  if (!p) return std::nullopt;
+  r = lower_binary(op + ".(1-t2)(1+3cx2)", *r, *p, BinaryOp::multiply);
+  if (!r) return std::nullopt;
+  r = lower_binary(op + ".x*", *r, x, BinaryOp::multiply);
+  if (!r) return std::nullopt;
+  r = lower_binary(op + ".0.5k*", *r, num(0.5 * k), BinaryOp::multiply);
+  if (!r) return std::nullopt;
+  std::optional<at::Tensor> h = lower_binary(op + ".0.5t", *t, num(0.5), BinaryOp::multiply);
+  if (!h) return std::nullopt;
+  h = lower_binary(op + ".0.5+0.5t", *h, num(0.5), BinaryOp::add);
+  if (!h) return std::nullopt;
+  h = lower_binary(op + ".dx", *h, *r, BinaryOp::add);
+  if (!h) return std::nullopt;
+  return lower_binary(op, grad, *h, BinaryOp::multiply);
+}
+
+// out[i, :] = table[ids[i], :] (embedding gather kernel): embedding (ids any shape, table [V, D]) and
+// index_select along dim 0 (table any rank >= 1, rows flattened). Ids (int64/int32, any device
+// memory is host memory here) are checked on the host; out of range falls back so torch raises.
+std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tensor& table_in, const at::Tensor& ids_in,
+                                          bool index_select) {
+  if (!on_neuron(table_in) || !ids_in.defined() || table_in.dim() < 1) return std::nullopt;
+  if (!index_select && table_in.dim() != 2) return std::nullopt;
+  if (index_select && ids_in.dim() > 1) return std::nullopt;
+  if (ids_in.scalar_type() != at::kLong && ids_in.scalar_type() != at::kInt) return std::nullopt;
+  if (ids_in.device().type() != kNeuron && !ids_in.is_cpu()) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(table_in.scalar_type());
+  if (!dt) return std::nullopt;
+  const int64_t vocab = table_in.size(0);
+  const int64_t dim = table_in.numel() / std::max<int64_t>(vocab, 1);
+  const int64_t num_ids = ids_in.numel();
+  if (vocab == 0 || dim == 0 || num_ids == 0 || vocab > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  c10::DeviceGuard guard(table_in.device());
+  at::Tensor ids_c = ids_in.contiguous();
+  at::Tensor ids_host =
+      at::from_blob(ids_c.data_ptr(), {num_ids}, at::TensorOptions().dtype(ids_c.scalar_type()).device(at::kCPU))
+          .to(at::kInt, /*non_blocking=*/false, /*copy=*/true);
+  const int32_t* p = ids_host.data_ptr<int32_t>();
+  if (ids_c.scalar_type() == at::kLong) {
+    const int64_t* q = static_cast<const int64_t*>(ids_c.data_ptr());
+    for (int64_t i = 0; i < num_ids; ++i)
+      if (q[i] < 0 || q[i] >= vocab) return std::nullopt;
+  } else {
+    for (int64_t i = 0; i < num_ids; ++i)
+      if (p[i] < 0 || p[i] >= vocab) return std::nullopt;
+  }
+  at::Tensor table = table_in.contiguous();
+  kernels::EmbeddingSpec spec;
+  spec.num_ids = num_ids;
+  spec.vocab = vocab;
+  spec.dim = dim;
+  spec.dtype = *dt;
+  spec.index_dtype = DType::int32;
+  std::vector<int64_t> out_shape;
+  if (index_select) {
+    out_shape = dims(table_in.sizes());
+    out_shape[0] = num_ids;
+  } else {
+    out_shape = dims(ids_in.sizes());
+    out_shape.push_back(dim);
+  }
+  at::Tensor y = at::empty(out_shape, table_in.options());
+  const std::string key = "embedding|" + std::to_string(num_ids) + "," + std::to_string(vocab) + "," +
+                          std::to_string(dim) + "|" + c10::toString(table_in.scalar_type());
+  OpRecord record = record_for(op, {table_in, ids_in}, table_in.scalar_type());
+  execute_program(table_in.device().index(), key,
+                  [spec](const HardwareConfig& hw) { return kernels::embedding_program(spec, hw); },
+                  {HostBuffer{"ids", ids_host.data_ptr(), static_cast<size_t>(num_ids), DType::int32},
+                   buffer("table", table)},
+                  {buffer("y", y)}, std::move(record));
+  return y;
+}
+
+// nll_loss over [N, C] log-probabilities with class targets (no weight=): the picked log-prob of
+// each row is an embedding gather (table [N*C, 1], id r*C + target), times a host-built mask
+// (-1 on counted rows, 0 on ignored ones), then summed (and / count for mean). The backward is a
+// host-built one-hot mask (-1 at [r, target]) times grad_output (/ total_weight for mean). Targets
+// (integer metadata, like embedding ids) are checked on the host; out of range falls back.
+// Reduction: 0 none, 1 mean, 2 sum. Returns (output, total_weight) / grad_input.
+std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_mask(const at::Tensor& self, const at::Tensor& target,
+                                                                const c10::IValue& weight, int64_t ignore_index,
+                                                                bool one_hot, int64_t* count) {
+  const bool no_weight = weight.isNone() || (weight.isTensor() && !weight.toTensor().defined());
+  if (!on_neuron(self) || self.dim() != 2 || !no_weight || !sim_dtype(self.scalar_type())) return std::nullopt;
+  if (target.dim() != 1 || target.size(0) != self.size(0) || target.scalar_type() != at::kLong) return std::nullopt;
+  if (target.device().type() != kNeuron && !target.is_cpu()) return std::nullopt;
+  const int64_t n = self.size(0), c = self.size(1);
+  if (n == 0 || c == 0 || n * c > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  at::Tensor t = target.contiguous();
+  const int64_t* tp = static_cast<const int64_t*>(t.data_ptr());
+  at::Tensor ids = at::zeros({n}, at::kLong);
+  at::Tensor mask = at::zeros(one_hot ? std::vector<int64_t>{n, c} : std::vector<int64_t>{n, 1}, at::kFloat);
+  int64_t* ip = ids.data_ptr<int64_t>();
+  float* mp = mask.data_ptr<float>();
+  *count = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (tp[r] == ignore_index) continue;
+    if (tp[r] < 0 || tp[r] >= c) return std::nullopt;
+    ip[r] = r * c + tp[r];
+    mp[one_hot ? r * c + tp[r] : r] = -1.0f;
+    ++*count;
+  }
+  return std::make_pair(ids, mask.to(self.options()));
+}
+
+std::optional<std::vector<at::Tensor>> lower_nll_loss(const std::string& op, const at::Tensor& self,
+                                                      const at::Tensor& target, const c10::IValue& weight,
+                                                      int64_t reduction, int64_t ignore_index) {
+  int64_t count = 0;
+  auto m = nll_loss_mask(self, target, weight, ignore_index, false, &count);
+  if (!m || reduction < 0 || reduction > 2 || (reduction == 1 && count == 0)) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  const int64_t n = self.size(0), c = self.size(1);
+  std::optional<at::Tensor> picked = lower_embedding(op + ".gather", self.contiguous().reshape({n * c, 1}), m->first, false);
+  if (!picked) return std::nullopt;
+  std::optional<at::Tensor> loss = lower_binary(op + ".mask", *picked, m->second, BinaryOp::multiply);
+  if (!loss) return std::nullopt;
+  if (reduction == 0) {
+    loss = loss->reshape({n});
+  } else {
+    loss = lower_reduce(op + ".sum", *loss, {}, false, ReduceOp::sum);
+    if (loss && reduction == 1)  // as [1]: two 0-dim operands would both be immediates
+      loss = lower_binary(op + ".mean", loss->reshape({1}), at::scalar_tensor(static_cast<double>(count), at::kDouble),
+                          BinaryOp::divide);
+    if (!loss) return std::nullopt;
+    loss = loss->reshape({});
+  }
+  at::Tensor total_weight = at::empty({}, self.options());
+  total_weight.fill_(reduction == 0 ? 0.0 : static_cast<double>(count));
+  return std::vector<at::Tensor>{*loss, total_weight};
+}
+
+std::optional<at::Tensor> lower_nll_loss_backward(const std::string& op, const at::Tensor& grad, const at::Tensor& self,
+                                                  const at::Tensor& target, const c10::IValue& weight, int64_t reduction,
+                                                  int64_t ignore_index, const at::Tensor& total_weight) {
+  int64_t count = 0;
+  auto m = nll_loss_mask(self, target, weight, ignore_index, true, &count);
+  if (!m || reduction < 0 || reduction > 2 || !on_neuron(grad) || grad.scalar_type() != self.scalar_type())
+    return std::nullopt;
+  if (reduction == 0 && (grad.dim() != 1 || grad.size(0) != self.size(0))) return std::nullopt;
+  if (reduction != 0 && grad.numel() != 1) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  std::optional<at::Tensor> g =
+      lower_binary(op, m->second, reduction == 0 ? grad.reshape({-1, 1}) : grad.reshape({}), BinaryOp::multiply);
+  if (g && reduction == 1) {
+    if (total_weight.numel() != 1) return std::nullopt;
+    g = lower_binary(op + ".mean", *g, total_weight.reshape({}), BinaryOp::divide);
+  }
+  return g;
+}
+
+// embedding_dense_backward: grad_weight [V, D] = onehot^T [V, N] @ grad [N, D] on the matmul kernel,
+// the one-hot (0 in the padding_idx column) built on the host from the ids; bounded (V * N), no
+// scale_grad_by_freq.
+std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const at::Tensor& grad_in,
+                                                   const at::Tensor& ids_in, int64_t vocab, int64_t padding_idx,
+                                                   bool scale_grad_by_freq) {
+  if (!on_neuron(grad_in) || scale_grad_by_freq || !sim_dtype(grad_in.scalar_type()) || grad_in.dim() < 1) return std::nullopt;
+  if (ids_in.scalar_type() != at::kLong && ids_in.scalar_type() != at::kInt) return std::nullopt;
+  if (ids_in.device().type() != kNeuron && !ids_in.is_cpu()) return std::nullopt;
+  const int64_t n = ids_in.numel(), d = grad_in.size(-1);
+  if (n == 0 || d == 0 || vocab <= 0 || grad_in.numel() != n * d || vocab * n > (int64_t(1) << 24)) return std::nullopt;
+  at::Tensor ids_c = ids_in.contiguous();
+  at::Tensor ids = at::from_blob(ids_c.data_ptr(), {n}, at::TensorOptions().dtype(ids_c.scalar_type()).device(at::kCPU))
+                       .to(at::kLong, false, true);
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  at::Tensor onehot = at::zeros({vocab, n}, at::kFloat);
+  float* op_ = onehot.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (ip[i] < 0 || ip[i] >= vocab) return std::nullopt;
+    if (ip[i] != padding_idx) op_[ip[i] * n + i] = 1.0f;
+  }
+  c10::DeviceGuard guard(grad_in.device());
+  return lower_matmul(op, onehot.to(grad_in.options()), grad_in.reshape({n, d}), nullptr);
+}
+
 std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (op == "nll_loss_backward")
+    return lower_nll_loss_backward(op, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3],
+                                   args[4].toInt(), args[5].toInt(), args[6].toTensor());
+  if (op == "embedding_dense_backward")
+    return lower_embedding_backward(op, args[0].toTensor(), args[1].toTensor(), args[2].toInt(), args[3].toInt(),
+                                    args[4].toBool());
+  if (op == "embedding") return lower_embedding(op, args[0].toTensor(), args[1].toTensor(), false);
+  if (op == "index_select") {
+    const at::Tensor& self = args[0].toTensor();
+    if (self.dim() == 0 || c10::maybe_wrap_dim(args[1].toInt(), self.dim()) != 0) return std::nullopt;
+    return lower_embedding(op, self, args[2].toTensor(), true);
+  }
   if (op == "mm" || op == "bmm") {
     const at::Tensor& a = args[0].toTensor();
     if (a.dim() != (op == "bmm" ? 3 : 2)) return std::nullopt;
@@ -1144,6 +1372,8 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return lower_where(op, args[1].toTensor(), std::nullopt, v.toDouble(), self, std::nullopt, self.scalar_type());
   }
   if (op == "silu_backward") return lower_silu_backward(args[0].toTensor(), args[1].toTensor());
+  if (op == "gelu_backward")
+    return lower_gelu_backward(args[0].toTensor(), args[1].toTensor(), std::string(args[2].toStringRef()));
   // In place: computed out of place, then copied into self (which keeps its dtype and shape).
   if (op == "add_.Tensor" || op == "sub_.Tensor" || op == "mul_.Tensor" || op == "div_.Tensor") {
     const at::Tensor& self = args[0].toTensor();
@@ -1227,10 +1457,56 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     }
     return std::nullopt;
   }
+  // isneginf / isposinf: x == -inf / +inf; isinf: |x| == inf; isnan: x != x (the ALU compares
+  // IEEE-style). Floating inputs only (torch's integer versions are all-false).
+  if (op == "isneginf" || op == "isposinf" || op == "isinf" || op == "isnan") {
+    const at::Tensor& x = args[0].toTensor();
+    if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return std::nullopt;
+    const double inf = std::numeric_limits<double>::infinity();
+    if (op == "isnan") return lower_binary(op, x, x, BinaryOp::not_equal, true);
+    if (op == "isinf") {
+      std::optional<at::Tensor> a = lower_unary(op + ".abs", x, UnaryOp::abs);
+      if (!a) return std::nullopt;
+      return lower_binary(op, *a, at::scalar_tensor(inf, at::kDouble), BinaryOp::equal, true);
+    }
+    return lower_binary(op, x, at::scalar_tensor(op == "isneginf" ? -inf : inf, at::kDouble), BinaryOp::equal, true);
+  }
+  // all / any (full, dim): the truth values as fp32 1 / 0 (where), reduced by min / max, compared != 0.
+  if (op == "all" || op == "any" || op == "all.dim" || op == "any.dim") {
+    const at::Tensor& x = args[0].toTensor();
+    if (!on_neuron(x) || x.numel() == 0) return std::nullopt;
+    std::optional<at::Tensor> truth = x;
+    if (x.scalar_type() != at::kBool) {
+      if (!sim_dtype(x.scalar_type())) return std::nullopt;
+      truth = lower_binary(op + ".ne0", x, at::scalar_tensor(0.0, at::kDouble), BinaryOp::not_equal, true);
+      if (!truth) return std::nullopt;
+    }
+    std::optional<at::Tensor> f = lower_where(op + ".f", *truth, std::nullopt, 1.0, std::nullopt, 0.0, at::kFloat);
+    if (!f) return std::nullopt;
+    const bool all = op.rfind("all", 0) == 0;
+    const bool dim = op.size() > 3;
+    // A full reduction keeps one dim: a 0-dim tensor would be taken as an immediate by the compare.
+    const int64_t d = dim ? c10::maybe_wrap_dim(args[1].toInt(), std::max<int64_t>(x.dim(), 1)) : 0;
+    std::optional<at::Tensor> r = lower_reduce(op + ".reduce", dim && x.dim() > 0 ? *f : f->reshape({-1}), {d}, true,
+                                               all ? ReduceOp::min : ReduceOp::max);
+    if (!r) return std::nullopt;
+    std::optional<at::Tensor> y = lower_binary(op, *r, at::scalar_tensor(0.0, at::kDouble), BinaryOp::not_equal, true);
+    if (!y) return std::nullopt;
+    if (!dim) return y->reshape({});
+    if (x.dim() == 0) return y->reshape({});
+    return args[2].toBool() ? *y : y->squeeze(d);
+  }
   if (op == "where.self") {
     const at::Tensor &cond = args[0].toTensor(), &a = args[1].toTensor(), &b = args[2].toTensor();
-    if (a.dim() == 0 || b.dim() == 0 || a.scalar_type() != b.scalar_type()) return std::nullopt;
-    return lower_where(op, cond, a, std::nullopt, b, std::nullopt, a.scalar_type());
+    if ((a.dim() == 0 && b.dim() == 0) || a.scalar_type() != b.scalar_type()) return std::nullopt;
+    // A 0-dim operand of the same dtype (e.g. _safe_softmax's zero) is an immediate.
+    auto immediate = [](const at::Tensor& t) -> std::optional<double> {
+      if (t.dim() != 0) return std::nullopt;
+      return (on_neuron(t) ? local_scalar_dense(t) : t.item()).toDouble();
+    };
+    const std::optional<double> as = immediate(a), bs = immediate(b);
+    return lower_where(op, cond, as ? std::nullopt : std::optional<at::Tensor>(a), as,
+                       bs ? std::nullopt : std::optional<at::Tensor>(b), bs, a.scalar_type());
   }
   static const std::map<std::string, UnaryOp> unary = {{"relu", UnaryOp::relu},       {"silu", UnaryOp::silu},
                                                         {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh},
@@ -1272,6 +1548,8 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     else eps = static_cast<double>(std::numeric_limits<float>::epsilon());
     multi = lower_norm(full, ln ? kernels::NormKind::layernorm : kernels::NormKind::rmsnorm, x,
                        args[1].toIntVector(), args[2], ln ? args[3] : c10::IValue(), eps);
+  } else if (full == "nll_loss_forward") {
+    multi = lower_nll_loss(full, args[0].toTensor(), args[1].toTensor(), args[2], args[3].toInt(), args[4].toInt());
   } else if (full == "native_layer_norm_backward") {
     const at::Tensor& mean = args[3].toTensor();
     multi = lower_norm_backward(full, kernels::NormKind::layernorm, args[0].toTensor(), args[1].toTensor(),
@@ -1281,6 +1559,21 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     multi = lower_norm_backward(full, kernels::NormKind::rmsnorm, args[0].toTensor(), args[1].toTensor(),
                                 args[2].toIntVector(), nullptr, args[3].toTensor(), args[4], c10::IValue(),
                                 args[5].toBoolList().vec());
+  } else if (full == "isneginf.out" || full == "isposinf.out" || full == "isnan.out" || full == "all.out" ||
+             full == "any.out" || full == "all.all_out" || full == "any.all_out" || full == "where.self_out") {
+    // out= variants (composite ops such as SDPA's _safe_softmax call them): the functional op,
+    // copied into `out` (resized as torch's out= contract allows).
+    std::string functional = full.substr(0, full.find('.'));
+    if (full == "all.out" || full == "any.out") functional += ".dim";
+    if (full == "where.self_out") functional = "where.self";
+    at::Tensor target = args[n - 1].toTensor();
+    std::optional<at::Tensor> result;
+    if (on_neuron(target)) result = lower(functional, args.slice(0, n - 1));
+    if (result && target.scalar_type() == result->scalar_type()) {
+      if (target.sizes() != result->sizes()) target.resize_(result->sizes());
+      target.copy_(*result);
+      out = target;
+    }
   } else {
     out = lower(full, args);
   }
@@ -1312,9 +1605,159 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                          "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
                          "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "add_.Tensor",
                          "sub_.Tensor", "mul_.Tensor", "div_.Tensor", "cat", "pow.Tensor_Scalar", "sigmoid_backward",
-                         "tanh_backward", "silu_backward", "clamp", "clamp_min", "clamp_max", "masked_fill.Scalar"}) {
+                         "tanh_backward", "silu_backward", "gelu_backward", "clamp", "clamp_min", "clamp_max", "masked_fill.Scalar",
+                         "embedding", "index_select", "nll_loss_forward", "nll_loss_backward",
+                         "embedding_dense_backward"}) {
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
   }
+}
+
+// Float classification and bool reductions (and the out= variants composite ops call).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* op : {"isneginf", "isposinf", "isinf", "isnan", "all", "any", "all.dim", "any.dim", "isneginf.out",
+                         "isposinf.out", "isnan.out", "all.out", "any.out", "all.all_out", "any.all_out", "where.self_out"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
+}
+
+// SDPA (F.scaled_dot_product_attention) through the PrivateUse1 overrideable path: _fused_sdp_choice
+// picks the overrideable backend (flash attention kernels, forward with lse, backward) for what they
+// support (2-byte dtypes, head dim 64 / 128, no mask, no dropout, causal only with Sq == Sk, GQA
+// when enable_gqa) and the math path (composed of other ops) otherwise.
+bool sdpa_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const c10::IValue& mask,
+                    double dropout_p, bool is_causal, bool enable_gqa) {
+  if (!on_neuron(q) || !on_neuron(k) || !on_neuron(v)) return false;
+  if (!(mask.isNone() || (mask.isTensor() && !mask.toTensor().defined())) || dropout_p != 0.0) return false;
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+  const at::ScalarType t = q.scalar_type();
+  if ((t != at::kBFloat16 && t != at::kHalf) || k.scalar_type() != t || v.scalar_type() != t) return false;
+  const int64_t d = q.size(3);
+  if ((d != 64 && d != 128) || k.size(3) != d || v.size(3) != d) return false;
+  if (k.size(0) != q.size(0) || v.sizes() != k.sizes()) return false;
+  const int64_t h = q.size(1), hkv = k.size(1);
+  if (hkv == 0 || (enable_gqa ? h % hkv != 0 : h != hkv)) return false;
+  if (q.size(0) == 0 || h == 0 || q.size(2) == 0 || k.size(2) == 0) return false;
+  if (is_causal && q.size(2) != k.size(2)) return false;
+  std::lock_guard<std::mutex> lock(g_config_mutex);
+  config_locked();
+  return g_dma_transpose;
+}
+
+void neuron_fused_sdp_choice(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  c10::ArrayRef<c10::IValue> a = torch::jit::last(*stack, n);
+  const bool ok = sdpa_supported(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3], a[4].toDouble(),
+                                 a[5].toBool(), a[7].toBool());
+  torch::jit::drop(*stack, n);
+  // sdp::SDPBackend: math = 0, overrideable = 4
+  torch::jit::push(*stack, static_cast<int64_t>(ok ? 4 : 0));
+}
+
+kernels::AttentionSpec sdpa_spec(const at::Tensor& q, const at::Tensor& k, bool causal, const c10::IValue& scale) {
+  kernels::AttentionSpec spec;
+  spec.batch = q.size(0);
+  spec.heads = q.size(1);
+  spec.kv_heads = k.size(1);
+  spec.seq_q = q.size(2);
+  spec.seq_k = k.size(2);
+  spec.head_dim = q.size(3);
+  spec.causal = causal;
+  spec.scale = scale.isNone() ? 0.0 : scale.toDouble();
+  spec.dtype = *sim_dtype(q.scalar_type());
+  return spec;
+}
+
+std::string sdpa_key(const std::string& op, const kernels::AttentionSpec& s) {
+  std::ostringstream key;
+  key << std::hexfloat << op << "|" << s.batch << "," << s.heads << "," << s.kv_heads << "," << s.seq_q << ","
+      << s.seq_k << "," << s.head_dim << "|" << s.causal << "|" << s.scale << "|" << static_cast<int>(s.dtype);
+  return key.str();
+}
+
+void neuron_sdpa_overrideable(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  c10::ArrayRef<c10::IValue> a = torch::jit::last(*stack, n);
+  const at::Tensor &q_in = a[0].toTensor(), &k_in = a[1].toTensor(), &v_in = a[2].toTensor();
+  const double dropout_p = a[4].toDouble();
+  const bool causal = a[5].toBool();
+  TORCH_CHECK(sdpa_supported(q_in, k_in, v_in, a[3], dropout_p, causal, true),
+              "neuron: _scaled_dot_product_fused_attention_overrideable: unsupported inputs (see _fused_sdp_choice)");
+  c10::DeviceGuard guard(q_in.device());
+  kernels::AttentionSpec spec = sdpa_spec(q_in, k_in, causal, a[7]);
+  spec.write_lse = true;
+  const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  at::Tensor o = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({spec.batch, spec.heads, spec.seq_q}, q.options().dtype(at::kFloat));
+  OpRecord record = record_for("_scaled_dot_product_fused_attention_overrideable", {q_in, k_in, v_in}, q.scalar_type());
+  record.flops = static_cast<uint64_t>(kernels::attention_forward_flops(spec));
+  execute_program(q.device().index(), sdpa_key("sdpa_fwd", spec),
+                  [spec](const HardwareConfig& hw) { return kernels::flash_attention_forward_program(spec, hw); },
+                  {buffer("q", q), buffer("k", k), buffer("v", v)}, {buffer("o", o), buffer("lse", lse)},
+                  std::move(record));
+  torch::jit::drop(*stack, n);
+  const at::Tensor undefined;
+  torch::jit::push(*stack, o);
+  torch::jit::push(*stack, lse);
+  torch::jit::push(*stack, undefined);  // cum_seq_q
+  torch::jit::push(*stack, undefined);  // cum_seq_k
+  torch::jit::push(*stack, c10::SymInt(spec.seq_q));
+  torch::jit::push(*stack, c10::SymInt(spec.seq_k));
+  torch::jit::push(*stack, undefined);  // philox_seed
+  torch::jit::push(*stack, undefined);  // philox_offset
+  torch::jit::push(*stack, undefined);  // debug_attn_mask
+}
+
+void neuron_sdpa_overrideable_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  c10::ArrayRef<c10::IValue> a = torch::jit::last(*stack, n);
+  const at::Tensor &dout_in = a[0].toTensor(), &q_in = a[1].toTensor(), &k_in = a[2].toTensor(),
+                   &v_in = a[3].toTensor(), &o_in = a[6].toTensor(), &lse_in = a[7].toTensor();
+  const double dropout_p = a[12].toDouble();
+  const bool causal = a[13].toBool();
+  TORCH_CHECK(sdpa_supported(q_in, k_in, v_in, a[4], dropout_p, causal, true) && on_neuron(dout_in) &&
+                  dout_in.scalar_type() == q_in.scalar_type() && lse_in.scalar_type() == at::kFloat,
+              "neuron: _scaled_dot_product_fused_attention_overrideable_backward: unsupported inputs");
+  c10::DeviceGuard guard(q_in.device());
+  kernels::AttentionSpec spec = sdpa_spec(q_in, k_in, causal, a[16]);
+  const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(), o = o_in.contiguous(),
+                   dout = dout_in.contiguous(), lse = lse_in.contiguous();
+  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+             dv = at::empty(v.sizes(), v.options());
+  OpRecord record =
+      record_for("_scaled_dot_product_fused_attention_overrideable_backward", {dout_in, q_in, k_in, v_in}, q.scalar_type());
+  record.flops = static_cast<uint64_t>(kernels::attention_backward_flops(spec));
+  execute_program(q.device().index(), sdpa_key("sdpa_bwd", spec),
+                  [spec](const HardwareConfig& hw) { return kernels::flash_attention_backward_program(spec, hw); },
+                  {buffer("q", q), buffer("k", k), buffer("v", v), buffer("o", o), buffer("do", dout),
+                   HostBuffer{"lse", lse.data_ptr(), static_cast<size_t>(lse.numel()), DType::fp32}},
+                  {buffer("dq", dq), buffer("dk", dk), buffer("dv", dv)}, std::move(record));
+  torch::jit::drop(*stack, n);
+  torch::jit::push(*stack, dq);
+  torch::jit::push(*stack, dk);
+  torch::jit::push(*stack, dv);
+  torch::jit::push(*stack, at::Tensor());
+}
+
+int64_t neuron_fused_sdp_choice_stub(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                                     std::optional<double> /*scale*/, bool enable_gqa) {
+  const c10::IValue m = mask ? c10::IValue(*mask) : c10::IValue();
+  return sdpa_supported(q, k, v, m, dropout_p, is_causal, enable_gqa) ? 4 : 0;
+}
+
+}  // namespace
+}  // namespace trnsim::frontend
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &trnsim::frontend::neuron_fused_sdp_choice_stub)
+}  // namespace at::native
+namespace trnsim::frontend {
+namespace {
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&neuron_fused_sdp_choice>());
+  m.impl("_scaled_dot_product_fused_attention_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&neuron_sdpa_overrideable>());
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+         torch::CppFunction::makeFromBoxedFunction<&neuron_sdpa_overrideable_backward>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>()); }

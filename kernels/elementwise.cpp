@@ -306,6 +306,7 @@ void build_unary(const KernelContext& ctx, const UnarySpec& spec, uint32_t x, ui
       case UnaryOp::relu: alu("maximum", 0.0); break;
       case UnaryOp::gelu: act("gelu"); break;
       case UnaryOp::gelu_tanh: act("gelu_apprx_tanh"); break;
+      case UnaryOp::gelu_dx: act("gelu_dx"); break;
       case UnaryOp::silu: act("silu"); break;
       case UnaryOp::sigmoid: act("sigmoid"); break;
       case UnaryOp::tanh: act("tanh"); break;

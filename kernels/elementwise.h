@@ -28,7 +28,7 @@ namespace trnsim::kernels {
 
 enum class UnaryOp {
   copy,  // a type cast when the dtypes differ
-  relu, gelu, gelu_tanh, silu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, abs, neg, reciprocal,
+  relu, gelu, gelu_tanh, gelu_dx /* d gelu(x) / dx, exact (erf) form */, silu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, abs, neg, reciprocal,
   affine,  // x * scale + bias
 };
 

@@ -61,7 +61,8 @@ def shape_text(shape):
 
 UNARY = {
     "relu": torch.relu, "gelu": torch.nn.functional.gelu,
-    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"), "silu": torch.nn.functional.silu,
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "gelu_dx": lambda x: torch.ops.aten.gelu_backward(torch.ones_like(x), x), "silu": torch.nn.functional.silu,
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt, "square": torch.square, "abs": torch.abs, "neg": torch.neg,
     "reciprocal": torch.reciprocal, "affine": lambda x: x * 1.5 + 0.25,
@@ -81,7 +82,7 @@ def test_unary(run_trnsim, tmp_path, op, dtype, shape):
     expected = UNARY[op](rounded(x, dtype)).to(TORCH[dtype]).float()
     # fp32 transcendentals: a few ulps of the host libm against torch's vectorised versions. gelu's
     # 1 + erf(x/sqrt2) cancels for negative x, amplifying one ulp of erf to ~1e-4 relative there.
-    rel = (1e-4 if op == "gelu" else 4e-6) if dtype == "fp32" else None
+    rel = (1e-4 if op in ("gelu", "gelu_dx") else 4e-6) if dtype == "fp32" else None
     assert_close(y, expected, dtype, rel=rel)
 
 

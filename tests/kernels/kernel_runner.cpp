@@ -97,7 +97,7 @@ int main(int argc, char** argv) try {
       spec.shape = parse_shape(get("shape"));
       spec.op = enum_of<UnaryOp>(get("op", "copy"),
                                  {{"copy", UnaryOp::copy}, {"relu", UnaryOp::relu}, {"gelu", UnaryOp::gelu},
-                                  {"gelu_tanh", UnaryOp::gelu_tanh}, {"silu", UnaryOp::silu},
+                                  {"gelu_tanh", UnaryOp::gelu_tanh}, {"gelu_dx", UnaryOp::gelu_dx}, {"silu", UnaryOp::silu},
                                   {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh}, {"exp", UnaryOp::exp},
                                   {"log", UnaryOp::log}, {"sqrt", UnaryOp::sqrt}, {"rsqrt", UnaryOp::rsqrt},
                                   {"square", UnaryOp::square}, {"abs", UnaryOp::abs}, {"neg", UnaryOp::neg},
