@@ -268,3 +268,19 @@ def test_config_from_environment(python_env):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "trn3"
+
+
+def test_save_and_load_with_map_location_round_trip():
+    import io
+    x = torch.randn(5, 7, dtype=torch.bfloat16)
+    buffer = io.BytesIO()
+    torch.save(x.to("neuron"), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, map_location="neuron")
+    assert loaded.device.type == "neuron"
+    assert loaded.dtype == torch.bfloat16
+    assert torch.equal(loaded.cpu(), x)
+    buffer.seek(0)
+    on_cpu = torch.load(buffer, map_location="cpu")
+    assert on_cpu.device.type == "cpu" and torch.equal(on_cpu, x)
+    torch.accelerator.synchronize()
