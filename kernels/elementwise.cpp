@@ -262,14 +262,11 @@ void run_tiles(const KernelContext& ctx, const std::vector<Block>& blocks, uint3
 
   // Loads run kRingDepth - 1 tiles ahead of the compute: a DMA engine serves its transfers in
   // program order, so a load emitted after store(t) could not start before compute(t) ends.
-  const size_t ahead = detail::kRingDepth - 1;
-  for (size_t i = 0; i < std::min(ahead, all.size()); ++i) load(i);
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (i + ahead < all.size()) load(i + ahead);
-    isa::AccessPattern result = compute(loaded[i], all[i]);
-    const Block& b = blocks[all[i].block];
-    dma(ctx, tile_hbm(ctx, out_tensor, b, 0, all[i]), result, detail::kStoreQueue);
-  }
+  detail::pipelined(all.size(), detail::kRingDepth - 1, load, [&](size_t i) {
+      isa::AccessPattern result = compute(loaded[i], all[i]);
+      const Block& b = blocks[all[i].block];
+      dma(ctx, tile_hbm(ctx, out_tensor, b, 0, all[i]), result, detail::kStoreQueue);
+  });
 }
 
 // Any shared-mode input must not share a ring with full-mode tiles of another block; the binary

@@ -174,67 +174,64 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
         detail::kLoadQueue);
     if (s.chunk == 0) dma(ctx, sb2(ctx, tgt[s.tile], s.rows.size, 1), per_row_hbm(ctx, target, s.rows), detail::kConstQueue);
   };
-  const size_t ahead = size_t(depth) - 1;
-  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
-  for (size_t k = 0; k < steps.size(); ++k) {
-    if (k + ahead < steps.size()) load(k + ahead);
-    const Step& st = steps[k];
-    const Range& r = st.rows;
-    const Range cr = cols_of(st.chunk);
-    const int64_t t = st.tile, p = r.size, w = cr.size, kk = int64_t(k);
-    auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
-    auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
-    const isa::AccessPattern xt = sb2(ctx, x[kk], p, w), valid = column(ctx, pair[t], p, 1);
-    if (st.chunk == 0) {
-      // Per-row target as fp32 (exact below 2^24) and whether the row counts.
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt)).on(Engine::gpsimd);
-      if (spec.ignore_index) {
+  detail::pipelined(steps.size(), size_t(depth) - 1, load, [&](size_t k) {
+      const Step& st = steps[k];
+      const Range& r = st.rows;
+      const Range cr = cols_of(st.chunk);
+      const int64_t t = st.tile, p = r.size, w = cr.size, kk = int64_t(k);
+      auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
+      auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
+      const isa::AccessPattern xt = sb2(ctx, x[kk], p, w), valid = column(ctx, pair[t], p, 1);
+      if (st.chunk == 0) {
+        // Per-row target as fp32 (exact below 2^24) and whether the row counts.
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt)).on(Engine::gpsimd);
+        if (spec.ignore_index) {
+          ctx.builder.emit(isa::Opcode::tensor_scalar)
+              .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
+              .imm("operand0", double(*spec.ignore_index)).on(Engine::gpsimd);
+        } else {
+          ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0).on(Engine::gpsimd);
+        }
+        // The target logit by indirect DMA, index (p % 32) * C + clamp(target, 0, C - 1) per row.
         ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
-            .imm("operand0", double(*spec.ignore_index)).on(Engine::gpsimd);
-      } else {
-        ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0).on(Engine::gpsimd);
+            .tensor("dst", s(picked)).tensor("data", s(tgf)).word("op0", "maximum").imm("operand0", 0.0)
+            .word("op1", "minimum").imm("operand1", double(C - 1)).on(Engine::gpsimd);
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", s(picked)).tensor("data1", s(picked)).tensor("data2", sb2(ctx, base, p, 1)).word("op", "add")
+            .on(Engine::gpsimd);
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(idx)).tensor("src", s(picked)).on(Engine::gpsimd);
+        for (int64_t g = 0; g * kGroup < p; ++g) {
+          const int64_t q = std::min(kGroup, p - g * kGroup);
+          ctx.builder.emit(isa::Opcode::dma_gather)
+              .tensor("dst", group_rows(s(picked), g, q))
+              .tensor("src", hbm_ap(ctx, logits, (r.begin + g * kGroup) * C, {{1, uint32_t(q * C)}, {1, 1}}))
+              .tensor("indices", group_rows(s(idx), g, q))
+              .imm("queue", double(kGatherQueue));
+        }
       }
-      // The target logit by indirect DMA, index (p % 32) * C + clamp(target, 0, C - 1) per row.
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", s(picked)).tensor("data", s(tgf)).word("op0", "maximum").imm("operand0", 0.0)
-          .word("op1", "minimum").imm("operand1", double(C - 1)).on(Engine::gpsimd);
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", s(picked)).tensor("data1", s(picked)).tensor("data2", sb2(ctx, base, p, 1)).word("op", "add")
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", sb2(ctx, nm[kk], p, 1)).word("op", "maximum").tensor("data", xt).word("axis", "[1]")
+          .imm("negate", 1);
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt)
+          .tensor("bias", sb2(ctx, nm[kk], p, 1)).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", sb2(ctx, nm[kk], p, 1))
           .on(Engine::gpsimd);
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(idx)).tensor("src", s(picked)).on(Engine::gpsimd);
-      for (int64_t g = 0; g * kGroup < p; ++g) {
-        const int64_t q = std::min(kGroup, p - g * kGroup);
-        ctx.builder.emit(isa::Opcode::dma_gather)
-            .tensor("dst", group_rows(s(picked), g, q))
-            .tensor("src", hbm_ap(ctx, logits, (r.begin + g * kGroup) * C, {{1, uint32_t(q * C)}, {1, 1}}))
-            .tensor("indices", group_rows(s(idx), g, q))
-            .imm("queue", double(kGatherQueue));
-      }
-    }
-    ctx.builder.emit(isa::Opcode::tensor_reduce)
-        .tensor("dst", sb2(ctx, nm[kk], p, 1)).word("op", "maximum").tensor("data", xt).word("axis", "[1]")
-        .imm("negate", 1);
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt)
-        .tensor("bias", sb2(ctx, nm[kk], p, 1)).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
-    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", sb2(ctx, nm[kk], p, 1))
-        .on(Engine::gpsimd);
-    if (st.chunk != n - 1) continue;
-    // The row statistics from the n chunks': -max = min of -max_c, sum = sum_c sum_c * exp(max_c - max).
-    const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
-                             ws = sb2(ctx, w_all[t], p, n);
-    ctx.builder.emit(isa::Opcode::tensor_reduce)
-        .tensor("dst", s(negmax)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", s(negmax)).imm("scale", -1.0);
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
-    ctx.builder.emit(isa::Opcode::tensor_reduce)
-        .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
-    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
-                    ones, total);
-  }
+      if (st.chunk != n - 1) return;
+      // The row statistics from the n chunks': -max = min of -max_c, sum = sum_c sum_c * exp(max_c - max).
+      const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
+                               ws = sb2(ctx, w_all[t], p, n);
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", s(negmax)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", s(negmax)).imm("scale", -1.0);
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
+      finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
+                      ones, total);
+  });
   if (spec.reduction != Reduction::none) store_reduced_loss(ctx, spec, *total, loss, "cec_result");
 }
 
@@ -282,50 +279,47 @@ void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec,
     dma(ctx, sb2(ctx, x[int64_t(t)], r.size, C), logits_hbm(ctx, logits, spec, r), detail::kLoadQueue);
     dma(ctx, sb2(ctx, tgt[int64_t(t)], r.size, 1), per_row_hbm(ctx, target, r), detail::kConstQueue);
   };
-  const size_t ahead = kDepth - 1;
-  for (size_t t = 0; t < std::min(ahead, row_tiles.size()); ++t) load(t);
-  for (size_t i = 0; i < row_tiles.size(); ++i) {
-    if (i + ahead < row_tiles.size()) load(i + ahead);
-    const Range& r = row_tiles[i];
-    const int64_t t = int64_t(i), p = r.size;
-    auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
-    isa::AccessPattern xt = sb2(ctx, x[t], p, C), valid = column(ctx, pair[t], p, 1);
-    // Per-row target as fp32 (exact below 2^24), its upper bound, and whether the row counts.
-    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt));
-    ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", s(tg1)).tensor("data", s(tgf)).word("op0", "add").imm("operand0", 1.0);
-    if (spec.ignore_index) {
+  detail::pipelined(row_tiles.size(), kDepth - 1, load, [&](size_t i) {
+      const Range& r = row_tiles[i];
+      const int64_t t = int64_t(i), p = r.size;
+      auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
+      isa::AccessPattern xt = sb2(ctx, x[t], p, C), valid = column(ctx, pair[t], p, 1);
+      // Per-row target as fp32 (exact below 2^24), its upper bound, and whether the row counts.
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt));
       ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
-          .imm("operand0", double(*spec.ignore_index));
-    } else {
-      ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0);
-    }
-    // Vector: -max (in the logits dtype: exact, and the bf16 half-rate reduce); Scalar: sum exp(x - max).
-    ctx.builder.emit(isa::Opcode::tensor_reduce)
-        .tensor("dst", s(negmax)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", sb2(ctx, scratch[0], p, C)).word("op", "exp").tensor("data", xt).tensor("bias", s(negmax))
-        .word("reduce_op", "add").tensor("reduce_res", s(sumexp));
-    // Vector: the target logit, max over the one index in [target, target + 1).
-    if (!trn1) {
-      ctx.builder.emit(isa::Opcode::range_select)
-          .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("on_true_tile", xt).word("comp_op0", "greater_equal")
-          .word("comp_op1", "less").tensor("bound0", s(tgf)).tensor("bound1", s(tg1)).word("reduce_op", "maximum")
-          .tensor("reduce_res", s(picked));
-    } else {
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("data", sb2(ctx, *iota, p, C)).word("op0", "equal")
-          .tensor("operand0", s(tgf));
-      ctx.builder.emit(isa::Opcode::select_reduce)
-          .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("predicate", sb2(ctx, scratch[1], p, C))
-          .tensor("on_true", xt).imm("on_false", -std::numeric_limits<double>::infinity())
-          .word("reduce_op", "maximum").tensor("reduce_res", s(picked));
-    }
-    // x[target] is -inf on ignored rows; their loss is 0.
-    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, i == 0, loss, lse,
-                    ones, total);
-  }
+          .tensor("dst", s(tg1)).tensor("data", s(tgf)).word("op0", "add").imm("operand0", 1.0);
+      if (spec.ignore_index) {
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
+            .imm("operand0", double(*spec.ignore_index));
+      } else {
+        ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0);
+      }
+      // Vector: -max (in the logits dtype: exact, and the bf16 half-rate reduce); Scalar: sum exp(x - max).
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", s(negmax)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", sb2(ctx, scratch[0], p, C)).word("op", "exp").tensor("data", xt).tensor("bias", s(negmax))
+          .word("reduce_op", "add").tensor("reduce_res", s(sumexp));
+      // Vector: the target logit, max over the one index in [target, target + 1).
+      if (!trn1) {
+        ctx.builder.emit(isa::Opcode::range_select)
+            .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("on_true_tile", xt).word("comp_op0", "greater_equal")
+            .word("comp_op1", "less").tensor("bound0", s(tgf)).tensor("bound1", s(tg1)).word("reduce_op", "maximum")
+            .tensor("reduce_res", s(picked));
+      } else {
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("data", sb2(ctx, *iota, p, C)).word("op0", "equal")
+            .tensor("operand0", s(tgf));
+        ctx.builder.emit(isa::Opcode::select_reduce)
+            .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("predicate", sb2(ctx, scratch[1], p, C))
+            .tensor("on_true", xt).imm("on_false", -std::numeric_limits<double>::infinity())
+            .word("reduce_op", "maximum").tensor("reduce_res", s(picked));
+      }
+      // x[target] is -inf on ignored rows; their loss is 0.
+      finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, i == 0, loss, lse,
+                      ones, total);
+  });
   if (spec.reduction != Reduction::none) store_reduced_loss(ctx, spec, *total, loss, "ce_result");
 }
 
@@ -466,34 +460,31 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
     dma(ctx, sb2(ctx, x[int64_t(k)], row_tiles[size_t(s.tile)].size, s.cols.size), chunk_hbm(logits, s),
         detail::kLoadQueue);
   };
-  const size_t ahead = size_t(depth) - 1;
-  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
-  for (size_t k = 0; k < steps.size(); ++k) {
-    if (k + ahead < steps.size()) load(k + ahead);
-    const Step& st = steps[k];
-    const int64_t t = st.tile, p = row_tiles[size_t(t)].size, w = st.cols.size, slot = int64_t(k);
-    auto full = [&](const detail::Ring& ring) { return sb2(ctx, ring[slot], p, w); };
-    isa::AccessPattern s_col = column(ctx, scale, p, t), tg_col = column(ctx, tgf, p, t);
-    if (n > 1) {
-      tg_col = column(ctx, tgc, p, st.cols.begin / W);
+  detail::pipelined(steps.size(), size_t(depth) - 1, load, [&](size_t k) {
+      const Step& st = steps[k];
+      const int64_t t = st.tile, p = row_tiles[size_t(t)].size, w = st.cols.size, slot = int64_t(k);
+      auto full = [&](const detail::Ring& ring) { return sb2(ctx, ring[slot], p, w); };
+      isa::AccessPattern s_col = column(ctx, scale, p, t), tg_col = column(ctx, tgf, p, t);
+      if (n > 1) {
+        tg_col = column(ctx, tgc, p, st.cols.begin / W);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", tg_col).tensor("data", column(ctx, tgf, p, t)).word("op0", "subtract")
+            .imm("operand0", double(st.cols.begin)).on(hot_engine);
+      }
+      // Scalar: exp(x - lse), then * scale; GpSimd: (iota == target) * scale, and the difference.
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", full(es)).word("op", "exp").tensor("data", full(x)).tensor("bias", column(ctx, nlse, p, t));
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", full(es)).word("op", "copy").tensor("data", full(es)).tensor("scale", s_col);
       ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", tg_col).tensor("data", column(ctx, tgf, p, t)).word("op0", "subtract")
-          .imm("operand0", double(st.cols.begin)).on(hot_engine);
-    }
-    // Scalar: exp(x - lse), then * scale; GpSimd: (iota == target) * scale, and the difference.
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", full(es)).word("op", "exp").tensor("data", full(x)).tensor("bias", column(ctx, nlse, p, t));
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", full(es)).word("op", "copy").tensor("data", full(es)).tensor("scale", s_col);
-    ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", full(hot)).tensor("data", sb2(ctx, iota, p, w)).word("op0", "equal")
-        .tensor("operand0", tg_col).word("op1", "multiply").tensor("operand1", s_col)
-        .on(hot_engine);
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", full(out)).tensor("data1", full(es)).tensor("data2", full(hot)).word("op", "subtract")
-        .on(Engine::gpsimd);
-    dma(ctx, chunk_hbm(dlogits, st), full(out), detail::kStoreQueue);
-  }
+          .tensor("dst", full(hot)).tensor("data", sb2(ctx, iota, p, w)).word("op0", "equal")
+          .tensor("operand0", tg_col).word("op1", "multiply").tensor("operand1", s_col)
+          .on(hot_engine);
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", full(out)).tensor("data1", full(es)).tensor("data2", full(hot)).word("op", "subtract")
+          .on(Engine::gpsimd);
+      dma(ctx, chunk_hbm(dlogits, st), full(out), detail::kStoreQueue);
+  });
 }
 
 isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const HardwareConfig& config, uint32_t core,

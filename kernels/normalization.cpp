@@ -71,14 +71,11 @@ void row_loop(const KernelContext& ctx, const Rows& r, uint32_t x, uint32_t y, c
     dma(ctx, sb2(ctx, in_ring[int64_t(t)], rt.size, r.cols), rows_hbm(ctx, x, r, rt.begin, rt.size), detail::kLoadQueue);
   };
   // Loads run kRingDepth - 1 tiles ahead (a DMA engine serves its transfers in program order).
-  const size_t ahead = kRowDepth - 1;
-  for (size_t t = 0; t < std::min(ahead, row_tiles.size()); ++t) load(t);
-  for (size_t t = 0; t < row_tiles.size(); ++t) {
-    if (t + ahead < row_tiles.size()) load(t + ahead);
-    const Range& rt = row_tiles[t];
-    isa::AccessPattern out = compute(sb2(ctx, in_ring[int64_t(t)], rt.size, r.cols), int64_t(t), rt.size);
-    dma(ctx, rows_hbm(ctx, y, r, rt.begin, rt.size), out, detail::kStoreQueue);
-  }
+  detail::pipelined(row_tiles.size(), kRowDepth - 1, load, [&](size_t t) {
+      const Range& rt = row_tiles[t];
+      isa::AccessPattern out = compute(sb2(ctx, in_ring[int64_t(t)], rt.size, r.cols), int64_t(t), rt.size);
+      dma(ctx, rows_hbm(ctx, y, r, rt.begin, rt.size), out, detail::kStoreQueue);
+  });
 }
 
 // A ring of [P, 1] fp32 per-row statistics.
@@ -174,56 +171,53 @@ void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, co
     const Step& s = steps[k];
     dma(ctx, sb2(ctx, in[int64_t(k)], s.rows.size, cols_of(s.chunk).size), chunk_hbm(x, s), detail::kLoadQueue);
   };
-  const size_t ahead = size_t(depth) - 1;
-  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
   int64_t stores = 0;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    if (k + ahead < steps.size()) load(k + ahead);
-    const Step& st = steps[k];
-    const int64_t p = st.rows.size, t = st.tile, w = cols_of(st.chunk).size;
-    auto one = [&](const detail::Ring& ring, int64_t slot) { return sb2(ctx, ring[slot], p, 1); };
-    auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
-    const isa::AccessPattern xt = sb2(ctx, in[int64_t(k)], p, w);
-    if (st.pass == 1) {
-      const int64_t kk = int64_t(k);
-      ctx.builder.emit(isa::Opcode::tensor_reduce)
-          .tensor("dst", one(nm, kk)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
-      ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt).tensor("bias", one(nm, kk))
-          .imm("scale", 1.0).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", one(nm, kk))
-          .on(Engine::gpsimd);
-      if (st.chunk == n - 1) {
-        // -max = min over the chunks' -max_c; sum = sum_c sum_c * exp(max_c - max); bias = -max - log(sum).
-        const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
-                                 ws = sb2(ctx, w_all[t], p, n);
+  detail::pipelined(steps.size(), size_t(depth) - 1, load, [&](size_t k) {
+      const Step& st = steps[k];
+      const int64_t p = st.rows.size, t = st.tile, w = cols_of(st.chunk).size;
+      auto one = [&](const detail::Ring& ring, int64_t slot) { return sb2(ctx, ring[slot], p, 1); };
+      auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
+      const isa::AccessPattern xt = sb2(ctx, in[int64_t(k)], p, w);
+      if (st.pass == 1) {
+        const int64_t kk = int64_t(k);
         ctx.builder.emit(isa::Opcode::tensor_reduce)
-            .tensor("dst", one(neg_max, t)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
+            .tensor("dst", one(nm, kk)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
         ctx.builder.emit(isa::Opcode::activation)
-            .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", one(neg_max, t)).imm("scale", -1.0);
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
-        ctx.builder.emit(isa::Opcode::tensor_reduce)
-            .tensor("dst", one(sum, t)).word("op", "add").tensor("data", ws).word("axis", "[1]");
-        ctx.builder.emit(isa::Opcode::activation).tensor("dst", one(bias, t)).word("op", "log").tensor("data", one(sum, t));
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", one(bias, t)).tensor("data1", one(neg_max, t)).tensor("data2", one(bias, t))
-            .word("op", "subtract");
+            .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt).tensor("bias", one(nm, kk))
+            .imm("scale", 1.0).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", one(nm, kk))
+            .on(Engine::gpsimd);
+        if (st.chunk == n - 1) {
+          // -max = min over the chunks' -max_c; sum = sum_c sum_c * exp(max_c - max); bias = -max - log(sum).
+          const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
+                                   ws = sb2(ctx, w_all[t], p, n);
+          ctx.builder.emit(isa::Opcode::tensor_reduce)
+              .tensor("dst", one(neg_max, t)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
+          ctx.builder.emit(isa::Opcode::activation)
+              .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", one(neg_max, t)).imm("scale", -1.0);
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
+          ctx.builder.emit(isa::Opcode::tensor_reduce)
+              .tensor("dst", one(sum, t)).word("op", "add").tensor("data", ws).word("axis", "[1]");
+          ctx.builder.emit(isa::Opcode::activation).tensor("dst", one(bias, t)).word("op", "log").tensor("data", one(sum, t));
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", one(bias, t)).tensor("data1", one(neg_max, t)).tensor("data2", one(bias, t))
+              .word("op", "subtract");
+        }
+        return;
       }
-      continue;
-    }
-    const isa::AccessPattern yt = sb2(ctx, out[stores], p, w);
-    if (!spec.log) {
-      ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", yt).word("op", "exp").tensor("data", xt).tensor("bias", one(bias, t)).imm("scale", 1.0);
-    } else {
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", one(bias, t))
-          .on(st.chunk % 2 == 0 ? Engine::gpsimd : Engine::vector);
-    }
-    dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
-    ++stores;
-  }
+      const isa::AccessPattern yt = sb2(ctx, out[stores], p, w);
+      if (!spec.log) {
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", yt).word("op", "exp").tensor("data", xt).tensor("bias", one(bias, t)).imm("scale", 1.0);
+      } else {
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", one(bias, t))
+            .on(st.chunk % 2 == 0 ? Engine::gpsimd : Engine::vector);
+      }
+      dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
+      ++stores;
+  });
 }
 
 }  // namespace
@@ -364,82 +358,79 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
     if (s.load_param && has_w) dma(ctx, sb2(ctx, wr[s.param], P, cw), param_hbm(w, all), detail::kConstQueue);
     if (s.load_param && has_b) dma(ctx, sb2(ctx, br[s.param], P, cw), param_hbm(b, all), detail::kConstQueue);
   };
-  const size_t ahead = size_t(depth) - 1;
-  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
   int64_t stores = 0;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    if (k + ahead < steps.size()) load(k + ahead);
-    const Step& st = steps[k];
-    const Range cr = cols_of(st.chunk);
-    const int64_t p = st.rows.size, t = st.tile, cw = cr.size, kk = int64_t(k);
-    auto one = [&](const detail::Ring& ring, int64_t offset = 0) { return sb2(ctx, ring[t], p, 1, offset); };
-    const isa::AccessPattern xt = sb2(ctx, in[kk], p, cw);
-    if (st.pass == 1) {
+  detail::pipelined(steps.size(), size_t(depth) - 1, load, [&](size_t k) {
+      const Step& st = steps[k];
+      const Range cr = cols_of(st.chunk);
+      const int64_t p = st.rows.size, t = st.tile, cw = cr.size, kk = int64_t(k);
+      auto one = [&](const detail::Ring& ring, int64_t offset = 0) { return sb2(ctx, ring[t], p, 1, offset); };
+      const isa::AccessPattern xt = sb2(ctx, in[kk], p, cw);
+      if (st.pass == 1) {
+        if (rms) {
+          ctx.builder.emit(isa::Opcode::activation)
+              .tensor("dst", sb2(ctx, scratch[0], p, cw)).word("op", "square").tensor("data", xt)
+              .word("reduce_op", "add").tensor("reduce_res", one(acc, st.chunk));
+        } else {
+          const int64_t first_piece = st.chunk * chunk_pieces;
+          for (int64_t c0 = 0; c0 < cw; c0 += kBnStatsMaxFree) {
+            const int64_t f = std::min(kBnStatsMaxFree, cw - c0);
+            ctx.builder.emit(isa::Opcode::bn_stats)
+                .tensor("dst", sb2(ctx, acc[t], p, kBnStatsValues, (first_piece + c0 / kBnStatsMaxFree) * kBnStatsValues))
+                .tensor("data", detail::sb_ap(ctx, in[kk], uint32_t(p), {{1, uint32_t(f)}}, c0));
+          }
+        }
+        if (st.chunk != n - 1) return;
+        if (rms) {
+          ctx.builder.emit(isa::Opcode::tensor_reduce)
+              .tensor("dst", one(rstd)).word("op", "add").tensor("data", sb2(ctx, acc[t], p, n)).word("axis", "[1]");
+          ctx.builder.emit(isa::Opcode::tensor_scalar)
+              .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "multiply").imm("operand0", inv_cols)
+              .word("op1", "add").imm("operand1", spec.eps);
+          ctx.builder.emit(isa::Opcode::tensor_scalar)
+              .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
+        } else {
+          ctx.builder.emit(isa::Opcode::bn_aggr)
+              .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, pieces * kBnStatsValues));
+          ctx.builder.emit(isa::Opcode::tensor_scalar)
+              .tensor("dst", one(rstd)).tensor("data", one(mv, 1)).word("op0", "add").imm("operand0", spec.eps);
+          ctx.builder.emit(isa::Opcode::tensor_scalar)
+              .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
+          ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+              .tensor("dst", one(nmr)).tensor("data", one(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
+              .word("op1", "multiply").tensor("operand1", one(rstd));
+        }
+        return;
+      }
+      const isa::AccessPattern yt = sb2(ctx, out[stores], p, cw), tt = sb2(ctx, tmp[stores], p, cw);
+      const isa::AccessPattern wt = has_w ? sb2(ctx, wr[st.param], p, cw) : xt,
+                               bt = has_b ? sb2(ctx, br[st.param], p, cw) : xt;
       if (rms) {
-        ctx.builder.emit(isa::Opcode::activation)
-            .tensor("dst", sb2(ctx, scratch[0], p, cw)).word("op", "square").tensor("data", xt)
-            .word("reduce_op", "add").tensor("reduce_res", one(acc, st.chunk));
+        isa::AccessPattern src = xt;
+        if (has_w) {
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", tt).tensor("data1", xt).tensor("data2", wt).word("op", "multiply").on(Engine::gpsimd);
+          src = tt;
+        }
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", yt).tensor("data", src).word("op0", "multiply").tensor("operand0", one(rstd));
       } else {
-        const int64_t first_piece = st.chunk * chunk_pieces;
-        for (int64_t c0 = 0; c0 < cw; c0 += kBnStatsMaxFree) {
-          const int64_t f = std::min(kBnStatsMaxFree, cw - c0);
-          ctx.builder.emit(isa::Opcode::bn_stats)
-              .tensor("dst", sb2(ctx, acc[t], p, kBnStatsValues, (first_piece + c0 / kBnStatsMaxFree) * kBnStatsValues))
-              .tensor("data", detail::sb_ap(ctx, in[kk], uint32_t(p), {{1, uint32_t(f)}}, c0));
+        const isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", norm_dst).word("op", "copy").tensor("data", xt).tensor("scale", one(rstd))
+            .tensor("bias", one(nmr));
+        if (has_w) {
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", wt).word("op", "multiply")
+              .on(Engine::gpsimd);
+        }
+        if (has_b) {
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", yt).tensor("data1", tt).tensor("data2", bt).word("op", "add").on(Engine::gpsimd);
         }
       }
-      if (st.chunk != n - 1) continue;
-      if (rms) {
-        ctx.builder.emit(isa::Opcode::tensor_reduce)
-            .tensor("dst", one(rstd)).word("op", "add").tensor("data", sb2(ctx, acc[t], p, n)).word("axis", "[1]");
-        ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "multiply").imm("operand0", inv_cols)
-            .word("op1", "add").imm("operand1", spec.eps);
-        ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
-      } else {
-        ctx.builder.emit(isa::Opcode::bn_aggr)
-            .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, pieces * kBnStatsValues));
-        ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", one(rstd)).tensor("data", one(mv, 1)).word("op0", "add").imm("operand0", spec.eps);
-        ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
-        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-            .tensor("dst", one(nmr)).tensor("data", one(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
-            .word("op1", "multiply").tensor("operand1", one(rstd));
-      }
-      continue;
-    }
-    const isa::AccessPattern yt = sb2(ctx, out[stores], p, cw), tt = sb2(ctx, tmp[stores], p, cw);
-    const isa::AccessPattern wt = has_w ? sb2(ctx, wr[st.param], p, cw) : xt,
-                             bt = has_b ? sb2(ctx, br[st.param], p, cw) : xt;
-    if (rms) {
-      isa::AccessPattern src = xt;
-      if (has_w) {
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", tt).tensor("data1", xt).tensor("data2", wt).word("op", "multiply").on(Engine::gpsimd);
-        src = tt;
-      }
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", yt).tensor("data", src).word("op0", "multiply").tensor("operand0", one(rstd));
-    } else {
-      const isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
-      ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", norm_dst).word("op", "copy").tensor("data", xt).tensor("scale", one(rstd))
-          .tensor("bias", one(nmr));
-      if (has_w) {
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", wt).word("op", "multiply")
-            .on(Engine::gpsimd);
-      }
-      if (has_b) {
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", yt).tensor("data1", tt).tensor("data2", bt).word("op", "add").on(Engine::gpsimd);
-      }
-    }
-    dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
-    ++stores;
-  }
+      dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
+      ++stores;
+  });
 }
 
 }  // namespace
@@ -1180,47 +1171,44 @@ void build_softmax_backward_chunked(const KernelContext& ctx, const SoftmaxBackw
     if (!(spec.log && s.pass == 1)) dma(ctx, sb2(ctx, yr[int64_t(k)], p, w), chunk_hbm(y, s), detail::kLoadQueue);
     dma(ctx, sb2(ctx, dyr[int64_t(k)], p, w), chunk_hbm(dy, s), detail::kLoadQueue);
   };
-  const size_t ahead = size_t(depth) - 1;
-  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
   int64_t work = 0;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    if (k + ahead < steps.size()) load(k + ahead);
-    const Step& st = steps[k];
-    const int64_t p = st.rows.size, t = st.tile, w = cols_of(st.chunk).size, kk = int64_t(k);
-    const isa::AccessPattern yt = sb2(ctx, yr[kk], p, w), dyt = sb2(ctx, dyr[kk], p, w),
-                             tt = sb2(ctx, tmp[work++], p, w), s_t = sb2(ctx, sum[t], p, 1);
-    if (st.pass == 1) {
-      const isa::AccessPattern partial = sb2(ctx, part[t], p, 1, st.chunk);
+  detail::pipelined(steps.size(), size_t(depth) - 1, load, [&](size_t k) {
+      const Step& st = steps[k];
+      const int64_t p = st.rows.size, t = st.tile, w = cols_of(st.chunk).size, kk = int64_t(k);
+      const isa::AccessPattern yt = sb2(ctx, yr[kk], p, w), dyt = sb2(ctx, dyr[kk], p, w),
+                               tt = sb2(ctx, tmp[work++], p, w), s_t = sb2(ctx, sum[t], p, 1);
+      if (st.pass == 1) {
+        const isa::AccessPattern partial = sb2(ctx, part[t], p, 1, st.chunk);
+        if (!spec.log) {
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", tt).tensor("data1", dyt).tensor("data2", yt).word("op", "multiply").on(Engine::gpsimd);
+          ctx.builder.emit(isa::Opcode::activation)
+              .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "copy").tensor("data", tt)
+              .word("reduce_op", "add").tensor("reduce_res", partial);
+        } else {
+          ctx.builder.emit(isa::Opcode::tensor_reduce)
+              .tensor("dst", partial).word("op", "add").tensor("data", dyt).word("axis", "[1]");
+        }
+        if (st.chunk == n - 1) {
+          ctx.builder.emit(isa::Opcode::tensor_reduce)
+              .tensor("dst", s_t).word("op", "add").tensor("data", sb2(ctx, part[t], p, n)).word("axis", "[1]");
+        }
+        return;
+      }
+      const isa::AccessPattern dxt = sb2(ctx, out[kk], p, w);
       if (!spec.log) {
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", tt).tensor("data1", dyt).tensor("data2", yt).word("op", "multiply").on(Engine::gpsimd);
-        ctx.builder.emit(isa::Opcode::activation)
-            .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "copy").tensor("data", tt)
-            .word("reduce_op", "add").tensor("reduce_res", partial);
+        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+            .tensor("dst", dxt).tensor("data", dyt).word("op0", "subtract").tensor("operand0", s_t)
+            .word("op1", "multiply").tensor("operand1", yt);
       } else {
-        ctx.builder.emit(isa::Opcode::tensor_reduce)
-            .tensor("dst", partial).word("op", "add").tensor("data", dyt).word("axis", "[1]");
+        ctx.builder.emit(isa::Opcode::activation).tensor("dst", tt).word("op", "exp").tensor("data", yt);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", tt).tensor("data", tt).word("op0", "multiply").tensor("operand0", s_t).on(Engine::gpsimd);
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", dxt).tensor("data1", dyt).tensor("data2", tt).word("op", "subtract").on(Engine::gpsimd);
       }
-      if (st.chunk == n - 1) {
-        ctx.builder.emit(isa::Opcode::tensor_reduce)
-            .tensor("dst", s_t).word("op", "add").tensor("data", sb2(ctx, part[t], p, n)).word("axis", "[1]");
-      }
-      continue;
-    }
-    const isa::AccessPattern dxt = sb2(ctx, out[kk], p, w);
-    if (!spec.log) {
-      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-          .tensor("dst", dxt).tensor("data", dyt).word("op0", "subtract").tensor("operand0", s_t)
-          .word("op1", "multiply").tensor("operand1", yt);
-    } else {
-      ctx.builder.emit(isa::Opcode::activation).tensor("dst", tt).word("op", "exp").tensor("data", yt);
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", tt).tensor("data", tt).word("op0", "multiply").tensor("operand0", s_t).on(Engine::gpsimd);
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", dxt).tensor("data1", dyt).tensor("data2", tt).word("op", "subtract").on(Engine::gpsimd);
-    }
-    dma(ctx, chunk_hbm(dx, st), dxt, detail::kStoreQueue);
-  }
+      dma(ctx, chunk_hbm(dx, st), dxt, detail::kStoreQueue);
+  });
 }
 
 }  // namespace

@@ -53,12 +53,9 @@ struct Step {
   std::function<void(uint32_t)> load, compute;
 };
 void run_steps(const detail::Ring& ring, const std::vector<Step>& steps) {
-  const size_t ahead = detail::kRingDepth - 1;
-  for (size_t i = 0; i < std::min(ahead, steps.size()); ++i) steps[i].load(ring[int64_t(i)]);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (i + ahead < steps.size()) steps[i + ahead].load(ring[int64_t(i + ahead)]);
-    steps[i].compute(ring[int64_t(i)]);
-  }
+  detail::pipelined(
+      steps.size(), detail::kRingDepth - 1, [&](size_t i) { steps[i].load(ring[int64_t(i)]); },
+      [&](size_t i) { steps[i].compute(ring[int64_t(i)]); });
 }
 
 struct Pass {

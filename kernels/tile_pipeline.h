@@ -94,6 +94,18 @@ inline void align_sbuf_to_granule(const KernelContext& ctx, const std::string& n
   }
 }
 
+// Software-pipelined loads: load(k) for the first `ahead` steps, then at each step k the load of
+// step k + ahead before body(k), so the DMA of later steps overlaps the compute of this one (the
+// ring holds ahead + 1 slots).
+template <typename Load, typename Body>
+void pipelined(size_t steps, size_t ahead, Load&& load, Body&& body) {
+  for (size_t k = 0; k < std::min(ahead, steps); ++k) load(k);
+  for (size_t k = 0; k < steps; ++k) {
+    if (k + ahead < steps) load(k + ahead);
+    body(k);
+  }
+}
+
 inline int64_t product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
