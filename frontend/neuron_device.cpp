@@ -1680,7 +1680,10 @@ void neuron_sdpa_overrideable(const c10::OperatorHandle& op, torch::jit::Stack* 
   const double dropout_p = a[4].toDouble();
   const bool causal = a[5].toBool();
   TORCH_CHECK(sdpa_supported(q_in, k_in, v_in, a[3], dropout_p, causal, true),
-              "neuron: _scaled_dot_product_fused_attention_overrideable: unsupported inputs (see _fused_sdp_choice)");
+              "neuron: _scaled_dot_product_fused_attention_overrideable: unsupported inputs (query ", q_in.sizes(),
+              " ", q_in.scalar_type(), ", key ", k_in.sizes(), ", dropout ", dropout_p, ", causal ", causal,
+              "); the flash-attention kernels take bf16/fp16, head dim 64 or 128, no mask, no dropout, causal "
+              "only with equal query and key lengths (_fused_sdp_choice routes anything else to the math path)");
   c10::DeviceGuard guard(q_in.device());
   kernels::AttentionSpec spec = sdpa_spec(q_in, k_in, causal, a[7]);
   spec.write_lse = true;
@@ -1715,7 +1718,10 @@ void neuron_sdpa_overrideable_backward(const c10::OperatorHandle& op, torch::jit
   const bool causal = a[13].toBool();
   TORCH_CHECK(sdpa_supported(q_in, k_in, v_in, a[4], dropout_p, causal, true) && on_neuron(dout_in) &&
                   dout_in.scalar_type() == q_in.scalar_type() && lse_in.scalar_type() == at::kFloat,
-              "neuron: _scaled_dot_product_fused_attention_overrideable_backward: unsupported inputs");
+              "neuron: _scaled_dot_product_fused_attention_overrideable_backward: unsupported inputs (query ",
+              q_in.sizes(), " ", q_in.scalar_type(), ", grad_out ", dout_in.scalar_type(), ", logsumexp ",
+              lse_in.scalar_type(), ", dropout ", dropout_p, ", causal ", causal,
+              "); needs the forward's supported set, grad_out in the query's dtype and an fp32 logsumexp");
   c10::DeviceGuard guard(q_in.device());
   kernels::AttentionSpec spec = sdpa_spec(q_in, k_in, causal, a[16]);
   const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(), o = o_in.contiguous(),
