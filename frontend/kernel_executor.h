@@ -1,7 +1,10 @@
 // Runs kernel-library programs for the PyTorch device with values (interpreter) and time (timing
 // model). Plain C++: no torch headers, so the torch TU hands it host pointers and the op's specs.
-// Keeps the per-device simulated clock and the per-op log (the profiler's raw material) and a
-// cache of built programs keyed by (op, shapes, dtypes).
+// Keeps the per-device simulated clock, the per-op log (the profiler's raw material), the merged
+// Perfetto timeline while profiling, and a cache of built programs keyed by (op, shapes, dtypes).
+//
+// A device is a logical NeuronCore: `chip.default_logical_core_size` physical cores (LNC) sharing
+// HBM; every op's kernel is built split across them and simulated on all of them.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,8 @@ namespace trnsim::frontend {
 
 // The hardware programs are built for and simulated on; set by set_config (clears the cache).
 void executor_set_hardware(const HardwareConfig& config, const std::string& hash);
+// Physical cores per device (the configured LNC).
+uint32_t cores_per_device();
 
 // One HBM allocation of the program bound to host memory. `dtype` is the dtype of the host
 // bytes; when it differs from the allocation's dtype the values are converted (a cast).
@@ -29,22 +34,38 @@ struct HostBuffer {
 
 struct OpRecord {
   std::string op;
+  std::string kind = "kernel";  // "kernel" (simulated), "copy" (host link), "fallback" (ran on the CPU)
   std::vector<std::vector<int64_t>> shapes;  // input shapes
   std::string dtype;
   int device = 0;
+  double start_ns = 0;  // on the device's simulated clock
   double ns = 0;
   uint64_t flops = 0;
   double mfu = 0;
-  std::string bottleneck;  // the busiest engine ("tensor", "vector", "scalar", "gpsimd", "dma")
+  uint64_t bytes = 0;      // host-link bytes of a copy or a fallback
+  double host_s = 0;       // host seconds spent simulating (or computing, for a fallback)
+  std::string bottleneck;  // the busiest engine ("tensor", "vector", ..., "dma"; "host_link")
 };
 
-using ProgramBuilderFn = std::function<isa::Program(const HardwareConfig&)>;
+// Part `core` of `cores` of the op's kernel (kernels/*.h take the same pair).
+using ProgramBuilderFn = std::function<isa::Program(const HardwareConfig&, uint32_t core, uint32_t cores)>;
+// A kernel that does not split across cores: it runs on the first physical core of the device;
+// the others run an empty program with the same HBM allocations.
+ProgramBuilderFn on_first_core_only(std::function<isa::Program(const HardwareConfig&)> build);
 
 // Builds (or takes from the cache, by `key`) the program, copies `inputs` into its HBM
-// allocations, simulates it on one core with values, copies `outputs` back, advances the
-// device's simulated clock and appends to the op log. Returns the op's record.
+// allocations, simulates it on the device's cores with values, copies `outputs` back, advances
+// the device's simulated clock and appends to the op log. Returns the op's record.
 OpRecord execute_program(int device, const std::string& key, const ProgramBuilderFn& build,
                          const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
+                         OpRecord record);
+
+// A host <-> device copy of `bytes` over the host link (latency + bytes / bandwidth), on the
+// device's clock. record.op names the direction.
+OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record);
+// An op that ran on the CPU through the fallback: its device inputs went to the host and its
+// device outputs came back over the host link (two transfers when both are non-empty).
+OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_device, double host_s,
                          OpRecord record);
 
 double simulated_ns(int device);  // device < 0: all devices together
@@ -52,5 +73,13 @@ void reset_simulated_time();
 std::vector<OpRecord> op_log();
 void reset_op_log();
 size_t program_cache_size();
+
+// While enabled every op is simulated with a trace and appended to one timeline: per device an
+// "ops" track (one slice per op, copies and fallbacks included) and "host link", then each
+// physical core's engines and DMA queues as in `trnsim run --trace`.
+void set_timeline_enabled(bool enabled);
+void reset_timeline();
+// Writes the timeline as Chrome-trace JSON; returns the number of slices written.
+size_t write_timeline(const std::string& path);
 
 }  // namespace trnsim::frontend

@@ -53,6 +53,10 @@ PYBIND11_MODULE(_C, m) {
     for (const fe::OpRecord& r : fe::op_log()) {
       py::dict d;
       d["op"] = r.op;
+      d["kind"] = r.kind;
+      d["start_ns"] = r.start_ns;
+      d["bytes"] = r.bytes;
+      d["host_s"] = r.host_s;
       d["shapes"] = r.shapes;
       d["dtype"] = r.dtype;
       d["device"] = r.device;
@@ -66,4 +70,9 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("reset_op_log", &fe::reset_op_log);
   m.def("program_cache_size", &fe::program_cache_size);
+  m.def("cores_per_device", &fe::cores_per_device, "Physical NeuronCores per device (the configured LNC).");
+  m.def("set_timeline_enabled", &fe::set_timeline_enabled, py::arg("enabled"));
+  m.def("reset_timeline", &fe::reset_timeline);
+  m.def("write_timeline", &fe::write_timeline, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
+        "Write the profiled timeline as Chrome-trace JSON (Perfetto); returns the slice count.");
 }

@@ -1,7 +1,8 @@
 // The PyTorch device "neuron" (PrivateUse1): simulated HBM allocator with capacity and stats,
 // device guard, hooks, the native data-movement and view ops, the ops lowered to the kernel
-// library and run on the simulator (kernel_executor), and a counting boxed CPU fallback for the rest. The only TU that includes ATen
-// (each torch TU costs about a minute of compile time on the 2-core CI machine).
+// library and run on the simulator (kernel_executor), and a counting boxed CPU fallback for the rest.
+// One of the few TUs that include ATen (each costs about a minute of compile time on the 2-core CI
+// machine): it and nn_lowering.cpp share lowering_support.h.
 #include "frontend/neuron_device.h"
 
 #include <ATen/ATen.h>
@@ -24,6 +25,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -38,6 +40,7 @@
 #include "config/config_loader.h"
 #include "config/derived_figures.h"
 #include "frontend/kernel_executor.h"
+#include "frontend/lowering_support.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
 #include "kernels/data_movement.h"
@@ -58,7 +61,6 @@ using kernels::WhereSpec;
 using kernels::UnaryOp;
 using kernels::UnarySpec;
 
-constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 constexpr int kMaxDevices = 128;  // c10::DeviceIndex is int8_t
 
 // ---------------------------------------------------------------------------------------------
@@ -389,13 +391,29 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
                                            c10::dtype_or_default(dtype));
 }
 
-// Host <-> device and device <-> device. The host link timing lands with the timeline (slice 2).
+OpRecord copy_record(const std::string& op, const at::Tensor& t) {
+  OpRecord r;
+  r.op = op;
+  r.shapes.push_back(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+  r.dtype = c10::toString(t.scalar_type());
+  return r;
+}
+
+// Host <-> device copies go over the host link and advance the device's simulated clock (the
+// bytes that cross are the device side's: a cast happens on the host). Device <-> device copies
+// are not timed yet.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy between undefined tensors");
   if (self.numel() == 0 && dst.numel() == 0) return dst;
   at::Tensor src_host = host_alias(self);
   at::Tensor dst_host = host_alias(dst);
   dst_host.copy_(src_host);
+  const bool from_device = self.device().type() == kNeuron, to_device = dst.device().type() == kNeuron;
+  if (from_device != to_device && self.nbytes() > 0) {
+    const at::Tensor& device_side = to_device ? dst : self;
+    record_host_transfer(device_side.device().index(), device_side.nbytes(),
+                         copy_record(to_device ? "copy host->device" : "copy device->host", device_side));
+  }
   return dst;
 }
 
@@ -495,6 +513,8 @@ struct FallbackEnv {
   }
 } g_fallback_env;
 
+}  // namespace
+
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   std::string full = name.name;
@@ -517,47 +537,58 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                "' has no neuron kernel (for these arguments) yet; it runs on the CPU (copies to the host and back). "
                "trnsim.fallback_report() lists such ops; TRNSIM_FALLBACK=allow silences this, =error forbids it.");
   }
+  // The device tensors among the arguments go to the host, the device tensors among the results
+  // come back: both over the host link, on the device's simulated clock.
+  const auto& arguments = op.schema().arguments();
+  uint64_t to_host = 0, written = 0;
+  int device = -1;
+  OpRecord record;
+  record.op = full;
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, arguments.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool writes = arguments[i].alias_info() && arguments[i].alias_info()->isWrite();
+    auto visit = [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      record.shapes.push_back(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+      if (record.dtype.empty()) record.dtype = c10::toString(t.scalar_type());
+      if (t.device().type() != kNeuron) return;
+      if (device < 0) device = t.device().index();
+      to_host += t.nbytes();
+      if (writes) written += t.nbytes();
+    };
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
+    else if (v.isOptionalTensorList()) for (const auto& t : v.toOptionalTensorList().vec()) if (t) visit(*t);
+  }
+  const auto host_start = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack);
+  const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
+  // Results that are new device tensors come back; mutated arguments (in-place, out=) come back
+  // whether or not they are also returned.
+  uint64_t to_device = written;
+  for (size_t i = 0; i < op.schema().returns().size(); ++i) {
+    const c10::Argument& r = op.schema().returns()[i];
+    if (r.alias_info()) continue;  // an alias of a mutated argument, counted above
+    const c10::IValue& v = (*stack)[stack->size() - op.schema().returns().size() + i];
+    auto visit = [&](const at::Tensor& t) {
+      if (!t.defined() || t.device().type() != kNeuron) return;
+      if (device < 0) device = t.device().index();
+      to_device += t.nbytes();
+    };
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
+  }
+  record_fallback(device < 0 ? int(t_current_device) : device, to_host, to_device, host_s, std::move(record));
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Ops on the simulator (slice 2): lowered to the kernel library, values from the interpreter,
 // time from the timing model (kernel_executor). Registered boxed; whatever a lowering does not
 // support (dtype, shape, alpha/beta, operands on other devices) goes through neuron_fallback,
 // counted like any other fallback op.
-
-std::optional<DType> sim_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return DType::fp32;
-    case at::kBFloat16: return DType::bf16;
-    case at::kHalf: return DType::fp16;
-    default: return std::nullopt;
-  }
-}
-
-std::vector<int64_t> dims(c10::IntArrayRef sizes) { return std::vector<int64_t>(sizes.begin(), sizes.end()); }
-
-std::string dims_key(c10::IntArrayRef sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? "," : "") + std::to_string(sizes[i]);
-  return s + "]";
-}
-
-bool on_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
-
-// Host bytes as the kernels see them: bool as uint8 (0 / 1), int32 as is.
-HostBuffer buffer(const std::string& name, const at::Tensor& t) {
-  DType dt = t.scalar_type() == at::kBool ? DType::uint8 : t.scalar_type() == at::kInt ? DType::int32 : *sim_dtype(t.scalar_type());
-  return HostBuffer{name, t.data_ptr(), static_cast<size_t>(t.numel()), dt};
-}
-
-OpRecord record_for(const std::string& op, std::initializer_list<at::Tensor> inputs, at::ScalarType dtype) {
-  OpRecord r;
-  r.op = op;
-  for (const at::Tensor& t : inputs) r.shapes.push_back(dims(t.sizes()));
-  r.dtype = c10::toString(dtype);
-  return r;
-}
 
 // A matmul operand as stored: contiguous, or the transpose (last two dims) of a contiguous tensor
 // (nn.Linear's weight.t()), which the kernel loads transposed; anything else is made contiguous
@@ -616,7 +647,7 @@ std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& 
   if (spec.residual) inputs.push_back(buffer("residual", bias));
   OpRecord record = addend ? record_for(op, {*addend, a_in, b_in}, a_in.scalar_type())
                            : record_for(op, {a_in, b_in}, a_in.scalar_type());
-  execute_program(a_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::matmul_program(spec, hw); },
+  execute_program(a_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::matmul_program(spec, hw, core, cores); },
                   inputs, {buffer("c", c)}, std::move(record));
   return c;
 }
@@ -635,7 +666,7 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   spec.output_dtype = *dt;
   const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) + "|" +
                           c10::toString(x.scalar_type());
-  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::unary_program(spec, hw); },
+  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
                   {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   return y;
 }
@@ -706,7 +737,7 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   if (!a->scalar) inputs.push_back(buffer("a", a->tensor));
   if (!b->scalar) inputs.push_back(buffer("b", b->tensor));
   execute_program(device_operand.device().index(), key,
-                  [spec](const HardwareConfig& hw) { return kernels::binary_program(spec, hw); }, inputs,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::binary_program(spec, hw, core, cores); }, inputs,
                   {buffer("c", c)}, record_for(op, {a_in, b_in}, result));
   return c;
 }
@@ -753,7 +784,7 @@ std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& 
   at::Tensor y = at::empty(out_shape, x_in.options().dtype(arg ? at::kInt : x_in.scalar_type()));
   const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + dims_key(x.sizes()) +
                           dims_key(kernel_dims) + std::to_string(spec.keepdim) + "|" + c10::toString(x.scalar_type());
-  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::reduce_program(spec, hw); },
+  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::reduce_program(spec, hw, core, cores); },
                   {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   return arg ? y.to(at::kLong) : y;
 }
@@ -805,7 +836,7 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
   if (a_scalar) key << "|a=" << *a_scalar;
   if (b_scalar) key << "|b=" << *b_scalar;
   execute_program(cond_in.device().index(), key.str(),
-                  [spec](const HardwareConfig& hw) { return kernels::where_program(spec, hw); }, inputs,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::where_program(spec, hw, core, cores); }, inputs,
                   {buffer("out", out)}, record_for(op, {cond_in}, result));
   return out;
 }
@@ -864,7 +895,7 @@ std::optional<at::Tensor> lower_softmax(const std::string& op, const at::Tensor&
   spec.log = log;
   spec.input_dtype = spec.output_dtype = *dt;
   const std::string key = op + "|" + dims_key(spec.shape) + "|" + c10::toString(x.scalar_type());
-  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw) { return kernels::softmax_program(spec, hw); },
+  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::softmax_program(spec, hw, core, cores); },
                   {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   return y;
 }
@@ -885,7 +916,7 @@ std::optional<at::Tensor> lower_softmax_backward(const std::string& op, const at
   spec.input_dtype = spec.output_dtype = *dt;
   const std::string key = op + "|" + dims_key(spec.shape) + "|" + c10::toString(y.scalar_type());
   execute_program(y_in.device().index(), key,
-                  [spec](const HardwareConfig& hw) { return kernels::softmax_backward_program(spec, hw); },
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::softmax_backward_program(spec, hw, core, cores); },
                   {buffer("y", y), buffer("dy", dy)}, {buffer("dx", dx)}, record_for(op, {dy_in, y_in}, y_in.scalar_type()));
   return dx;
 }
@@ -926,7 +957,7 @@ std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels
   std::vector<HostBuffer> inputs = {buffer("x", x)};
   if (w.defined()) inputs.push_back(buffer("w", w = w.contiguous()));
   if (b.defined()) inputs.push_back(buffer("b", b = b.contiguous()));
-  execute_program(x_in.device().index(), key.str(), [spec](const HardwareConfig& hw) { return kernels::norm_program(spec, hw); },
+  execute_program(x_in.device().index(), key.str(), [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::norm_program(spec, hw, core, cores); },
                   inputs, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   // The statistics, in fp32.
   at::Tensor xf = x.scalar_type() == at::kFloat ? x.reshape({rows, c}) : x.reshape({rows, c}).to(at::kFloat);
@@ -993,7 +1024,7 @@ std::optional<std::vector<at::Tensor>> lower_norm_backward(const std::string& op
   const std::string key = op + "|" + std::to_string(rows) + "," + std::to_string(c) + "|" + std::to_string(spec.weight) +
                           std::to_string(spec.bias) + "|" + c10::toString(x.scalar_type());
   execute_program(x_in.device().index(), key,
-                  [spec](const HardwareConfig& hw) { return kernels::norm_backward_program(spec, hw); }, inputs, outputs,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::norm_backward_program(spec, hw, core, cores); }, inputs, outputs,
                   record_for(op, {dy_in, x_in}, x_in.scalar_type()));
   std::vector<at::Tensor> result = {mask[0] ? dx : at::Tensor(), mask[1] ? dw : at::Tensor()};
   if (kind == kernels::NormKind::layernorm) result.push_back(mask.size() > 2 && mask[2] ? db : at::Tensor());
@@ -1036,7 +1067,7 @@ std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at:
   for (const at::Tensor& t : tensors) record.shapes.push_back(dims(t.sizes()));
   record.dtype = c10::toString(type);
   execute_program(tensors[0].device().index(), key,
-                  [spec](const HardwareConfig& hw) { return kernels::concat_program(spec, hw); }, inputs,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::concat_program(spec, hw, core, cores); }, inputs,
                   {buffer("y", y)}, std::move(record));
   return y;
 }
@@ -1208,7 +1239,7 @@ std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tenso
                           std::to_string(dim) + "|" + c10::toString(table_in.scalar_type());
   OpRecord record = record_for(op, {table_in, ids_in}, table_in.scalar_type());
   execute_program(table_in.device().index(), key,
-                  [spec](const HardwareConfig& hw) { return kernels::embedding_program(spec, hw); },
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::embedding_program(spec, hw, core, cores); },
                   {HostBuffer{"ids", ids_host.data_ptr(), static_cast<size_t>(num_ids), DType::int32},
                    buffer("table", table)},
                   {buffer("y", y)}, std::move(record));
@@ -1693,7 +1724,7 @@ void neuron_sdpa_overrideable(const c10::OperatorHandle& op, torch::jit::Stack* 
   OpRecord record = record_for("_scaled_dot_product_fused_attention_overrideable", {q_in, k_in, v_in}, q.scalar_type());
   record.flops = static_cast<uint64_t>(kernels::attention_forward_flops(spec));
   execute_program(q.device().index(), sdpa_key("sdpa_fwd", spec),
-                  [spec](const HardwareConfig& hw) { return kernels::flash_attention_forward_program(spec, hw); },
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::flash_attention_forward_program(spec, hw, core, cores); },
                   {buffer("q", q), buffer("k", k), buffer("v", v)}, {buffer("o", o), buffer("lse", lse)},
                   std::move(record));
   torch::jit::drop(*stack, n);
@@ -1732,7 +1763,7 @@ void neuron_sdpa_overrideable_backward(const c10::OperatorHandle& op, torch::jit
       record_for("_scaled_dot_product_fused_attention_overrideable_backward", {dout_in, q_in, k_in, v_in}, q.scalar_type());
   record.flops = static_cast<uint64_t>(kernels::attention_backward_flops(spec));
   execute_program(q.device().index(), sdpa_key("sdpa_bwd", spec),
-                  [spec](const HardwareConfig& hw) { return kernels::flash_attention_backward_program(spec, hw); },
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::flash_attention_backward_program(spec, hw, core, cores); },
                   {buffer("q", q), buffer("k", k), buffer("v", v), buffer("o", o), buffer("do", dout),
                    HostBuffer{"lse", lse.data_ptr(), static_cast<size_t>(lse.numel()), DType::fp32}},
                   {buffer("dq", dq), buffer("dk", dk), buffer("dv", dv)}, std::move(record));

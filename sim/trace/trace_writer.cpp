@@ -180,6 +180,35 @@ int64_t TraceWriter::slice(int process, int track, double start_ns, double durat
   return int64_t(m_slices.size()) - 1;
 }
 
+int TraceWriter::find_or_add_process(const std::string& name, int sort_index) {
+  for (size_t p = 0; p < m_processes.size(); ++p)
+    if (m_processes[p].name == name) return int(p);
+  return add_process(name, sort_index);
+}
+
+int TraceWriter::find_or_add_track(int process, const std::string& name, int sort_index) {
+  for (size_t t = 0; t < m_tracks.size(); ++t)
+    if (m_tracks[t].process == process && m_tracks[t].name == name) return int(t);
+  return add_track(process, name, sort_index);
+}
+
+void TraceWriter::append(const TraceWriter& other, double offset_ns, const std::string& process_prefix,
+                         int process_sort_base) {
+  std::vector<int> process_map, track_map;
+  for (const Named& p : other.m_processes)
+    process_map.push_back(find_or_add_process(process_prefix + p.name, process_sort_base + p.sort_index));
+  for (const Named& t : other.m_tracks)
+    track_map.push_back(find_or_add_track(process_map[size_t(t.process)], t.name, t.sort_index));
+  const auto slice_base = int64_t(m_slices.size());
+  for (const Slice& s : other.m_slices) {
+    m_slices.push_back(Slice{process_map[size_t(s.process)], track_map[size_t(s.track)], s.start_ns + offset_ns,
+                             s.duration_ns, s.name, s.args});
+  }
+  for (const Flow& f : other.m_flows) m_flows.push_back(Flow{f.from + slice_base, f.to + slice_base, f.name});
+  for (const Counter& c : other.m_counters)
+    m_counters.push_back(Counter{process_map[size_t(c.process)], c.name, c.time_ns + offset_ns, c.value});
+}
+
 void TraceWriter::flow(int64_t from, int64_t to, const std::string& name) {
   const auto count = int64_t(m_slices.size());
   if (from < 0 || from >= count || to < 0 || to >= count) throw std::out_of_range("trace: flow between unknown slices");

@@ -28,6 +28,13 @@ class TraceWriter {
   // A counter value (e.g. pending DMAs, SBUF bytes in use) on a process.
   void counter(int process, const std::string& name, double time_ns, double value);
 
+  // The process / track of that name, added when missing (merging per-op traces into one timeline).
+  int find_or_add_process(const std::string& name, int sort_index);
+  int find_or_add_track(int process, const std::string& name, int sort_index);
+  // Appends `other`'s slices, flows and counters shifted by `offset_ns`, its processes renamed
+  // `process_prefix + name` and merged with same-named processes (and tracks) already here.
+  void append(const TraceWriter& other, double offset_ns, const std::string& process_prefix, int process_sort_base);
+
   void write(std::ostream& out) const;
   size_t slice_count() const { return m_slices.size(); }
 

@@ -62,7 +62,7 @@ def test_mm(m, k, n, dtype):
     out = a.to("neuron") @ b.to("neuron")
     check(out, a @ b, dtype, k)
     no_fallback("mm")
-    log = trnsim.op_log()
+    log = trnsim.op_log("kernel")
     assert [r["op"] for r in log] == ["mm"] and log[0]["shapes"] == [[m, k], [k, n]]
     assert log[0]["flops"] >= 2 * m * k * n and log[0]["ns"] > 0
 
@@ -173,7 +173,12 @@ def test_non_contiguous_input():
 
 def test_simulated_clock_and_op_log():
     a, b = rand((256, 256), torch.bfloat16, 17).to("neuron"), rand((256, 256), torch.bfloat16, 18).to("neuron")
-    assert trnsim.simulated_ns() == 0 and trnsim.op_log() == []
+    # The two copies crossed the host link (trn2: 2000 ns latency + 131072 bytes at 16 GB/s).
+    copies = trnsim.op_log()
+    assert [(r["op"], r["kind"], r["bytes"]) for r in copies] == [("copy host->device", "copy", 256 * 256 * 2)] * 2
+    assert [r["ns"] for r in copies] == [2000 + 131072 / 16] * 2
+    assert trnsim.simulated_ns() == pytest.approx(2 * (2000 + 131072 / 16))
+    trnsim.reset_simulated_time()
     c = torch.relu(a @ b + a)
     log = trnsim.op_log()
     assert [r["op"] for r in log] == ["mm", "add.Tensor", "relu"]
@@ -193,7 +198,7 @@ def test_same_op_twice_same_time():
     programs = trnsim._C.program_cache_size()
     c2 = a @ b  # the built program is reused
     assert trnsim._C.program_cache_size() == programs
-    log = trnsim.op_log()
+    log = trnsim.op_log("kernel")
     assert len(log) == 2 and log[0]["ns"] == log[1]["ns"]
     assert torch.equal(c1.cpu(), c2.cpu())
 

@@ -76,10 +76,14 @@ def reset_simulated_time():
     _C.reset_op_log()
 
 
-def op_log():
-    """The ops run on the simulator since the last reset, in order: dicts with op, shapes (of the
-    inputs), dtype, device, ns (simulated), flops, mfu and bottleneck (the busiest engine)."""
-    return list(_C.op_log())
+def op_log(kind=None):
+    """What ran on the device since the last reset, in order: dicts with op, kind ("kernel": run on
+    the simulator; "copy": a host<->device copy over the host link; "fallback": an op run on the
+    CPU, timed as its host-link transfers), shapes (of the inputs), dtype, device, start_ns and ns
+    (simulated), flops, mfu, bytes (host link), host_s and bottleneck (the busiest engine).
+    ``kind`` keeps only records of that kind."""
+    records = list(_C.op_log())
+    return records if kind is None else [r for r in records if r["kind"] == kind]
 
 
 def _register():
