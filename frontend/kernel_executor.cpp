@@ -30,6 +30,7 @@ std::map<int, double> g_clock;
 std::vector<OpRecord> g_log;
 bool g_timeline_enabled = false;
 std::unique_ptr<sim::TraceWriter> g_timeline;
+std::map<int, double> g_timeline_origin;  // each device's clock when the timeline was reset
 
 void copy_converted(DType src_dtype, const void* src, DType dst_dtype, void* dst, size_t count) {
   if (src_dtype == dst_dtype) {
@@ -65,7 +66,7 @@ void commit_locked(OpRecord& record) {
   const int ops = g_timeline->find_or_add_track(process, "ops", 0);
   std::vector<std::pair<std::string, std::string>> args = {
       {"kind", record.kind}, {"shapes", shapes_text(record.shapes)}, {"dtype", record.dtype},
-      {"simulated_ns", std::to_string(record.ns)}, {"host_s", std::to_string(record.host_s)}};
+      {"simulated_ns", std::to_string(record.ns)}};
   if (record.kind == "kernel") {
     args.push_back({"flops", std::to_string(record.flops)});
     args.push_back({"mfu", std::to_string(record.mfu)});
@@ -74,10 +75,12 @@ void commit_locked(OpRecord& record) {
     args.push_back({"host_link_bytes", std::to_string(record.bytes)});
   }
   const std::string name = record.kind == "fallback" ? "fallback " + record.op : record.op;
-  g_timeline->slice(process, ops, record.start_ns, record.ns, name, args);
+  // Host seconds are left out of the trace so that it is the same bit for bit on every run.
+  const double start = record.start_ns - g_timeline_origin[record.device];
+  g_timeline->slice(process, ops, start, record.ns, name, args);
   if (record.kind != "kernel" && record.bytes > 0) {
     const int link = g_timeline->find_or_add_track(process, "host link", 1);
-    g_timeline->slice(process, link, record.start_ns, record.ns, name, {{"bytes", std::to_string(record.bytes)}});
+    g_timeline->slice(process, link, start, record.ns, name, {{"bytes", std::to_string(record.bytes)}});
   }
 }
 
@@ -204,7 +207,8 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
   const double start_ns = g_clock[device];
   commit_locked(record);
   if (trace && result.trace && g_timeline) {
-    g_timeline->append(*result.trace, start_ns, device_process(device) + " ", device * 100 + 1);
+    g_timeline->append(*result.trace, start_ns - g_timeline_origin[device], device_process(device) + " ",
+                       device * 100 + 1);
   }
   return record;
 }
@@ -274,6 +278,7 @@ void set_timeline_enabled(bool enabled) {
 void reset_timeline() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_timeline.reset();
+  g_timeline_origin = g_clock;
 }
 
 size_t write_timeline(const std::string& path) {

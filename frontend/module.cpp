@@ -23,6 +23,8 @@ PYBIND11_MODULE(_C, m) {
     d["device_count"] = c.device_count;
     d["hbm_bytes_per_device"] = c.hbm_bytes_per_device;
     d["host_link_gbps"] = c.host_link_gbps;
+    d["cores_per_device"] = c.cores_per_device;
+    d["peak_bf16_tflops_per_device"] = c.peak_bf16_tflops_per_device;
     return d;
   });
   m.def("device_count", &fe::device_count);

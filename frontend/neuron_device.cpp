@@ -83,6 +83,8 @@ void load_locked(const std::string& name, const std::vector<std::string>& overri
   uint32_t per_chip = std::max<uint32_t>(1, figures.logical_cores_per_chip);
   info.hbm_bytes_per_device = loaded.hardware.hbm.capacity_bytes / per_chip;
   info.host_link_gbps = loaded.hardware.host_link.bandwidth_gbps;
+  info.cores_per_device = std::max<uint32_t>(1, loaded.hardware.chip.default_logical_core_size);
+  info.peak_bf16_tflops_per_device = figures.peak_tflops_per_logical_core[DType::bf16];
   executor_set_hardware(loaded.hardware, loaded.hash);
   g_dma_transpose = loaded.hardware.core.dma.transpose_supported;
   g_config = info;
@@ -292,11 +294,19 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeDevice(const c10::DeviceIndex) const override {}
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  // Events hold the device's simulated clock when recorded, so elapsed_time is simulated time.
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<double*>(event); }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex, const c10::EventFlag) const override {
+    if (*event == nullptr) *event = new double(0);
+    *static_cast<double*>(*event) = simulated_ns(stream.device_index());
+  }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   void synchronizeEvent(void*) const override {}
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr, "elapsed_time: both events must have been recorded");
+    return (*static_cast<double*>(end) - *static_cast<double*>(start)) / 1e6;  // milliseconds, like CUDA
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
@@ -399,17 +409,79 @@ OpRecord copy_record(const std::string& op, const at::Tensor& t) {
   return r;
 }
 
+// A copy within one device as a kernel (values and time from the simulator): into a contiguous
+// destination from any dense source (a permutation of contiguous storage: .contiguous() after
+// transpose/permute) of the same float dtype (permute kernel: DMA, or PE transposes when the
+// innermost dim moves), or a cast between contiguous float tensors (unary copy kernel). Returns
+// false for what it does not cover (other strides, integer dtypes, overlapping devices).
+bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.device() != dst.device() || !dst.is_contiguous() || src.sizes() != dst.sizes()) return false;
+  const std::optional<DType> src_dt = sim_dtype(src.scalar_type()), dst_dt = sim_dtype(dst.scalar_type());
+  if (!src_dt || !dst_dt) return false;
+  const int64_t rank = src.dim();
+  // Storage order of src: its dims from the largest stride to the smallest.
+  std::vector<int64_t> order(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return src.stride(a) > src.stride(b); });
+  const at::Tensor stored = rank == 0 ? src.reshape({1}) : src.permute(order);
+  if (!stored.is_contiguous()) return false;
+  std::vector<int64_t> perm(static_cast<size_t>(std::max<int64_t>(rank, 1)), 0);
+  for (int64_t k = 0; k < rank; ++k) perm[static_cast<size_t>(order[k])] = k;  // output dim k = stored dim perm[k]
+  bool identity = true;
+  for (size_t k = 0; k < perm.size(); ++k) identity = identity && perm[k] == int64_t(k);
+  const int device = src.device().index();
+  OpRecord record = copy_record("copy device->device", src);
+  try {
+    if (*src_dt != *dst_dt) {
+      if (!identity) return false;
+      kernels::UnarySpec spec;
+      spec.shape = {src.numel()};
+      spec.op = UnaryOp::copy;
+      spec.input_dtype = *src_dt;
+      spec.output_dtype = *dst_dt;
+      record.op = "cast";
+      execute_program(device, "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(*src_dt)) + ">" + std::string(dtype_name(*dst_dt)),
+                      [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                        return kernels::unary_program(spec, hw, core, cores);
+                      },
+                      {buffer("x", stored)}, {buffer("y", dst)}, std::move(record));
+      return true;
+    }
+    kernels::PermuteSpec spec;
+    spec.shape = rank == 0 ? std::vector<int64_t>{1} : dims(stored.sizes());
+    spec.perm = perm;
+    spec.dtype = *src_dt;
+    std::ostringstream key;
+    key << "copy|" << dims_key(stored.sizes()) << "|";
+    for (int64_t p : perm) key << p << ",";
+    key << "|" << dtype_name(*src_dt);
+    execute_program(device, key.str(),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                      return kernels::permute_program(spec, hw, core, cores);
+                    },
+                    {buffer("x", stored)}, {buffer("y", dst)}, std::move(record));
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+// Set while the CPU fallback moves an op's arguments and results: the fallback's record charges
+// those transfers, so its copies must not be charged again.
+thread_local bool t_in_fallback = false;
+
 // Host <-> device copies go over the host link and advance the device's simulated clock (the
-// bytes that cross are the device side's: a cast happens on the host). Device <-> device copies
-// are not timed yet.
+// bytes that cross are the device side's: a cast happens on the host). Copies within a device
+// run as kernels where device_copy_kernel covers them; others are not timed.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy between undefined tensors");
   if (self.numel() == 0 && dst.numel() == 0) return dst;
+  if (self.device().type() == kNeuron && dst.device().type() == kNeuron && device_copy_kernel(self, dst)) return dst;
   at::Tensor src_host = host_alias(self);
   at::Tensor dst_host = host_alias(dst);
   dst_host.copy_(src_host);
   const bool from_device = self.device().type() == kNeuron, to_device = dst.device().type() == kNeuron;
-  if (from_device != to_device && self.nbytes() > 0) {
+  if (from_device != to_device && self.nbytes() > 0 && !t_in_fallback) {
     const at::Tensor& device_side = to_device ? dst : self;
     record_host_transfer(device_side.device().index(), device_side.nbytes(),
                          copy_record(to_device ? "copy host->device" : "copy device->host", device_side));
@@ -540,7 +612,8 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // The device tensors among the arguments go to the host, the device tensors among the results
   // come back: both over the host link, on the device's simulated clock.
   const auto& arguments = op.schema().arguments();
-  uint64_t to_host = 0, written = 0;
+  uint64_t to_host = 0;
+  std::vector<at::Tensor> written;  // measured after the call: an out= argument may be resized
   int device = -1;
   OpRecord record;
   record.op = full;
@@ -554,7 +627,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (t.device().type() != kNeuron) return;
       if (device < 0) device = t.device().index();
       to_host += t.nbytes();
-      if (writes) written += t.nbytes();
+      if (writes) written.push_back(t);
     };
     const c10::IValue& v = args[i];
     if (v.isTensor()) visit(v.toTensor());
@@ -562,11 +635,19 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     else if (v.isOptionalTensorList()) for (const auto& t : v.toOptionalTensorList().vec()) if (t) visit(*t);
   }
   const auto host_start = std::chrono::steady_clock::now();
-  at::native::cpu_fallback(op, stack);
+  {
+    struct InFallback {
+      bool previous = t_in_fallback;
+      InFallback() { t_in_fallback = true; }
+      ~InFallback() { t_in_fallback = previous; }
+    } in_fallback;
+    at::native::cpu_fallback(op, stack);
+  }
   const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
   // Results that are new device tensors come back; mutated arguments (in-place, out=) come back
   // whether or not they are also returned.
-  uint64_t to_device = written;
+  uint64_t to_device = 0;
+  for (const at::Tensor& t : written) to_device += t.nbytes();
   for (size_t i = 0; i < op.schema().returns().size(); ++i) {
     const c10::Argument& r = op.schema().returns()[i];
     if (r.alias_info()) continue;  // an alias of a mutated argument, counted above

@@ -19,6 +19,8 @@ struct DeviceConfigInfo {
   int device_count = 0;                   // logical cores of the default system
   uint64_t hbm_bytes_per_device = 0;      // chip HBM / logical cores per chip
   double host_link_gbps = 0;
+  uint32_t cores_per_device = 1;          // physical cores per logical core (LNC)
+  double peak_bf16_tflops_per_device = 0; // tensor-engine peak of one logical core
 };
 
 void set_config(const std::string& name_or_path, const std::vector<std::string>& overrides);

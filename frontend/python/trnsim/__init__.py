@@ -21,9 +21,10 @@ import torch  # must precede the native module: it loads libtorch and registers 
 
 from . import _C
 from . import device as _device_module
+from .profiler import Profile, profile
 
 __all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
-           "simulated_ns", "reset_simulated_time", "op_log"]
+           "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile"]
 
 DEVICE_NAME = "neuron"
 
@@ -63,8 +64,9 @@ def set_fallback_mode(mode):
 
 
 def simulated_ns(device=None):
-    """Simulated nanoseconds of the ops that ran on the simulator: the device's clock (the current
-    device when None; "all" sums every device). Fallback ops add nothing yet."""
+    """Simulated nanoseconds on the device's clock (the current device when None; "all" sums every
+    device): kernels run on the simulator, host<->device copies and fallback ops' host-link
+    transfers."""
     if device == "all":
         return _C.simulated_ns(-1)
     return _C.simulated_ns(_device_module._index(device))

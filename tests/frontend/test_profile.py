@@ -1,0 +1,175 @@
+"""trnsim.profile(), the device's simulated clock (host-link copies, fallbacks, device copies),
+events with simulated time, and ops split across the logical core's physical cores (LNC)."""
+import json
+
+import pytest
+import torch
+
+from test_ops import check, rand, strict_lowering, trnsim  # noqa: F401
+
+# trn2 host link (configs/trn2.yaml): 16 GB/s = 16 bytes/ns, 2000 ns per transfer.
+LINK_BYTES_PER_NS, LINK_LATENCY_NS = 16, 2000
+
+
+def link_ns(nbytes):
+    return LINK_LATENCY_NS + nbytes / LINK_BYTES_PER_NS if nbytes else 0
+
+
+@pytest.fixture
+def trn2():
+    trnsim.set_config("trn2")
+    yield
+    trnsim.set_config("trn2")
+
+
+def test_host_copies_are_timed_over_the_host_link(trn2):
+    x = torch.randn(300, 70)
+    xd = x.to("neuron")
+    back = xd.cpu()
+    log = trnsim.op_log()
+    assert [(r["op"], r["kind"], r["bytes"]) for r in log] == [("copy host->device", "copy", x.nbytes),
+                                                               ("copy device->host", "copy", x.nbytes)]
+    assert [r["ns"] for r in log] == [link_ns(x.nbytes)] * 2
+    assert log[1]["start_ns"] == log[0]["ns"]  # one after the other on the device's clock
+    assert torch.equal(back, x)
+
+
+def test_fallback_ops_are_timed_and_marked(trn2):
+    x = torch.randn(64, 33)
+    xd = x.to("neuron")
+    trnsim.reset_simulated_time()
+    y = torch.cumsum(xd, dim=1)  # no neuron kernel: runs on the CPU (as cumsum.out)
+    assert list(trnsim.fallback_report()) == ["aten::cumsum.out"]
+    (rec,) = trnsim.op_log()
+    assert rec["kind"] == "fallback" and rec["op"] == "aten::cumsum.out" and rec["shapes"][0] == [64, 33]
+    # x and the out= tensor cumsum.out writes go to the host; the out= tensor comes back.
+    assert rec["bytes"] == 3 * x.nbytes and rec["ns"] == link_ns(2 * x.nbytes) + link_ns(x.nbytes)
+    assert trnsim.simulated_ns() == rec["ns"]
+    torch.testing.assert_close(y.cpu(), torch.cumsum(x, dim=1))
+
+
+def test_in_place_fallback_counts_the_written_argument(trn2):
+    xd = torch.randn(10, 10).to("neuron")
+    trnsim.reset_simulated_time()
+    xd.cumsum_(0)  # in place (as cumsum.out into xd): the argument goes to the host and comes back
+    (rec,) = trnsim.op_log()
+    assert rec["kind"] == "fallback" and rec["bytes"] >= 2 * 400
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_device_copies_run_as_kernels(dtype):
+    x = rand((130, 257), dtype, 3)
+    xd = x.to("neuron")
+    trnsim.reset_simulated_time()
+    t = xd.t().contiguous()  # the permute kernel
+    f = xd.float() if dtype != torch.float32 else xd.bfloat16()  # the cast kernel
+    p = xd.reshape(13, 10, 257).permute(2, 0, 1).contiguous()
+    log = trnsim.op_log()
+    assert torch.equal(t.cpu(), x.t().contiguous())
+    assert torch.equal(f.cpu(), x.float() if dtype != torch.float32 else x.bfloat16())
+    assert torch.equal(p.cpu(), x.reshape(13, 10, 257).permute(2, 0, 1).contiguous())
+    assert [r["op"] for r in log] == ["copy device->device", "cast", "copy device->device"]
+    assert all(r["kind"] == "kernel" and r["ns"] > 0 for r in log)
+    assert trnsim.fallback_report() == {}
+
+
+def test_events_measure_simulated_time(trn2):
+    a = rand((512, 512), torch.bfloat16, 5).to("neuron")
+    start, end = torch.Event("neuron", enable_timing=True), torch.Event("neuron", enable_timing=True)
+    start.record()
+    before = trnsim.simulated_ns()
+    c = a @ a
+    after = trnsim.simulated_ns()
+    end.record()
+    end.synchronize()
+    assert after > before
+    assert start.elapsed_time(end) == pytest.approx((after - before) / 1e6)  # milliseconds, like CUDA
+    assert torch.accelerator.current_accelerator().type == "neuron"
+    torch.accelerator.synchronize()
+    del c
+
+
+def test_profile_table_totals_and_trace(tmp_path, trn2):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(96, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    x = torch.randn(130, 96)
+    with trnsim.profile() as prof:
+        model_d = model.to("neuron")
+        y = model_d(x.to("neuron"))
+        y.sum().backward()
+        z = torch.cumsum(y.detach(), 0)  # one fallback op
+    recs = prof.records
+    kinds = {r["kind"] for r in recs}
+    assert kinds == {"kernel", "copy", "fallback"}
+    totals = prof.totals()
+    for key in ("simulated_ns", "host_s", "flops", "mfu", "fallback_ops"):
+        assert key in totals
+    assert totals["simulated_ns"] == pytest.approx(sum(r["ns"] for r in recs))
+    assert totals["fallback_ops"] == 1 and totals["host_s"] > 0 and 0 < totals["mfu"] < 1
+    assert totals["flops"] == sum(r["flops"] for r in recs) >= 3 * 2 * 130 * (96 * 256 + 256 * 64) - 2 * 130 * 96 * 256
+    # The records sit back to back on the device clock.
+    for a, b in zip(recs, recs[1:]):
+        assert b["start_ns"] == pytest.approx(a["start_ns"] + a["ns"])
+    text = prof.table()
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["op", "kind", "shapes"]
+    rows = prof.rows()
+    assert [r["ns"] for r in rows] == sorted((r["ns"] for r in rows), reverse=True)
+    assert any(r["op"] == "aten::cumsum.out" and r["fallback"] for r in rows)
+    assert "addmm" in text and "fallback" in text and "trn2" in lines[-1]
+
+    path = tmp_path / "t.json"
+    slices = prof.export_trace(path)
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    assert slices == sum(1 for e in events if e.get("ph") == "X")
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"neuron:0", "neuron:0 core 0", "neuron:0 core 1"} <= set(procs.values())
+    ops_pid = next(p for p, n in procs.items() if n == "neuron:0")
+    ops_tid = next(t for (p, t), n in tracks.items() if p == ops_pid and n == "ops")
+    op_slices = [e for e in events if e.get("ph") == "X" and e["pid"] == ops_pid and e["tid"] == ops_tid]
+    assert len(op_slices) == len(recs)
+    assert any(s["name"] == "fallback aten::cumsum.out" and s["args"]["kind"] == "fallback" for s in op_slices)
+    core_tracks = {n for (p, t), n in tracks.items() if procs[p] == "neuron:0 core 0"}
+    assert "TensorMatrix" in core_tracks and any(n.startswith("q") for n in core_tracks)
+    # Engine slices of the cores fall inside the op that issued them.
+    end_us = max(s["ts"] + s["dur"] for s in op_slices)
+    engine = [e for e in events if e.get("ph") == "X" and procs[e["pid"]].startswith("neuron:0 core")]
+    assert engine and max(e["ts"] + e["dur"] for e in engine) <= end_us + 1e-3
+    del z
+
+
+def test_profile_trace_is_deterministic(tmp_path, trn2):
+    a = rand((256, 384), torch.bfloat16, 7)
+    outs = []
+    for i in range(2):
+        with trnsim.profile() as prof:
+            ad = a.to("neuron")
+            (ad @ ad.t()).relu().cpu()
+        prof.export_trace(tmp_path / f"{i}.json")
+        outs.append((tmp_path / f"{i}.json").read_bytes())
+    assert outs[0] == outs[1]
+
+
+def test_profile_does_not_nest():
+    with trnsim.profile(trace=False):
+        with pytest.raises(RuntimeError, match="nest"):
+            with trnsim.profile():
+                pass
+
+
+def test_matmul_splits_across_the_logical_cores_physical_cores():
+    a, b = rand((1024, 1024), torch.bfloat16, 8), rand((1024, 2048), torch.bfloat16, 9)
+    times = {}
+    for lnc in (1, 2):
+        trnsim.set_config("trn2", chip__default_logical_core_size=lnc)
+        assert trnsim.config()["cores_per_device"] == lnc
+        trnsim.reset_simulated_time()
+        out = a.to("neuron") @ b.to("neuron")
+        check(out, a @ b, torch.bfloat16, 1024)
+        (rec,) = trnsim.op_log("kernel")
+        times[lnc] = rec["ns"]
+    trnsim.set_config("trn2")
+    # Two physical cores: close to half the time (each core its own half of the output).
+    assert times[2] < 0.6 * times[1], times
