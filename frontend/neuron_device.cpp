@@ -964,7 +964,15 @@ std::optional<at::Tensor> lower_mse_loss_backward(const at::Tensor& grad, const 
 // forward's output. half_to_float, another dim, or a backward whose input_dtype differs falls back.
 bool last_dim(const at::Tensor& t, int64_t dim) { return t.dim() > 0 && c10::maybe_wrap_dim(dim, t.dim()) == t.dim() - 1; }
 
+// Softmax over another dim: the dim moved last by a device permute, the last-dim kernel, and the
+// result permuted back (both copies are kernels, timed like the softmax).
 std::optional<at::Tensor> lower_softmax(const std::string& op, const at::Tensor& x_in, int64_t dim, bool log) {
+  if (on_neuron(x_in) && x_in.dim() > 1 && !last_dim(x_in, dim)) {
+    std::optional<at::Tensor> y = lower_softmax(op, x_in.transpose(dim, -1), -1, log);
+    if (!y) return std::nullopt;
+    c10::DeviceGuard guard(x_in.device());
+    return y->transpose(dim, -1).contiguous();
+  }
   if (!on_neuron(x_in) || x_in.numel() == 0 || !last_dim(x_in, dim)) return std::nullopt;
   const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
   if (!dt) return std::nullopt;
@@ -983,6 +991,13 @@ std::optional<at::Tensor> lower_softmax(const std::string& op, const at::Tensor&
 
 std::optional<at::Tensor> lower_softmax_backward(const std::string& op, const at::Tensor& dy_in, const at::Tensor& y_in,
                                                  int64_t dim, at::ScalarType input_dtype, bool log) {
+  if (on_neuron(dy_in) && on_neuron(y_in) && y_in.dim() > 1 && !last_dim(y_in, dim)) {
+    std::optional<at::Tensor> dx =
+        lower_softmax_backward(op, dy_in.transpose(dim, -1), y_in.transpose(dim, -1), -1, input_dtype, log);
+    if (!dx) return std::nullopt;
+    c10::DeviceGuard guard(y_in.device());
+    return dx->transpose(dim, -1).contiguous();
+  }
   if (!on_neuron(dy_in) || !on_neuron(y_in) || dy_in.numel() == 0 || dy_in.sizes() != y_in.sizes() ||
       dy_in.scalar_type() != y_in.scalar_type() || input_dtype != dy_in.scalar_type() || !last_dim(y_in, dim))
     return std::nullopt;

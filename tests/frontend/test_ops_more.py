@@ -174,10 +174,14 @@ def test_softmax_forward_backward(shape, log, dtype):
     forward_backward(fn, [rand(shape, dtype, 41)], rand(shape, dtype, 42), dtype, [name, name + "_backward_data"])
 
 
-def test_softmax_other_dim_falls_back_explicitly():
-    a = rand((6, 5), torch.float32, 43)
-    close(F.softmax(a.to("neuron"), 0), F.softmax(a, 0), torch.float32)
-    assert any("softmax" in op for op in trnsim.fallback_report())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape,dim", [((6, 5), 0), ((3, 40, 7), 1), ((4, 130, 5, 9), -3)])
+def test_softmax_other_dims(shape, dim, log, dtype):
+    fn = (lambda x: F.log_softmax(x, dim)) if log else (lambda x: F.softmax(x, dim))
+    name = "_log_softmax" if log else "_softmax"
+    forward_backward(fn, [rand(shape, dtype, 43)], rand(shape, dtype, 44), dtype, [name, name + "_backward_data"])
+    assert trnsim.fallback_report() == {}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
