@@ -1643,6 +1643,31 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   return std::nullopt;
 }
 
+// out= overload -> the functional overload it computes (same arguments, less the trailing out).
+const std::map<std::string, std::string>& out_variants() {
+  static const std::map<std::string, std::string> table = {
+      {"mm.out", "mm"}, {"addmm.out", "addmm"}, {"bmm.out", "bmm"}, {"add.out", "add.Tensor"},
+      {"sub.out", "sub.Tensor"}, {"mul.out", "mul.Tensor"}, {"div.out", "div.Tensor"}, {"gelu.out", "gelu"},
+      {"silu.out", "silu"}, {"sigmoid.out", "sigmoid"}, {"tanh.out", "tanh"}, {"exp.out", "exp"}, {"relu.out", "relu"},
+      {"sum.IntList_out", "sum.dim_IntList"}, {"sum.out", "sum"}, {"mean.out", "mean.dim"}, {"amax.out", "amax"},
+      {"amin.out", "amin"}, {"argmax.out", "argmax"}, {"argmin.out", "argmin"}, {"eq.Tensor_out", "eq.Tensor"},
+      {"ne.Tensor_out", "ne.Tensor"}, {"lt.Tensor_out", "lt.Tensor"}, {"gt.Tensor_out", "gt.Tensor"},
+      {"le.Tensor_out", "le.Tensor"}, {"ge.Tensor_out", "ge.Tensor"}, {"eq.Scalar_out", "eq.Scalar"},
+      {"ne.Scalar_out", "ne.Scalar"}, {"lt.Scalar_out", "lt.Scalar"}, {"gt.Scalar_out", "gt.Scalar"},
+      {"le.Scalar_out", "le.Scalar"}, {"ge.Scalar_out", "ge.Scalar"}, {"clamp.out", "clamp"},
+      {"clamp_min.out", "clamp_min"}, {"clamp_max.out", "clamp_max"}, {"pow.Tensor_Scalar_out", "pow.Tensor_Scalar"},
+      {"cat.out", "cat"}, {"index_select.out", "index_select"}, {"_softmax.out", "_softmax"},
+      {"_log_softmax.out", "_log_softmax"}, {"_softmax_backward_data.out", "_softmax_backward_data"},
+      {"_log_softmax_backward_data.out", "_log_softmax_backward_data"}, {"mse_loss.out", "mse_loss"},
+      {"threshold_backward.grad_input", "threshold_backward"}, {"sigmoid_backward.grad_input", "sigmoid_backward"},
+      {"tanh_backward.grad_input", "tanh_backward"}, {"silu_backward.grad_input", "silu_backward"},
+      {"gelu_backward.grad_input", "gelu_backward"}, {"masked_fill.Scalar_out", "masked_fill.Scalar"},
+      {"embedding.out", "embedding"}, {"isneginf.out", "isneginf"}, {"isposinf.out", "isposinf"},
+      {"isnan.out", "isnan"}, {"all.out", "all.dim"}, {"any.out", "any.dim"}, {"all.all_out", "all"},
+      {"any.all_out", "any"}, {"where.self_out", "where.self"}};
+  return table;
+}
+
 void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   std::string full = name.name;
@@ -1686,13 +1711,11 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     multi = lower_norm_backward(full, kernels::NormKind::rmsnorm, args[0].toTensor(), args[1].toTensor(),
                                 args[2].toIntVector(), nullptr, args[3].toTensor(), args[4], c10::IValue(),
                                 args[5].toBoolList().vec());
-  } else if (full == "isneginf.out" || full == "isposinf.out" || full == "isnan.out" || full == "all.out" ||
-             full == "any.out" || full == "all.all_out" || full == "any.all_out" || full == "where.self_out") {
-    // out= variants (composite ops such as SDPA's _safe_softmax call them): the functional op,
-    // copied into `out` (resized as torch's out= contract allows).
-    std::string functional = full.substr(0, full.find('.'));
-    if (full == "all.out" || full == "any.out") functional += ".dim";
-    if (full == "where.self_out") functional = "where.self";
+  } else if (out_variants().count(full)) {
+    // out= variants (user code, and composite ops such as SDPA's _safe_softmax call them): the
+    // functional op, copied into `out` (a device copy kernel; resized as torch's out= contract
+    // allows). The out= schemas are the functional ones plus the trailing `out`.
+    const std::string& functional = out_variants().at(full);
     at::Tensor target = args[n - 1].toTensor();
     std::optional<at::Tensor> result;
     if (on_neuron(target)) result = lower(functional, args.slice(0, n - 1));
@@ -1739,11 +1762,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
 }
 
-// Float classification and bool reductions (and the out= variants composite ops call).
+// Float classification and bool reductions, and the out= variants of the lowered ops.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const char* op : {"isneginf", "isposinf", "isinf", "isnan", "all", "any", "all.dim", "any.dim", "isneginf.out",
-                         "isposinf.out", "isnan.out", "all.out", "any.out", "all.all_out", "any.all_out", "where.self_out"})
+  for (const char* op : {"isneginf", "isposinf", "isinf", "isnan", "all", "any", "all.dim", "any.dim"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
+  for (const auto& [op, functional] : out_variants())
+    m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
 }
 
 // SDPA (F.scaled_dot_product_attention) through the PrivateUse1 overrideable path: _fused_sdp_choice

@@ -384,3 +384,46 @@ def test_reduction_of_a_0_dim_tensor():
     for out, expected in [(x.sum(), a.sum()), (x.mean(), a.mean()), (x.sum(0), a.sum(0)), (x.amax(), a.amax())]:
         check(out, expected, torch.float32)
     no_fallback("sum", "mean", "amax")
+
+
+OUT_CASES = {
+    "mm": lambda o, d, a, b, m: torch.mm(d(a), d(m), out=o),
+    "add": lambda o, d, a, b, m: torch.add(d(a), d(b), alpha=2, out=o),
+    "mul": lambda o, d, a, b, m: torch.mul(d(a), d(b), out=o),
+    "exp": lambda o, d, a, b, m: torch.exp(d(a), out=o),
+    "sum": lambda o, d, a, b, m: torch.sum(d(a), 1, out=o),
+    "mean": lambda o, d, a, b, m: torch.mean(d(a), 0, keepdim=True, out=o),
+    "amax": lambda o, d, a, b, m: torch.amax(d(a), 1, out=o),
+    "tanh": lambda o, d, a, b, m: torch.tanh(d(a), out=o),
+    "clamp": lambda o, d, a, b, m: torch.clamp(d(a), -0.5, 0.5, out=o),
+    "pow": lambda o, d, a, b, m: torch.pow(d(a), 2, out=o),
+    "cat": lambda o, d, a, b, m: torch.cat([d(a), d(b)], 0, out=o),
+    "softmax": lambda o, d, a, b, m: torch._softmax(d(a), 1, False, out=o),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_CASES))
+@pytest.mark.parametrize("prefilled", [False, True])
+def test_out_variants_run_on_the_device(name, prefilled):
+    a, b, m = rand((6, 70), torch.float32, 61), rand((6, 70), torch.float32, 62), rand((70, 5), torch.float32, 63)
+    fn = OUT_CASES[name]
+    expected = fn(torch.empty(0), lambda t: t, a, b, m)
+    # An out tensor of the right size is written in place (same storage); an empty one is resized.
+    out = torch.empty(expected.shape if prefilled else (0,)).to("neuron")
+    storage = out.untyped_storage().data_ptr()
+    result = fn(out, lambda t: t.to("neuron"), a, b, m)
+    assert result is out
+    if prefilled:
+        assert out.untyped_storage().data_ptr() == storage
+    close(out, expected, torch.float32)
+    assert trnsim.fallback_report() == {}
+
+
+def test_out_variant_with_other_dtypes():
+    a, b = rand((9, 33), torch.float32, 64), rand((9, 33), torch.float32, 65)
+    gt = torch.empty(0, dtype=torch.bool).to("neuron")
+    torch.gt(a.to("neuron"), b.to("neuron"), out=gt)
+    idx = torch.empty(0, dtype=torch.long).to("neuron")
+    torch.argmax(a.to("neuron"), 1, out=idx)
+    assert torch.equal(gt.cpu(), a > b) and torch.equal(idx.cpu(), a.argmax(1))
+    assert trnsim.fallback_report() == {}
