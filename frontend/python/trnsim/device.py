@@ -140,10 +140,12 @@ def initial_seed():
     return _C.initial_seed(_C.current_device())
 
 
-# --- autocast: not yet (needs AutocastPrivateUse1 policies; a later slice) ------------------
+# --- autocast: per-op cast policies on AutocastPrivateUse1 (frontend/autocast.cpp) -----------
+# The simulator's matmul engine takes bf16 and fp16 (fp32 accumulation), so both are offered; torch's
+# default autocast dtype for a PrivateUse1 device stays float16, so pass dtype=torch.bfloat16 for bf16.
 
 def get_amp_supported_dtype():
-    return []
+    return [torch.bfloat16, torch.float16]
 
 
 def is_autocast_enabled():
