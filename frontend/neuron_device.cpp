@@ -1018,10 +1018,8 @@ std::optional<at::Tensor> lower_softmax_backward(const std::string& op, const at
 }
 
 // native_layer_norm / _fused_rms_norm over the last dim (a one-element normalized_shape). The norm
-// kernel writes y only, so the statistics torch returns (mean, rstd: [..., 1], the input's dtype as
-// on the CPU) are computed by separate fp32 reduction / element-wise kernels: mean, (x - mean)^2 (or
-// x^2), their mean, + eps, rsqrt (rms_norm's rstd stays fp32, as on the CPU). Parameters must have
-// the input's dtype.
+// kernel also writes the statistics torch returns (mean, rstd: [..., 1]; the input's dtype for
+// layer_norm as on the CPU, fp32 for rms_norm). Parameters must have the input's dtype.
 std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels::NormKind kind, const at::Tensor& x_in,
                                                   c10::IntArrayRef normalized, const c10::IValue& w_arg,
                                                   const c10::IValue& b_arg, double eps) {
@@ -1047,36 +1045,27 @@ std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels
   spec.weight = w.defined();
   spec.bias = b.defined();
   spec.input_dtype = spec.output_dtype = spec.param_dtype = *dt;
+  spec.save_stats = true;  // the kernel writes mean (layernorm) and rstd, fp32, for the backward
   std::ostringstream key;
   key << std::hexfloat << op << "|" << rows << "," << c << "|" << spec.weight << spec.bias << "|" << eps << "|"
-      << c10::toString(x.scalar_type());
+      << c10::toString(x.scalar_type()) << "|stats";
   std::vector<HostBuffer> inputs = {buffer("x", x)};
   if (w.defined()) inputs.push_back(buffer("w", w = w.contiguous()));
   if (b.defined()) inputs.push_back(buffer("b", b = b.contiguous()));
-  execute_program(x_in.device().index(), key.str(), [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::norm_program(spec, hw, core, cores); },
-                  inputs, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
-  // The statistics, in fp32.
-  at::Tensor xf = x.scalar_type() == at::kFloat ? x.reshape({rows, c}) : x.reshape({rows, c}).to(at::kFloat);
-  std::optional<at::Tensor> mean, centered = xf;
-  if (!rms) {
-    mean = lower_reduce(op + ".mean", xf, {1}, true, ReduceOp::mean);
-    if (!mean) return std::nullopt;
-    centered = lower_binary(op + ".center", xf, *mean, BinaryOp::subtract);
-    if (!centered) return std::nullopt;
-  }
-  std::optional<at::Tensor> sq = lower_binary(op + ".square", *centered, *centered, BinaryOp::multiply);
-  if (!sq) return std::nullopt;
-  std::optional<at::Tensor> var = lower_reduce(op + ".var", *sq, {1}, true, ReduceOp::mean);
-  if (!var) return std::nullopt;
-  std::optional<at::Tensor> var_eps = lower_binary(op + ".eps", *var, at::scalar_tensor(eps, at::kDouble), BinaryOp::add);
-  if (!var_eps) return std::nullopt;
-  std::optional<at::Tensor> rstd = lower_unary(op + ".rsqrt", *var_eps, UnaryOp::rsqrt);
-  if (!rstd) return std::nullopt;
   std::vector<int64_t> stat_shape = dims(x_in.sizes());
   stat_shape.back() = 1;
-  auto stat = [&](const at::Tensor& t) { return t.reshape(stat_shape).to(x_in.scalar_type()); };
-  if (rms) return std::vector<at::Tensor>{y, rstd->reshape(stat_shape)};  // fp32, as on the CPU
-  return std::vector<at::Tensor>{y, stat(*mean), stat(*rstd)};
+  at::Tensor mean = rms ? at::Tensor() : at::empty(stat_shape, x_in.options().dtype(at::kFloat));
+  at::Tensor rstd = at::empty(stat_shape, x_in.options().dtype(at::kFloat));
+  std::vector<HostBuffer> outputs = {buffer("y", y), buffer("rstd", rstd)};
+  if (!rms) outputs.push_back(buffer("mean", mean));
+  execute_program(x_in.device().index(), key.str(),
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::norm_program(spec, hw, core, cores);
+                  },
+                  inputs, outputs, record_for(op, {x_in}, x_in.scalar_type()));
+  if (rms) return std::vector<at::Tensor>{y, rstd};  // fp32, as on the CPU
+  // layer_norm's statistics have the input's dtype, as on the CPU (a cast kernel for 2-byte dtypes).
+  return std::vector<at::Tensor>{y, mean.to(x_in.scalar_type()), rstd.to(x_in.scalar_type())};
 }
 
 // native_layer_norm_backward / _fused_rms_norm_backward with the saved statistics: dx, dw, db as

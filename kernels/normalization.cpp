@@ -78,6 +78,15 @@ void row_loop(const KernelContext& ctx, const Rows& r, uint32_t x, uint32_t y, c
   });
 }
 
+// Stores a row tile's [p, 1] fp32 statistic (SBUF column `offset` of `buffer`) into rows [r0, r0 + p)
+// of an fp32 [R] HBM tensor; on the constant queue, off the path of the loads and the y stores.
+void store_row_stat(const KernelContext& ctx, int64_t tensor, int64_t r0, int64_t p, uint32_t buffer,
+                    int64_t offset = 0) {
+  if (tensor < 0) return;
+  dma(ctx, hbm_ap(ctx, uint32_t(tensor), r0, {{1, uint32_t(p)}, {1, 1}}), sb2(ctx, buffer, p, 1, offset),
+      detail::kConstQueue);
+}
+
 // A ring of [P, 1] fp32 per-row statistics.
 // Each slot is padded to 256 bytes, the timing model's dependency granule (as the hardware tracks SBUF
 // ranges): slots packed into one granule would make, e.g., the Scalar write of tile t's row sum wait for
@@ -288,7 +297,7 @@ namespace {
 // would cost as much traffic as x itself).
 constexpr int64_t kNormGroup = 4;
 void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Rows& r, uint32_t x, int64_t w,
-                        int64_t b, uint32_t y) {
+                        int64_t b, uint32_t y, int64_t mean_out, int64_t rstd_out) {
   const bool rms = spec.kind == NormKind::rmsnorm;
   const bool has_w = w >= 0, has_b = !rms && b >= 0;
   const char* kernel = rms ? "rmsnorm" : "layernorm";
@@ -388,6 +397,7 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
               .word("op1", "add").imm("operand1", spec.eps);
           ctx.builder.emit(isa::Opcode::tensor_scalar)
               .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
+          store_row_stat(ctx, rstd_out, st.rows.begin, p, rstd[t]);
         } else {
           ctx.builder.emit(isa::Opcode::bn_aggr)
               .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, pieces * kBnStatsValues));
@@ -398,6 +408,8 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
           ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
               .tensor("dst", one(nmr)).tensor("data", one(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
               .word("op1", "multiply").tensor("operand1", one(rstd));
+          store_row_stat(ctx, mean_out, st.rows.begin, p, mv[t], 0);
+          store_row_stat(ctx, rstd_out, st.rows.begin, p, rstd[t]);
         }
         return;
       }
@@ -435,7 +447,8 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
 
 }  // namespace
 
-void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y) {
+void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y,
+                int64_t mean_out, int64_t rstd_out) {
   const Rows r = rows_of(spec.shape);
   const bool rms = spec.kind == NormKind::rmsnorm;
   const bool has_w = w >= 0, has_b = !rms && b >= 0;
@@ -443,7 +456,7 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
   int64_t per_column = depth * (dtype_size_bytes(spec.input_dtype) + dtype_size_bytes(spec.output_dtype) + 4) + 2 +
                        (has_w + has_b) * dtype_size_bytes(spec.param_dtype);
   if (r.cols * per_column > row_budget(ctx)) {  // the row does not fit: two passes over column chunks
-    build_norm_chunked(ctx, spec, r, x, w, b, y);
+    build_norm_chunked(ctx, spec, r, x, w, b, y, mean_out, rstd_out);
     return;
   }
   check_fits(ctx, rms ? "rmsnorm" : "layernorm", r.cols, per_column);
@@ -459,9 +472,11 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
   detail::Ring stats = stat_ring(ctx, "norm_stats", chunks * kBnStatsValues);
   detail::Ring mv = stat_ring(ctx, "norm_mv", 2), rstd = stat_ring(ctx, "norm_rstd"), nmr = stat_ring(ctx, "norm_nmr");
   const double inv_cols = 1.0 / double(r.cols);
+  const std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));  // row_loop's tiles
 
   row_loop(ctx, r, x, y, in, [&](const isa::AccessPattern& xt, int64_t t, int64_t p) {
     auto s = [&](const detail::Ring& ring, int64_t offset = 0) { return sb2(ctx, ring[t], p, 1, offset); };
+    const int64_t r0 = row_tiles[size_t(t)].begin;
     isa::AccessPattern yt = sb2(ctx, out[t], p, r.cols), tt = sb2(ctx, tmp[t], p, r.cols);
     if (rms) {
       // Scalar: sum of squares in the activation's fp32 accumulator; the squares themselves are
@@ -475,6 +490,7 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
           .word("op1", "add").imm("operand1", spec.eps);
       ctx.builder.emit(isa::Opcode::tensor_scalar)
           .tensor("dst", s(rstd)).tensor("data", s(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
+      store_row_stat(ctx, rstd_out, r0, p, rstd[t]);
       isa::AccessPattern scaled_src = xt;
       if (has_w) {
         // GpSimd: x * w in fp32 (exact for bf16 x and w), in parallel with the Scalar pass.
@@ -504,6 +520,8 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
     ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
         .tensor("dst", s(nmr)).tensor("data", s(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
         .word("op1", "multiply").tensor("operand1", s(rstd));
+    store_row_stat(ctx, mean_out, r0, p, mv[t], 0);
+    store_row_stat(ctx, rstd_out, r0, p, rstd[t]);
     // Scalar: x * rstd + (-mean * rstd), the normalised row, in one pass.
     isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
     ctx.builder.emit(isa::Opcode::activation)
@@ -530,7 +548,13 @@ isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config, ui
   int64_t w = spec.weight ? int64_t(builder.hbm("w", spec.param_dtype, param_shape, isa::AllocationRole::input)) : -1;
   int64_t b = spec.bias && !rms ? int64_t(builder.hbm("b", spec.param_dtype, param_shape, isa::AllocationRole::input)) : -1;
   uint32_t y = builder.hbm("y", spec.output_dtype, detail::to_u32(spec.shape), isa::AllocationRole::output);
-  build_norm(KernelContext{builder, config, "", core, cores}, spec, x, w, b, y);
+  int64_t mean = -1, rstd = -1;
+  if (spec.save_stats) {
+    const std::vector<uint32_t> stat_shape{uint32_t(detail::product(spec.shape) / spec.shape.back())};
+    if (!rms) mean = builder.hbm("mean", DType::fp32, stat_shape, isa::AllocationRole::output);
+    rstd = builder.hbm("rstd", DType::fp32, stat_shape, isa::AllocationRole::output);
+  }
+  build_norm(KernelContext{builder, config, "", core, cores}, spec, x, w, b, y, mean, rstd);
   return builder.finish();
 }
 

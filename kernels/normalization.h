@@ -59,13 +59,18 @@ struct NormSpec {
   double eps = 1e-5;
   bool weight = true, bias = false;  // bias: layernorm only
   DType input_dtype = DType::fp32, output_dtype = DType::fp32, param_dtype = DType::fp32;
+  // Also write the per-row statistics the backward takes (torch's native_layer_norm outputs): mean
+  // (layernorm) and rstd, fp32 [R]. Each row tile stores its [P, 1] columns as it finishes them.
+  bool save_stats = false;
 };
 
 // y = (x - mean) / sqrt(var + eps) * w + b (layernorm), y = x / sqrt(mean(x^2) + eps) * w (rmsnorm);
-// w, b are [C] tensors (-1 when absent).
-void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y);
+// w, b are [C] tensors (-1 when absent); mean, rstd the statistics outputs (-1 when not wanted).
+void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y,
+                int64_t mean = -1, int64_t rstd = -1);
+// x, w, b inputs; y output (and "mean" (layernorm), "rstd" when spec.save_stats).
 isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config, uint32_t core = 0,
-                          uint32_t cores = 1);  // x, w, b inputs; y output
+                          uint32_t cores = 1);
 
 
 

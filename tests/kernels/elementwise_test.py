@@ -178,14 +178,25 @@ def test_norm(run_trnsim, tmp_path, kind, dtype, shape, weight, bias):
     w = rng.standard_normal(shape[-1]).astype(np.float32)
     b = rng.standard_normal(shape[-1]).astype(np.float32)
     eps = 1e-5
-    params = {"shape": shape_text(shape), "dtype": dtype, "eps": eps, "weight": int(weight), "has_bias": int(bias)}
+    params = {"shape": shape_text(shape), "dtype": dtype, "eps": eps, "weight": int(weight), "has_bias": int(bias),
+              "save_stats": 1}
     inputs = {"x": x}
     if weight:
         inputs["w"] = w
     if bias and kind == "layernorm":
         inputs["b"] = b
-    (y,) = run_kernel(run_trnsim, tmp_path, kind, params, inputs, ["y"])
+    stats = ["rstd"] if kind == "rmsnorm" else ["mean", "rstd"]
+    y, *saved = run_kernel(run_trnsim, tmp_path, kind, params, inputs, ["y"] + stats)
     xr = rounded(x, dtype)
+    # The statistics the backward takes, fp32 per row.
+    rows = xr.reshape(-1, shape[-1]).double()
+    if kind == "rmsnorm":
+        expected_stats = [torch.rsqrt(rows.pow(2).mean(-1) + eps)]
+    else:
+        expected_stats = [rows.mean(-1), torch.rsqrt(rows.var(-1, unbiased=False) + eps)]
+    for name, got, want in zip(stats, saved, expected_stats):
+        torch.testing.assert_close(torch.as_tensor(np.asarray(got)).double().reshape(-1), want, rtol=2e-5, atol=1e-6,
+                                   msg=name)
     wr = rounded(w, dtype) if weight else None
     if kind == "rmsnorm":
         expected = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + eps)

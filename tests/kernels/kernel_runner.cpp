@@ -150,6 +150,7 @@ int main(int argc, char** argv) try {
       spec.input_dtype = dtype_of(kv, "dtype", "fp32");
       spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
       spec.param_dtype = dtype_of(kv, "param_dtype", dtype);
+      spec.save_stats = get("save_stats", "0") == "1";
       program = norm_program(spec, hw, core, cores);
     } else if (kernel == "layernorm_backward" || kernel == "rmsnorm_backward") {
       // shape dtype param_dtype weight has_bias: inputs x dy mean rstd w, outputs dx dw db
