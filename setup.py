@@ -47,6 +47,9 @@ class BuildWithCMake(build_py):
         target.mkdir(parents=True, exist_ok=True)
         for path in sorted(built.glob("*.py")) + native:
             shutil.copy2(path, target / path.name)
+        # The shipped hardware configs travel with the package (trnsim/__init__.py puts them on
+        # TRNSIM_CONFIG_PATH), so an installed wheel does not need this source tree.
+        shutil.copytree(ROOT / "configs", target / "configs", dirs_exist_ok=True)
 
 
 class BinaryDistribution(Distribution):

@@ -48,6 +48,8 @@ def test_wheel_contents(wheel):
         metadata = zf.read(f"trnsim-{version}.dist-info/METADATA").decode()
     assert "trnsim/__init__.py" in names and "trnsim/device.py" in names
     assert any(n.startswith("trnsim/_C") and n.endswith(".so") for n in names), names
+    # The shipped configs travel with the package.
+    assert {"trnsim/configs/trn2.yaml", "trnsim/configs/trn3.yaml"} <= set(names)
     sources = {p.name for p in (REPO_ROOT / "frontend" / "python" / "trnsim").glob("*.py")}
     assert sources <= {pathlib.PurePosixPath(n).name for n in names if n.startswith("trnsim/")}
     # Installing must never pull a torch (a CUDA wheel by default): none declared, or exactly the pinned one.
@@ -68,6 +70,8 @@ def test_installed_wheel_imports_and_runs(wheel, tmp_path):
         "x = torch.randn(2, device='neuron')\n"
         "assert x.device.type == 'neuron' and x.shape == (2,)\n"
         "y = (x * 2).cpu()\n"
+        "import os; assert os.path.join(sys.argv[1], 'trnsim', 'configs') in os.environ['TRNSIM_CONFIG_PATH']\n"
+        "assert trnsim.set_config('trn3')['name'] == 'trn3'\n"
         "assert torch.equal(y, x.cpu() * 2)\n"
         "print('OK', trnsim.__file__)\n")
     run = subprocess.run([sys.executable, "-c", script, str(site)], capture_output=True, text=True,

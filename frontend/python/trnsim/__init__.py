@@ -97,6 +97,12 @@ def _register():
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
 
 
+# An installed wheel carries the shipped configs; the user's TRNSIM_CONFIG_PATH entries come first.
+_PACKAGED_CONFIGS = _os.path.join(_os.path.dirname(__file__), "configs")
+if _os.path.isdir(_PACKAGED_CONFIGS):
+    _os.environ["TRNSIM_CONFIG_PATH"] = _os.pathsep.join(
+        p for p in (_os.environ.get("TRNSIM_CONFIG_PATH"), _PACKAGED_CONFIGS) if p)
+
 set_config(_os.environ.get("TRNSIM_CONFIG") or "trn2")
 if _os.environ.get("TRNSIM_FALLBACK"):
     set_fallback_mode(_os.environ["TRNSIM_FALLBACK"])
