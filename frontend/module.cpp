@@ -47,6 +47,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("reset_fallback_counts", &fe::reset_fallback_counts);
   m.def("manual_seed", &fe::manual_seed, py::arg("device"), py::arg("seed"));
   m.def("initial_seed", &fe::initial_seed, py::arg("device"));
+  m.def("get_rng_state", [](int device) {
+    const std::vector<uint8_t> state = fe::get_rng_state(device);
+    return py::bytes(reinterpret_cast<const char*>(state.data()), state.size());
+  }, py::arg("device"));
+  m.def("set_rng_state", [](int device, const std::string& state) {
+    fe::set_rng_state(device, std::vector<uint8_t>(state.begin(), state.end()));
+  }, py::arg("device"), py::arg("state"));
   m.def("simulated_ns", &fe::simulated_ns, py::arg("device"),
         "Simulated nanoseconds of the ops run on the device (all devices when device < 0).");
   m.def("reset_simulated_time", &fe::reset_simulated_time);

@@ -47,8 +47,10 @@ std::string fallback_mode();
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
 
-// Per-device default generators (the CPU-fallback random ops still draw from the CPU one).
+// Per-device default generators (the device's random ops draw from them).
 void manual_seed(int device, uint64_t seed);
 uint64_t initial_seed(int device);
+std::vector<uint8_t> get_rng_state(int device);  // the generator's state bytes (CPU generator format)
+void set_rng_state(int device, const std::vector<uint8_t>& state);
 
 }  // namespace trnsim::frontend

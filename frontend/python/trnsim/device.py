@@ -116,8 +116,27 @@ def get_device_name(device=None):
 
 
 # --- random numbers ------------------------------------------------------------------------
-# Random ops still run through the CPU fallback and draw from the CPU generator; torch.manual_seed
-# seeds both. The device generators exist for torch.Generator("neuron") and the seed API.
+# The device's random ops (randn, rand, randint, bernoulli, dropout, ...) draw from these
+# per-device generators (torch.manual_seed seeds them too; the algorithm is the CPU's, so a seed
+# gives the CPU's values).
+
+def get_rng_state(device="neuron"):
+    """The device generator's state as a uint8 CPU tensor (like torch.cuda.get_rng_state)."""
+    return torch.frombuffer(bytearray(_C.get_rng_state(_index(device))), dtype=torch.uint8)
+
+
+def set_rng_state(new_state, device="neuron"):
+    _C.set_rng_state(_index(device), bytes(new_state.cpu().to(torch.uint8).numpy().tobytes()))
+
+
+def get_rng_state_all():
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states):
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
 
 def manual_seed(seed):
     _C.manual_seed(_C.current_device(), int(seed))
