@@ -1187,6 +1187,15 @@ std::optional<at::Tensor> lower_pow(const std::string& op, const at::Tensor& x, 
   if (v == 0.5) return lower_unary(op, x, UnaryOp::sqrt);
   if (v == -0.5) return lower_unary(op, x, UnaryOp::rsqrt);
   if (v == -1) return lower_unary(op, x, UnaryOp::reciprocal);
+  // x^3 (rsqrt's backward), x^-2, x^-1.5: two kernels.
+  if (v == 3 || v == -2 || v == -1.5) {
+    std::optional<at::Tensor> first = lower_unary(op, x, v == 3 ? UnaryOp::square : v == -2 ? UnaryOp::square : UnaryOp::rsqrt);
+    if (!first) return std::nullopt;
+    if (v == 3) return lower_binary(op, *first, x, BinaryOp::multiply);
+    if (v == -2) return lower_unary(op, *first, UnaryOp::reciprocal);
+    std::optional<at::Tensor> cubed = lower_binary(op, *first, *first, BinaryOp::multiply);  // x^-1
+    return cubed ? lower_binary(op, *cubed, *first, BinaryOp::multiply) : std::nullopt;
+  }
   return std::nullopt;
 }
 
@@ -1434,6 +1443,17 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
   return lower_matmul(op, onehot.to(grad_in.options()), grad_in.reshape({n, d}), nullptr);
 }
 
+// ATen unary ops that are one kernel of kernels/elementwise.h (their in-place forms, "relu_", too).
+const std::map<std::string, UnaryOp>& unary_ops() {
+  static const std::map<std::string, UnaryOp> table = {
+      {"relu", UnaryOp::relu}, {"silu", UnaryOp::silu}, {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh},
+      {"exp", UnaryOp::exp},   {"log", UnaryOp::log},   {"sqrt", UnaryOp::sqrt},       {"rsqrt", UnaryOp::rsqrt},
+      {"abs", UnaryOp::abs},   {"neg", UnaryOp::neg},   {"reciprocal", UnaryOp::reciprocal},
+      {"sin", UnaryOp::sin},   {"cos", UnaryOp::cos},   {"erf", UnaryOp::erf},         {"sign", UnaryOp::sign},
+      {"sgn", UnaryOp::sign}};
+  return table;
+}
+
 std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue> args) {
   if (op == "nll_loss_backward")
     return lower_nll_loss_backward(op, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3],
@@ -1452,10 +1472,25 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     if (a.dim() != (op == "bmm" ? 3 : 2)) return std::nullopt;
     return lower_matmul(op, a, args[1].toTensor(), nullptr);
   }
-  if (op == "addmm") {
-    if (!is_one(args[3]) || !is_one(args[4])) return std::nullopt;
+  if (op == "addmm" && is_one(args[3]) && is_one(args[4])) {
     const at::Tensor& bias = args[0].toTensor();
     return lower_matmul(op, args[1].toTensor(), args[2].toTensor(), &bias);
+  }
+  if (op == "addmm" || op == "baddbmm") {
+    // beta * self + alpha * (a @ b) with other coefficients (baddbmm: attention scores with a
+    // bias): the matmul kernel, then the scaling and the sum as element-wise kernels, each a
+    // separate op on the device (re-dispatched, so each is lowered or counted as a fallback).
+    const at::Tensor& self = args[0].toTensor();
+    const at::Tensor& a = args[1].toTensor();
+    const at::Tensor& b = args[2].toTensor();
+    if (!on_neuron(self) || !on_neuron(a) || !on_neuron(b) || a.scalar_type() != b.scalar_type()) return std::nullopt;
+    if (!args[3].isScalar() || !args[4].isScalar() || a.dim() != (op == "addmm" ? 2 : 3)) return std::nullopt;
+    const c10::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
+    c10::DeviceGuard guard(a.device());
+    at::Tensor product = op == "addmm" ? at::mm(a, b) : at::bmm(a, b);
+    if (!alpha.equal(1)) product = at::mul(product, alpha);
+    if (beta.equal(0)) return product;  // self is ignored, NaNs included, as torch does
+    return at::add(product, beta.equal(1) ? self : at::mul(self, beta));
   }
   if (op == "add.Tensor" || op == "sub.Tensor") {
     std::optional<at::Tensor> other = scaled_by_alpha(op, args[0].toTensor(), args[1].toTensor(), args[2]);
@@ -1491,6 +1526,14 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   if (op == "gelu_backward")
     return lower_gelu_backward(args[0].toTensor(), args[1].toTensor(), std::string(args[2].toStringRef()));
   // In place: computed out of place, then copied into self (which keeps its dtype and shape).
+  if (!op.empty() && op.back() == '_' && unary_ops().count(op.substr(0, op.size() - 1))) {
+    const at::Tensor& self = args[0].toTensor();
+    std::optional<at::Tensor> result = lower_unary(op, self, unary_ops().at(op.substr(0, op.size() - 1)));
+    if (!result) return std::nullopt;
+    at::Tensor target = self;
+    target.copy_(*result);
+    return target;
+  }
   if (op == "add_.Tensor" || op == "sub_.Tensor" || op == "mul_.Tensor" || op == "div_.Tensor") {
     const at::Tensor& self = args[0].toTensor();
     const at::Tensor& other = args[1].toTensor();
@@ -1624,11 +1667,8 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return lower_where(op, cond, as ? std::nullopt : std::optional<at::Tensor>(a), as,
                        bs ? std::nullopt : std::optional<at::Tensor>(b), bs, a.scalar_type());
   }
-  static const std::map<std::string, UnaryOp> unary = {{"relu", UnaryOp::relu},       {"silu", UnaryOp::silu},
-                                                        {"sigmoid", UnaryOp::sigmoid}, {"tanh", UnaryOp::tanh},
-                                                        {"exp", UnaryOp::exp}};
-  auto it = unary.find(op);
-  if (it != unary.end()) return lower_unary(op, args[0].toTensor(), it->second);
+  auto it = unary_ops().find(op);
+  if (it != unary_ops().end()) return lower_unary(op, args[0].toTensor(), it->second);
   return std::nullopt;
 }
 
@@ -1638,6 +1678,8 @@ const std::map<std::string, std::string>& out_variants() {
       {"mm.out", "mm"}, {"addmm.out", "addmm"}, {"bmm.out", "bmm"}, {"add.out", "add.Tensor"},
       {"sub.out", "sub.Tensor"}, {"mul.out", "mul.Tensor"}, {"div.out", "div.Tensor"}, {"gelu.out", "gelu"},
       {"silu.out", "silu"}, {"sigmoid.out", "sigmoid"}, {"tanh.out", "tanh"}, {"exp.out", "exp"}, {"relu.out", "relu"},
+      {"log.out", "log"}, {"sqrt.out", "sqrt"}, {"rsqrt.out", "rsqrt"}, {"abs.out", "abs"}, {"neg.out", "neg"},
+      {"reciprocal.out", "reciprocal"}, {"sin.out", "sin"}, {"cos.out", "cos"}, {"erf.out", "erf"}, {"sign.out", "sign"}, {"sgn.out", "sgn"},
       {"sum.IntList_out", "sum.dim_IntList"}, {"sum.out", "sum"}, {"mean.out", "mean.dim"}, {"amax.out", "amax"},
       {"amin.out", "amin"}, {"argmax.out", "argmax"}, {"argmin.out", "argmin"}, {"eq.Tensor_out", "eq.Tensor"},
       {"ne.Tensor_out", "ne.Tensor"}, {"lt.Tensor_out", "lt.Tensor"}, {"gt.Tensor_out", "gt.Tensor"},
@@ -1737,7 +1779,9 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* op : {"mm", "addmm", "bmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "relu", "gelu",
-                         "silu", "sigmoid", "tanh", "exp", "sum.dim_IntList", "mean.dim", "sum", "mean", "amax", "amin",
+                         "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sin",
+                         "cos", "erf", "relu_", "silu_", "sigmoid_", "tanh_", "exp_", "log_", "sqrt_", "rsqrt_", "abs_",
+                         "neg_", "reciprocal_", "sin_", "cos_", "erf_", "sign", "sgn", "baddbmm", "sum.dim_IntList", "mean.dim", "sum", "mean", "amax", "amin",
                          "max", "min", "max.dim", "min.dim", "argmax", "argmin", "threshold_backward", "eq.Tensor",
                          "ne.Tensor", "lt.Tensor", "gt.Tensor", "le.Tensor", "ge.Tensor", "eq.Scalar", "ne.Scalar",
                          "lt.Scalar", "gt.Scalar", "le.Scalar", "ge.Scalar", "where.self", "mse_loss", "mse_loss_backward", "_softmax", "_log_softmax",

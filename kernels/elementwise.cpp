@@ -92,6 +92,20 @@ std::vector<Block> make_blocks(const std::vector<int64_t>& out_shape, const std:
     }
     return blocks;
   }
+  // A short row dim over a long column dim ([2, 131072] + [131072], a batch broadcast) would use a
+  // few partitions: split the column dim [d, cols/d] (d the largest divisor <= P) and loop over the
+  // short dim instead, so every operand's blocks still fill the partitions.
+  if (dims[dims.size() - 2].size < partitions && dims.back().size >= 2 * partitions) {
+    const Dim col = dims.back();
+    int64_t d = partitions;
+    while (d > 1 && col.size % d != 0) --d;
+    if (d > dims[dims.size() - 2].size) {
+      Dim split_rows{d, {}}, split_cols{col.size / d, col.strides};
+      for (int64_t stride : col.strides) split_rows.strides.push_back(stride * (col.size / d));
+      dims.back() = split_rows;
+      dims.push_back(split_cols);
+    }
+  }
   const Dim& row = dims[dims.size() - 2];
   const Dim& col = dims.back();
   const size_t outer = dims.size() - 2;
@@ -315,6 +329,10 @@ void build_unary(const KernelContext& ctx, const UnarySpec& spec, uint32_t x, ui
       case UnaryOp::abs: alu("abs", 0.0); break;
       case UnaryOp::neg: alu("multiply", -1.0); break;
       case UnaryOp::reciprocal: alu("reciprocal", 0.0); break;
+      case UnaryOp::sin: act("sin"); break;
+      case UnaryOp::cos: act("cos"); break;
+      case UnaryOp::erf: act("erf"); break;
+      case UnaryOp::sign: act("sign"); break;
       case UnaryOp::affine: alu("multiply", spec.scale, "add", spec.bias); break;
     }
     return dst;

@@ -29,6 +29,7 @@ namespace trnsim::kernels {
 enum class UnaryOp {
   copy,  // a type cast when the dtypes differ
   relu, gelu, gelu_tanh, gelu_dx /* d gelu(x) / dx, exact (erf) form */, silu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, abs, neg, reciprocal,
+  sin, cos, erf, sign,  // Scalar-engine activation table (rotary embeddings, exact GELU pieces, |x|')
   affine,  // x * scale + bias
 };
 

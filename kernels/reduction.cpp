@@ -442,12 +442,69 @@ void stream_columns_pass(const KernelContext& ctx, const Pass& ps, ReduceOp rop,
   run_steps(ring, steps);
 }
 
+// Few rows (R <= kFewRowsMax over long rows B, e.g. a bias gradient summed over a batch of 2): each
+// row is spread over the partitions as [d, B/d] (d the largest divisor of B <= 128) and the R rows
+// are combined element-wise into an fp32 accumulator, so every load fills the partitions and the
+// pass streams at the DMA rate (the streamed-columns pass would move R rows per 128-row block).
+constexpr int64_t kFewRowsMax = 16;
+
+int64_t few_rows_partitions(const KernelContext& ctx, const Pass& ps) {
+  const int64_t P = ctx.partitions();
+  if (ps.R > kFewRowsMax || ps.B < 2 * P) return 0;
+  int64_t d = P;
+  while (d > 1 && ps.B % d != 0) --d;
+  return d >= 32 ? d : 0;
+}
+
+void few_rows_pass(const KernelContext& ctx, const Pass& ps, const char* op, const std::string& tag, int64_t d) {
+  const int64_t per = ps.B / d;  // a row's elements per partition
+  const int64_t width = std::min(per, chunk_width(ps.in_dtype));
+  detail::Ring ring = detail::make_ring(ctx, tag + "in", ps.in_dtype, width);
+  detail::Ring acc = detail::make_ring(ctx, tag + "acc", DType::fp32, width, 2);
+  detail::Ring res = detail::make_ring(ctx, tag + "res", ps.out_dtype, width, 2);
+  std::vector<std::pair<int64_t, Range>> groups;  // (a, column chunk within a partition's run)
+  for (int64_t a = 0; a < ps.A; ++a) {
+    for (const Range& c : tiles(per, width)) groups.push_back({a, c});
+  }
+  std::vector<Step> steps;
+  int64_t group = 0;
+  for (const auto& [a, c] : my_share(ctx, groups)) {
+    const int64_t g = group++;
+    for (int64_t r = 0; r < ps.R; ++r) {
+      Step s;
+      s.load = [&ctx, ps, a = a, c = c, r, d, per](uint32_t buf) {
+        dma(ctx, sb2(ctx, buf, d, c.size),
+            hbm_ap(ctx, ps.in, (a * ps.R + r) * ps.B + c.begin, {{per, uint32_t(d)}, {1, uint32_t(c.size)}}),
+            detail::kLoadQueue);
+      };
+      s.compute = [&ctx, ps, op, a = a, c = c, r, d, per, g, acc, res](uint32_t buf) {
+        const isa::AccessPattern acc_t = sb2(ctx, acc[g], d, c.size), in_t = sb2(ctx, buf, d, c.size);
+        if (r == 0) {
+          ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", acc_t).tensor("src", in_t);
+        } else {
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", acc_t).tensor("data1", acc_t).tensor("data2", in_t).word("op", op);
+        }
+        if (r + 1 != ps.R) return;
+        emit_scale(ctx, sb2(ctx, res[g], d, c.size), acc_t, ps.scale);
+        dma(ctx, hbm_ap(ctx, ps.out, a * ps.B + c.begin, {{per, uint32_t(d)}, {1, uint32_t(c.size)}}),
+            sb2(ctx, res[g], d, c.size), detail::kStoreQueue);
+      };
+      steps.push_back(s);
+    }
+  }
+  run_steps(ring, steps);
+}
+
 void reduce_pass(const KernelContext& ctx, const Pass& ps, ReduceOp op, const std::string& tag) {
   const char* alu = alu_name(op);
+  const int64_t few_rows_d = is_arg(op) ? 0 : few_rows_partitions(ctx, ps);
   if (ps.B == 1 && ps.A < kSpreadMaxRows && ps.R >= 4 * int64_t(ctx.partitions())) {
     spread_pass(ctx, ps, alu, tag);
   } else if (ps.B == 1 || ps.R * ps.B <= chunk_width(ps.in_dtype)) {
     rows_pass(ctx, ps, alu, tag);
+  } else if (few_rows_d > 0) {
+    few_rows_pass(ctx, ps, alu, tag, few_rows_d);
   } else if (stream_columns_ok(ps.in_dtype) && !is_arg(op) &&
              (op == ReduceOp::sum || op == ReduceOp::mean || ps.R >= int64_t(ctx.partitions()))) {
     // max/min over fewer rows than partitions: the plain columns pass (a fold over only those rows)

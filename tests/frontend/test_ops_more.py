@@ -427,3 +427,38 @@ def test_out_variant_with_other_dtypes():
     torch.argmax(a.to("neuron"), 1, out=idx)
     assert torch.equal(gt.cpu(), a > b) and torch.equal(idx.cpu(), a.argmax(1))
     assert trnsim.fallback_report() == {}
+
+
+# Unary functions on the activation table / ALU, with the domain each needs.
+MORE_UNARY = {
+    "log": (torch.log, lambda x: x.abs() + 0.1), "sqrt": (torch.sqrt, lambda x: x.abs()),
+    "rsqrt": (torch.rsqrt, lambda x: x.abs() + 0.1), "abs": (torch.abs, None), "neg": (torch.neg, None),
+    "reciprocal": (torch.reciprocal, lambda x: x.sign() * (x.abs() + 0.5)), "sin": (torch.sin, lambda x: 3 * x),
+    "cos": (torch.cos, lambda x: 3 * x), "erf": (torch.erf, None), "sign": (torch.sign, None),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(MORE_UNARY))
+def test_more_unary_forward_backward_and_in_place(name, dtype):
+    fn, domain = MORE_UNARY[name]
+    x = rand((33, 130), dtype, 71)
+    if domain is not None:
+        x = domain(x).to(dtype)
+    forward_backward(fn, [x], rand((33, 130), dtype, 72), dtype, [name])
+    d = x.to("neuron")
+    getattr(d, name + "_")()  # in place
+    close(d, fn(x), dtype)
+    assert trnsim.fallback_report() == {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, 1), (1, -0.25)])
+def test_baddbmm_and_addmm_coefficients(beta, alpha, dtype):
+    s, a, b = rand((3, 17, 40), dtype, 73), rand((3, 17, 64), dtype, 74), rand((3, 64, 40), dtype, 75)
+    out = torch.baddbmm(s.to("neuron"), a.to("neuron"), b.to("neuron"), beta=beta, alpha=alpha)
+    close(out, torch.baddbmm(s.float(), a.float(), b.float(), beta=beta, alpha=alpha).to(dtype), dtype, scale_to_max=True)
+    out2 = torch.addmm(s[0].to("neuron"), a[0].to("neuron"), b[0].to("neuron"), beta=beta, alpha=alpha)
+    close(out2, torch.addmm(s[0].float(), a[0].float(), b[0].float(), beta=beta, alpha=alpha).to(dtype), dtype,
+          scale_to_max=True)
+    assert trnsim.fallback_report() == {}

@@ -57,7 +57,9 @@ def test_reduce(run_trnsim, tmp_path, shape, dims, op):
 # Tensor engine with a ones column, fp32 inputs partly on GpSimd; max/min on Vector + GpSimd):
 # ragged rows and columns, several column groups, a kept dim before the reduced one.
 OUTER_CASES = [((1000, 777), [0]), ((3, 130, 50), [0]), ((3, 130, 50), [0, 1]), ((2100, 1100), [0]),
-               ((2, 1030, 300), [1])]
+               ((2, 1030, 300), [1]),
+               # few rows over long columns (the few-rows pass: rows spread [d, B/d], combined element-wise)
+               ((2, 65536), [0]), ((16, 1000), [0]), ((3, 2, 3157), [1])]
 OUTER_TORCH = {**TORCH, "fp16": torch.float16}
 
 
