@@ -1,0 +1,650 @@
+// Convolution and optimizer-step lowerings of the PyTorch device (a second ATen TU next to
+// neuron_device.cpp, so neither grows past a minute of compile time):
+//  - conv2d forward / backward through the PrivateUse1 "overrideable" convolution ops, on the
+//    implicit-GEMM conv kernels (kernels/conv.h);
+//  - the `_foreach_*` ops torch.optim's default (foreach) paths call, per tensor on the
+//    element-wise kernels, and `_fused_adamw_` on the fused AdamW kernel (kernels/optimizer.h).
+// Whatever a lowering does not take goes through the counted CPU fallback before anything is written.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "frontend/lowering_support.h"
+#include "isa/isa_error.h"
+#include "kernels/conv.h"
+#include "kernels/elementwise.h"
+#include "kernels/optimizer.h"
+
+namespace trnsim::frontend {
+namespace {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+std::string op_name(const c10::OperatorHandle& op) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  std::string full = name.name;
+  if (!name.overload_name.empty()) full += "." + name.overload_name;
+  return full.rfind("aten::", 0) == 0 ? full.substr(6) : full;
+}
+
+int64_t int_value(const c10::IValue& v) { return v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__); }
+
+std::vector<int64_t> int_values(const c10::IValue& v) {
+  std::vector<int64_t> out;
+  for (const c10::IValue& e : v.toListRef()) out.push_back(int_value(e));
+  return out;
+}
+
+// =============================================================================================
+// conv2d
+// =============================================================================================
+
+// convolution_overrideable has no CPU kernel (its default throws), so an unsupported call is
+// handed to the fallback as aten::convolution / aten::convolution_backward: same arguments
+// (the backward's bias_sizes inserted), and the CPU runs the real convolution.
+const c10::OperatorHandle& convolution_handle() {
+  static const c10::OperatorHandle h = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  return h;
+}
+const c10::OperatorHandle& convolution_backward_handle() {
+  static const c10::OperatorHandle h =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  return h;
+}
+
+// The kernel's spec for a 2-D convolution of 4-D (or 3-D unbatched) input, or nullopt when the
+// kernels do not take it (transposed, groups > 1, other ranks, dtypes, devices).
+std::optional<kernels::Conv2dSpec> conv_spec(const at::Tensor& input, const at::Tensor& weight, const c10::IValue& stride,
+                                             const c10::IValue& padding, const c10::IValue& dilation, bool transposed,
+                                             int64_t groups) {
+  if (transposed || groups != 1) return std::nullopt;
+  if (!on_neuron(input) || !on_neuron(weight) || weight.dim() != 4) return std::nullopt;
+  if (input.dim() != 4 && input.dim() != 3) return std::nullopt;
+  if (input.scalar_type() != weight.scalar_type()) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(input.scalar_type());
+  if (!dt) return std::nullopt;
+  const std::vector<int64_t> s = int_values(stride), p = int_values(padding), d = int_values(dilation);
+  if (s.size() != 2 || p.size() != 2 || d.size() != 2) return std::nullopt;
+  const bool batched = input.dim() == 4;
+  kernels::Conv2dSpec spec;
+  spec.n = batched ? input.size(0) : 1;
+  spec.c = input.size(batched ? 1 : 0);
+  spec.h = input.size(batched ? 2 : 1);
+  spec.w = input.size(batched ? 3 : 2);
+  spec.o = weight.size(0);
+  spec.kh = weight.size(2);
+  spec.kw = weight.size(3);
+  if (weight.size(1) != spec.c) return std::nullopt;
+  spec.stride_h = s[0], spec.stride_w = s[1];
+  spec.pad_h = p[0], spec.pad_w = p[1];
+  spec.dilation_h = d[0], spec.dilation_w = d[1];
+  spec.input_dtype = spec.output_dtype = *dt;
+  if (spec.n <= 0 || spec.c <= 0 || spec.h <= 0 || spec.w <= 0 || spec.o <= 0) return std::nullopt;
+  if (spec.out_h() <= 0 || spec.out_w() <= 0) return std::nullopt;
+  return spec;
+}
+
+std::string conv_key(const std::string& op, const kernels::Conv2dSpec& s) {
+  std::ostringstream key;
+  key << op << "|" << s.n << "," << s.c << "," << s.h << "," << s.w << "|" << s.o << "," << s.kh << "," << s.kw << "|s"
+      << s.stride_h << "," << s.stride_w << "|p" << s.pad_h << "," << s.pad_w << "|d" << s.dilation_h << ","
+      << s.dilation_w << "|b" << s.bias << "|" << static_cast<int>(s.input_dtype);
+  return key.str();
+}
+
+// Batched [N, C, H, W] view of an unbatched [C, H, W] input (conv2d unsqueezes before it
+// reaches here, but at::convolution may be called directly).
+at::Tensor batched(const at::Tensor& t, bool unbatched) { return unbatched ? t.unsqueeze(0) : t; }
+
+std::optional<at::Tensor> lower_conv_forward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& input = a[0].toTensor();
+  const at::Tensor& weight = a[1].toTensor();
+  const at::Tensor bias = a[2].isNone() ? at::Tensor() : a[2].toTensor();
+  std::optional<kernels::Conv2dSpec> spec = conv_spec(input, weight, a[3], a[4], a[5], a[6].toBool(), int_value(a[8]));
+  if (!spec) return std::nullopt;
+  if (bias.defined()) {
+    if (!on_neuron(bias) || bias.scalar_type() != input.scalar_type() || bias.dim() != 1 || bias.size(0) != spec->o)
+      return std::nullopt;
+    spec->bias = true;
+  }
+  const bool unbatched = input.dim() == 3;
+  c10::DeviceGuard guard(input.device());
+  const at::Tensor x = batched(input, unbatched).contiguous(), w = weight.contiguous();
+  const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
+  at::Tensor y = at::empty({spec->n, spec->o, spec->out_h(), spec->out_w()}, input.options());
+  std::vector<HostBuffer> inputs = {buffer("input", x), buffer("weight", w)};
+  if (spec->bias) inputs.push_back(buffer("bias", b));
+  OpRecord record = record_for("convolution_overrideable", {input, weight}, input.scalar_type());
+  record.flops = static_cast<uint64_t>(spec->flops());
+  const kernels::Conv2dSpec s = *spec;
+  execute_program(input.device().index(), conv_key("conv2d", s),
+                  on_first_core_only([s](const HardwareConfig& hw) { return kernels::conv2d_program(s, hw); }), inputs,
+                  {buffer("output", y)}, std::move(record));
+  return unbatched ? y.squeeze(0) : y;
+}
+
+void neuron_convolution(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::optional<at::Tensor> out;
+  try {
+    out = lower_conv_forward(torch::jit::last(*stack, n));
+  } catch (const std::invalid_argument&) {
+    out.reset();
+  } catch (const isa::IsaError&) {  // the conv builder rejects shapes it cannot place (SBUF)
+    out.reset();
+  }
+  if (!out) {
+    neuron_fallback(convolution_handle(), stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  torch::jit::push(*stack, std::move(*out));
+}
+
+// (grad_input, grad_weight, grad_bias); the kernel computes grad_input and grad_weight together,
+// so only grad_bias is skipped when not asked for; unrequested results are undefined tensors.
+std::optional<std::vector<at::Tensor>> lower_conv_backward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& grad_output = a[0].toTensor();
+  const at::Tensor& input = a[1].toTensor();
+  const at::Tensor& weight = a[2].toTensor();
+  const bool transposed = a[6].toBool();
+  const std::vector<bool> mask = {a[9].toBoolList().get(0), a[9].toBoolList().get(1), a[9].toBoolList().get(2)};
+  std::optional<kernels::Conv2dSpec> spec = conv_spec(input, weight, a[3], a[4], a[5], transposed, int_value(a[8]));
+  if (!spec) return std::nullopt;
+  const bool unbatched = input.dim() == 3;
+  const std::vector<int64_t> dy_shape = {spec->n, spec->o, spec->out_h(), spec->out_w()};
+  if (!on_neuron(grad_output) || grad_output.scalar_type() != input.scalar_type() ||
+      batched(grad_output, unbatched).sizes() != c10::IntArrayRef(dy_shape))
+    return std::nullopt;
+  spec->bias = mask[2];
+  c10::DeviceGuard guard(input.device());
+  const at::Tensor x = batched(input, unbatched).contiguous(), w = weight.contiguous(),
+                   dy = batched(grad_output, unbatched).contiguous();
+  std::vector<HostBuffer> outputs;
+  at::Tensor dx, dw, db;
+  if (mask[0]) outputs.push_back(buffer("grad_input", dx = at::empty(x.sizes(), input.options())));
+  if (mask[1]) outputs.push_back(buffer("grad_weight", dw = at::empty(w.sizes(), weight.options())));
+  if (mask[2]) outputs.push_back(buffer("grad_bias", db = at::empty({spec->o}, weight.options())));
+  if (outputs.empty()) return std::vector<at::Tensor>{at::Tensor(), at::Tensor(), at::Tensor()};
+  OpRecord record = record_for("convolution_backward_overrideable", {grad_output, input, weight}, input.scalar_type());
+  record.flops = static_cast<uint64_t>(kernels::conv2d_backward_flops(*spec));
+  const kernels::Conv2dSpec s = *spec;
+  execute_program(input.device().index(), conv_key("conv2d_backward", s),
+                  on_first_core_only([s](const HardwareConfig& hw) { return kernels::conv2d_backward_program(s, hw); }),
+                  {buffer("input", x), buffer("weight", w), buffer("grad_output", dy)}, outputs, std::move(record));
+  if (unbatched && dx.defined()) dx = dx.squeeze(0);
+  return std::vector<at::Tensor>{dx, dw, db};
+}
+
+void neuron_convolution_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::optional<std::vector<at::Tensor>> out;
+  try {
+    out = lower_conv_backward(torch::jit::last(*stack, n));
+  } catch (const std::invalid_argument&) {
+    out.reset();
+  } catch (const isa::IsaError&) {
+    out.reset();
+  }
+  if (out) {
+    torch::jit::drop(*stack, n);
+    for (at::Tensor& t : *out) torch::jit::push(*stack, std::move(t));
+    return;
+  }
+  // convolution_backward takes bias_sizes (the grad_bias shape) after weight.
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  torch::jit::drop(*stack, n);
+  const at::Tensor& weight = args[2].toTensor();
+  const bool want_bias = args[9].toBoolList().get(2);
+  const int64_t groups = int_value(args[8]);
+  const int64_t bias_size = args[6].toBool() ? weight.size(1) * groups : weight.size(0);
+  c10::IValue bias_sizes = want_bias ? c10::IValue(std::vector<int64_t>{bias_size}) : c10::IValue();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i == 3) torch::jit::push(*stack, bias_sizes);
+    torch::jit::push(*stack, std::move(args[i]));
+  }
+  neuron_fallback(convolution_backward_handle(), stack);
+}
+
+// =============================================================================================
+// _foreach_* (torch.optim's default multi-tensor path) and _fused_adamw_
+// =============================================================================================
+//
+// Each op is run per tensor on the element-wise kernels, flattened (one program per element count
+// and immediates). Composite ops (lerp, addcmul, addcdiv, alpha-scaled add) keep their
+// intermediates in fp32 and round once into the result's dtype, as torch's CPU kernels do in
+// their fp32 opmath, so bf16 parameters follow the CPU's within an ulp per step.
+
+// A kernel operand: a device tensor (any simulated dtype, contiguous) or an immediate.
+struct Operand {
+  at::Tensor tensor;
+  std::optional<double> scalar;
+};
+Operand imm(double v) { return Operand{at::Tensor(), v}; }
+Operand ten(const at::Tensor& t) { return Operand{t, std::nullopt}; }
+
+std::string hex(double v) {
+  std::ostringstream s;
+  s << std::hexfloat << v;
+  return s.str();
+}
+
+// out (contiguous, numel elements) = a op b.
+void run_binary(const std::string& op, BinaryOp kind, const Operand& a, const Operand& b, const at::Tensor& out) {
+  const int64_t numel = out.numel();
+  kernels::BinarySpec spec;
+  spec.op = kind;
+  spec.a_shape = spec.b_shape = {numel};
+  spec.output_dtype = *sim_dtype(out.scalar_type());
+  spec.a_dtype = a.scalar ? spec.output_dtype : *sim_dtype(a.tensor.scalar_type());
+  spec.b_dtype = b.scalar ? spec.output_dtype : *sim_dtype(b.tensor.scalar_type());
+  spec.a_scalar = a.scalar;
+  spec.b_scalar = b.scalar;
+  std::string key = "foreach_binary|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(numel) + "|" +
+                    std::to_string(static_cast<int>(spec.a_dtype)) + std::to_string(static_cast<int>(spec.b_dtype)) +
+                    std::to_string(static_cast<int>(spec.output_dtype));
+  if (a.scalar) key += "|a=" + hex(*a.scalar);
+  if (b.scalar) key += "|b=" + hex(*b.scalar);
+  std::vector<HostBuffer> inputs;
+  if (!a.scalar) inputs.push_back(buffer("a", a.tensor));
+  if (!b.scalar) inputs.push_back(buffer("b", b.tensor));
+  const at::Tensor& shown = a.scalar ? b.tensor : a.tensor;
+  execute_program(out.device().index(), key,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::binary_program(spec, hw, core, cores); },
+                  inputs, {buffer("c", out)}, record_for(op, {shown}, out.scalar_type()));
+}
+
+void run_unary(const std::string& op, UnaryOp kind, const at::Tensor& x, const at::Tensor& out) {
+  kernels::UnarySpec spec;
+  spec.shape = {x.numel()};
+  spec.op = kind;
+  spec.input_dtype = *sim_dtype(x.scalar_type());
+  spec.output_dtype = *sim_dtype(out.scalar_type());
+  const std::string key = "foreach_unary|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) +
+                          "|" + std::to_string(static_cast<int>(spec.input_dtype)) +
+                          std::to_string(static_cast<int>(spec.output_dtype));
+  execute_program(out.device().index(), key,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
+                  {buffer("x", x)}, {buffer("y", out)}, record_for(op, {x}, out.scalar_type()));
+}
+
+at::Tensor fp32_like(const at::Tensor& t) { return at::empty({t.numel()}, t.options().dtype(at::kFloat)); }
+
+bool is_real(const c10::Scalar& s) { return s.isFloatingPoint() || s.isIntegral(/*includeBool=*/true); }
+
+// One foreach call: per tensor, the last kernel writes into self's storage (in place, contiguous)
+// or into a new flat tensor that becomes self's value (copied) or one of the returned results.
+struct ForeachCall {
+  std::string op;
+  bool inplace = false;
+  std::vector<at::Tensor> self;
+  std::vector<at::Tensor> results;
+  size_t done = 0;  // tensors whose result has been written
+};
+
+// self and every tensor operand list: on one neuron device, simulated float dtypes, same element
+// counts per index, non-empty.
+bool lists_supported(const std::vector<at::Tensor>& self, std::initializer_list<const std::vector<at::Tensor>*> others) {
+  if (self.empty()) return false;
+  for (size_t i = 0; i < self.size(); ++i) {
+    const at::Tensor& t = self[i];
+    if (!on_neuron(t) || !sim_dtype(t.scalar_type()) || t.numel() == 0 || t.device() != self[0].device()) return false;
+    for (const std::vector<at::Tensor>* list : others) {
+      if (list->size() != self.size()) return false;
+      const at::Tensor& o = (*list)[i];
+      if (!on_neuron(o) || !sim_dtype(o.scalar_type()) || o.device() != t.device() || o.sizes() != t.sizes()) return false;
+    }
+  }
+  return true;
+}
+
+at::Tensor flat(const at::Tensor& t) { return t.contiguous().reshape({t.numel()}); }
+
+// Where tensor i's result goes: self's own storage when it is contiguous and in place (no copy),
+// else a new contiguous tensor. Out of place the result has torch's promoted dtype (`dtype`, e.g. fp32 for a 0-dim bf16 tensor
+// times a 0-dim fp32 tensor); in place it is self's.
+at::Tensor result_for(const ForeachCall& call, size_t i, std::optional<at::ScalarType> dtype = std::nullopt) {
+  const at::Tensor& s = call.self[i];
+  if (call.inplace && s.is_contiguous()) return s.view({s.numel()});
+  return at::empty({s.numel()}, s.options().dtype(call.inplace || !dtype ? s.scalar_type() : *dtype));
+}
+
+// Ternary ops (lerp, addcmul, addcdiv) out of place: the operands share one dtype (else fallback).
+bool same_dtypes(const ForeachCall& call, std::initializer_list<const std::vector<at::Tensor>*> others) {
+  if (call.inplace) return true;
+  for (size_t i = 0; i < call.self.size(); ++i)
+    for (const std::vector<at::Tensor>* list : others)
+      if ((*list)[i].scalar_type() != call.self[i].scalar_type()) return false;
+  return true;
+}
+
+void finish(ForeachCall& call, size_t i, const at::Tensor& result) {
+  const at::Tensor& s = call.self[i];
+  if (call.inplace) {
+    if (result.data_ptr() != s.data_ptr()) s.copy_(result.view(s.sizes()));
+  } else {
+    call.results.push_back(result.view(s.sizes()));
+  }
+  ++call.done;
+}
+
+double scalar_of_tensor(const at::Tensor& t) { return t.item().toDouble(); }
+
+// Binary family: add, sub, mul, div, maximum, minimum, clamp_min, clamp_max.
+std::optional<BinaryOp> binary_kind(const std::string& base) {
+  if (base == "add") return BinaryOp::add;
+  if (base == "sub") return BinaryOp::subtract;
+  if (base == "mul") return BinaryOp::multiply;
+  if (base == "div") return BinaryOp::divide;
+  if (base == "maximum" || base == "clamp_min") return BinaryOp::maximum;
+  if (base == "minimum" || base == "clamp_max") return BinaryOp::minimum;
+  return std::nullopt;
+}
+
+std::optional<UnaryOp> unary_kind(const std::string& base) {
+  if (base == "sqrt") return UnaryOp::sqrt;
+  if (base == "neg") return UnaryOp::neg;
+  if (base == "abs") return UnaryOp::abs;
+  if (base == "reciprocal") return UnaryOp::reciprocal;
+  return std::nullopt;
+}
+
+// Returns false (nothing written) when the call is not supported.
+bool lower_foreach(const std::string& full, c10::ArrayRef<c10::IValue> a, ForeachCall& call) {
+  const size_t dot = full.find('.');
+  std::string base = full.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+  base = base.substr(std::string("_foreach_").size());
+  call.inplace = !base.empty() && base.back() == '_';
+  if (call.inplace) base.pop_back();
+  call.op = "_foreach_" + base + (call.inplace ? "_" : "");
+  call.self = a[0].toTensorVector();
+  const size_t count = call.self.size();
+  if (count == 0) return false;
+
+  if (std::optional<UnaryOp> kind = unary_kind(base)) {
+    if (!lists_supported(call.self, {})) return false;
+    for (size_t i = 0; i < count; ++i) {
+      at::Tensor r = result_for(call, i);
+      run_unary(call.op, *kind, flat(call.self[i]), r);
+      finish(call, i, r);
+    }
+    return true;
+  }
+
+  if (std::optional<BinaryOp> kind = binary_kind(base)) {
+    const bool has_alpha = (base == "add" || base == "sub") && (overload == "List" || overload == "Tensor");
+    double alpha = 1.0;
+    if (has_alpha) {
+      const c10::Scalar s = a[2].toScalar();
+      if (!is_real(s)) return false;
+      // torch's CPU add / sub take alpha in the tensor's own dtype (bf16 rounds it) and compute
+      // in fp32 from there.
+      alpha = at::scalar_tensor(s.toDouble(), at::kDouble).to(call.self[0].scalar_type()).item<double>();
+    }
+    std::vector<at::Tensor> others;
+    std::vector<double> scalars;
+    if (overload == "List") {
+      others = a[1].toTensorVector();
+      if (!lists_supported(call.self, {&others})) return false;
+    } else {
+      if (!lists_supported(call.self, {})) return false;
+      if (overload == "Scalar") {
+        const c10::Scalar s = a[1].toScalar();
+        if (!is_real(s)) return false;
+        scalars.assign(count, s.toDouble());
+      } else if (overload == "ScalarList") {
+        for (const c10::IValue& v : a[1].toListRef()) {
+          if (!is_real(v.toScalar())) return false;
+          scalars.push_back(v.toScalar().toDouble());
+        }
+        if (scalars.size() != count) return false;
+      } else if (overload == "Tensor") {
+        const at::Tensor& t = a[1].toTensor();
+        if (t.numel() != 1 || !(at::isFloatingType(t.scalar_type()) || at::isIntegralType(t.scalar_type(), true)))
+          return false;
+        scalars.assign(count, scalar_of_tensor(t) * alpha);
+      } else {
+        return false;
+      }
+    }
+    std::vector<at::ScalarType> result_dtypes;
+    for (size_t i = 0; i < count; ++i) {
+      at::ScalarType t = call.self[i].scalar_type();
+      if (overload == "List") t = at::result_type(call.self[i], others[i]);
+      if (overload == "Tensor") t = at::result_type(call.self[i], a[1].toTensor());
+      if (!sim_dtype(t)) return false;
+      result_dtypes.push_back(t);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const at::Tensor self = flat(call.self[i]);
+      at::Tensor r = result_for(call, i, result_dtypes[i]);
+      if (overload != "List") {
+        run_binary(call.op, *kind, ten(self), imm(scalars[i]), r);
+      } else if (alpha == 1.0) {
+        run_binary(call.op, *kind, ten(self), ten(flat(others[i])), r);
+      } else {  // self op (alpha * other): the product kept in fp32, one rounding into self's dtype
+        at::Tensor scaled = fp32_like(self);
+        run_binary(call.op + ".alpha", BinaryOp::multiply, ten(flat(others[i])), imm(alpha), scaled);
+        run_binary(call.op, *kind, ten(self), ten(scaled), r);
+      }
+      finish(call, i, r);
+    }
+    return true;
+  }
+
+  // lerp(self, end, w) = |w| < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
+  // (torch's formula, fp32 opmath).
+  if (base == "lerp") {
+    // Tensor weights (.List) would need a per-element branch: registered so that they fall back as
+    // the one foreach op rather than per tensor.
+    if (overload != "Scalar" && overload != "ScalarList") return false;
+    const std::vector<at::Tensor> ends = a[1].toTensorVector();
+    if (!lists_supported(call.self, {&ends}) || !same_dtypes(call, {&ends})) return false;
+    std::vector<double> weights;
+    if (overload == "Scalar") {
+      if (!is_real(a[2].toScalar())) return false;
+      weights.assign(count, a[2].toScalar().toDouble());
+    } else {
+      for (const c10::IValue& v : a[2].toListRef()) {
+        if (!is_real(v.toScalar())) return false;
+        weights.push_back(v.toScalar().toDouble());
+      }
+      if (weights.size() != count) return false;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const at::Tensor self = flat(call.self[i]), end = flat(ends[i]);
+      const double w = weights[i];
+      at::Tensor diff = fp32_like(self), step = fp32_like(self);
+      run_binary(call.op + ".diff", BinaryOp::subtract, ten(end), ten(self), diff);
+      at::Tensor r = result_for(call, i);
+      if (std::abs(w) < 0.5) {
+        run_binary(call.op + ".scale", BinaryOp::multiply, ten(diff), imm(w), step);
+        run_binary(call.op, BinaryOp::add, ten(self), ten(step), r);
+      } else {
+        run_binary(call.op + ".scale", BinaryOp::multiply, ten(diff), imm(1.0 - w), step);
+        run_binary(call.op, BinaryOp::subtract, ten(end), ten(step), r);
+      }
+      finish(call, i, r);
+    }
+    return true;
+  }
+
+  // addcmul: self + value * t1 * t2; addcdiv: self + value * t1 / t2 (left to right, as torch's
+  // CPU kernels evaluate them, in fp32).
+  if (base == "addcmul" || base == "addcdiv") {
+    const std::vector<at::Tensor> t1 = a[1].toTensorVector(), t2 = a[2].toTensorVector();
+    if (!lists_supported(call.self, {&t1, &t2}) || !same_dtypes(call, {&t1, &t2})) return false;
+    std::vector<double> values;
+    if (overload == "Scalar") {
+      if (!is_real(a[3].toScalar())) return false;
+      values.assign(count, a[3].toScalar().toDouble());
+    } else if (overload == "ScalarList") {
+      for (const c10::IValue& v : a[3].toListRef()) {
+        if (!is_real(v.toScalar())) return false;
+        values.push_back(v.toScalar().toDouble());
+      }
+    } else if (overload == "Tensor") {
+      const at::Tensor& s = a[3].toTensor();
+      if (s.dim() != 1 || !(at::isFloatingType(s.scalar_type()) || at::isIntegralType(s.scalar_type(), true)))
+        return false;
+      const at::Tensor host = s.to(at::kDouble).cpu();
+      for (int64_t j = 0; j < host.numel(); ++j) values.push_back(host.data_ptr<double>()[j]);
+    } else {
+      return false;
+    }
+    if (values.size() != count) return false;
+    const BinaryOp second = base == "addcmul" ? BinaryOp::multiply : BinaryOp::divide;
+    for (size_t i = 0; i < count; ++i) {
+      const at::Tensor self = flat(call.self[i]), x1 = flat(t1[i]), x2 = flat(t2[i]);
+      at::Tensor scaled = fp32_like(self), term = fp32_like(self);
+      Operand first = ten(x1);
+      if (values[i] != 1.0) {
+        run_binary(call.op + ".scale", BinaryOp::multiply, ten(x1), imm(values[i]), scaled);
+        first = ten(scaled);
+      }
+      run_binary(call.op + (second == BinaryOp::multiply ? ".mul" : ".div"), second, first, ten(x2), term);
+      at::Tensor r = result_for(call, i);
+      run_binary(call.op, BinaryOp::add, ten(self), ten(term), r);
+      finish(call, i, r);
+    }
+    return true;
+  }
+  return false;
+}
+
+void neuron_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const std::string full = op_name(op);
+  ForeachCall call;
+  bool lowered = false;
+  try {
+    lowered = lower_foreach(full, torch::jit::last(*stack, n), call);
+  } catch (const std::invalid_argument&) {
+    // Falling back after some in-place results were written would apply the step twice to them.
+    TORCH_CHECK(call.done == 0, "neuron: ", full, ": a kernel rejected a tensor after others were updated");
+    lowered = false;
+  }
+  if (!lowered) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  if (!call.inplace) torch::jit::push(*stack, c10::IValue(call.results));
+}
+
+// _fused_adamw_ on the fused AdamW kernel: one program per parameter tensor (step and
+// hyper-parameters are immediates). The kernel keeps exp_avg / exp_avg_sq in fp32; torch's bf16
+// states are widened on the way in and rounded on the way out (the host buffers convert).
+bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
+  const std::vector<at::Tensor> params = a[0].toTensorVector(), grads = a[1].toTensorVector(),
+                                m = a[2].toTensorVector(), v = a[3].toTensorVector(), steps = a[5].toTensorVector();
+  double lr = 0;
+  if (a[6].isTensor()) {
+    if (a[6].toTensor().numel() != 1) return false;
+    lr = scalar_of_tensor(a[6].toTensor());
+  } else {
+    lr = a[6].toDouble();
+  }
+  const double beta1 = a[7].toDouble(), beta2 = a[8].toDouble(), wd = a[9].toDouble(), eps = a[10].toDouble();
+  const bool amsgrad = a[11].toBool(), maximize = a[12].toBool();
+  const bool scaled = !a[13].isNone() || !a[14].isNone();
+  if (amsgrad || maximize || scaled || params.empty()) return false;
+  if (grads.size() != params.size() || m.size() != params.size() || v.size() != params.size() ||
+      steps.size() != params.size())
+    return false;
+  std::vector<int64_t> step_values;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i];
+    auto two_byte_or_fp32 = [](const at::Tensor& t) {
+      return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+    };
+    if (!on_neuron(p) || !two_byte_or_fp32(p) || p.numel() == 0 || !p.is_contiguous()) return false;
+    for (const at::Tensor* t : {&grads[i], &m[i], &v[i]}) {
+      if (!on_neuron(*t) || t->device() != p.device() || !two_byte_or_fp32(*t) || t->sizes() != p.sizes() ||
+          !t->is_contiguous())
+        return false;
+    }
+    if (steps[i].numel() != 1) return false;
+    const double step = scalar_of_tensor(steps[i]);
+    if (step < 1 || step != std::floor(step)) return false;
+    step_values.push_back(static_cast<int64_t>(step));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i];
+    kernels::AdamWSpec spec;
+    spec.elements = p.numel();
+    spec.param_dtype = *sim_dtype(p.scalar_type());
+    spec.grad_dtype = *sim_dtype(grads[i].scalar_type());
+    spec.lr = lr, spec.beta1 = beta1, spec.beta2 = beta2, spec.eps = eps, spec.weight_decay = wd;
+    spec.step = step_values[i];
+    std::ostringstream key;
+    key << std::hexfloat << "fused_adamw|" << spec.elements << "|" << static_cast<int>(spec.param_dtype)
+        << static_cast<int>(spec.grad_dtype) << "|" << lr << "," << beta1 << "," << beta2 << "," << eps << "," << wd
+        << "|" << spec.step;
+    c10::DeviceGuard guard(p.device());
+    execute_program(p.device().index(), key.str(),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::adamw_program(spec, hw, core, cores); },
+                    {buffer("param", p), buffer("grad", grads[i]), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
+                    {buffer("param", p), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
+                    record_for(full, {p, grads[i]}, p.scalar_type()));
+  }
+  return true;
+}
+
+void neuron_fused_adamw(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const std::string full = op_name(op);
+  bool lowered = false;
+  try {
+    lowered = lower_fused_adamw(full, torch::jit::last(*stack, n));
+  } catch (const std::invalid_argument&) {
+    TORCH_CHECK(false, "neuron: ", full, ": the AdamW kernel rejected a parameter (some may have been updated)");
+  }
+  if (!lowered) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&neuron_convolution>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&neuron_convolution_backward>());
+  m.impl("_fused_adamw_", torch::CppFunction::makeFromBoxedFunction<&neuron_fused_adamw>());
+  m.impl("_fused_adamw_.tensor_lr", torch::CppFunction::makeFromBoxedFunction<&neuron_fused_adamw>());
+  for (const char* base : {"add", "sub", "mul", "div", "maximum", "minimum", "clamp_min", "clamp_max"}) {
+    for (const char* overload : {"Scalar", "List", "ScalarList", "Tensor"}) {
+      const std::string o = overload;
+      if (o == "Tensor" && std::string(base) != "add" && std::string(base) != "mul" && std::string(base) != "div")
+        continue;
+      for (const char* suffix : {"_", ""}) {
+        m.impl(("_foreach_" + std::string(base) + suffix + "." + o).c_str(),
+               torch::CppFunction::makeFromBoxedFunction<&neuron_foreach>());
+      }
+    }
+  }
+  for (const char* base : {"sqrt", "neg", "abs", "reciprocal"}) {
+    m.impl(("_foreach_" + std::string(base) + "_").c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_foreach>());
+    m.impl(("_foreach_" + std::string(base)).c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_foreach>());
+  }
+  for (const char* name : {"_foreach_lerp_.Scalar", "_foreach_lerp.Scalar", "_foreach_lerp_.ScalarList",
+                           "_foreach_lerp.ScalarList", "_foreach_lerp_.List", "_foreach_lerp.List",
+                           "_foreach_addcmul_.Scalar", "_foreach_addcmul.Scalar",
+                           "_foreach_addcmul_.ScalarList", "_foreach_addcmul.ScalarList", "_foreach_addcmul_.Tensor",
+                           "_foreach_addcmul.Tensor", "_foreach_addcdiv_.Scalar", "_foreach_addcdiv.Scalar",
+                           "_foreach_addcdiv_.ScalarList", "_foreach_addcdiv.ScalarList", "_foreach_addcdiv_.Tensor",
+                           "_foreach_addcdiv.Tensor"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_foreach>());
+  }
+}
+
+}  // namespace
+}  // namespace trnsim::frontend

@@ -1,0 +1,319 @@
+"""The PyTorch device "neuron": conv2d forward / backward on the conv kernels (through
+convolution_overrideable) and optimizer steps (torch.optim's foreach `_foreach_*` ops on the
+element-wise kernels, `_fused_adamw_` on the AdamW kernel), against the same on the CPU."""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_ops import DTYPES, check, no_fallback, rand, strict_lowering, trnsim  # noqa: F401
+
+
+def conv_cases():
+    """Randomised conv2d shapes: ragged channels and sizes, stride 1 / 2, padding 0 / 1 / "same",
+    bias on / off (a fixed seed, so a failure reproduces)."""
+    rng = random.Random(2024)
+    cases = []
+    for stride, padding, bias in [(1, 0, True), (1, 1, False), (2, 1, True), (2, 0, False), (1, "same", True),
+                                  (1, "same", False)]:
+        k = rng.choice([1, 3]) if padding == "same" else rng.choice([1, 2, 3])
+        c, o = rng.randint(1, 20), rng.randint(1, 40)
+        n, h, w = rng.randint(1, 3), rng.randint(k + 1, 13), rng.randint(k + 1, 13)
+        cases.append((n, c, h, w, o, k, stride, padding, bias))
+    cases.append((2, 130, 12, 11, 150, 3, 1, 1, True))  # more than one 128-partition tile each way
+    return cases
+
+
+def conv_reference(x, w, b, stride, padding, dilation=1):
+    """Output and input / weight / bias gradients on the CPU for a fixed grad_output."""
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    br = b.clone().requires_grad_() if b is not None else None
+    y = F.conv2d(xr, wr, br, stride=stride, padding=padding, dilation=dilation)
+    dy = rand(y.shape, x.dtype, 99)
+    y.backward(dy)
+    return y.detach(), dy, xr.grad, wr.grad, br.grad if b is not None else None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias", conv_cases())
+def test_conv2d_forward_backward(n, c, h, w, o, k, stride, padding, bias, dtype):
+    x, wt = rand((n, c, h, w), dtype, 1), rand((o, c, k, k), dtype, 2)
+    b = rand((o,), dtype, 3) if bias else None
+    y, dy, dx, dw, db = conv_reference(x, wt, b, stride, padding)
+    xn, wn = x.to("neuron").requires_grad_(), wt.to("neuron").requires_grad_()
+    bn = b.to("neuron").requires_grad_() if bias else None
+    yn = F.conv2d(xn, wn, bn, stride=stride, padding=padding)
+    yn.backward(dy.to("neuron"))
+    # Each output sums c*k*k products; dX sums o*k*k, dW and db sum over n * output pixels.
+    check(yn.detach(), y, dtype, c * k * k)
+    check(xn.grad, dx, dtype, o * k * k)
+    check(wn.grad, dw, dtype, n * y.shape[2] * y.shape[3])
+    if bias:
+        check(bn.grad, db, dtype, n * y.shape[2] * y.shape[3])
+    assert trnsim.fallback_report() == {}
+    ops = [r["op"] for r in trnsim.op_log("kernel")]
+    assert ops.count("convolution_overrideable") == 1 and ops.count("convolution_backward_overrideable") == 1
+    assert all(r["ns"] > 0 for r in trnsim.op_log("kernel") if r["op"].startswith("convolution"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv2d_dilation_and_unbatched(dtype):
+    x, wt = rand((6, 11, 9), dtype, 4), rand((7, 6, 3, 3), dtype, 5)
+    out = F.conv2d(x.to("neuron"), wt.to("neuron"), padding=2, dilation=2)
+    check(out, F.conv2d(x, wt, padding=2, dilation=2), dtype, 6 * 9)
+    # at::convolution insists on a batch; the overrideable op itself takes an unbatched input.
+    xs = torch.ops.aten.convolution_overrideable(x.to("neuron"), wt.to("neuron"), None, [1, 1], [1, 1], [1, 1], False,
+                                                 [0, 0], 1)
+    check(xs, F.conv2d(x, wt, padding=1), dtype, 6 * 9)
+    assert trnsim.fallback_report() == {}
+
+
+def test_conv1d_runs_as_a_2d_conv():
+    """torch hands a 1-D convolution to the backend as a 2-D one of height 1 (view1d_as_2d), which the
+    kernels take."""
+    x, wt, b = rand((2, 5, 40), torch.float32, 14), rand((6, 5, 3), torch.float32, 15), rand((6,), torch.float32, 16)
+    xr, wr, br = x.clone().requires_grad_(), wt.clone().requires_grad_(), b.clone().requires_grad_()
+    y = F.conv1d(xr, wr, br, stride=2, padding=1)
+    dy = rand(y.shape, torch.float32, 17)
+    y.backward(dy)
+    xn, wn, bn = (t.to("neuron").requires_grad_() for t in (x, wt, b))
+    yn = F.conv1d(xn, wn, bn, stride=2, padding=1)
+    yn.backward(dy.to("neuron"))
+    check(yn.detach(), y.detach(), torch.float32, 15)
+    check(xn.grad, xr.grad, torch.float32, 18)
+    check(wn.grad, wr.grad, torch.float32, 40)
+    check(bn.grad, br.grad, torch.float32, 40)
+    assert trnsim.fallback_report() == {}
+    assert [r["op"] for r in trnsim.op_log("kernel") if r["op"].startswith("conv")] == [
+        "convolution_overrideable", "convolution_backward_overrideable"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv2d_weight_grad_only(dtype):
+    """A first layer (input without grad): output_mask asks for weight and bias only."""
+    x, wt, b = rand((2, 3, 10, 10), dtype, 6), rand((8, 3, 3, 3), dtype, 7), rand((8,), dtype, 8)
+    y, dy, _, dw, db = conv_reference(x, wt, b, 1, 1)
+    wn, bn = wt.to("neuron").requires_grad_(), b.to("neuron").requires_grad_()
+    F.conv2d(x.to("neuron"), wn, bn, padding=1).backward(dy.to("neuron"))
+    check(wn.grad, dw, dtype, 200)
+    check(bn.grad, db, dtype, 200)
+    assert trnsim.fallback_report() == {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv2d_module(dtype):
+    torch.manual_seed(11)
+    cpu = torch.nn.Conv2d(5, 12, 3, stride=2, padding=1).to(dtype)
+    dev = torch.nn.Conv2d(5, 12, 3, stride=2, padding=1).to(dtype)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("neuron")
+    x = rand((3, 5, 15, 14), dtype, 9)
+    y = cpu(x)
+    y.float().square().sum().backward()
+    yn = dev(x.to("neuron"))
+    yn.float().square().sum().backward()
+    check(yn.detach(), y.detach(), dtype, 45)
+    # The loss gradient 2y carries the forward's rounding, so the backward tolerances are wider.
+    check(dev.weight.grad, cpu.weight.grad, dtype, 3 * 8 * 7 * 45)
+    check(dev.bias.grad, cpu.bias.grad, dtype, 3 * 8 * 7 * 45)
+    no_fallback("convolution", "convolution_backward", "convolution_overrideable", "convolution_backward_overrideable")
+
+
+@pytest.mark.parametrize(
+    "name,call",
+    [
+        ("groups", lambda x, w: F.conv2d(x, w[:, :2], groups=2)),
+        ("transposed", lambda x, w: F.conv_transpose2d(x, w.transpose(0, 1)[:, :, :, :].contiguous())),
+        ("conv3d", lambda x, w: F.conv3d(x.unsqueeze(2), w.unsqueeze(2))),
+        ("float64", lambda x, w: F.conv2d(x.double(), w.double())),
+    ],
+)
+def test_conv_unsupported_falls_back(name, call):
+    x, wt = rand((2, 4, 8, 8), torch.float32, 12), rand((6, 4, 3, 3), torch.float32, 13)
+    if name == "transposed":
+        wt = rand((4, 6, 3, 3), torch.float32, 13)  # conv_transpose2d's weight is [C_in, C_out, kh, kw]
+        call = lambda x, w: F.conv_transpose2d(x, w)  # noqa: E731
+    xn, wn = x.to("neuron").requires_grad_(), wt.to("neuron").requires_grad_()
+    xr, wr = x.clone().requires_grad_(), wt.clone().requires_grad_()
+    out, expected = call(xn, wn), call(xr, wr)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert trnsim.fallback_report().get("aten::convolution", 0) == 1
+    out.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(xn.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wn.grad.cpu(), wr.grad, rtol=1e-5, atol=1e-5)
+    assert trnsim.fallback_report().get("aten::convolution_backward", 0) == 1
+    assert not any(r["op"].startswith("convolution") for r in trnsim.op_log("kernel"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Optimizer steps
+
+
+def small_model(dtype, seed=21):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 7)).to(dtype)
+
+
+OPTIMIZERS = {
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
+    "adamw_wd0": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.0, betas=(0.8, 0.95)),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1),
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True),
+}
+
+STEPS = 5
+
+
+def run_steps(model, make_opt, grads):
+    """STEPS optimizer steps with the given gradients (the same on both devices, so the comparison
+    is of the optimizer alone)."""
+    device = next(model.parameters()).device
+    opt = make_opt(model.parameters())
+    for step_grads in grads:
+        for p, g in zip(model.parameters(), step_grads):
+            p.grad = g.to(device)
+        opt.step()
+        opt.zero_grad()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+def param_tolerance(dtype, expected):
+    """fp32: a few ulp (operation order; torch's CPU kernels use FMA). bf16: both sides round the
+    parameter once per step from fp32 values that differ by an fp32 ulp, so a step can flip one
+    bf16 ulp of the value it had then; over a few steps that is a few ulps of the parameters'
+    magnitude (still far below what one step moves them)."""
+    if dtype == torch.float32:
+        return 2e-6, 2e-6
+    return 2 ** -7, 2 ** -7 * float(expected.abs().max())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizer_steps_match_cpu(name, dtype):
+    cpu = small_model(dtype)
+    dev = small_model(dtype).to("neuron")
+    initial = [p.detach().clone() for p in cpu.parameters()]
+    grads = [[rand(p.shape, dtype, 100 * s + i) for i, p in enumerate(cpu.parameters())] for s in range(STEPS)]
+    expected = run_steps(cpu, OPTIMIZERS[name], grads)
+    trnsim.reset_fallback_report()
+    trnsim.reset_simulated_time()
+    got = run_steps(dev, OPTIMIZERS[name], grads)
+    assert trnsim.fallback_report() == {}
+    for g, e, p0 in zip(got, expected, initial):
+        assert g.dtype == dtype
+        rtol, atol = param_tolerance(dtype, e)
+        torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol)
+        assert not torch.equal(e, p0)  # the steps moved the parameters
+    ops = {r["op"] for r in trnsim.op_log("kernel")}
+    if name == "adamw_fused":
+        assert "_fused_adamw_" in ops
+    elif name.startswith("adam"):
+        assert {"_foreach_lerp_", "_foreach_addcmul_", "_foreach_sqrt", "_foreach_addcdiv_"} <= ops
+    assert trnsim.simulated_ns() > 0
+
+
+def test_adamw_bf16_tracks_cpu_closely():
+    """Most bf16 parameters equal the CPU's exactly: the per-step roundings agree."""
+    cpu, dev = small_model(torch.bfloat16), small_model(torch.bfloat16).to("neuron")
+    grads = [[rand(p.shape, torch.bfloat16, 7 * s + i) for i, p in enumerate(cpu.parameters())] for s in range(STEPS)]
+    expected = run_steps(cpu, OPTIMIZERS["adamw"], grads)
+    got = run_steps(dev, OPTIMIZERS["adamw"], grads)
+    same = sum(int((g == e).sum()) for g, e in zip(got, expected))
+    total = sum(e.numel() for e in expected)
+    assert same >= 0.99 * total, (same, total)
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd_momentum", "adamw_fused"])
+def test_training_loop_matches_cpu(name):
+    """Forward, backward and optimizer step on the device, against the same loop on the CPU."""
+    cpu, dev = small_model(torch.float32), small_model(torch.float32).to("neuron")
+    x, target = rand((16, 24), torch.float32, 31), rand((16, 7), torch.float32, 32)
+    opt_cpu, opt_dev = OPTIMIZERS[name](cpu.parameters()), OPTIMIZERS[name](dev.parameters())
+    xd, td = x.to("neuron"), target.to("neuron")
+    for _ in range(3):
+        for model, opt, a, t in [(cpu, opt_cpu, x, target), (dev, opt_dev, xd, td)]:
+            opt.zero_grad()
+            F.mse_loss(model(a), t).backward()
+            opt.step()
+    assert trnsim.fallback_report() == {}
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_foreach_ops_match_cpu(dtype):
+    """The foreach overloads the optimizers use, and their out-of-place forms, one by one."""
+    shapes = [(3, 5), (130,), ()]
+    a = [rand(s, dtype, 40 + i) for i, s in enumerate(shapes)]
+    b = [rand(s, dtype, 50 + i) for i, s in enumerate(shapes)]
+    c = [rand(s, dtype, 60 + i).abs() + 0.5 for i, s in enumerate(shapes)]
+    dev = lambda ts: [t.to("neuron") for t in ts]  # noqa: E731
+    calls = [
+        ("_foreach_add.Scalar", lambda x, y, z: torch._foreach_add(x, 0.25)),
+        ("_foreach_add.List", lambda x, y, z: torch._foreach_add(x, y, alpha=-0.3)),
+        ("_foreach_sub.List", lambda x, y, z: torch._foreach_sub(x, y)),
+        ("_foreach_mul.ScalarList", lambda x, y, z: torch._foreach_mul(x, [0.5, -2.0, 3.0])),
+        ("_foreach_div.List", lambda x, y, z: torch._foreach_div(x, z)),
+        ("_foreach_mul.Tensor", lambda x, y, z: torch._foreach_mul(x, torch.tensor(1.5))),
+        ("_foreach_maximum.List", lambda x, y, z: torch._foreach_maximum(x, y)),
+        ("_foreach_sqrt", lambda x, y, z: torch._foreach_sqrt(z)),
+        ("_foreach_neg", lambda x, y, z: torch._foreach_neg(x)),
+        ("_foreach_lerp.Scalar", lambda x, y, z: torch._foreach_lerp(x, y, 0.1)),
+        ("_foreach_lerp.Scalar(w>=0.5)", lambda x, y, z: torch._foreach_lerp(x, y, 0.7)),
+        ("_foreach_addcmul.Scalar", lambda x, y, z: torch._foreach_addcmul(x, y, z, value=0.3)),
+        ("_foreach_addcdiv.ScalarList", lambda x, y, z: torch._foreach_addcdiv(x, y, z, [0.1, -1.0, 2.0])),
+        ("_foreach_addcdiv.Tensor", lambda x, y, z: torch._foreach_addcdiv(x, y, z, torch.tensor([0.1, -1.0, 2.0]))),
+    ]
+    def tol(e):
+        # bf16: one ulp (2^-8 .. 2^-7 relative) of the result, and where a sum cancels, an ulp of the
+        # operands: torch's CPU kernels round a product to bf16 first in their scalar tail loop and
+        # not in the vectorised one; the kernels keep it in fp32.
+        if dtype == torch.float32:
+            return 1e-6, 1e-6
+        return 2 ** -7, 2 ** -8 * float(e.abs().max()) + 1e-5
+
+    for name, fn in calls:
+        expected = fn(a, b, c)
+        got = fn(dev(a), dev(b), dev(c))
+        for g, e in zip(got, expected):
+            assert g.device.type == "neuron" and g.dtype == e.dtype and g.shape == e.shape, name
+            rtol, atol = tol(e)
+            torch.testing.assert_close(g.cpu().float(), e.float(), rtol=rtol, atol=atol, msg=name)
+    # In place: the device tensors themselves are updated.
+    x, y = dev(a), dev(b)
+    torch._foreach_mul_(x, 0.9)
+    torch._foreach_add_(x, y, alpha=0.1)
+    xe = [t.clone() for t in a]
+    torch._foreach_mul_(xe, 0.9)
+    torch._foreach_add_(xe, b, alpha=0.1)
+    for g, e in zip(x, xe):
+        rtol, atol = tol(e)
+        torch.testing.assert_close(g.cpu().float(), e.float(), rtol=rtol, atol=atol)
+    assert trnsim.fallback_report() == {}
+
+
+def test_foreach_unsupported_falls_back():
+    """Tensor-weighted lerp has no lowering: counted by the fallback, values still right."""
+    a, b, w = [rand((4, 4), torch.float32, 70)], [rand((4, 4), torch.float32, 71)], [rand((4, 4), torch.float32, 72)]
+    x = [t.to("neuron") for t in a]
+    torch._foreach_lerp_(x, [t.to("neuron") for t in b], [t.to("neuron") for t in w])
+    torch._foreach_lerp_(a, b, w)
+    torch.testing.assert_close(x[0].cpu(), a[0])
+    assert trnsim.fallback_report() == {"aten::_foreach_lerp_.List": 1}
+
+
+def test_fused_adamw_unsupported_falls_back():
+    """amsgrad has no fused lowering (the kernel keeps no max state): counted by the fallback."""
+    cpu, dev = small_model(torch.float32), small_model(torch.float32).to("neuron")
+    grads = [[rand(p.shape, torch.float32, 80 + i) for i, p in enumerate(cpu.parameters())] for _ in range(2)]
+    make = lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True, fused=True)  # noqa: E731
+    expected = run_steps(cpu, make, grads)
+    got = run_steps(dev, make, grads)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+    assert trnsim.fallback_report().get("aten::_fused_adamw_", 0) == 2
