@@ -45,6 +45,7 @@
 #include "kernels/attention_backward.h"
 #include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
+#include "kernels/loss.h"
 #include "kernels/matmul.h"
 #include "kernels/normalization.h"
 #include "kernels/reduction.h"
@@ -1399,28 +1400,79 @@ std::optional<std::vector<at::Tensor>> lower_nll_loss(const std::string& op, con
   return std::vector<at::Tensor>{*loss, total_weight};
 }
 
+// Targets / ids as the one-hot kernel's int32 index: -1 where the row is ignored (ignore_index,
+// padding_idx), checked on the host (integer metadata, like embedding ids); nullopt when one is
+// out of range (the caller falls back, so torch raises its error).
+std::optional<std::vector<int32_t>> one_hot_index(const at::Tensor& ids_in, int64_t classes, int64_t ignored,
+                                                  int64_t* count) {
+  at::Tensor ids_c = ids_in.contiguous();
+  at::Tensor ids = at::from_blob(ids_c.data_ptr(), {ids_c.numel()}, at::TensorOptions().dtype(ids_c.scalar_type()))
+                       .to(at::kLong, false, true);
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  std::vector<int32_t> index(static_cast<size_t>(ids.numel()));
+  *count = 0;
+  for (int64_t r = 0; r < ids.numel(); ++r) {
+    if (ip[r] == ignored) {
+      index[r] = -1;
+      continue;
+    }
+    if (ip[r] < 0 || ip[r] >= classes) return std::nullopt;
+    index[r] = static_cast<int32_t>(ip[r]);
+    ++*count;
+  }
+  return index;
+}
+
+// nll_loss_backward: grad_input [N, C] = -grad (/ total_weight for mean) at [r, target[r]], 0
+// elsewhere, built on the device by the one-hot kernel (per-row scale = grad_output for 'none',
+// its one value broadcast for 'sum' / 'mean').
 std::optional<at::Tensor> lower_nll_loss_backward(const std::string& op, const at::Tensor& grad, const at::Tensor& self,
                                                   const at::Tensor& target, const c10::IValue& weight, int64_t reduction,
                                                   int64_t ignore_index, const at::Tensor& total_weight) {
-  int64_t count = 0;
-  auto m = nll_loss_mask(self, target, weight, ignore_index, true, &count);
-  if (!m || reduction < 0 || reduction > 2 || !on_neuron(grad) || grad.scalar_type() != self.scalar_type())
-    return std::nullopt;
+  const bool no_weight = weight.isNone() || (weight.isTensor() && !weight.toTensor().defined());
+  if (!on_neuron(self) || self.dim() != 2 || !no_weight || !sim_dtype(self.scalar_type())) return std::nullopt;
+  if (target.dim() != 1 || target.size(0) != self.size(0) || target.scalar_type() != at::kLong) return std::nullopt;
+  if (target.device().type() != kNeuron && !target.is_cpu()) return std::nullopt;
+  if (reduction < 0 || reduction > 2 || !on_neuron(grad) || grad.scalar_type() != self.scalar_type()) return std::nullopt;
   if (reduction == 0 && (grad.dim() != 1 || grad.size(0) != self.size(0))) return std::nullopt;
   if (reduction != 0 && grad.numel() != 1) return std::nullopt;
-  c10::DeviceGuard guard(self.device());
-  std::optional<at::Tensor> g =
-      lower_binary(op, m->second, reduction == 0 ? grad.reshape({-1, 1}) : grad.reshape({}), BinaryOp::multiply);
-  if (g && reduction == 1) {
+  const int64_t n = self.size(0), c = self.size(1);
+  if (n == 0 || c == 0) return std::nullopt;
+  int64_t count = 0;
+  std::optional<std::vector<int32_t>> index = one_hot_index(target, c, ignore_index, &count);
+  if (!index) return std::nullopt;
+  double multiplier = -1.0;
+  if (reduction == 1) {
     if (total_weight.numel() != 1) return std::nullopt;
-    g = lower_binary(op + ".mean", *g, total_weight.reshape({}), BinaryOp::divide);
+    const double total = (on_neuron(total_weight) ? local_scalar_dense(total_weight) : total_weight.item()).toDouble();
+    multiplier = -1.0 / total;  // torch divides by total_weight (0 gives inf / nan, as on the CPU)
   }
-  return g;
+  c10::DeviceGuard guard(self.device());
+  kernels::OneHotSpec spec;
+  spec.rows = n;
+  spec.classes = c;
+  spec.scaled = true;
+  spec.scale_broadcast = reduction != 0;
+  spec.multiplier = multiplier;
+  spec.output_dtype = *sim_dtype(self.scalar_type());
+  at::Tensor grad_c = grad.contiguous();
+  at::Tensor out = at::empty({n, c}, self.options());
+  std::ostringstream key;
+  key << std::hexfloat << op << "|" << n << "," << c << "|" << reduction << "|" << multiplier << "|"
+      << c10::toString(self.scalar_type());
+  HostBuffer index_buffer{"index", index->data(), index->size(), DType::int32};
+  execute_program(self.device().index(), key.str(),
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::one_hot_program(spec, hw, core, cores);
+                  },
+                  {index_buffer, buffer("scale", grad_c)}, {buffer("y", out)},
+                  record_for(op, {grad, self}, self.scalar_type()));
+  return out;
 }
 
-// embedding_dense_backward: grad_weight [V, D] = onehot^T [V, N] @ grad [N, D] on the matmul kernel,
-// the one-hot (0 in the padding_idx column) built on the host from the ids; bounded (V * N), no
-// scale_grad_by_freq.
+// embedding_dense_backward: grad_weight [V, D] = onehot^T [V, N] @ grad [N, D] on the matmul kernel
+// (the one-hot [N, V] built on the device by the one-hot kernel, padding_idx rows zero, loaded
+// transposed by the matmul); bounded (V * N), no scale_grad_by_freq.
 std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const at::Tensor& grad_in,
                                                    const at::Tensor& ids_in, int64_t vocab, int64_t padding_idx,
                                                    bool scale_grad_by_freq) {
@@ -1428,19 +1480,24 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
   if (ids_in.scalar_type() != at::kLong && ids_in.scalar_type() != at::kInt) return std::nullopt;
   if (ids_in.device().type() != kNeuron && !ids_in.is_cpu()) return std::nullopt;
   const int64_t n = ids_in.numel(), d = grad_in.size(-1);
-  if (n == 0 || d == 0 || vocab <= 0 || grad_in.numel() != n * d || vocab * n > (int64_t(1) << 24)) return std::nullopt;
-  at::Tensor ids_c = ids_in.contiguous();
-  at::Tensor ids = at::from_blob(ids_c.data_ptr(), {n}, at::TensorOptions().dtype(ids_c.scalar_type()).device(at::kCPU))
-                       .to(at::kLong, false, true);
-  const int64_t* ip = ids.data_ptr<int64_t>();
-  at::Tensor onehot = at::zeros({vocab, n}, at::kFloat);
-  float* op_ = onehot.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    if (ip[i] < 0 || ip[i] >= vocab) return std::nullopt;
-    if (ip[i] != padding_idx) op_[ip[i] * n + i] = 1.0f;
-  }
+  if (n == 0 || d == 0 || vocab <= 0 || grad_in.numel() != n * d || vocab * n > (int64_t(1) << 26)) return std::nullopt;
+  int64_t count = 0;
+  std::optional<std::vector<int32_t>> index = one_hot_index(ids_in, vocab, padding_idx < 0 ? -1 : padding_idx, &count);
+  if (!index) return std::nullopt;
   c10::DeviceGuard guard(grad_in.device());
-  return lower_matmul(op, onehot.to(grad_in.options()), grad_in.reshape({n, d}), nullptr);
+  kernels::OneHotSpec spec;
+  spec.rows = n;
+  spec.classes = vocab;
+  spec.output_dtype = *sim_dtype(grad_in.scalar_type());
+  at::Tensor onehot = at::empty({n, vocab}, grad_in.options());
+  HostBuffer index_buffer{"index", index->data(), index->size(), DType::int32};
+  execute_program(grad_in.device().index(),
+                  op + ".one_hot|" + std::to_string(n) + "," + std::to_string(vocab) + "|" + c10::toString(grad_in.scalar_type()),
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::one_hot_program(spec, hw, core, cores);
+                  },
+                  {index_buffer}, {buffer("y", onehot)}, record_for(op + ".one_hot", {ids_in}, grad_in.scalar_type()));
+  return lower_matmul(op, onehot.t(), grad_in.reshape({n, d}), nullptr);
 }
 
 // ATen unary ops that are one kernel of kernels/elementwise.h (their in-place forms, "relu_", too).

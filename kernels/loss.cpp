@@ -502,3 +502,72 @@ isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const 
 }
 
 }  // namespace trnsim::kernels
+
+namespace trnsim::kernels {
+
+void build_one_hot(const KernelContext& ctx, const OneHotSpec& spec, uint32_t index, int64_t scale, uint32_t y) {
+  const int64_t C = spec.classes, P = ctx.partitions();
+  if (spec.rows <= 0 || C <= 0) throw std::invalid_argument("one_hot: rows and classes must be positive");
+  // Column chunks of at most 4096 (16 KiB of fp32 per partition per chunk); the iota holds 0..W-1
+  // and each chunk compares against index - chunk start.
+  const int64_t W = std::min<int64_t>(C, 4096);
+  uint32_t iota = ctx.builder.sbuf(ctx.name("oh_iota"), DType::fp32, {uint32_t(P), uint32_t(W)});
+  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, iota, P, W)).word("pattern", "[[1, " + std::to_string(W) + "]]");
+  constexpr int kDepth = 3;
+  auto stat = [&](const std::string& n, DType d) {
+    return detail::make_ring(ctx, n, d, std::max<int64_t>(1, 256 / dtype_size_bytes(d)), kDepth);  // granule-padded
+  };
+  detail::Ring idx = stat("oh_idx", DType::int32), idxf = stat("oh_idxf", DType::fp32), shifted = stat("oh_shift", DType::fp32),
+               sc = stat("oh_scale", DType::fp32);
+  detail::Ring out = detail::make_ring(ctx, "oh_out", spec.output_dtype, W, kDepth);
+  std::vector<Range> row_tiles = my_share(ctx, tiles(spec.rows, P));
+  auto load = [&](size_t t) {
+    const Range& r = row_tiles[t];
+    dma(ctx, sb2(ctx, idx[int64_t(t)], r.size, 1), per_row_hbm(ctx, index, r), detail::kConstQueue);
+    if (spec.scaled) {
+      const isa::AccessPattern src = spec.scale_broadcast
+                                         ? hbm_ap(ctx, uint32_t(scale), 0, {{0, uint32_t(r.size)}, {1, 1}})
+                                         : per_row_hbm(ctx, uint32_t(scale), r);
+      dma(ctx, sb2(ctx, sc[int64_t(t)], r.size, 1), src, detail::kLoadQueue);
+    }
+  };
+  int64_t stores = 0;
+  detail::pipelined(row_tiles.size(), kDepth - 1, load, [&](size_t i) {
+    const Range& r = row_tiles[i];
+    const int64_t t = int64_t(i), p = r.size;
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, idxf[t], p, 1)).tensor("src", sb2(ctx, idx[t], p, 1));
+    if (spec.scaled && spec.multiplier != 1.0) {
+      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", sb2(ctx, sc[t], p, 1)).tensor("data", sb2(ctx, sc[t], p, 1))
+          .word("op0", "multiply").imm("operand0", spec.multiplier);
+    }
+    for (const Range& c : tiles(C, W)) {
+      isa::AccessPattern target = sb2(ctx, idxf[t], p, 1);
+      if (c.begin > 0) {
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", sb2(ctx, shifted[t], p, 1)).tensor("data", target)
+            .word("op0", "subtract").imm("operand0", double(c.begin));
+        target = sb2(ctx, shifted[t], p, 1);
+      }
+      const isa::AccessPattern yt = sb2(ctx, out[stores], p, c.size);
+      auto emit = ctx.builder.emit(isa::Opcode::tensor_scalar);
+      emit.tensor("dst", yt).tensor("data", sb2(ctx, iota, p, c.size)).word("op0", "equal").tensor("operand0", target);
+      if (spec.scaled) emit.word("op1", "multiply").tensor("operand1", sb2(ctx, sc[t], p, 1));
+      dma(ctx, hbm_ap(ctx, y, r.begin * C + c.begin, {{C, uint32_t(p)}, {1, uint32_t(c.size)}}), yt,
+          stores % 2 ? detail::kStoreQueue : detail::kLoadQueue + 3);
+      ++stores;
+    }
+  });
+}
+
+isa::Program one_hot_program(const OneHotSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  isa::ProgramBuilder builder("one_hot", config.generation);
+  const auto in = isa::AllocationRole::input;
+  uint32_t index = builder.hbm("index", DType::int32, {uint32_t(spec.rows)}, in);
+  const uint32_t scale_count = spec.scale_broadcast ? 1u : uint32_t(spec.rows);
+  int64_t scale = spec.scaled ? int64_t(builder.hbm("scale", DType::fp32, {scale_count}, in)) : -1;
+  uint32_t y = builder.hbm("y", spec.output_dtype, {uint32_t(spec.rows), uint32_t(spec.classes)},
+                           isa::AllocationRole::output);
+  build_one_hot(KernelContext{builder, config, "", core, cores}, spec, index, scale, y);
+  return builder.finish();
+}
+
+}  // namespace trnsim::kernels

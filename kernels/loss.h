@@ -59,3 +59,25 @@ isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const 
                                             uint32_t core = 0, uint32_t cores = 1);
 
 }  // namespace trnsim::kernels
+
+namespace trnsim::kernels {
+
+// A scaled one-hot matrix y [R, C]: y[r, c] = scale[r] where c == index[r], else 0 (an index outside
+// [0, C), e.g. an ignored target or -1, gives a zero row). The gradient of nll_loss (scale = -grad /
+// count) and the one-hot an embedding backward multiplies into its gradient. Built on the device:
+// a GpSimd iota of column numbers once, then per 128-row tile and column chunk one Vector
+// tensor_scalar (index == column) * scale, stored; DMA-store bound.
+struct OneHotSpec {
+  int64_t rows = 0, classes = 0;
+  bool scaled = false;           // with an fp32 "scale" input (else 1)
+  bool scale_broadcast = false;  // "scale" is one value [1] for every row (else one per row, [R])
+  double multiplier = 1.0;       // applied to the scale on the device (e.g. -1 / count)
+  DType output_dtype = DType::fp32;
+};
+void build_one_hot(const KernelContext& ctx, const OneHotSpec& spec, uint32_t index, int64_t scale, uint32_t y);
+// Inputs "index" (int32 [R]) and "scale" (fp32 [R], when spec.scaled); output "y". With cores > 1:
+// part `core` of the kernel split across that many cores by row tiles.
+isa::Program one_hot_program(const OneHotSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                             uint32_t cores = 1);
+
+}  // namespace trnsim::kernels
