@@ -1,17 +1,31 @@
 #include "isa/core_state.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "isa/isa_error.h"
 
 namespace trnsim::isa {
 
+CoreState::ZeroPages::ZeroPages(size_t bytes) : m_bytes(bytes) {
+  if (bytes == 0) return;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  m_data = static_cast<uint8_t*>(p);
+}
+
+CoreState::ZeroPages::~ZeroPages() {
+  if (m_data != nullptr) ::munmap(m_data, m_bytes);
+}
+
 CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm)
     : m_core(core),
       m_program(program),
-      m_sbuf(size_t(core.sbuf.partitions) * core.sbuf.bytes_per_partition, 0),
-      m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition, 0),
+      m_sbuf(size_t(core.sbuf.partitions) * core.sbuf.bytes_per_partition),
+      m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition),
       m_hbm(shared_hbm ? std::move(shared_hbm) : std::make_shared<HbmStore>(program.allocations.size())),
       m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
   for (size_t i = 0; i < program.allocations.size(); ++i) {
@@ -81,7 +95,7 @@ uint8_t* CoreState::base_pointer(const AccessPattern& ap, uint32_t partition_ind
     auto& buffer = (*m_hbm)[ap.allocation];
     return buffer.data() + (ap.offset + int64_t(partition_index) * ap.partition.stride) * esize;
   }
-  std::vector<uint8_t>& memory = a.space == MemorySpace::sbuf ? m_sbuf : m_psum;
+  const ZeroPages& memory = a.space == MemorySpace::sbuf ? m_sbuf : m_psum;
   uint64_t bytes_per_partition =
       a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
   uint64_t partition = a.base_partition + ap.start_partition + partition_index;

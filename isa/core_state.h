@@ -97,8 +97,23 @@ class CoreState {
 
   const CoreConfig& m_core;
   const Program& m_program;
-  mutable std::vector<uint8_t> m_sbuf;
-  mutable std::vector<uint8_t> m_psum;
+  // SBUF and PSUM as zero pages the OS maps on first touch: a core's 24 MiB of SBUF costs only what a
+  // kernel writes, not a memset per simulation (the PyTorch device simulates every op afresh).
+  class ZeroPages {
+   public:
+    explicit ZeroPages(size_t bytes);
+    ~ZeroPages();
+    ZeroPages(const ZeroPages&) = delete;
+    ZeroPages& operator=(const ZeroPages&) = delete;
+    uint8_t* data() const { return m_data; }
+    size_t size() const { return m_bytes; }
+
+   private:
+    uint8_t* m_data = nullptr;
+    size_t m_bytes = 0;
+  };
+  ZeroPages m_sbuf;
+  ZeroPages m_psum;
   std::shared_ptr<HbmStore> m_hbm;  // by allocation index; empty for on-chip allocations
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
   std::vector<uint64_t> m_versions;                  // by allocation
