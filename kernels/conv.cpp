@@ -1,5 +1,6 @@
 #include "kernels/conv.h"
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,9 @@ ConvGeometry forward_geometry(const Conv2dSpec& s) {
   g.bias = s.bias;
   g.input_dtype = s.input_dtype;
   g.output_dtype = s.output_dtype;
+  g.in_ct = g.gc = s.c;
+  g.out_ct = g.go = s.o;
+  g.w_row = s.c * s.kh * s.kw;
   return g;
 }
 
@@ -92,7 +96,54 @@ ConvGeometry grad_input_geometry(const Conv2dSpec& s) {
   g.flip_weight = true;
   g.input_dtype = s.input_dtype;
   g.output_dtype = s.output_dtype;
+  g.in_ct = g.gc = s.o;
+  g.out_ct = g.go = s.c;
+  g.w_row = s.c * s.kh * s.kw;
   return g;
+}
+
+std::vector<Range> group_blocks(const Conv2dSpec& s, int64_t partitions) {
+  const int64_t cg = s.c / s.groups, og = s.o / s.groups;
+  const int64_t per = cg <= partitions && og <= partitions ? std::min(partitions / cg, partitions / og) : 1;
+  return tiles(s.groups, per);
+}
+
+ConvGeometry restrict_to_groups(const ConvGeometry& whole, const Conv2dSpec& s, const Range& gr, bool grad_input) {
+  ConvGeometry g = whole;
+  const int64_t cg = s.c / s.groups, og = s.o / s.groups;
+  // The forward's channels of one group; dX swaps input and output channels.
+  const int64_t in_g = grad_input ? og : cg, out_g = grad_input ? cg : og;
+  g.c = gr.size * in_g;
+  g.o = gr.size * out_g;
+  g.gc = in_g;
+  g.go = out_g;
+  g.in_ct = grad_input ? s.o : s.c;
+  g.out_ct = grad_input ? s.c : s.o;
+  g.in_c0 = gr.begin * in_g;
+  g.out_c0 = gr.begin * out_g;
+  g.w_row = cg * s.kh * s.kw;
+  g.w_off = gr.begin * og * g.w_row;
+  return g;
+}
+
+void append_program(isa::Program& dst, const isa::Program& part) {
+  std::vector<uint32_t> remap(part.allocations.size());
+  for (size_t i = 0; i < part.allocations.size(); ++i) {
+    const isa::Allocation& a = part.allocations[i];
+    const int existing = a.space == isa::MemorySpace::hbm ? dst.find_allocation(a.name) : -1;
+    if (existing >= 0) {
+      remap[i] = uint32_t(existing);
+    } else {
+      dst.allocations.push_back(a);
+      remap[i] = uint32_t(dst.allocations.size() - 1);
+    }
+  }
+  for (isa::Instruction inst : part.instructions) {
+    for (isa::AccessPattern& t : inst.tensors) {
+      if (t.present()) t.allocation = remap[t.allocation];
+    }
+    dst.instructions.push_back(std::move(inst));
+  }
 }
 
 void Conv2dBuilder::build() {
@@ -175,6 +226,12 @@ void Conv2dBuilder::allocate() {
   m_wps = b.psum(m_ctx.name("conv_wtrans"), DType::fp32, {p, 2, bank});
   m_stage = b.sbuf(m_ctx.name("conv_out"), s.output_dtype, {p, uint32_t(kStageSlots), bank});
   if (s.bias) m_bias = b.sbuf(m_ctx.name("conv_bias"), s.input_dtype, {p, uint32_t(ceil_div(s.o, p))});
+  // Grouped: one group's weight rows; dX also the forward's block-diagonal rows (transposed into m_wraw).
+  if (s.groups() > 1) {
+    m_wcompact = b.sbuf(m_ctx.name("conv_wgroup"), s.input_dtype,
+                        {p, uint32_t((s.flip_weight ? s.go : s.gc) * s.kh * s.kw)});
+    if (s.flip_weight) m_wgrp = b.sbuf(m_ctx.name("conv_wgrp"), s.input_dtype, {p, uint32_t(s.o * s.kh * s.kw)});
+  }
   allocate_blocks(0, kTargetBlockPixels);
 }
 
@@ -246,11 +303,51 @@ void Conv2dBuilder::load_weight_rows(int64_t o0, int64_t count) {
   const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
   if (m_reps > 1 && s.c < m_cpad) memset_flat(m_ctx, m_wt, p, int64_t(m_groups.size()) * m_o_block);
   for (const Range& ot : tiles(count, p)) {
+    if (s.groups() > 1) {
+      // Block-diagonal (a block of groups has <= 128 output and input channels: one O tile). The
+      // forward's rows [O, C * KH * KW]: each row's C / groups x taps weights, repeated over every
+      // group's columns by the first of two affine_selects that zero the columns of other groups.
+      // dX (flip) wants them the other way round: [its O = the forward's C, (forward O, tap)], by one
+      // PE transpose per tap.
+      const int64_t of = s.flip_weight ? s.c : s.o, cf = s.flip_weight ? s.o : s.c;  // the forward's O, C
+      const int64_t og = s.flip_weight ? s.gc : s.go, cg = s.flip_weight ? s.go : s.gc, k = of / og;
+      const uint32_t raw_f = s.flip_weight ? m_wgrp : m_wraw;
+      const isa::AccessPattern rows = ap(raw_f, 0, {{0, uint32_t(of)}, {cg * khw, uint32_t(k)}, {1, uint32_t(cg * khw)}});
+      // The rows once (contiguous), read k times over by the first select (a stride-0 view).
+      dma_emit(ap(m_wcompact, 0, {{0, uint32_t(of)}, {1, uint32_t(cg * khw)}}),
+               ap(m_t.weight, s.w_off, {{s.w_row, uint32_t(of)}, {1, uint32_t(cg * khw)}}), kWeightQueue);
+      const isa::AccessPattern repeated =
+          ap(m_wcompact, 0, {{0, uint32_t(of)}, {0, uint32_t(k)}, {1, uint32_t(cg * khw)}});
+      const std::string pattern_lo = "[[" + std::to_string(-og) + ", " + std::to_string(k) + "], [0, " +
+                                     std::to_string(cg * khw) + "]]";
+      const std::string pattern_hi = "[[" + std::to_string(og) + ", " + std::to_string(k) + "], [0, " +
+                                     std::to_string(cg * khw) + "]]";
+      // Keep row o in column group j when 0 <= o - og*j <= og - 1.
+      m_ctx.builder.emit(Opcode::affine_select).tensor("dst", rows).word("pattern", pattern_lo)
+          .imm("channel_multiplier", 1).imm("offset", 0).tensor("on_true_tile", repeated).imm("on_false_value", 0)
+          .word("cmp_op", "greater_equal");
+      m_ctx.builder.emit(Opcode::affine_select).tensor("dst", rows).word("pattern", pattern_hi)
+          .imm("channel_multiplier", -1).imm("offset", double(og - 1)).tensor("on_true_tile", rows)
+          .imm("on_false_value", 0).word("cmp_op", "greater_equal");
+      if (s.flip_weight) {
+        const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
+        for (int64_t t = 0; t < khw; ++t) {
+          const int64_t slot = (m_wprep_step % (2 * kTransposeSlotsPerBank)) * bank / kTransposeSlotsPerBank;
+          isa::AccessPattern tr = ap(m_wps, slot, {{0, uint32_t(cf)}, {1, uint32_t(of)}});
+          m_ctx.builder.emit(Opcode::nc_transpose)
+              .tensor("dst", tr)
+              .tensor("data", ap(m_wgrp, t, {{0, uint32_t(of)}, {khw, uint32_t(cf)}}));
+          evacuate(m_ctx.builder, ap(m_wraw, t, {{0, uint32_t(cf)}, {khw, uint32_t(of)}}), tr, nullptr,
+                   m_wprep_step++ % 2 ? Engine::scalar : Engine::vector);
+        }
+      }
+      continue;
+    }
     const std::vector<ApDim> row = {{khw, uint32_t(s.c)}, {1, uint32_t(khw)}};
     const isa::AccessPattern src =
         s.flip_weight
-            ? ap(m_t.weight, (o0 + ot.begin) * khw, {{khw, uint32_t(ot.size)}, {s.o * khw, uint32_t(s.c)}, row[1]})
-            : ap(m_t.weight, (o0 + ot.begin) * s.c * khw, {{s.c * khw, uint32_t(ot.size)}, row[0], row[1]});
+            ? ap(m_t.weight, s.w_off + (o0 + ot.begin) * khw, {{khw, uint32_t(ot.size)}, {s.w_row, uint32_t(s.c)}, row[1]})
+            : ap(m_t.weight, s.w_off + (o0 + ot.begin) * s.w_row, {{s.w_row, uint32_t(ot.size)}, row[0], row[1]});
     dma_emit(ap(m_wraw, ot.begin / p * s.c * khw, {{0, uint32_t(ot.size)}, row[0], row[1]}), src, kWeightQueue);
   }
 }
@@ -336,13 +433,14 @@ void Conv2dBuilder::load_block(const Block& blk, int64_t index) {
   int64_t queue = 0;
   for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
     const Range& cr = m_chunks[ch];
+    if (!chunk_needed(ch)) continue;  // dW split across cores: no accumulator of this core reads it
     for (int64_t r = 0; r < (m_staged ? m_reps : 1); ++r) {
       for (int64_t n = 0; n < blk.nb; ++n) {
         const int64_t img = int64_t(ch) * m_nb + n;
         const int64_t dst = m_staged ? img * m_rows_in * row_len : (img * m_rows_in + jt) * row_len;
         dma_emit(ap(stage, dst, {{uint32_t(r * m_cpad), uint32_t(cr.size)}, {dma_row_stride, uint32_t(nrows)},
                                  {1, uint32_t(s.w)}}),
-                 ap(m_t.input, ((blk.n0 + n) * s.c + cr.begin) * hw + ya * s.w,
+                 ap(m_t.input, ((blk.n0 + n) * s.in_ct + s.in_c0 + cr.begin) * hw + ya * s.w,
                     {{hw, uint32_t(cr.size)}, {s.w, uint32_t(nrows)}, {1, uint32_t(s.w)}}),
                  queue++ % 4);
       }
@@ -376,14 +474,16 @@ void Conv2dBuilder::load_block(const Block& blk, int64_t index) {
   }
 }
 
-void Conv2dBuilder::compute_block(const Block& blk, int64_t index, int64_t o0, int64_t count) {
+void Conv2dBuilder::compute_block(const Block& blk, int64_t index, int64_t o0, int64_t count, const Range& tile_range) {
   isa::ProgramBuilder& b = m_ctx.builder;
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions();
   const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
   const uint32_t buf = m_buf[index % 2];
   const int64_t img_stride = m_rows_in * m_wb;
-  for (const PixelTile& t : pixel_tiles(blk, bank)) {
+  const std::vector<PixelTile> all_tiles = pixel_tiles(blk, bank);
+  for (int64_t ti = tile_range.begin; ti < tile_range.begin + tile_range.size; ++ti) {
+    const PixelTile& t = all_tiles[size_t(ti)];
     const uint32_t px = uint32_t(t.pixels());
     for (const Range& ot : tiles(count, p)) {
       const int64_t acc = m_acc_step++ % kAccBanks;
@@ -411,7 +511,7 @@ void Conv2dBuilder::compute_block(const Block& blk, int64_t index, int64_t o0, i
       const int64_t plane = m_ho * m_wo;
       for (int64_t i = 0; i < t.nc; ++i) {
         const int64_t n = blk.n0 + t.n + i;
-        dma_emit(ap(m_t.output, (n * s.o + o0 + ot.begin) * plane + (blk.r0 + t.row) * m_wo + t.col,
+        dma_emit(ap(m_t.output, (n * s.out_ct + s.out_c0 + o0 + ot.begin) * plane + (blk.r0 + t.row) * m_wo + t.col,
                     {{plane, uint32_t(ot.size)}, {m_wo, uint32_t(t.rc)}, {1, uint32_t(t.cc)}}),
                  ap(m_stage, slot * bank + i * t.rc * t.cc,
                     {{0, uint32_t(ot.size)}, {t.cc, uint32_t(t.rc)}, {1, uint32_t(t.cc)}}),
@@ -427,47 +527,129 @@ void Conv2dBuilder::emit() {
   if (s.bias) {
     for (const Range& ot : tiles(s.o, p)) {
       dma_emit(ap(m_bias, ot.begin / p, {{0, uint32_t(ot.size)}, {1, 1}}),
-               ap(uint32_t(m_t.bias), ot.begin, {{1, uint32_t(ot.size)}, {1, 1}}), kWeightQueue);
+               ap(uint32_t(m_t.bias), s.out_c0 + ot.begin, {{1, uint32_t(ot.size)}, {1, 1}}), kWeightQueue);
     }
   }
-  const std::vector<Block> all_blocks = blocks();
-  int64_t index = 0;
-  for (const Range& ob : tiles(s.o, m_o_block)) {
-    // Input block 0 ahead of the weights, so both arrive while the first W^T tiles are built.
-    load_block(all_blocks[0], index);
-    load_weight_rows(ob.begin, ob.size);
-    for (const Range& ot : tiles(ob.size, p)) prepare_weights(ot);
-    // Loads run one block ahead of the matmuls; the dependency tracker orders buffer reuse.
-    for (size_t i = 0; i < all_blocks.size(); ++i) {
-      if (i + 1 < all_blocks.size()) load_block(all_blocks[i + 1], index + 1);
-      compute_block(all_blocks[i], index, ob.begin, ob.size);
-      ++index;
+  // Split across cores by (O block, input block, pixel tile) items of the one-core plan, O-block
+  // major: each core takes a contiguous share and loads the blocks its tiles are in (a block split
+  // between two cores is loaded by both). The tiles stay the one-core ones: the matmuls' shapes
+  // decide the rounding of their sums, so the values stay bit for bit the one-core values.
+  struct Item {
+    Range ob;
+    Block blk;
+    Range tiles;  // of pixel_tiles(blk)
+  };
+  const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
+  std::vector<Item> mine;
+  {
+    struct One {
+      size_t ob, blk;
+      int64_t tile;
+    };
+    const std::vector<Range> obs = tiles(s.o, m_o_block);
+    const std::vector<Block> bl = blocks();
+    std::vector<int64_t> per_block(bl.size());
+    for (size_t k = 0; k < bl.size(); ++k) per_block[k] = int64_t(pixel_tiles(bl[k], bank).size());
+    std::vector<One> all;
+    for (size_t o = 0; o < obs.size(); ++o) {
+      for (size_t k = 0; k < bl.size(); ++k) {
+        for (int64_t t = 0; t < per_block[k]; ++t) all.push_back({o, k, t});
+      }
     }
+    std::vector<One> share;
+    if (m_core_shares.empty()) {
+      share = my_share(m_ctx, all);
+    } else {
+      // Weighted contiguous shares: item i goes to the last core with a share that starts at or
+      // before the item's middle.
+      for (size_t i = 0; i < all.size(); ++i) {
+        const double mid = (double(i) + 0.5) / double(all.size());
+        double begin = 0;
+        uint32_t owner = 0;
+        for (uint32_t c = 0; c < m_ctx.cores; ++c) {
+          if (m_core_shares[c] > 0 && mid >= begin) owner = c;
+          begin += m_core_shares[c];
+        }
+        if (owner == m_ctx.core) share.push_back(all[i]);
+      }
+    }
+    for (const One& one : share) {
+      if (!mine.empty() && mine.back().ob.begin == obs[one.ob].begin && mine.back().blk.n0 == bl[one.blk].n0 &&
+          mine.back().blk.r0 == bl[one.blk].r0) {
+        ++mine.back().tiles.size;
+      } else {
+        mine.push_back({obs[one.ob], bl[one.blk], {one.tile, 1}});
+      }
+    }
+  }
+  int64_t index = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Range& ob = mine[i].ob;
+    if (i == 0 || mine[i - 1].ob.begin != ob.begin) {
+      // Input block 0 ahead of the weights, so both arrive while the first W^T tiles are built.
+      load_block(mine[i].blk, index);
+      load_weight_rows(ob.begin, ob.size);
+      for (const Range& ot : tiles(ob.size, p)) prepare_weights(ot);
+    }
+    // Loads run one block ahead of the matmuls; the dependency tracker orders buffer reuse.
+    if (i + 1 < mine.size() && mine[i + 1].ob.begin == ob.begin) load_block(mine[i + 1].blk, index + 1);
+    compute_block(mine[i].blk, index, ob.begin, ob.size, mine[i].tiles);
+    ++index;
   }
 }
 
 }  // namespace conv_detail
 
+namespace conv_detail {
+void validate_groups(const Conv2dSpec& spec) {
+  if (spec.groups < 1 || spec.c % spec.groups != 0 || spec.o % spec.groups != 0) {
+    throw std::invalid_argument("conv2d: groups must be >= 1 and divide both the input channels (" +
+                                std::to_string(spec.c) + ") and the output channels (" + std::to_string(spec.o) + ")");
+  }
+}
+}  // namespace conv_detail
+
 void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dTensors& tensors) {
-  if (spec.groups != 1) throw isa::IsaError("conv2d: groups > 1 is not supported yet");
+  using namespace conv_detail;
+  validate_groups(spec);
   if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
-  conv_detail::ConvTensors t;
+  ConvTensors t;
   t.input = tensors.input, t.weight = tensors.weight, t.output = tensors.output, t.bias = tensors.bias;
-  conv_detail::Conv2dBuilder(ctx, conv_detail::forward_geometry(spec), t, conv_detail::ConvMode::forward).build();
+  if (spec.groups == 1) {
+    Conv2dBuilder(ctx, forward_geometry(spec), t, ConvMode::forward).build();
+    return;
+  }
+  // Grouped: one dense conv per block of groups (block-diagonal weights), each built on its own so
+  // it may use all of SBUF / PSUM, appended in turn.
+  isa::Program& program = ctx.builder.mutable_program();
+  const ConvGeometry whole = forward_geometry(spec);
+  for (const Range& gr : group_blocks(spec, ctx.partitions())) {
+    isa::ProgramBuilder b(program.name, program.generation);
+    auto copy = [&](int64_t id) { return id < 0 ? -1 : int64_t(b.place(program.allocations.at(size_t(id)))); };
+    ConvTensors pt;
+    pt.input = uint32_t(copy(t.input));
+    pt.weight = uint32_t(copy(t.weight));
+    pt.output = uint32_t(copy(t.output));
+    pt.bias = copy(t.bias);
+    KernelContext sub{b, ctx.config, ctx.name("g" + std::to_string(gr.begin) + "_"), ctx.core, ctx.cores};
+    Conv2dBuilder(sub, restrict_to_groups(whole, spec, gr, false), pt, ConvMode::forward).build();
+    append_program(program, b.program());
+  }
 }
 
-isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config) {
+isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  conv_detail::validate_groups(spec);
   isa::ProgramBuilder b("conv2d", config.generation);
   auto u = [](int64_t v) { return uint32_t(v); };
   Conv2dTensors t{};
   t.input = b.hbm("input", spec.input_dtype, {u(spec.n), u(spec.c), u(spec.h), u(spec.w)}, isa::AllocationRole::input);
-  t.weight = b.hbm("weight", spec.input_dtype, {u(spec.o), u(spec.c), u(spec.kh), u(spec.kw)},
+  t.weight = b.hbm("weight", spec.input_dtype, {u(spec.o), u(spec.c / spec.groups), u(spec.kh), u(spec.kw)},
                    isa::AllocationRole::input);
   if (spec.bias) t.bias = b.hbm("bias", spec.input_dtype, {u(spec.o)}, isa::AllocationRole::input);
   if (spec.out_h() <= 0 || spec.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
   t.output = b.hbm("output", spec.output_dtype, {u(spec.n), u(spec.o), u(spec.out_h()), u(spec.out_w())},
                    isa::AllocationRole::output);
-  KernelContext ctx{b, config, ""};
+  KernelContext ctx{b, config, "", core, cores};
   build_conv2d(ctx, spec, t);
   return b.finish();
 }

@@ -32,7 +32,13 @@ struct Conv2dSpec {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;  // zero padding on both sides
   int64_t dilation_h = 1, dilation_w = 1;
-  int64_t groups = 1;  // only 1 is supported
+  // Grouped (and depthwise, groups == C): weight [O, C / groups, KH, KW]; group g maps input channels
+  // [g C/groups, (g+1) C/groups) to output channels [g O/groups, ...). Built as dense convs over blocks
+  // of consecutive groups that fit the PE (<= 128 input and output channels; one group per block when
+  // a group is wider) with block-diagonal weights: correct for any grouping, but the PE multiplies
+  // the zeros too, so a depthwise conv costs what a dense min(C, 128)-channel conv costs (the PE's
+  // moving columns, KH*KW*pixels per 128 channels, are the bottleneck; MFU ~ 1 / 128 of dense).
+  int64_t groups = 1;
   bool bias = false;   // + bias[O] (input dtype)
   DType input_dtype = DType::bf16;
   DType output_dtype = DType::fp32;
@@ -40,7 +46,7 @@ struct Conv2dSpec {
   int64_t out_h() const { return (h + 2 * pad_h - dilation_h * (kh - 1) - 1) / stride_h + 1; }
   int64_t out_w() const { return (w + 2 * pad_w - dilation_w * (kw - 1) - 1) / stride_w + 1; }
   // Model FLOPs (2 per MAC), the numerator of the MFU.
-  double flops() const { return 2.0 * double(n * o * out_h() * out_w()) * double(c * kh * kw); }
+  double flops() const { return 2.0 * double(n * o * out_h() * out_w()) * double(c / (groups > 0 ? groups : 1) * kh * kw); }
 };
 
 // HBM tensors the caller declared: input [N, C, H, W], weight [O, C, KH, KW], bias [O], output
@@ -53,10 +59,17 @@ struct Conv2dTensors {
 void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dTensors& tensors);
 
 // A whole program: inputs "input", "weight" (and "bias"), output "output".
-isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config);
+// Split across cores (part `core` of `cores`, sharing HBM; every core declares the same tensors): the
+// one-core plan's (O block, input block, pixel tile) items, each core a contiguous share; a core loads
+// the blocks its tiles are in (a block cut between two cores is loaded by both) and all the weights.
+// The tiles stay the one-core ones because the simulated matmul's rounding depends on its shape: the
+// values equal the one-core values bit for bit. cores == 1 emits the same program as before.
+isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                            uint32_t cores = 1);
 
 // Backward of the forward above (same spec; `bias` says whether grad_bias is wanted; gradients in
-// spec.output_dtype, accumulated in fp32).
+// spec.output_dtype, accumulated in fp32). Grouped: per block of groups as in the forward; dW of a block
+// is computed dense, masked to its block diagonal and folded to [O, C / groups, KH, KW].
 //  - grad_input: stride 1 is a conv of dY padded by d(k-1)-p with the flipped, channel-transposed
 //    weight, on the forward's machinery. Stride s > 1 uses the same conv over dY dilated by s
 //    (s - 1 zero rows/columns between elements, placed by the block loader in SBUF, so nothing
@@ -74,7 +87,14 @@ void build_conv2d_backward(const KernelContext& ctx, const Conv2dSpec& spec, con
 
 // Inputs "input", "weight", "grad_output" [N, O, Ho, Wo] (input dtype); outputs "grad_input",
 // "grad_weight" (and "grad_bias" when spec.bias).
-isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfig& config);
+// Split across cores: dX as the forward; dW / db by the one-core plan's accumulators ([O tile <= 128,
+// column tile <= 512] of dW viewed as [O, (tap, C) + ones column]), a contiguous run per core balanced
+// by columns, each over every pixel: no partial sums cross cores, but each core streams all of X (the
+// channel chunks its columns need) and dY (its O tiles). A dW with one accumulator (O <= 128 and
+// C*KH*KW < 512) runs on core 0; with two, the cores get e.g. [64, 512] and [64, 65] columns (64x64x3x3),
+// so the backward gains less than the forward.
+isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                                     uint32_t cores = 1);
 // Model FLOPs of the backward: dX and dW, each the forward's (grad_bias is not counted).
 inline double conv2d_backward_flops(const Conv2dSpec& spec) { return 2 * spec.flops(); }
 

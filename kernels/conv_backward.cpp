@@ -1,5 +1,6 @@
 // conv2d backward: the weight gradient's schedule (the input gradient is the forward's machinery on
 // another geometry, see conv_builder.h) and the backward program.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,11 +36,10 @@ void Conv2dBuilder::allocate_grad_weight() {
   m_ckk = s.c * s.kh * s.kw;
   m_cols = m_ckk + (s.bias ? 1 : 0);  // the ones column: grad_bias = dY^T . 1 in the same matmuls
   m_o_chunks = tiles(s.o, p);
-  for (const Range& ot : m_o_chunks) {
-    for (const Range& ct : tiles(m_cols, bank)) m_accs.push_back({ot, ct});
-  }
+  for (const auto& [ot, ct] : grad_weight_tiles(s, p, bank)) m_accs.push_back({ot, ct});
   m_passes = ceil_div(int64_t(m_accs.size()), kGradAccBanks);
   m_slots = m_passes == 1 ? kRingSlots : kGroupTiles;
+  plan_grad_weight_split();
   const uint32_t banks = uint32_t(std::min<int64_t>(int64_t(m_accs.size()), kGradAccBanks));
   m_acc = b.psum(m_ctx.name("convw_acc"), DType::fp32, {p, banks, uint32_t(bank)});
   // Every bank the accumulators leave takes transposes: a tile needs KH*KW*chunks + 1 of them, and
@@ -65,15 +65,134 @@ void Conv2dBuilder::allocate_grad_weight() {
   }
 }
 
+// Split across cores by dW accumulators (O tile x column tile), never by pixels: no partial sums
+// cross cores. The accumulators, the input blocks and pixel tiles, the buffers and the choice of
+// PSUM-only or SBUF-grouped partial sums all stay the one-core ones, so every element is the same
+// sum of the same matmuls (whose shapes decide the rounding): the values are the one-core values bit
+// for bit. Each core takes a contiguous run of the accumulators (O-tile major; columns are
+// tap-major, tap * C + c, then the ones column = grad_bias), transposes the dY chunks and input
+// taps they need, and streams all of X and dY for them.
+std::vector<std::pair<Range, Range>> grad_weight_tiles(const ConvGeometry& g, int64_t partitions, int64_t bank) {
+  std::vector<std::pair<Range, Range>> out;
+  for (const Range& ot : tiles(g.o, partitions)) {
+    for (const Range& ct : tiles(g.c * g.kh * g.kw + (g.bias ? 1 : 0), bank)) out.push_back({ot, ct});
+  }
+  return out;
+}
+
+std::vector<int64_t> grad_weight_owners(const ConvGeometry& g, const std::vector<std::pair<Range, Range>>& accs,
+                                        uint32_t cores) {
+  // Contiguous runs balanced by columns (the input-tap transposes and the matmuls grow with them; the
+  // last column tile of an O tile is often short): accumulator i goes to the core whose part of the
+  // total its middle column falls in.
+  int64_t total = 0, before = 0;
+  for (const auto& a : accs) total += a.second.size;
+  std::vector<int64_t> owner;
+  for (const auto& a : accs) {
+    owner.push_back((2 * before + a.second.size) * int64_t(cores) / (2 * total));
+    before += a.second.size;
+  }
+  if (g.gc != g.c && cores > 1) {
+    // The block-diagonal masks of a grouped dW work on whole taps: a run that cuts a tap goes to core 0.
+    const int64_t ckk = g.c * g.kh * g.kw;
+    for (const auto& a : accs) {
+      const int64_t end = a.second.begin + a.second.size;
+      if (a.second.begin % g.c != 0 || (end % g.c != 0 && end < ckk)) return std::vector<int64_t>(accs.size(), 0);
+    }
+  }
+  return owner;
+}
+
+std::vector<double> grad_input_weights(const ConvGeometry& dx, const ConvGeometry& dw, int64_t partitions,
+                                       int64_t bank, uint32_t cores) {
+  // Estimated PE work (moving columns per pixel) of each core's dW share: its input-tap and dY
+  // transposes and its accumulators' columns; then dX's matmul groups per dX pixel.
+  const std::vector<std::pair<Range, Range>> accs = grad_weight_tiles(dw, partitions, bank);
+  const std::vector<int64_t> owner = grad_weight_owners(dw, accs, cores);
+  const std::vector<Range> chunks = tiles(dw.c, partitions);
+  std::vector<double> work(cores, 0.0);
+  for (uint32_t core = 0; core < cores; ++core) {
+    auto mine = [&](int64_t begin, int64_t size, bool o_tile) {
+      for (size_t a = 0; a < accs.size(); ++a) {
+        const Range& r = o_tile ? accs[a].first : accs[a].second;
+        if (owner[a] == int64_t(core) && r.begin < begin + size && begin < r.begin + r.size) return true;
+      }
+      return false;
+    };
+    double w = 0;
+    for (const Range& ot : tiles(dw.o, partitions)) w += mine(ot.begin, ot.size, true) ? 1 : 0;
+    for (int64_t tap = 0; tap < dw.kh * dw.kw; ++tap) {
+      for (const Range& cr : chunks) w += mine(tap * dw.c + cr.begin, cr.size, false) ? 1 : 0;
+    }
+    for (size_t a = 0; a < accs.size(); ++a) {
+      if (owner[a] == int64_t(core)) w += double(accs[a].second.size) / double(partitions);
+    }
+    work[core] = w * double(dw.n * dw.out_h() * dw.out_w());
+  }
+  const int64_t cpad = dx.c <= 32 ? 32 : (dx.c <= 64 ? 64 : partitions);
+  const int64_t reps = dx.c <= 64 ? std::min(dx.kw, partitions / cpad) : 1;
+  const double dx_work = double(ceil_div(dx.c, partitions) * dx.kh * ceil_div(dx.kw, reps) * ceil_div(dx.o, partitions)) *
+                         double(dx.n * dx.out_h() * dx.out_w());
+  // Water-filling: dX goes to the cores with the least dW until every core has the same total.
+  std::vector<double> sorted = work;
+  std::sort(sorted.begin(), sorted.end());
+  double level = sorted[0] + dx_work, below = 0;
+  for (size_t k = 0; k < sorted.size(); ++k) {
+    below += sorted[k];
+    const double l = (dx_work + below) / double(k + 1);
+    if (k + 1 == sorted.size() || l <= sorted[k + 1]) {
+      level = l;
+      break;
+    }
+  }
+  std::vector<double> share(cores);
+  for (uint32_t core = 0; core < cores; ++core) share[core] = std::max(0.0, level - work[core]) / dx_work;
+  return share;
+}
+
+void Conv2dBuilder::plan_grad_weight_split() {
+  m_grouped_passes = m_passes > 1;
+  std::vector<std::pair<Range, Range>> accs;
+  for (const Accumulator& a : m_accs) accs.push_back({a.o, a.cols});
+  const std::vector<int64_t> owner = grad_weight_owners(m_s, accs, m_ctx.cores);
+  m_my_accs.clear();
+  for (size_t a = 0; a < m_accs.size(); ++a) {
+    if (owner[a] == int64_t(m_ctx.core)) m_my_accs.push_back(m_accs[a]);
+  }
+}
+
+bool Conv2dBuilder::o_chunk_needed(const Range& oc) const {
+  for (const Accumulator& a : m_my_accs) {
+    if (a.o.begin == oc.begin) return true;
+  }
+  return false;
+}
+
+bool Conv2dBuilder::chunk_needed(size_t ch) const {
+  if (m_mode != ConvMode::grad_weight) return true;
+  for (int64_t tap = 0; tap < m_s.kh * m_s.kw; ++tap) {
+    if (needs_columns(tap * m_s.c + m_chunks[ch].begin, m_chunks[ch].size)) return true;
+  }
+  return false;
+}
+
+bool Conv2dBuilder::needs_columns(int64_t begin, int64_t size) const {
+  for (const Accumulator& a : m_my_accs) {
+    if (a.cols.begin < begin + size && begin < a.cols.begin + a.cols.size) return true;
+  }
+  return false;
+}
+
 // dY of a block, O-chunks on partitions: one contiguous run per (channel, image).
 void Conv2dBuilder::load_grad_output(const Block& blk, int64_t index) {
   const int64_t plane = m_ho * m_wo;
   for (size_t k = 0; k < m_o_chunks.size(); ++k) {
     const Range& oc = m_o_chunks[k];
+    if (!o_chunk_needed(oc)) continue;  // another core's O tile
     for (int64_t n = 0; n < blk.nb; ++n) {
       dma_emit(ap(m_dy[index % 2], (int64_t(k) * m_nb + n) * m_rb * m_wo,
                   {{0, uint32_t(oc.size)}, {1, uint32_t(blk.rb * m_wo)}}),
-               ap(m_t.grad_output, ((blk.n0 + n) * m_s.o + oc.begin) * plane + blk.r0 * m_wo,
+               ap(m_t.grad_output, ((blk.n0 + n) * m_s.out_ct + m_s.out_c0 + oc.begin) * plane + blk.r0 * m_wo,
                   {{plane, uint32_t(oc.size)}, {1, uint32_t(blk.rb * m_wo)}}),
                kGradOutputQueue + (m_store_step++ % 2));
     }
@@ -98,6 +217,7 @@ void Conv2dBuilder::transpose_tile(const Block& blk, int64_t index, const PixelT
   };
   for (size_t k = 0; k < m_o_chunks.size(); ++k) {
     const Range& oc = m_o_chunks[k];
+    if (!o_chunk_needed(oc)) continue;  // another core's O tile
     const int64_t offset = ((int64_t(k) * m_nb + t.n) * m_rb + t.row) * m_wo + t.col;
     transpose(ap(m_dy[index % 2], offset, {{0, uint32_t(oc.size)}, {m_rb * m_wo, nc}, {m_wo, rc}, {1, cc}}),
               uint32_t(oc.size), m_dyt, slot * m_ostride + oc.begin, 1);
@@ -107,6 +227,7 @@ void Conv2dBuilder::transpose_tile(const Block& blk, int64_t index, const PixelT
     const Range& cr = m_chunks[ch];
     for (int64_t kh = 0; kh < s.kh; ++kh) {
       for (int64_t kw = 0; kw < s.kw; ++kw) {
+        if (!needs_columns((kh * s.kw + kw) * s.c + cr.begin, cr.size)) continue;  // another core's columns
         const int64_t row = (int64_t(ch) * m_nb + t.n) * m_rows_in + t.row * s.stride_h + kh * s.dilation_h;
         const int64_t offset = row * m_wb + t.col * s.stride_w + kw * s.dilation_w;
         transpose(ap(buf, offset,
@@ -121,9 +242,9 @@ void Conv2dBuilder::grad_weight_matmuls(const PixelTile& t, int64_t slot, int64_
   (void)last;
   const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
   const uint32_t px = uint32_t(t.pixels());
-  const int64_t end = std::min<int64_t>(int64_t(m_accs.size()), (pass + 1) * kGradAccBanks);
+  const int64_t end = std::min<int64_t>(int64_t(m_my_accs.size()), (pass + 1) * kGradAccBanks);
   for (int64_t a = pass * kGradAccBanks; a < end; ++a) {
-    const Accumulator& acc = m_accs[a];
+    const Accumulator& acc = m_my_accs[a];
     m_ctx.builder.emit(Opcode::nc_matmul)
         .tensor("dst", ap(m_acc, (a - pass * kGradAccBanks) * bank, {{0, uint32_t(acc.o.size)}, {1, uint32_t(acc.cols.size)}}))
         .tensor("stationary", ap(m_dyt, slot * m_ostride + acc.o.begin, {{0, px}, {1, uint32_t(acc.o.size)}}))
@@ -136,9 +257,9 @@ void Conv2dBuilder::grad_weight_matmuls(const PixelTile& t, int64_t slot, int64_
 void Conv2dBuilder::flush_grad_weight(int64_t pass, bool first_group) {
   isa::ProgramBuilder& b = m_ctx.builder;
   const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
-  const int64_t end = std::min<int64_t>(int64_t(m_accs.size()), (pass + 1) * kGradAccBanks);
+  const int64_t end = std::min<int64_t>(int64_t(m_my_accs.size()), (pass + 1) * kGradAccBanks);
   for (int64_t a = pass * kGradAccBanks; a < end; ++a) {
-    const Accumulator& acc = m_accs[a];
+    const Accumulator& acc = m_my_accs[a];
     const std::vector<isa::ApDim> d = {{0, uint32_t(acc.o.size)}, {1, uint32_t(acc.cols.size)}};
     isa::AccessPattern src = ap(m_acc, (a - pass * kGradAccBanks) * bank, d), dst = ap(m_wacc, a * bank, d);
     if (first_group) {
@@ -154,27 +275,84 @@ void Conv2dBuilder::flush_grad_weight(int64_t pass, bool first_group) {
 // (im2col^T columns are tap-major so each transpose's copy-out writes one contiguous run.)
 void Conv2dBuilder::store_grad_weight() {
   isa::ProgramBuilder& b = m_ctx.builder;
-  const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4), khw = m_s.kh * m_s.kw;
+  const ConvGeometry& s = m_s;
+  const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4), khw = s.kh * s.kw;
   for (const Range& ot : m_o_chunks) {
     const uint32_t on = uint32_t(ot.size);
-    for (size_t a = 0; a < m_accs.size(); ++a) {
-      const Accumulator& acc = m_accs[a];
+    int64_t first = -1, end = -1;  // this core's columns of the O tile: one contiguous run
+    for (size_t a = 0; a < m_my_accs.size(); ++a) {
+      const Accumulator& acc = m_my_accs[a];
       if (acc.o.begin != ot.begin) continue;
       const std::vector<isa::ApDim> d = {{0, on}, {1, uint32_t(acc.cols.size)}};
-      isa::AccessPattern from = m_passes == 1 ? ap(m_acc, int64_t(a) * bank, d) : ap(m_wacc, int64_t(a) * bank, d);
+      isa::AccessPattern from = !m_grouped_passes ? ap(m_acc, int64_t(a) * bank, d) : ap(m_wacc, int64_t(a) * bank, d);
       evacuate(b, ap(m_wrow, acc.cols.begin, d), from, nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
+      if (first < 0) first = acc.cols.begin;
+      end = acc.cols.begin + acc.cols.size;
     }
-    b.emit(Opcode::tensor_copy)
-        .tensor("dst", ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}))
-        .tensor("src", ap(m_wrow, 0, {{0, on}, {1, uint32_t(m_s.c)}, {m_s.c, uint32_t(khw)}}))
-        .on(Engine::vector);
-    dma_emit(ap(m_t.grad_weight, ot.begin * m_ckk, {{m_ckk, on}, {1, uint32_t(m_ckk)}}),
-             ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}), kGradStoreQueue);
-    if (m_t.grad_bias >= 0) {
+    if (first < 0) continue;
+    const bool has_ones = end > m_ckk;
+    end = std::min(end, m_ckk);
+    const int64_t hbm_row = s.w_off + ot.begin * s.w_row;
+    if (s.groups() > 1) {
+      // Block-diagonal: dW of the block of groups was computed dense; zero the columns of other
+      // groups (two affine_selects: keep row o in column group j when 0 <= o - go*j <= go - 1), then
+      // add the groups' columns together into each row's own [C / groups, taps] (exact: one nonzero).
+      const int64_t t0 = first / s.c, t1 = ceil_div(end, s.c), k = s.groups();
+      const uint32_t nt = uint32_t(t1 - t0);
+      const isa::AccessPattern cols = ap(m_wrow, t0 * s.c, {{0, on}, {1, uint32_t(nt * s.c)}});
+      for (int hi = 0; hi < 2; ++hi) {
+        const std::string pattern = "[[0, " + std::to_string(nt) + "], [" + std::to_string(hi ? s.go : -s.go) + ", " +
+                                    std::to_string(k) + "], [0, " + std::to_string(s.gc) + "]]";
+        b.emit(Opcode::affine_select).tensor("dst", cols).word("pattern", pattern)
+            .imm("channel_multiplier", hi ? -1 : 1).imm("offset", hi ? double(s.go - 1) : 0.0)
+            .tensor("on_true_tile", cols).imm("on_false_value", 0).word("cmp_op", "greater_equal");
+      }
+      b.emit(Opcode::tensor_reduce)
+          .tensor("dst", ap(m_stage, t0, {{0, on}, {khw, uint32_t(s.gc)}, {1, nt}}))
+          .word("op", "add")
+          .tensor("data", ap(m_wrow, t0 * s.c, {{0, on}, {1, uint32_t(s.gc)}, {s.c, nt}, {s.gc, uint32_t(k)}}))
+          .word("axis", "[3]");
+      if (nt == khw) {
+        dma_emit(ap(m_t.grad_weight, hbm_row, {{s.w_row, on}, {1, uint32_t(s.gc * khw)}}),
+                 ap(m_stage, 0, {{0, on}, {1, uint32_t(s.gc * khw)}}), kGradStoreQueue);
+      } else {
+        dma_emit(ap(m_t.grad_weight, hbm_row + t0, {{s.w_row, on}, {khw, uint32_t(s.gc)}, {1, nt}}),
+                 ap(m_stage, t0, {{0, on}, {khw, uint32_t(s.gc)}, {1, nt}}), kGradStoreQueue);
+      }
+    } else if (first == 0 && end == m_ckk) {
+      // Every column: one Vector copy permutes the row to the HBM order (c, kh, kw) with the output
+      // cast, and the rows go out contiguous.
+      b.emit(Opcode::tensor_copy)
+          .tensor("dst", ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}))
+          .tensor("src", ap(m_wrow, 0, {{0, on}, {1, uint32_t(s.c)}, {s.c, uint32_t(khw)}}))
+          .on(Engine::vector);
+      dma_emit(ap(m_t.grad_weight, hbm_row, {{s.w_row, on}, {1, uint32_t(m_ckk)}}),
+               ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}), kGradStoreQueue);
+    } else {
+      // A run of columns: its whole taps (runs of taps per (o, c) in HBM), then the cut taps at
+      // either end (one element per (o, c)).
+      const int64_t t0 = ceil_div(first, s.c), t1 = end / s.c;
+      auto piece = [&](int64_t tap0, int64_t ntaps, int64_t c0, int64_t nc) {
+        const uint32_t nt = uint32_t(ntaps), ncu = uint32_t(nc);
+        b.emit(Opcode::tensor_copy)
+            .tensor("dst", ap(m_stage, c0 * khw + tap0, {{0, on}, {khw, ncu}, {1, nt}}))
+            .tensor("src", ap(m_wrow, tap0 * s.c + c0, {{0, on}, {1, ncu}, {s.c, nt}}))
+            .on(Engine::vector);
+        dma_emit(ap(m_t.grad_weight, hbm_row + c0 * khw + tap0, {{s.w_row, on}, {khw, ncu}, {1, nt}}),
+                 ap(m_stage, c0 * khw + tap0, {{0, on}, {khw, ncu}, {1, nt}}), kGradStoreQueue);
+      };
+      if (t1 > t0) piece(t0, t1 - t0, 0, s.c);
+      if (first % s.c != 0) {
+        const int64_t t = first / s.c;
+        piece(t, 1, first - t * s.c, std::min(end, (t + 1) * s.c) - first);
+      }
+      if (end % s.c != 0 && end / s.c != first / s.c) piece(end / s.c, 1, 0, end - end / s.c * s.c);
+    }
+    if (m_t.grad_bias >= 0 && has_ones) {
       // grad_bias: the ones column, cast through the first column of the stage once dW has left.
       isa::AccessPattern db = ap(m_stage, 0, {{0, on}, {1, 1}});
       evacuate(b, db, ap(m_wrow, m_ckk, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
-      dma_emit(ap(uint32_t(m_t.grad_bias), ot.begin, {{1, on}, {1, 1}}), db, kGradStoreQueue + 1);
+      dma_emit(ap(uint32_t(m_t.grad_bias), s.out_c0 + ot.begin, {{1, on}, {1, 1}}), db, kGradStoreQueue + 1);
     }
   }
 }
@@ -187,6 +365,8 @@ void Conv2dBuilder::emit_grad_weight() {
         .imm("value", 1)
         .on(Engine::gpsimd);
   }
+  if (m_my_accs.empty()) return;  // no taps / channels left for this core
+  const int64_t passes = ceil_div(int64_t(m_my_accs.size()), kGradAccBanks);
   const std::vector<Block> all_blocks = blocks();
   load_block(all_blocks[0], 0);
   load_grad_output(all_blocks[0], 0);
@@ -198,7 +378,7 @@ void Conv2dBuilder::emit_grad_weight() {
       load_grad_output(all_blocks[i + 1], index + 1);
     }
     const std::vector<PixelTile> tl = pixel_tiles(all_blocks[i], p);
-    if (m_passes == 1) {
+    if (!m_grouped_passes) {
       // Look-ahead: the PE transposes tile j+kLookAhead while the copies of tile j drain.
       std::vector<int64_t> slot(tl.size());
       const size_t ahead = size_t(kLookAhead);
@@ -217,7 +397,7 @@ void Conv2dBuilder::emit_grad_weight() {
     for (size_t g0 = 0; g0 < tl.size(); g0 += kGroupTiles) {
       const size_t g1 = std::min(tl.size(), g0 + kGroupTiles);
       for (size_t j = g0; j < g1; ++j) transpose_tile(all_blocks[i], index, tl[j], int64_t(j - g0));
-      for (int64_t pass = 0; pass < m_passes; ++pass) {
+      for (int64_t pass = 0; pass < passes; ++pass) {
         for (size_t j = g0; j < g1; ++j) grad_weight_matmuls(tl[j], int64_t(j - g0), pass, j == g0, j + 1 == g1);
         flush_grad_weight(pass, first_group);
       }
@@ -227,40 +407,15 @@ void Conv2dBuilder::emit_grad_weight() {
   store_grad_weight();
 }
 
-namespace {
-
-// Appends a program built on its own (its SBUF/PSUM placed from 0, aliasing what `dst` already
-// uses: the dependency tracker orders the reuse) to `dst`; its HBM tensors map by name.
-void append_program(isa::Program& dst, const isa::Program& part) {
-  std::vector<uint32_t> remap(part.allocations.size());
-  for (size_t i = 0; i < part.allocations.size(); ++i) {
-    const isa::Allocation& a = part.allocations[i];
-    const int existing = a.space == isa::MemorySpace::hbm ? dst.find_allocation(a.name) : -1;
-    if (existing >= 0) {
-      remap[i] = uint32_t(existing);
-    } else {
-      dst.allocations.push_back(a);
-      remap[i] = uint32_t(dst.allocations.size() - 1);
-    }
-  }
-  for (isa::Instruction inst : part.instructions) {
-    for (isa::AccessPattern& t : inst.tensors) {
-      if (t.present()) t.allocation = remap[t.allocation];
-    }
-    dst.instructions.push_back(std::move(inst));
-  }
-}
-
-}  // namespace
 }  // namespace conv_detail
 
 void build_conv2d_backward(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dBackwardTensors& tensors) {
   using namespace conv_detail;
-  if (spec.groups != 1) throw isa::IsaError("conv2d: groups > 1 is not supported yet");
+  validate_groups(spec);
   if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
   isa::Program& program = ctx.builder.mutable_program();
   // Each pass is built in a builder of its own, so it may use all of SBUF and PSUM, and appended.
-  auto part = [&](const std::string& prefix, const ConvGeometry& g, ConvMode mode) {
+  auto part = [&](const std::string& prefix, const ConvGeometry& g, ConvMode mode, const ConvGeometry* dw = nullptr) {
     isa::ProgramBuilder b(program.name, program.generation);
     ConvTensors t;
     auto copy = [&](int64_t id) { return id < 0 ? -1 : int64_t(b.place(program.allocations.at(size_t(id)))); };
@@ -274,21 +429,45 @@ void build_conv2d_backward(const KernelContext& ctx, const Conv2dSpec& spec, con
       t.grad_bias = copy(tensors.grad_bias);
     }
     KernelContext sub{b, ctx.config, ctx.name(prefix), ctx.core, ctx.cores};
-    Conv2dBuilder(sub, g, t, mode).build();
+    Conv2dBuilder builder(sub, g, t, mode);
+    if (dw && ctx.cores > 1) {
+      // dX's pixel tiles go mostly to the cores with the smaller dW share (dW runs after it).
+      builder.set_core_shares(
+          grad_input_weights(g, *dw, ctx.partitions(), int64_t(ctx.config.core.psum.bank_bytes / 4), ctx.cores));
+    }
+    builder.build();
     append_program(program, b.program());
   };
-  part("dx_", grad_input_geometry(spec), ConvMode::grad_input);
-  ConvGeometry gw = forward_geometry(spec);
-  gw.bias = tensors.grad_bias >= 0;
-  part("dw_", gw, ConvMode::grad_weight);
+  if (spec.groups == 1) {
+    ConvGeometry gw = forward_geometry(spec);
+    gw.bias = tensors.grad_bias >= 0;
+    part("dx_", grad_input_geometry(spec), ConvMode::grad_input, &gw);
+    part("dw_", gw, ConvMode::grad_weight);
+    return;
+  }
+  // Grouped: dX and dW of each block of groups (block-diagonal weights, see build_conv2d).
+  const std::vector<Range> blocks = group_blocks(spec, ctx.partitions());
+  for (const Range& gr : blocks) {
+    ConvGeometry gw = restrict_to_groups(forward_geometry(spec), spec, gr, false);
+    gw.bias = tensors.grad_bias >= 0;
+    part("dx_g" + std::to_string(gr.begin) + "_", restrict_to_groups(grad_input_geometry(spec), spec, gr, true),
+         ConvMode::grad_input, &gw);
+  }
+  for (const Range& gr : blocks) {
+    ConvGeometry gw = restrict_to_groups(forward_geometry(spec), spec, gr, false);
+    gw.bias = tensors.grad_bias >= 0;
+    part("dw_g" + std::to_string(gr.begin) + "_", gw, ConvMode::grad_weight);
+  }
 }
 
-isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfig& config) {
+isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfig& config, uint32_t core,
+                                     uint32_t cores) {
+  conv_detail::validate_groups(spec);
   isa::ProgramBuilder b("conv2d_backward", config.generation);
   auto u = [](int64_t v) { return uint32_t(v); };
   if (spec.out_h() <= 0 || spec.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
   const std::vector<uint32_t> x = {u(spec.n), u(spec.c), u(spec.h), u(spec.w)};
-  const std::vector<uint32_t> w = {u(spec.o), u(spec.c), u(spec.kh), u(spec.kw)};
+  const std::vector<uint32_t> w = {u(spec.o), u(spec.c / spec.groups), u(spec.kh), u(spec.kw)};
   Conv2dBackwardTensors t{};
   t.input = b.hbm("input", spec.input_dtype, x, isa::AllocationRole::input);
   t.weight = b.hbm("weight", spec.input_dtype, w, isa::AllocationRole::input);
@@ -297,7 +476,7 @@ isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfi
   t.grad_input = b.hbm("grad_input", spec.output_dtype, x, isa::AllocationRole::output);
   t.grad_weight = b.hbm("grad_weight", spec.output_dtype, w, isa::AllocationRole::output);
   if (spec.bias) t.grad_bias = b.hbm("grad_bias", spec.output_dtype, {u(spec.o)}, isa::AllocationRole::output);
-  KernelContext ctx{b, config, ""};
+  KernelContext ctx{b, config, "", core, cores};
   build_conv2d_backward(ctx, spec, t);
   return b.finish();
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "isa/view.h"
@@ -30,7 +31,13 @@ struct ConvGeometry {
   bool flip_weight = false;  // weight is [C_in_of_this_conv, O_of_this_conv, KH, KW] read flipped (dX)
   bool bias = false;
   DType input_dtype = DType::bf16, output_dtype = DType::fp32;
+  // Where this conv's channels sit in the HBM tensors (a block of groups of a grouped conv, or all of
+  // a dense one): the streamed input has in_ct channels, this conv's start at in_c0; the output (dY
+  // for dW) out_ct / out_c0. Weight row `oo` (a forward output channel) starts at w_off + oo * w_row.
+  // gc / go: input / output channels of one group (c / o when dense): the weight is block-diagonal.
+  int64_t in_ct = 1, in_c0 = 0, out_ct = 1, out_c0 = 0, w_off = 0, w_row = 1, gc = 1, go = 1;
 
+  int64_t groups() const { return c / gc; }
   int64_t padded_w() const { return (w - 1) * in_dil_w + 1 + pad_l + pad_r; }
   int64_t padded_h() const { return (h - 1) * in_dil_h + 1 + pad_t + pad_b; }
   int64_t out_h() const { return (padded_h() - dilation_h * (kh - 1) - 1) / stride_h + 1; }
@@ -39,6 +46,25 @@ struct ConvGeometry {
 
 ConvGeometry forward_geometry(const Conv2dSpec& s);
 ConvGeometry grad_input_geometry(const Conv2dSpec& s);
+// A grouped conv (spec.groups > 1) as dense convs over blocks of consecutive groups that fit the PE
+// (block-diagonal weights): [first group, group count) per block.
+std::vector<Range> group_blocks(const Conv2dSpec& s, int64_t partitions);
+// The geometry of the groups [gr.begin, gr.begin + gr.size) of `g` (a forward or dX geometry of the
+// whole grouped conv, channels c / o counting every group).
+ConvGeometry restrict_to_groups(const ConvGeometry& g, const Conv2dSpec& s, const Range& gr, bool grad_input);
+// Throws std::invalid_argument unless spec.groups divides C and O.
+void validate_groups(const Conv2dSpec& s);
+// The weight gradient's accumulators as the one-core plan tiles them: (O tile, column tile) pairs,
+// O-tile major, columns = (tap, C) then the ones column; and the core that computes each.
+std::vector<std::pair<Range, Range>> grad_weight_tiles(const ConvGeometry& g, int64_t partitions, int64_t bank);
+std::vector<int64_t> grad_weight_owners(const ConvGeometry& g, const std::vector<std::pair<Range, Range>>& accs,
+                                        uint32_t cores);
+// Shares of dX's pixel tiles per core that even out the estimated PE work of dX + dW on every core.
+std::vector<double> grad_input_weights(const ConvGeometry& dx, const ConvGeometry& dw, int64_t partitions,
+                                       int64_t bank, uint32_t cores);
+// Appends a program built on its own (its SBUF/PSUM placed from 0, aliasing what `dst` already uses:
+// the dependency tracker orders the reuse) to `dst`; its HBM tensors map by name.
+void append_program(isa::Program& dst, const isa::Program& part);
 
 // HBM tensors of one pass: `input` is what the blocks stream (X, or dY for dX); forward and dX
 // write `output` with `weight`; dW reads `grad_output` and writes `grad_weight` (and `grad_bias`).
@@ -71,6 +97,9 @@ class Conv2dBuilder {
   Conv2dBuilder(const KernelContext& ctx, const ConvGeometry& g, const ConvTensors& t, ConvMode mode)
       : m_ctx(ctx), m_s(g), m_t(t), m_mode(mode) {}
   void build();
+  // Split across cores: the share of the (forward / dX) pixel tiles each core takes, summing to 1
+  // (default: even shares).
+  void set_core_shares(std::vector<double> shares) { m_core_shares = std::move(shares); }
 
  private:
   // conv.cpp: planning, input blocks, the forward / dX matmuls.
@@ -85,8 +114,13 @@ class Conv2dBuilder {
   void prepare_weights(const Range& ot);
   void dma_emit(const isa::AccessPattern& dst, const isa::AccessPattern& src, int64_t queue);
   void load_block(const Block& blk, int64_t index);
-  void compute_block(const Block& blk, int64_t index, int64_t o0, int64_t count);
+  void compute_block(const Block& blk, int64_t index, int64_t o0, int64_t count, const Range& tile_range);
   void emit();
+  // This core's share of the weight gradient's accumulators (see conv_backward.cpp).
+  void plan_grad_weight_split();
+  bool needs_columns(int64_t begin, int64_t size) const;
+  bool o_chunk_needed(const Range& oc) const;
+  bool chunk_needed(size_t ch) const;  // the input block's channel chunk (always, but for a dW share)
   isa::AccessPattern ap(uint32_t tensor, int64_t offset, std::vector<isa::ApDim> d) const {
     return raw_ap(m_ctx, tensor, offset, std::move(d));
   }
@@ -104,13 +138,14 @@ class Conv2dBuilder {
   const ConvGeometry m_s;
   const ConvTensors& m_t;
   const ConvMode m_mode;
+  std::vector<double> m_core_shares;
   int64_t m_ho = 0, m_wo = 0, m_wb = 0, m_in_bytes = 0;
   std::vector<Range> m_chunks;
   int64_t m_cpad = 0, m_reps = 1, m_kw_groups = 1;
   std::vector<Group> m_groups;
   bool m_staged = false, m_needs_zero = false;
   int64_t m_o_block = 0, m_nb = 1, m_rb = 1, m_rows_in = 1;
-  uint32_t m_wt = 0, m_wraw = 0, m_acc = 0, m_wps = 0, m_stage = 0, m_bias = 0;
+  uint32_t m_wt = 0, m_wraw = 0, m_wgrp = 0, m_wcompact = 0, m_acc = 0, m_wps = 0, m_stage = 0, m_bias = 0;
   uint32_t m_buf[2] = {0, 0}, m_staging[2] = {0, 0};
   int64_t m_wprep_step = 0, m_acc_step = 0, m_stage_step = 0, m_evac_step = 0, m_store_step = 0;
 
@@ -119,7 +154,9 @@ class Conv2dBuilder {
     Range o, cols;
   };
   std::vector<Range> m_o_chunks;
-  std::vector<Accumulator> m_accs;  // (O tile, column tile) pairs, in passes of kGradAccBanks
+  std::vector<Accumulator> m_accs;  // (O tile, column tile) pairs of the whole dW (sizes the buffers)
+  std::vector<Accumulator> m_my_accs;  // this core's, in passes of kGradAccBanks
+  bool m_grouped_passes = false;       // partials through m_wacc (decided on the whole dW: same sums)
   int64_t m_ckk = 0, m_cols = 0, m_passes = 1, m_slots = 1, m_tslots = 8, m_tile_step = 0;
   int64_t m_ostride = 0, m_cstride = 0;
   uint32_t m_dy[2] = {0, 0}, m_dyt = 0, m_colt = 0, m_wacc = 0, m_tps = 0, m_wrow = 0;

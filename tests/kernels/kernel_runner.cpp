@@ -7,7 +7,8 @@
 //   kernel_runner binary a_shape=8192x4096 b_shape=4096 dtype=bf16 op=add --bench config=trn3
 // Keys: shape, a_shape, b_shape, dtype, out_dtype, a_dtype, b_dtype, param_dtype, cond_dtype, op,
 // scale, bias, a_scalar, b_scalar, eps, weight (0/1), has_bias (0/1), config, cores (the kernel split
-// across that many cores sharing HBM; --tasm writes core 0's part), core_ids (which physical cores).
+// across that many cores sharing HBM; --tasm writes core 0's part, or core tasm_core's), core_ids (which
+// physical cores).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -195,7 +196,8 @@ int main(int argc, char** argv) try {
       spec.step = std::stoll(get("step", "1"));
       program = adamw_program(spec, hw, core, cores);
     } else if (kernel == "conv2d") {
-      // input=NxCxHxW weight=OxCxKHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW groups has_bias
+      // input=NxCxHxW weight=Ox(C/groups)xKHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW groups has_bias
+      // backward=0|1; cores=N splits it (forward / dX by input blocks, dW by kernel taps)
       Conv2dSpec spec;
       std::vector<int64_t> in = parse_shape(get("input")), wt = parse_shape(get("weight"));
       if (in.size() != 4 || wt.size() != 4) throw std::invalid_argument("conv2d needs input=NxCxHxW weight=OxCxKHxKW");
@@ -213,11 +215,11 @@ int main(int argc, char** argv) try {
       spec.input_dtype = dtype_of(kv, "dtype", "bf16");
       spec.output_dtype = dtype_of(kv, "out_dtype", "fp32");
       model_flops = spec.flops();
-      if (cores > 1) throw std::invalid_argument("cores: conv2d is not split across cores");
-      program = conv2d_program(spec, hw);
       if (get("backward", "0") == "1") {  // inputs input weight grad_output; outputs grad_input grad_weight (grad_bias)
         model_flops = conv2d_backward_flops(spec);
-        program = conv2d_backward_program(spec, hw);
+        program = conv2d_backward_program(spec, hw, core, cores);
+      } else {
+        program = conv2d_program(spec, hw, core, cores);
       }
     } else if (kernel == "reduce" || kernel == "permute" || kernel == "concat" || kernel == "embedding") {
       // reduce shape=AxBxC dims=0,2 op=sum|mean|max|min|argmax|argmin keepdim=0|1 dtype out_dtype
@@ -272,7 +274,8 @@ int main(int argc, char** argv) try {
   std::vector<isa::Program> programs;
   for (uint32_t c = 0; c < cores; ++c) programs.push_back(build(c, cores));
   for (const isa::Program& p : programs) isa::check_program(p, hw);
-  const isa::Program& program = programs.front();
+  // tasm_core=K: --tasm writes core K's part (default 0).
+  const isa::Program& program = programs.at(size_t(std::stoul(get("tasm_core", "0"))));
 
   if (!tasm.empty()) {
     std::ofstream out(tasm);

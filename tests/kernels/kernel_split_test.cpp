@@ -15,6 +15,7 @@
 #include "isa/numerics/float_format.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
+#include "kernels/conv.h"
 #include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
@@ -467,6 +468,55 @@ std::vector<Case> cases() {
         [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return flash_attention_backward_program(s, hw, c, n); },
         "nc_matmul");
   }
+  {
+    // conv2d: forward and dX split by (O block, input block, pixel tile) items of the one-core plan;
+    // dW by its accumulators (O tile x 512-column tile). Every core loads the weights, and the blocks
+    // its tiles are in; for dW each loads all of X and dY. Exact matmul counts.
+    auto fwd = [](Conv2dSpec s) {
+      return [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return conv2d_program(s, hw, c, n); };
+    };
+    auto bwd = [](Conv2dSpec s) {
+      return [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return conv2d_backward_program(s, hw, c, n); };
+    };
+    auto bytes = [](const Conv2dSpec& s, bool backward) {
+      const int64_t e = dtype_size_bytes(s.input_dtype);
+      const int64_t weight = s.o * (s.c / s.groups) * s.kh * s.kw * e;
+      // A block cut between two cores is loaded by both (at most one image of every channel).
+      const int64_t image = s.c * s.h * s.w * e, dy_image = s.o * s.out_h() * s.out_w() * e;
+      const int64_t x = s.n * image, dy = s.n * dy_image;
+      return weight + s.o * e + image + (backward ? x + dy + dy_image : 0);
+    };
+    Conv2dSpec s;
+    s.n = 4, s.c = 40, s.h = 14, s.w = 13, s.o = 70, s.kh = s.kw = 3, s.pad_h = s.pad_w = 1, s.bias = true;
+    add(out, "conv2d_fwd", fwd(s), "nc_matmul");
+    replicated(out, bytes(s, false));
+    add(out, "conv2d_bwd", bwd(s), "nc_matmul");  // dW: one accumulator, on core 0
+    replicated(out, bytes(s, true));
+    Conv2dSpec k5 = s;  // dW [70, 1000 + 1]: two column tiles, cut inside a tap (whole and cut taps stored)
+    k5.kh = k5.kw = 5, k5.pad_h = k5.pad_w = 2;
+    add(out, "conv2d_bwd_5x5_cut_tap", bwd(k5), "nc_matmul");
+    replicated(out, bytes(k5, true));
+    Conv2dSpec one = s;  // one image: its pixel tiles split; C > 128: two chunks, three dW column tiles
+    one.n = 1, one.c = 130, one.o = 20, one.h = one.w = 23, one.stride_h = one.stride_w = 2;
+    add(out, "conv2d_fwd_one_image", fwd(one), "nc_matmul");
+    replicated(out, bytes(one, false));
+    add(out, "conv2d_bwd_one_image", bwd(one), "nc_matmul");
+    replicated(out, bytes(one, true));
+    Conv2dSpec pw = s;  // 1x1, O > 256: dW by O tiles
+    pw.c = 150, pw.o = 300, pw.kh = pw.kw = 1, pw.pad_h = pw.pad_w = 0, pw.input_dtype = DType::fp32;
+    add(out, "conv2d_bwd_1x1_o_tiles", bwd(pw), "nc_matmul");
+    replicated(out, bytes(pw, true));
+    Conv2dSpec dw = s;  // depthwise and grouped: each block of groups a dense block-diagonal conv
+    dw.c = dw.o = dw.groups = 160, dw.output_dtype = DType::bf16;
+    add(out, "conv2d_fwd_depthwise", fwd(dw), "nc_matmul");
+    replicated(out, bytes(dw, false));
+    add(out, "conv2d_bwd_depthwise", bwd(dw), "nc_matmul");
+    replicated(out, bytes(dw, true));
+    Conv2dSpec gr = s;
+    gr.c = 48, gr.o = 36, gr.groups = 3, gr.dilation_h = gr.dilation_w = 2, gr.pad_h = gr.pad_w = 2;
+    add(out, "conv2d_bwd_groups3_dilated", bwd(gr), "nc_matmul");
+    replicated(out, bytes(gr, true));
+  }
   return out;
 }
 
@@ -638,6 +688,25 @@ TEST(KernelSplit, TwoCoresSpeedUpCrossEntropyNone) {
               t.one / 1e3, t.same_stack / 1e3, t.same_stack / t.one, t.two_stacks / 1e3, t.two_stacks / t.one);
   EXPECT_LT(t.same_stack / t.one, 0.75);
   EXPECT_NEAR(t.two_stacks / t.one, 0.5, 0.08);
+}
+
+TEST(KernelSplit, TwoCoresSpeedUpConv2d) {
+  // A ResNet 3x3 layer: the PE-bound forward and backward on one core and on two (same stack).
+  Conv2dSpec s;
+  s.n = 8, s.c = 64, s.h = s.w = 56, s.o = 64, s.kh = s.kw = 3, s.pad_h = s.pad_w = 1;
+  s.input_dtype = s.output_dtype = DType::bf16;
+  const HardwareConfig hw = load_config("trn2").hardware;
+  for (bool backward : {false, true}) {
+    MakeProgram make = [s, backward](const HardwareConfig& h, uint32_t c, uint32_t n) {
+      return backward ? conv2d_backward_program(s, h, c, n) : conv2d_program(s, h, c, n);
+    };
+    const double one = run(make, hw, {0}, true).stats.total_ns, two = run(make, hw, {0, 1}, true).stats.total_ns;
+    std::printf("conv2d %s [8, 64, 56, 56] x [64, 64, 3, 3] bf16: 1 core %.1f us, cores {0,1} %.1f us (%.2fx)\n",
+                backward ? "bwd" : "fwd", one / 1e3, two / 1e3, two / one);
+    // The backward's dW has two accumulators here ([64, 512] and [64, 65 with grad_bias]): core 1 gets
+    // the short one and most of dX, core 0 the long one; dW is latency-bound, so the backward gains less.
+    EXPECT_LT(two / one, backward ? 0.7 : 0.6) << (backward ? "backward" : "forward");
+  }
 }
 
 }  // namespace

@@ -13,25 +13,26 @@ TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, dilation=1, bias=False, dtype="bf16",
-             out_dtype="fp32", seed=0):
+             out_dtype="fp32", seed=0, groups=1):
     kh, kw = (k, k) if isinstance(k, int) else k
     rng = np.random.default_rng(seed)
     x = torch.from_numpy(rng.standard_normal((n, c, h, w)).astype(np.float32)).to(TORCH[dtype]).float()
-    wt = torch.from_numpy(rng.standard_normal((o, c, kh, kw)).astype(np.float32)).to(TORCH[dtype]).float()
+    wt = torch.from_numpy(rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)).to(TORCH[dtype]).float()
     inputs = {"input": x.numpy(), "weight": wt.numpy()}
     b = None
     if bias:
         b = torch.from_numpy(rng.standard_normal(o).astype(np.float32)).to(TORCH[dtype]).float()
         inputs["bias"] = b.numpy()
-    params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c, kh, kw)), "stride": stride,
-              "padding": padding, "dilation": dilation, "has_bias": int(bias), "dtype": dtype, "out_dtype": out_dtype}
+    params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c // groups, kh, kw)), "stride": stride,
+              "padding": padding, "dilation": dilation, "has_bias": int(bias), "dtype": dtype, "out_dtype": out_dtype,
+              "groups": groups}
     (got,) = run_kernel(run_trnsim, tmp_path, "conv2d", params, inputs, ["output"])
     got = torch.from_numpy(np.asarray(got, dtype=np.float32))
     expected = torch.nn.functional.conv2d(x.double(), wt.double(), b.double() if bias else None, stride=stride,
-                                          padding=padding, dilation=dilation)
+                                          padding=padding, dilation=dilation, groups=groups)
     magnitude = torch.nn.functional.conv2d(x.abs().double(), wt.abs().double(), b.abs().double() if bias else None,
-                                           stride=stride, padding=padding, dilation=dilation)
-    tolerance = 4 * (c * kh * kw + 1) * 2.0**-24 * magnitude + 1e-6
+                                           stride=stride, padding=padding, dilation=dilation, groups=groups)
+    tolerance = 4 * (c // groups * kh * kw + 1) * 2.0**-24 * magnitude + 1e-6
     if out_dtype == "bf16":
         tolerance = tolerance + expected.abs() * 2.0**-8
     assert got.shape == expected.shape
@@ -68,12 +69,36 @@ def test_resnet_like_batch_blocks(run_trnsim, tmp_path):
     run_conv(run_trnsim, tmp_path, 8, 64, 14, 14, 64, 3, stride=1, padding=1, bias=True)
 
 
-def test_groups_not_supported(tmp_path):
+def test_groups_must_divide_channels(tmp_path):
     import subprocess
     from elementwise_test import runner
-    result = subprocess.run([str(runner()), "conv2d", "input=1x4x5x5", "weight=4x2x3x3", "groups=2", "--tasm",
-                             str(tmp_path / "k.tasm")], capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "not supported yet" in result.stderr
+    for args in (["input=1x4x5x5", "weight=6x2x3x3", "groups=3"], ["input=1x6x5x5", "weight=4x2x3x3", "groups=3"]):
+        for backward in ("0", "1"):
+            result = subprocess.run([str(runner()), "conv2d", *args, f"backward={backward}", "--tasm",
+                                     str(tmp_path / "k.tasm")], capture_output=True, text=True, timeout=60)
+            assert result.returncode != 0 and "groups must be >= 1 and divide" in result.stderr
+
+
+# (n, c, h, w, o, k, stride, padding, dilation, groups, bias, dtype): grouped convs are dense convs over
+# blocks of groups that fit 128 partitions (block-diagonal weights): groups 2 (ResNeXt-like), one
+# block of several groups, several blocks, a group wider than 128 channels, depthwise (MobileNet /
+# ConvNeXt: groups == C == O, 3x3 and 7x7) and depthwise with a channel multiplier (O = 2C).
+GROUPED_CASES = [
+    (2, 16, 9, 10, 24, 3, 1, 1, 1, 2, True, "bf16"),
+    (1, 40, 11, 7, 20, 3, 2, 1, 1, 4, False, "fp32"),
+    (2, 64, 8, 8, 64, 3, 1, 1, 1, 64, True, "bf16"),
+    (1, 200, 7, 9, 200, 3, 2, 1, 1, 200, False, "bf16"),
+    (1, 96, 10, 10, 96, 7, 1, 3, 1, 96, True, "bf16"),
+    (2, 300, 5, 6, 150, 1, 1, 0, 1, 2, True, "bf16"),
+    (1, 24, 9, 9, 48, 3, 1, 2, 2, 24, False, "fp32"),
+    (1, 384, 6, 6, 384, 3, 1, 1, 1, 3, False, "bf16"),
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,dilation,groups,bias,dtype", GROUPED_CASES)
+def test_grouped_conv2d_matches_torch(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, groups, bias,
+                                      dtype):
+    run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, bias=bias, dtype=dtype, groups=groups)
 
 
 def test_large_image_in_row_bands_and_wide_rows(run_trnsim, tmp_path):
@@ -102,20 +127,20 @@ def test_conv2d_random_shapes(run_trnsim, tmp_path, n, c, h, w, o, k, stride, pa
 # ---- backward: grad_input, grad_weight, grad_bias against torch autograd ----
 
 def run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, dilation=1, bias=False,
-                      dtype="bf16", out_dtype="fp32", seed=0):
+                      dtype="bf16", out_dtype="fp32", seed=0, groups=1):
     kh, kw = (k, k) if isinstance(k, int) else k
     rng = np.random.default_rng(seed)
 
     def rand(*shape):
         return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH[dtype]).float()
 
-    x, wt = rand(n, c, h, w), rand(o, c, kh, kw)
+    x, wt = rand(n, c, h, w), rand(o, c // groups, kh, kw)
     ho = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
     wo = (w + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
     dy = rand(n, o, ho, wo)
-    params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c, kh, kw)), "stride": stride,
+    params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c // groups, kh, kw)), "stride": stride,
               "padding": padding, "dilation": dilation, "has_bias": int(bias), "dtype": dtype, "out_dtype": out_dtype,
-              "backward": 1}
+              "backward": 1, "groups": groups}
     outputs = ["grad_input", "grad_weight"] + (["grad_bias"] if bias else [])
     got = run_kernel(run_trnsim, tmp_path, "conv2d", params,
                      {"input": x.numpy(), "weight": wt.numpy(), "grad_output": dy.numpy()}, outputs)
@@ -123,12 +148,13 @@ def run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=
     def grads(xv, wv, dyv):
         xv, wv = xv.double().requires_grad_(), wv.double().requires_grad_()
         bv = torch.zeros(o, dtype=torch.float64, requires_grad=True)
-        y = torch.nn.functional.conv2d(xv, wv, bv if bias else None, stride=stride, padding=padding, dilation=dilation)
+        y = torch.nn.functional.conv2d(xv, wv, bv if bias else None, stride=stride, padding=padding, dilation=dilation,
+                                       groups=groups)
         return torch.autograd.grad(y, [xv, wv, bv] if bias else [xv, wv], dyv.double())
 
     expected = grads(x, wt, dy)
     magnitude = grads(x.abs(), wt.abs(), dy.abs())  # every product positive: the sum of |terms|
-    contraction = [o * kh * kw, n * ho * wo, n * ho * wo]
+    contraction = [o // groups * kh * kw, n * ho * wo, n * ho * wo]
     for name, g, e, m, k_len in zip(outputs, got, expected, magnitude, contraction):
         g = torch.from_numpy(np.asarray(g, dtype=np.float32)).double()
         assert g.shape == e.shape, name
@@ -182,3 +208,41 @@ def test_conv2d_backward_random_shapes(run_trnsim, tmp_path, n, c, h, w, o, k, s
     if (h + 2 * padding - k) < 0 or (w + 2 * padding - k) < 0:
         pytest.skip("kernel larger than the padded input")
     run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype, seed=c * 7 + o)
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,dilation,groups,bias,dtype", GROUPED_CASES)
+def test_grouped_conv2d_backward_matches_autograd(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation,
+                                                  groups, bias, dtype):
+    run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, bias=bias, dtype=dtype,
+                      groups=groups)
+
+
+# Randomized: ragged channel counts (a random group count dividing both), stride 1/2, padding, dilation.
+GROUPED_RANDOM = np.random.default_rng(5)
+
+
+def _grouped_random_case():
+    groups = int(GROUPED_RANDOM.choice([1, 2, 3, 5, 7]))
+    c = groups * int(GROUPED_RANDOM.integers(1, 40))
+    o = groups * int(GROUPED_RANDOM.integers(1, 40))
+    k = int(GROUPED_RANDOM.choice([1, 3, 5]))
+    dilation = int(GROUPED_RANDOM.integers(1, 3))
+    padding = int(GROUPED_RANDOM.integers(0, 3))
+    h = int(GROUPED_RANDOM.integers(dilation * (k - 1) + 1, 14))
+    w = int(GROUPED_RANDOM.integers(dilation * (k - 1) + 1, 14))
+    return (int(GROUPED_RANDOM.integers(1, 3)), c, h, w, o, k, int(GROUPED_RANDOM.integers(1, 3)), padding, dilation,
+            groups, bool(GROUPED_RANDOM.integers(0, 2)), str(GROUPED_RANDOM.choice(["bf16", "fp32"])))
+
+
+GROUPED_RANDOM_CASES = [_grouped_random_case() for _ in range(6)]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,dilation,groups,bias,dtype", GROUPED_RANDOM_CASES)
+def test_conv2d_random_grouped_forward_and_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding,
+                                                    dilation, groups, bias, dtype):
+    seed = c * 7 + o
+    run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, bias=bias, dtype=dtype, seed=seed,
+             groups=groups)
+    (tmp_path / "bwd").mkdir()
+    run_conv_backward(run_trnsim, tmp_path / "bwd", n, c, h, w, o, k, stride, padding, dilation, bias=bias,
+                      dtype=dtype, seed=seed, groups=groups)

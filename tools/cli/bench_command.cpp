@@ -188,7 +188,8 @@ struct Conv2dOptions {
   std::string config = "trn2";
   std::vector<std::string> overrides;
   std::string input, weight, dtype = "bf16", csv, stats, trace, emit_tasm;
-  int64_t stride = 1, padding = 0;
+  int64_t stride = 1, padding = 0, groups = 1;
+  uint32_t cores = 1;  // forward / dX split by (image block, pixel tile); dW by (O tile, column tile)
   bool backward = false, force = false;
 };
 
@@ -210,40 +211,56 @@ std::vector<int64_t> conv_shape(const std::string& text, const char* what) {
 void bench_conv2d(const Conv2dOptions& o) {
   LoadedConfig config = load_config(o.config, o.overrides);
   const std::vector<int64_t> x = conv_shape(o.input, "--input"), w = conv_shape(o.weight, "--weight");
-  if (x[1] != w[1]) throw isa::IsaError("--input has " + std::to_string(x[1]) + " channels, --weight " + std::to_string(w[1]));
+  if (o.groups < 1 || x[1] % o.groups != 0 || w[0] % o.groups != 0) {
+    throw isa::IsaError("--groups " + std::to_string(o.groups) + " must divide the input channels (" +
+                        std::to_string(x[1]) + ") and the output channels (" + std::to_string(w[0]) + ")");
+  }
+  if (x[1] != w[1] * o.groups) {
+    throw isa::IsaError("--input has " + std::to_string(x[1]) + " channels, --weight " + std::to_string(w[1]) +
+                        " per group (" + std::to_string(o.groups) + " groups)");
+  }
   kernels::Conv2dSpec spec;
   spec.n = x[0], spec.c = x[1], spec.h = x[2], spec.w = x[3], spec.o = w[0], spec.kh = w[2], spec.kw = w[3];
   spec.stride_h = spec.stride_w = o.stride;
   spec.pad_h = spec.pad_w = o.padding;
+  spec.groups = o.groups;
   spec.input_dtype = dtype_or_throw(o.dtype);
   spec.output_dtype = spec.input_dtype;  // activations and gradients stay in the training dtype
   std::vector<isa::Program> programs;
-  programs.push_back(o.backward ? kernels::conv2d_backward_program(spec, config.hardware)
-                                : kernels::conv2d_program(spec, config.hardware));
+  for (uint32_t core = 0; core < o.cores; ++core) {
+    programs.push_back(o.backward ? kernels::conv2d_backward_program(spec, config.hardware, core, o.cores)
+                                  : kernels::conv2d_program(spec, config.hardware, core, o.cores));
+  }
   sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
   const sim::SimStats& s = result.stats;
   // Model FLOPs: 2*N*O*Ho*Wo*C*KH*KW forward; the backward's dX and dW are one forward each.
   double flops = o.backward ? kernels::conv2d_backward_flops(spec) : spec.flops();
-  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype);
+  // (Grouped: C / groups per output channel; depthwise convs have little work for the PE's 128 rows.)
+  double peak = peak_tensor_tflops_per_core(config.hardware.core.tensor, spec.input_dtype) * o.cores;
   double tflops = flops / s.total_ns / 1e3;
   double mfu = peak > 0 ? tflops / peak : 0;
   std::string bottleneck = bottleneck_engine(s);
   const char* direction = o.backward ? "backward" : "forward";
+  const std::string groups = o.groups > 1 ? " g" + std::to_string(o.groups) : "";
+  const std::string cores = o.cores > 1 ? " (" + std::to_string(o.cores) + " cores)" : "";
   std::cout << std::fixed << std::setprecision(1) << "conv2d " << (o.backward ? "bwd" : "fwd") << " " << o.input
-            << " * " << o.weight << " s" << o.stride << " p" << o.padding << " " << o.dtype << " on "
-            << config.hardware.name << ": " << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops
+            << " * " << o.weight << " s" << o.stride << " p" << o.padding << groups << " " << o.dtype << " on "
+            << config.hardware.name << cores << ": " << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops
             << " TFLOPS, MFU " << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
   if (!o.csv.empty()) {
     std::error_code ec;
     bool fresh = !std::filesystem::exists(o.csv, ec);
     std::ofstream csv(o.csv, std::ios::app);
     csv << std::fixed;
-    if (fresh) csv << "config,config_hash,dtype,n,c,h,w,o,kh,kw,stride,padding,direction,gflop,time_ns,tflops,mfu,bottleneck\n";
+    if (fresh) {
+      csv << "config,config_hash,dtype,n,c,h,w,o,kh,kw,stride,padding,direction,gflop,time_ns,tflops,mfu,bottleneck,"
+             "groups,cores\n";
+    }
     csv << config.hardware.name << "," << config.hash << "," << o.dtype << "," << spec.n << "," << spec.c << ","
         << spec.h << "," << spec.w << "," << spec.o << "," << spec.kh << "," << spec.kw << "," << o.stride << ","
         << o.padding << "," << direction << "," << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1)
         << s.total_ns << "," << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << ","
-        << bottleneck << "\n";
+        << bottleneck << "," << o.groups << "," << o.cores << "\n";
   }
 }
 
@@ -310,6 +327,12 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   conv->add_option("--weight", cv->weight, "Weight OxCxKHxKW")->required();
   conv->add_option("--stride", cv->stride, "Stride (both dims)")->check(CLI::Range(1, 64));
   conv->add_option("--padding", cv->padding, "Zero padding (both dims, both sides)")->check(CLI::Range(0, 64));
+  conv->add_option("--groups", cv->groups, "Groups (--weight is Ox(C/groups)xKHxKW; groups = C = O: depthwise)")
+      ->check(CLI::Range(1, 1 << 20));
+  conv->add_option("--cores", cv->cores,
+                   "Split across this many physical cores (forward / dX by image block and pixel tile, dW by "
+                   "O tile and column tile)")
+      ->check(CLI::Range(1, 64));
   conv->add_flag("--backward", cv->backward,
                  "Simulate the backward instead (grad_input and grad_weight; MFU over their model FLOPs)");
   conv->add_option("--dtype", cv->dtype, "bf16, fp16 or fp32 (inputs and outputs; fp32 accumulation)");
