@@ -56,8 +56,8 @@ demo: build
 	@$(BUILD_DIR)/bin/trnsim bench matmul --m 4096 --k 8192 --n 8192 --transpose-a --config trn2 --cores 2
 	@for c in trn2 trn3; do $(BUILD_DIR)/bin/trnsim bench attention --seq 4096 --head-dim 128 --causal --config $$c; done
 	@echo
-	@echo "Plain PyTorch on the device 'neuron' (examples/mlp_training.py):"
-	@$(VENV)/bin/python examples/mlp_training.py --steps 3
+	@echo "A decoder-only transformer in plain PyTorch trained on the device 'neuron', trn2 vs trn3 (examples/transformer_demo.py):"
+	@$(VENV)/bin/python examples/transformer_demo.py --out $(BUILD_DIR)/demo
 
 test: build
 	@$(MAKE) --no-print-directory test-cpp test-python
