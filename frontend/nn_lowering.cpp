@@ -59,11 +59,11 @@ const c10::OperatorHandle& convolution_backward_handle() {
 }
 
 // The kernel's spec for a 2-D convolution of 4-D (or 3-D unbatched) input, or nullopt when the
-// kernels do not take it (transposed, groups > 1, other ranks, dtypes, devices).
+// kernels do not take it (transposed, other ranks, dtypes, devices, groups not dividing C and O).
 std::optional<kernels::Conv2dSpec> conv_spec(const at::Tensor& input, const at::Tensor& weight, const c10::IValue& stride,
                                              const c10::IValue& padding, const c10::IValue& dilation, bool transposed,
                                              int64_t groups) {
-  if (transposed || groups != 1) return std::nullopt;
+  if (transposed || groups < 1) return std::nullopt;
   if (!on_neuron(input) || !on_neuron(weight) || weight.dim() != 4) return std::nullopt;
   if (input.dim() != 4 && input.dim() != 3) return std::nullopt;
   if (input.scalar_type() != weight.scalar_type()) return std::nullopt;
@@ -80,7 +80,8 @@ std::optional<kernels::Conv2dSpec> conv_spec(const at::Tensor& input, const at::
   spec.o = weight.size(0);
   spec.kh = weight.size(2);
   spec.kw = weight.size(3);
-  if (weight.size(1) != spec.c) return std::nullopt;
+  if (spec.c % groups != 0 || spec.o % groups != 0 || weight.size(1) != spec.c / groups) return std::nullopt;
+  spec.groups = groups;
   spec.stride_h = s[0], spec.stride_w = s[1];
   spec.pad_h = p[0], spec.pad_w = p[1];
   spec.dilation_h = d[0], spec.dilation_w = d[1];
@@ -94,7 +95,7 @@ std::string conv_key(const std::string& op, const kernels::Conv2dSpec& s) {
   std::ostringstream key;
   key << op << "|" << s.n << "," << s.c << "," << s.h << "," << s.w << "|" << s.o << "," << s.kh << "," << s.kw << "|s"
       << s.stride_h << "," << s.stride_w << "|p" << s.pad_h << "," << s.pad_w << "|d" << s.dilation_h << ","
-      << s.dilation_w << "|b" << s.bias << "|" << static_cast<int>(s.input_dtype);
+      << s.dilation_w << "|g" << s.groups << "|b" << s.bias << "|" << static_cast<int>(s.input_dtype);
   return key.str();
 }
 
@@ -124,7 +125,10 @@ std::optional<at::Tensor> lower_conv_forward(c10::ArrayRef<c10::IValue> a) {
   record.flops = static_cast<uint64_t>(spec->flops());
   const kernels::Conv2dSpec s = *spec;
   execute_program(input.device().index(), conv_key("conv2d", s),
-                  on_first_core_only([s](const HardwareConfig& hw) { return kernels::conv2d_program(s, hw); }), inputs,
+                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::conv2d_program(s, hw, core, cores);
+                  },
+                  inputs,
                   {buffer("output", y)}, std::move(record));
   return unbatched ? y.squeeze(0) : y;
 }
@@ -176,7 +180,9 @@ std::optional<std::vector<at::Tensor>> lower_conv_backward(c10::ArrayRef<c10::IV
   record.flops = static_cast<uint64_t>(kernels::conv2d_backward_flops(*spec));
   const kernels::Conv2dSpec s = *spec;
   execute_program(input.device().index(), conv_key("conv2d_backward", s),
-                  on_first_core_only([s](const HardwareConfig& hw) { return kernels::conv2d_backward_program(s, hw); }),
+                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::conv2d_backward_program(s, hw, core, cores);
+                  },
                   {buffer("input", x), buffer("weight", w), buffer("grad_output", dy)}, outputs, std::move(record));
   if (unbatched && dx.defined()) dx = dx.squeeze(0);
   return std::vector<at::Tensor>{dx, dw, db};

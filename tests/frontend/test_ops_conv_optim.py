@@ -120,10 +120,44 @@ def test_conv2d_module(dtype):
     no_fallback("convolution", "convolution_backward", "convolution_overrideable", "convolution_backward_overrideable")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,c,h,w,o,k,groups,stride,padding", [
+    (2, 4, 9, 8, 6, 3, 2, 1, 1), (1, 12, 10, 11, 12, 3, 12, 2, 1), (3, 32, 8, 8, 64, 3, 32, 1, 1),
+    (2, 6, 7, 7, 9, 1, 3, 1, 0)])
+def test_grouped_and_depthwise_conv2d(n, c, h, w, o, k, groups, stride, padding, dtype):
+    x, wt, b = rand((n, c, h, w), dtype, 21), rand((o, c // groups, k, k), dtype, 22), rand((o,), dtype, 23)
+    xr, wr, br = (t.clone().requires_grad_() for t in (x, wt, b))
+    y = F.conv2d(xr, wr, br, stride=stride, padding=padding, groups=groups)
+    dy = rand(y.shape, dtype, 24)
+    y.backward(dy)
+    xn, wn, bn = (t.to("neuron").requires_grad_() for t in (x, wt, b))
+    yn = F.conv2d(xn, wn, bn, stride=stride, padding=padding, groups=groups)
+    yn.backward(dy.to("neuron"))
+    pixels = n * y.shape[2] * y.shape[3]
+    check(yn.detach(), y.detach(), dtype, c // groups * k * k)
+    check(xn.grad, xr.grad, dtype, o // groups * k * k)
+    check(wn.grad, wr.grad, dtype, pixels)
+    check(bn.grad, br.grad, dtype, pixels)
+    assert trnsim.fallback_report() == {}
+
+
+def test_conv2d_splits_across_the_logical_cores_physical_cores():
+    x, wt = rand((8, 64, 28, 28), torch.bfloat16, 25), rand((64, 64, 3, 3), torch.bfloat16, 26)
+    times = {}
+    for lnc in (1, 2):
+        trnsim.set_config("trn2", chip__default_logical_core_size=lnc)
+        trnsim.reset_simulated_time()
+        y = F.conv2d(x.to("neuron"), wt.to("neuron"), padding=1)
+        (rec,) = [r for r in trnsim.op_log("kernel") if r["op"] == "convolution_overrideable"]
+        times[lnc] = rec["ns"]
+        check(y, F.conv2d(x, wt, padding=1), torch.bfloat16, 64 * 9)
+    trnsim.set_config("trn2")
+    assert times[2] < 0.75 * times[1], times
+
+
 @pytest.mark.parametrize(
     "name,call",
     [
-        ("groups", lambda x, w: F.conv2d(x, w[:, :2], groups=2)),
         ("transposed", lambda x, w: F.conv_transpose2d(x, w.transpose(0, 1)[:, :, :, :].contiguous())),
         ("conv3d", lambda x, w: F.conv3d(x.unsqueeze(2), w.unsqueeze(2))),
         ("float64", lambda x, w: F.conv2d(x.double(), w.double())),
