@@ -620,7 +620,58 @@ void neuron_fused_adamw(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   torch::jit::drop(*stack, n);
 }
 
+// The single-tensor forms (torch.optim's for-loop path, user code): lerp.Scalar, addcmul, addcdiv,
+// their in-place and out= overloads, as the foreach lowering of one-element lists (same kernels,
+// same fp32 intermediate arithmetic). out= writes the functional result into `out`.
+void neuron_pointwise_ternary(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const std::string full = op_name(op);
+  const size_t dot = full.find('.');
+  std::string base = full.substr(0, dot);
+  const bool inplace = base.back() == '_';
+  if (inplace) base.pop_back();
+  const std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+  const bool out_variant = overload == "out" || overload == "Scalar_out";
+  const c10::ArrayRef<c10::IValue> a = torch::jit::last(*stack, n);
+  const at::Tensor self = a[0].toTensor();
+  // lerp.Scalar(self, end, weight) / addcmul(self, t1, t2, value): tensors first, then the scalar.
+  const size_t tensors = base == "lerp" ? 2 : 3;
+  std::vector<c10::IValue> lists;
+  for (size_t i = 0; i < tensors; ++i) lists.emplace_back(std::vector<at::Tensor>{a[i].toTensor()});
+  lists.push_back(a[tensors]);
+  ForeachCall call;
+  bool lowered = false;
+  try {
+    lowered = lower_foreach("_foreach_" + base + (inplace ? "_" : "") + ".Scalar", lists, call);
+  } catch (const std::invalid_argument&) {
+    TORCH_CHECK(call.done == 0, "neuron: ", full, ": a kernel rejected a tensor after it was updated");
+    lowered = false;
+  }
+  if (lowered && out_variant) {
+    at::Tensor target = a[n - 1].toTensor();
+    const at::Tensor result = call.results.front();
+    lowered = on_neuron(target) && target.scalar_type() == result.scalar_type();
+    if (lowered) {
+      if (target.sizes() != result.sizes()) target.resize_(result.sizes());
+      target.copy_(result);
+      torch::jit::drop(*stack, n);
+      torch::jit::push(*stack, target);
+      return;
+    }
+  }
+  if (!lowered) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  torch::jit::push(*stack, inplace ? self : call.results.front());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", "addcmul", "addcmul_", "addcmul.out",
+                           "addcdiv", "addcdiv_", "addcdiv.out"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_pointwise_ternary>());
+  }
   m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&neuron_convolution>());
   m.impl("convolution_backward_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&neuron_convolution_backward>());

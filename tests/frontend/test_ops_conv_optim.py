@@ -351,3 +351,41 @@ def test_fused_adamw_unsupported_falls_back():
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
     assert trnsim.fallback_report().get("aten::_fused_adamw_", 0) == 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_single_tensor_lerp_addcmul_addcdiv(dtype):
+    a, b, c = rand((37, 41), dtype, 31), rand((37, 41), dtype, 32), rand((37, 41), dtype, 33)
+    c = (c.float().abs() + 0.5).to(dtype)
+    d = [t.to("neuron") for t in (a, b, c)]
+    check(torch.lerp(d[0], d[1], 0.3), torch.lerp(a, b, 0.3), dtype, 4)
+    check(torch.lerp(d[0], d[1], 0.8), torch.lerp(a, b, 0.8), dtype, 4)
+    check(torch.addcmul(d[0], d[1], d[2], value=0.5), torch.addcmul(a, b, c, value=0.5), dtype, 4)
+    check(torch.addcdiv(d[0], d[1], d[2], value=-2), torch.addcdiv(a, b, c, value=-2), dtype, 4)
+    inplace, ref = d[0].clone(), a.clone()
+    inplace.addcmul_(d[1], d[2], value=0.1)
+    ref.addcmul_(b, c, value=0.1)
+    check(inplace, ref, dtype, 4)
+    out = torch.empty(0, dtype=dtype).to("neuron")
+    assert torch.addcdiv(d[0], d[1], d[2], out=out) is out
+    check(out, torch.addcdiv(a, b, c), dtype, 4)
+    assert trnsim.fallback_report() == {}
+
+
+def test_for_loop_adamw_runs_on_the_device():
+    """AdamW(foreach=False): torch's per-tensor path (lerp_, addcmul_, addcdiv_, sqrt, ...)."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(20, 5)
+    dev = torch.nn.Linear(20, 5)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    x = torch.randn(4, 20)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=False) for m in (cpu, dev)]
+    for _ in range(3):
+        for model, opt, inp in ((cpu, opts[0], x), (dev, opts[1], x.to("neuron"))):
+            opt.zero_grad()
+            model(inp).square().sum().backward()
+            opt.step()
+    for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=1e-5, atol=1e-5)
+    assert trnsim.fallback_report() == {}
