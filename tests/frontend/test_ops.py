@@ -84,11 +84,12 @@ def test_addmm(bias_shape, dtype):
     no_fallback("addmm")
 
 
-def test_addmm_scaled_falls_back_explicitly():
+def test_addmm_scaled_runs_as_matmul_and_elementwise_kernels():
     bias, a, b = rand((8,), torch.float32, 5), rand((4, 6), torch.float32, 6), rand((6, 8), torch.float32, 7)
     out = torch.addmm(bias.to("neuron"), a.to("neuron"), b.to("neuron"), beta=0.5, alpha=2.0)
     check(out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0), torch.float32, 6)
-    assert any("addmm" in op for op in trnsim.fallback_report())
+    assert trnsim.fallback_report() == {}
+    assert [r["op"] for r in trnsim.op_log("kernel")] == ["mm", "mul.Tensor", "mul.Tensor", "add.Tensor"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
