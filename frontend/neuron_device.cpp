@@ -1614,6 +1614,11 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   if (op == "sigmoid_backward" || op == "tanh_backward")
     return lower_activation_backward(op, args[0].toTensor(), args[1].toTensor());
   if (op == "mul.Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), BinaryOp::multiply);
+  if (op == "maximum" || op == "minimum") {
+    // NaN propagates as in torch (the ALU's maximum / minimum return the NaN operand too).
+    return lower_binary(op, args[0].toTensor(), args[1].toTensor(),
+                        op == "maximum" ? BinaryOp::maximum : BinaryOp::minimum);
+  }
   if (op == "div.Tensor") return lower_binary(op, args[0].toTensor(), args[1].toTensor(), BinaryOp::divide);
   if (op == "gelu") {
     const std::string approximate(args[1].toStringRef());
@@ -1733,7 +1738,7 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
 const std::map<std::string, std::string>& out_variants() {
   static const std::map<std::string, std::string> table = {
       {"mm.out", "mm"}, {"addmm.out", "addmm"}, {"bmm.out", "bmm"}, {"add.out", "add.Tensor"},
-      {"sub.out", "sub.Tensor"}, {"mul.out", "mul.Tensor"}, {"div.out", "div.Tensor"}, {"gelu.out", "gelu"},
+      {"sub.out", "sub.Tensor"}, {"mul.out", "mul.Tensor"}, {"maximum.out", "maximum"}, {"minimum.out", "minimum"}, {"div.out", "div.Tensor"}, {"gelu.out", "gelu"},
       {"silu.out", "silu"}, {"sigmoid.out", "sigmoid"}, {"tanh.out", "tanh"}, {"exp.out", "exp"}, {"relu.out", "relu"},
       {"log.out", "log"}, {"sqrt.out", "sqrt"}, {"rsqrt.out", "rsqrt"}, {"abs.out", "abs"}, {"neg.out", "neg"},
       {"reciprocal.out", "reciprocal"}, {"sin.out", "sin"}, {"cos.out", "cos"}, {"erf.out", "erf"}, {"sign.out", "sign"}, {"sgn.out", "sgn"},
@@ -1835,7 +1840,8 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const char* op : {"mm", "addmm", "bmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "relu", "gelu",
+  for (const char* op : {"mm", "addmm", "bmm", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum",
+                         "minimum", "relu", "gelu",
                          "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sin",
                          "cos", "erf", "relu_", "silu_", "sigmoid_", "tanh_", "exp_", "log_", "sqrt_", "rsqrt_", "abs_",
                          "neg_", "reciprocal_", "sin_", "cos_", "erf_", "sign", "sgn", "baddbmm", "sum.dim_IntList", "mean.dim", "sum", "mean", "amax", "amin",

@@ -667,7 +667,152 @@ void neuron_pointwise_ternary(const c10::OperatorHandle& op, torch::jit::Stack* 
   torch::jit::push(*stack, inplace ? self : call.results.front());
 }
 
+// Batch norm (NCHW and [N, C]; statistics over every dim but 1), composed of device kernels: fp32
+// casts, the reduction kernel for the per-channel sums, element-wise kernels with [1, C, 1, ...]
+// broadcasts. Each step is an op on the device (re-dispatched, so each is timed, or counted when it
+// falls back). Statistics are kept in fp32 and returned in the dtype of the running stats / params
+// (as the CPU does for a bf16 input with fp32 params).
+struct BatchNormArgs {
+  at::Tensor input, weight, bias, running_mean, running_var;
+};
+
+at::Tensor optional_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
+
+std::vector<int64_t> bn_reduce_dims(const at::Tensor& input) {
+  std::vector<int64_t> dims = {0};
+  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+
+std::vector<int64_t> bn_channel_shape(const at::Tensor& input) {
+  std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
+  shape[1] = input.size(1);
+  return shape;
+}
+
+bool bn_supported(const BatchNormArgs& a) {
+  if (!on_neuron(a.input) || a.input.dim() < 2 || a.input.numel() == 0 || !sim_dtype(a.input.scalar_type())) return false;
+  const int64_t c = a.input.size(1);
+  for (const at::Tensor* t : {&a.weight, &a.bias, &a.running_mean, &a.running_var}) {
+    if (t->defined() && (!on_neuron(*t) || t->dim() != 1 || t->size(0) != c || !sim_dtype(t->scalar_type()))) return false;
+  }
+  return true;
+}
+
+at::ScalarType bn_stat_dtype(const BatchNormArgs& a) {
+  if (a.running_mean.defined()) return a.running_mean.scalar_type();
+  if (a.weight.defined()) return a.weight.scalar_type();
+  return a.input.scalar_type();
+}
+
+std::vector<at::Tensor> lower_batch_norm(const BatchNormArgs& a, bool training, double momentum, double eps) {
+  c10::DeviceGuard guard(a.input.device());
+  const std::vector<int64_t> dims = bn_reduce_dims(a.input), cshape = bn_channel_shape(a.input);
+  const at::Tensor x = a.input.to(at::kFloat);
+  at::Tensor mean, invstd;
+  if (training) {
+    mean = x.mean(dims);
+    const at::Tensor centered = x - mean.view(cshape);
+    const at::Tensor var = (centered * centered).mean(dims);  // biased, for normalising
+    invstd = (var + eps).rsqrt();
+    const int64_t n = x.numel() / x.size(1);
+    if (a.running_mean.defined()) {
+      at::Tensor rm = a.running_mean;
+      rm.copy_(rm.to(at::kFloat) * (1 - momentum) + mean * momentum);
+    }
+    if (a.running_var.defined()) {
+      at::Tensor rv = a.running_var;
+      const double unbias = n > 1 ? double(n) / double(n - 1) : 1.0;  // the running variance is unbiased
+      rv.copy_(rv.to(at::kFloat) * (1 - momentum) + var * (momentum * unbias));
+    }
+  } else {
+    TORCH_CHECK(a.running_mean.defined() && a.running_var.defined(), "batch_norm in eval mode needs running stats");
+    mean = a.running_mean.to(at::kFloat);
+    invstd = (a.running_var.to(at::kFloat) + eps).rsqrt();
+  }
+  at::Tensor y = (x - mean.view(cshape)) * invstd.view(cshape);
+  if (a.weight.defined()) y = y * a.weight.to(at::kFloat).view(cshape);
+  if (a.bias.defined()) y = y + a.bias.to(at::kFloat).view(cshape);
+  y = y.to(a.input.scalar_type());
+  if (!training) {
+    const at::TensorOptions empty = a.input.options().dtype(bn_stat_dtype(a));
+    return {y, at::empty({0}, empty), at::empty({0}, empty)};
+  }
+  return {y, mean.to(bn_stat_dtype(a)), invstd.to(bn_stat_dtype(a))};
+}
+
+std::vector<at::Tensor> lower_batch_norm_backward(const at::Tensor& grad_out, const BatchNormArgs& a,
+                                                  const at::Tensor& save_mean, const at::Tensor& save_invstd,
+                                                  bool training, double eps, const std::vector<bool>& mask) {
+  c10::DeviceGuard guard(a.input.device());
+  const std::vector<int64_t> dims = bn_reduce_dims(a.input), cshape = bn_channel_shape(a.input);
+  const at::Tensor x = a.input.to(at::kFloat), dy = grad_out.to(at::kFloat);
+  at::Tensor mean, invstd;
+  if (training) {
+    mean = save_mean.to(at::kFloat);
+    invstd = save_invstd.to(at::kFloat);
+  } else {
+    mean = a.running_mean.to(at::kFloat);
+    invstd = (a.running_var.to(at::kFloat) + eps).rsqrt();
+  }
+  const at::Tensor xhat = (x - mean.view(cshape)) * invstd.view(cshape);
+  const at::Tensor dbias = dy.sum(dims);
+  const at::Tensor dweight = (dy * xhat).sum(dims);
+  at::Tensor dx;
+  if (mask[0]) {
+    at::Tensor scale = a.weight.defined() ? invstd * a.weight.to(at::kFloat) : invstd;
+    if (training) {
+      const double n = double(x.numel() / x.size(1));
+      // dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))
+      dx = (dy - (dbias / n).view(cshape) - xhat * (dweight / n).view(cshape)) * scale.view(cshape);
+    } else {
+      dx = dy * scale.view(cshape);
+    }
+    dx = dx.to(a.input.scalar_type());
+  }
+  const at::ScalarType param_dtype = a.weight.defined() ? a.weight.scalar_type() : a.input.scalar_type();
+  return {dx, mask[1] ? dweight.to(param_dtype) : at::Tensor(), mask[2] ? dbias.to(param_dtype) : at::Tensor()};
+}
+
+void neuron_batch_norm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const c10::ArrayRef<c10::IValue> v = torch::jit::last(*stack, n);
+  BatchNormArgs a{v[0].toTensor(), optional_tensor(v[1]), optional_tensor(v[2]), optional_tensor(v[3]),
+                  optional_tensor(v[4])};
+  const bool training = v[5].toBool();
+  if (!bn_supported(a) || (!training && (!a.running_mean.defined() || !a.running_var.defined()))) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  std::vector<at::Tensor> out = lower_batch_norm(a, training, v[6].toDouble(), v[7].toDouble());
+  torch::jit::drop(*stack, n);
+  for (at::Tensor& t : out) torch::jit::push(*stack, std::move(t));
+}
+
+void neuron_batch_norm_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const c10::ArrayRef<c10::IValue> v = torch::jit::last(*stack, n);
+  const at::Tensor grad_out = v[0].toTensor();
+  BatchNormArgs a{v[1].toTensor(), optional_tensor(v[2]), at::Tensor(), optional_tensor(v[3]), optional_tensor(v[4])};
+  const at::Tensor save_mean = optional_tensor(v[5]), save_invstd = optional_tensor(v[6]);
+  const bool training = v[7].toBool();
+  const std::vector<bool> mask = {v[9].toBoolList().get(0), v[9].toBoolList().get(1), v[9].toBoolList().get(2)};
+  const bool stats = training ? save_mean.defined() && save_invstd.defined() && on_neuron(save_mean) &&
+                                    on_neuron(save_invstd) && save_mean.numel() == a.input.size(1)
+                              : a.running_mean.defined() && a.running_var.defined();
+  if (!bn_supported(a) || !stats || !on_neuron(grad_out) || grad_out.sizes() != a.input.sizes()) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  std::vector<at::Tensor> out = lower_batch_norm_backward(grad_out, a, save_mean, save_invstd, training,
+                                                          v[8].toDouble(), mask);
+  torch::jit::drop(*stack, n);
+  for (at::Tensor& t : out) torch::jit::push(*stack, std::move(t));
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&neuron_batch_norm>());
+  m.impl("native_batch_norm_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_batch_norm_backward>());
   for (const char* name : {"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", "addcmul", "addcmul_", "addcmul.out",
                            "addcdiv", "addcdiv_", "addcdiv.out"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_pointwise_ternary>());

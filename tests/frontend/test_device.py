@@ -208,10 +208,10 @@ def test_fallback_report_counts_ops():
     b = torch.randn(4, 4).to("neuron")
     trnsim.reset_fallback_report()
     for _ in range(3):
-        c = torch.maximum(a, b)  # not lowered yet
+        c = torch.fmax(a, b)  # not lowered
     torch.log1p(c)  # not lowered either
     report = trnsim.fallback_report()
-    assert sum(n for op, n in report.items() if op.startswith("aten::maximum")) == 3
+    assert sum(n for op, n in report.items() if op.startswith("aten::fmax")) == 3
     assert sum(n for op, n in report.items() if op.startswith("aten::log1p")) == 1
     # native ops never fall back
     trnsim.reset_fallback_report()
@@ -243,7 +243,7 @@ def test_fallback_mode_from_environment(mode, python_env):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                y = torch.maximum(x, -x)  # neg runs on the device; maximum falls back (not lowered)
+                y = torch.fmax(x, -x)  # neg runs on the device; fmax falls back (not lowered)
             except NotImplementedError as e:
                 print("RAISED", e)
             else:
@@ -254,12 +254,12 @@ def test_fallback_mode_from_environment(mode, python_env):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     if mode == "error":
-        assert "RAISED" in proc.stdout and "aten::maximum" in proc.stdout and "TRNSIM_FALLBACK=error" in proc.stdout
+        assert "RAISED" in proc.stdout and "aten::fmax" in proc.stdout and "TRNSIM_FALLBACK=error" in proc.stdout
         assert "REPORT {}" in proc.stdout
     else:
         assert "RESULT [1.0, 2.0]" in proc.stdout
         assert f"WARNINGS {1 if mode == 'warn' else 0}" in proc.stdout
-        assert "'aten::maximum" in proc.stdout and "neg" not in proc.stdout
+        assert "'aten::fmax" in proc.stdout and "neg" not in proc.stdout
 
 
 def test_config_from_environment(python_env):

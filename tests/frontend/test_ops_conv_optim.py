@@ -389,3 +389,36 @@ def test_for_loop_adamw_runs_on_the_device():
     for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=1e-5, atol=1e-5)
     assert trnsim.fallback_report() == {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,affine", [((4, 6, 5, 7), True), ((3, 130, 4, 4), False), ((33, 20), True)])
+def test_batch_norm_train_and_eval(shape, affine, dtype):
+    torch.manual_seed(3)
+    make = torch.nn.BatchNorm2d if len(shape) == 4 else torch.nn.BatchNorm1d
+    cpu, dev = make(shape[1], affine=affine).to(dtype), make(shape[1], affine=affine).to(dtype)
+    if affine:
+        with torch.no_grad():
+            cpu.weight.uniform_(0.5, 1.5)
+            cpu.bias.uniform_(-1, 1)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    x, g = rand(shape, dtype, 41), rand(shape, dtype, 42)
+    xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    yc, yd = cpu(xc), dev(xd)
+    yc.backward(g)
+    yd.backward(g.to("neuron"))
+    count = x.numel() // shape[1]
+    check(yd.detach(), yc.detach(), dtype, 4)
+    check(xd.grad, xc.grad, dtype, count)
+    if affine:
+        check(dev.weight.grad, cpu.weight.grad, dtype, count)
+        check(dev.bias.grad, cpu.bias.grad, dtype, count)
+    check(dev.running_mean, cpu.running_mean, dtype, count)
+    check(dev.running_var, cpu.running_var, dtype, count)
+    # Only the int64 batch counter (num_batches_tracked += 1) falls back: no int64 kernels.
+    assert set(trnsim.fallback_report()) <= {"aten::add_.Tensor"}
+    cpu.eval()
+    dev.eval()
+    check(dev(x.to("neuron")).detach(), cpu(x).detach(), dtype, 4)
+    assert not any("batch_norm" in op for op in trnsim.fallback_report())
