@@ -184,3 +184,54 @@ def test_transformer_demo_model_shapes():
     idx = torch.randint(0, 128, (2, 16))
     assert model(idx).shape == (2, 16, 128)
     assert model(idx, idx).dim() == 0
+
+
+# --- (c) a small residual CNN (conv, batch norm, ReLU, global average pool, linear) ----------------
+
+class _ResBlock(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(c)
+        self.c2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(x + self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+
+
+class _SmallResNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.blocks = torch.nn.Sequential(_ResBlock(16), torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), _ResBlock(32))
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.blocks(torch.relu(self.bn(self.stem(x))))
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def test_small_resnet_trains_like_the_cpu():
+    torch.manual_seed(0)
+    cpu, dev = _SmallResNet(), _SmallResNet()
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    gen = torch.Generator().manual_seed(1)
+    x, t = torch.randn(8, 3, 16, 16, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (cpu, dev)]
+    losses = {False: [], True: []}
+    for _ in range(8):
+        for model, opt, on_device in ((cpu, opts[0], False), (dev, opts[1], True)):
+            xx, tt = (x.to("neuron"), t.to("neuron")) if on_device else (x, t)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xx), tt)
+            loss.backward()
+            opt.step()
+            losses[on_device].append(loss.item())
+    for got, want in zip(losses[True], losses[False]):
+        assert abs(got - want) <= 1e-4 * abs(want) + 1e-5, (losses[True], losses[False])
+    assert losses[True][-1] < 0.5 * losses[True][0]
+    # Only BatchNorm's int64 batch counters (num_batches_tracked += 1) run on the CPU.
+    assert set(trnsim.fallback_report()) == {"aten::add_.Tensor"}
