@@ -235,3 +235,22 @@ def test_small_resnet_trains_like_the_cpu():
     assert losses[True][-1] < 0.5 * losses[True][0]
     # Only BatchNorm's int64 batch counters (num_batches_tracked += 1) run on the CPU.
     assert set(trnsim.fallback_report()) == {"aten::add_.Tensor"}
+
+
+def test_torch_compile_with_the_trnsim_backend():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
+    x = torch.randn(32, 64)
+    expected = model(x)
+    expected.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    dev = model.to("neuron")
+    compiled = torch.compile(dev, backend=trnsim.compile_backend)
+    out = compiled(x.to("neuron"))
+    out.square().sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
+    for p, g in zip(dev.parameters(), grads):
+        torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-4, atol=1e-4)
+    assert trnsim.fallback_report() == {}
+    assert {"addmm", "gelu", "gelu_backward"} <= {r["op"] for r in trnsim.op_log("kernel")}

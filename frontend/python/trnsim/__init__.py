@@ -21,10 +21,11 @@ import torch  # must precede the native module: it loads libtorch and registers 
 
 from . import _C
 from . import device as _device_module
+from .compile import compile_backend
 from .profiler import Profile, profile
 
 __all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
-           "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile"]
+           "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "compile_backend"]
 
 DEVICE_NAME = "neuron"
 
