@@ -1119,7 +1119,11 @@ std::optional<std::vector<at::Tensor>> lower_norm_backward(const std::string& op
 
 // cat along any dim (kernels/data_movement.h concat): every input on the device, of one float
 // dtype, non-empty (torch's legacy [0]-shaped inputs fall back).
-std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at::Tensor>& tensors, int64_t dim) {
+std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at::Tensor>& all_tensors, int64_t dim) {
+  // torch's legacy rule: 1-D empty tensors ([0]) are skipped whatever the other shapes.
+  std::vector<at::Tensor> tensors;
+  for (const at::Tensor& t : all_tensors)
+    if (!(t.dim() == 1 && t.numel() == 0)) tensors.push_back(t);
   if (tensors.empty() || !on_neuron(tensors[0]) || tensors[0].dim() == 0) return std::nullopt;
   const at::ScalarType type = tensors[0].scalar_type();
   const std::optional<DType> dt = sim_dtype(type);
