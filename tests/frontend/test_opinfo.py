@@ -49,3 +49,55 @@ def test_opinfo_samples_match_the_cpu(name, dtype):
                                    msg=lambda m: f"{name} {dtype} sample {sample.summary() if hasattr(sample, 'summary') else ''}: {m}")
         ran += 1
     assert ran > 0
+
+
+def tensors_of(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for i in x for t in tensors_of(i)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in tensors_of(v)]
+    return []
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_opinfo_gradients_match_the_cpu(name):
+    """The backward of each sample (autograd on the device: the lowered backward ops) against the CPU's."""
+    op = OPINFOS.get(name)
+    if op is None or not op.supports_autograd:
+        pytest.skip(f"{name}: no differentiable OpInfo")
+    ran = 0
+    for sample in list(op.sample_inputs("cpu", torch.float32, requires_grad=True))[:10]:
+        try:
+            outs = [o for o in tensors_of(op(sample.input, *sample.args, **sample.kwargs))
+                    if o.requires_grad and o.is_floating_point()]
+            leaves = [t for t in tensors_of([sample.input, sample.args, sample.kwargs]) if t.requires_grad]
+            if not outs or not leaves:
+                continue
+            grads = [torch.randn_like(o) for o in outs]
+            expected = torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+        except Exception:  # noqa: BLE001 - samples the CPU rejects are not ours to judge
+            continue
+        on_device = {id(t): t.detach().to("neuron").requires_grad_() for t in leaves}
+
+        def to_device(x):
+            if isinstance(x, torch.Tensor):
+                return on_device.get(id(x), x.detach().to("neuron"))
+            if isinstance(x, (list, tuple)):
+                return type(x)(to_device(i) for i in x)
+            if isinstance(x, dict):
+                return {k: to_device(v) for k, v in x.items()}
+            return x
+
+        douts = [o for o in tensors_of(op(to_device(sample.input), *to_device(sample.args), **to_device(sample.kwargs)))
+                 if o.requires_grad and o.is_floating_point()]
+        got = torch.autograd.grad(douts, [on_device[id(t)] for t in leaves], [g.to("neuron") for g in grads],
+                                  allow_unused=True)
+        for g, e in zip(got, expected):
+            assert (g is None) == (e is None)
+            if g is not None:
+                torch.testing.assert_close(g.cpu(), e, rtol=1e-3, atol=1e-3, equal_nan=True)
+        ran += 1
+    if ran == 0:
+        pytest.skip(f"{name}: no sample with a differentiable output")
