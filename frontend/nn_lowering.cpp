@@ -546,8 +546,8 @@ void neuron_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 // _fused_adamw_ on the fused AdamW kernel: one program per parameter tensor (step and
-// hyper-parameters are immediates). The kernel keeps exp_avg / exp_avg_sq in fp32; torch's bf16
-// states are widened on the way in and rounded on the way out (the host buffers convert).
+// hyper-parameters are immediates). exp_avg / exp_avg_sq stay in their dtype in HBM (bf16 for bf16
+// parameters); the kernel updates them in fp32 and rounds once, as torch's fused CPU kernel does.
 bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
   const std::vector<at::Tensor> params = a[0].toTensorVector(), grads = a[1].toTensorVector(),
                                 m = a[2].toTensorVector(), v = a[3].toTensorVector(), steps = a[5].toTensorVector();
@@ -577,6 +577,7 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
           !t->is_contiguous())
         return false;
     }
+    if (m[i].scalar_type() != v[i].scalar_type()) return false;
     if (steps[i].numel() != 1) return false;
     const double step = scalar_of_tensor(steps[i]);
     if (step < 1 || step != std::floor(step)) return false;
@@ -588,11 +589,12 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
     spec.elements = p.numel();
     spec.param_dtype = *sim_dtype(p.scalar_type());
     spec.grad_dtype = *sim_dtype(grads[i].scalar_type());
+    spec.state_dtype = *sim_dtype(m[i].scalar_type());
     spec.lr = lr, spec.beta1 = beta1, spec.beta2 = beta2, spec.eps = eps, spec.weight_decay = wd;
     spec.step = step_values[i];
     std::ostringstream key;
     key << std::hexfloat << "fused_adamw|" << spec.elements << "|" << static_cast<int>(spec.param_dtype)
-        << static_cast<int>(spec.grad_dtype) << "|" << lr << "," << beta1 << "," << beta2 << "," << eps << "," << wd
+        << static_cast<int>(spec.grad_dtype) << static_cast<int>(spec.state_dtype) << "|" << lr << "," << beta1 << "," << beta2 << "," << eps << "," << wd
         << "|" << spec.step;
     c10::DeviceGuard guard(p.device());
     execute_program(p.device().index(), key.str(),

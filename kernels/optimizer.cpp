@@ -140,8 +140,8 @@ isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config, 
   std::vector<uint32_t> shape{uint32_t(spec.elements)};
   uint32_t param = builder.hbm("param", spec.param_dtype, shape, in);
   uint32_t grad = builder.hbm("grad", spec.grad_dtype, shape, in);
-  uint32_t m = builder.hbm("exp_avg", DType::fp32, shape, in);
-  uint32_t v = builder.hbm("exp_avg_sq", DType::fp32, shape, in);
+  uint32_t m = builder.hbm("exp_avg", spec.state_dtype, shape, in);
+  uint32_t v = builder.hbm("exp_avg_sq", spec.state_dtype, shape, in);
   build_adamw(KernelContext{builder, config, "", core, cores}, spec, param, grad, m, v);
   return builder.finish();
 }

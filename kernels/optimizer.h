@@ -2,11 +2,12 @@
 // 1 - beta^step) computes it for one parameter tensor:
 //   p *= 1 - lr * wd;  m = lerp(m, g, 1 - beta1);  v = v * beta2 + (1 - beta2) * g * g
 //   p += -(lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
-// with torch's operation order (so fp32 results agree to an ulp or so). State m, v is fp32; p and g fp32
-// or bf16 (p is updated in fp32 and rounded once). step and the hyper-parameters are compile-time
+// with torch's operation order (so fp32 results agree to an ulp or so). State m, v is fp32 or the
+// parameter's 2-byte dtype; p and g fp32 or bf16 (p, m, v are updated in fp32 and rounded once). step and the hyper-parameters are compile-time
 // immediates (the kernel is rebuilt per step, as a traced NKI kernel would be specialised).
 //
-// HBM-bound: 28 B per fp32 parameter (read p, g, m, v; write p, m, v), 22 B for bf16 p and g. The
+// HBM-bound: 28 B per fp32 parameter (read p, g, m, v; write p, m, v), 22 B for bf16 p and g with
+// fp32 state, 14 B with bf16 state. The
 // flattened tensor is spread as [128, N/128] (+ a one-partition tail) and streamed in column tiles as
 // large as SBUF allows with kRingDepth buffers per role; per tile Vector 6N cycles (three
 // scalar_tensor_tensor), GpSimd 4N, Scalar 3N, all below the DMA time of the tile.
@@ -20,7 +21,10 @@ namespace trnsim::kernels {
 
 struct AdamWSpec {
   int64_t elements = 0;
-  DType param_dtype = DType::fp32, grad_dtype = DType::fp32;  // exp_avg / exp_avg_sq are fp32
+  DType param_dtype = DType::fp32, grad_dtype = DType::fp32;
+  // exp_avg / exp_avg_sq in HBM (torch keeps them in the parameter's dtype); the update runs in fp32
+  // SBUF tiles either way (the DMA widens on load and rounds once on store, as torch's fused kernel).
+  DType state_dtype = DType::fp32;
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
   int64_t step = 1;  // 1-based, after the increment (torch's state["step"] when the update runs)
 };
