@@ -142,10 +142,6 @@ def gpt_batches():
 
 @pytest.mark.parametrize("impl", ["fused", "foreach"])
 def test_transformer_adamw_matches_cpu(impl):
-    if impl == "foreach" and not os.environ.get("TRNSIM_SLOW_TESTS"):
-        # ~13 _foreach_* kernels per parameter and step: 20 steps take over a minute on 2 cores.
-        pytest.skip("foreach AdamW over 20 steps is slow; TRNSIM_SLOW_TESTS=1 runs it "
-                    "(test_transformer_foreach_adamw_few_steps covers the path)")
     batches = gpt_batches()
     cpu_model = demo.make_model(**TINY)
     cpu = train(cpu_model, demo.make_optimizer(cpu_model, impl, lr=3e-3), batches, gpt_loss, "cpu")
