@@ -2,11 +2,15 @@
 // grouped-query heads (H query heads share H / Hkv key/value heads), head dims up to 128.
 //
 // Schedule: per (batch, kv head) K^T [d, S] and V [S -> 128-row tiles, d] stay in SBUF; per
-// query tile of 128 rows Q^T arrives by DMA transpose; per block of 512 keys the Tensor engine
-// computes S = Q K^T into PSUM, the Vector engine the running row max, the Scalar engine
-// exp(scale * (S - max)) with the row sums fused, P is transposed (alternately on the PE array and
-// by DMA, to share the load) and P V accumulates in PSUM; the output is rescaled by the online
-// softmax correction (Vector) and normalised once at the end.
+// query tile of 128 rows Q^T arrives by DMA transpose; the keys of a tile are cut into sections of
+// up to 1024 (two PSUM banks of fp32 scores). Per section the Tensor engine computes S = Q K^T
+// into PSUM (plus I^T M for the causal mask on the diagonal square), the Vector engine the row max
+// (its one pass over the scores: the bottleneck on trn2), GpSimd the running max as
+// -scale * max, the Scalar engine exp(scale * S - scale * max) with the row sums fused and the
+// rescale factor, P is transposed by DMA and P V accumulates in PSUM over the section; the output
+// update o = o * rescale + P V runs on GpSimd (SBUF) with P V drained by the Scalar engine (trn2)
+// or added from PSUM by the Vector engine (trn3), and o is normalised once at the end. The stages
+// of a section are emitted in a fixed software pipeline across sections and tiles.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,10 @@ import torch
 
 
 @pytest.mark.parametrize("seq,head_dim,heads,kv_heads,causal", [
-    (128, 64, 1, 1, False), (300, 128, 2, 1, False), (640, 64, 4, 2, True), (200, 128, 1, 1, True)])
+    (128, 64, 1, 1, False), (300, 128, 2, 1, False), (640, 64, 4, 2, True), (200, 128, 1, 1, True),
+    # one-section tiles over several kv heads (K/V buffers reused two heads later); ragged 1024-key
+    # sections with the causal diagonal in the second one
+    (100, 128, 4, 4, False), (1100, 64, 2, 2, True), (1300, 128, 1, 1, False)])
 def test_flash_attention_forward_matches_sdpa(run_trnsim, tmp_path, seq, head_dim, heads, kv_heads, causal):
     kernel = tmp_path / "fa.tasm"
     args = ["bench", "attention", "--seq", seq, "--head-dim", head_dim, "--heads", heads, "--kv-heads", kv_heads,
