@@ -19,6 +19,7 @@
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "kernels/optimizer.h"
+#include "kernels/pooling.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -848,6 +849,220 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                            "_foreach_addcdiv.Tensor"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_foreach>());
   }
+}
+
+// =============================================================================================
+// pooling: max_pool2d_with_indices / avg_pool2d and their backwards on the pooling kernels
+// (kernels/pooling.h). 4-D or 3-D (unbatched) input, fp32 / bf16 / fp16. The kernels write int32
+// indices; the int64 torch wants (and the int32 the backward reads) are device copies. Whatever the
+// kernels do not take (other dtypes, a spec validate_pool rejects, a grad_output or indices not on
+// the device) goes to the counted CPU fallback under the op's own name.
+// =============================================================================================
+
+namespace pool {
+
+// [a] or [a, b] -> (a, b); an empty list takes `fallback` (torch: stride defaults to the kernel).
+std::optional<std::pair<int64_t, int64_t>> pair_of(const c10::IValue& v, std::optional<std::pair<int64_t, int64_t>> fallback) {
+  const std::vector<int64_t> x = int_values(v);
+  if (x.empty() && fallback) return fallback;
+  if (x.size() == 1) return std::make_pair(x[0], x[0]);
+  if (x.size() == 2) return std::make_pair(x[0], x[1]);
+  return std::nullopt;
+}
+
+// The kernel's spec, or nullopt (unsupported) for these arguments; validate_pool's rejections throw
+// std::invalid_argument, which the callers send to the fallback too.
+std::optional<kernels::PoolSpec> spec_of(const at::Tensor& self, const c10::IValue& kernel, const c10::IValue& stride,
+                                         const c10::IValue& padding, const c10::IValue* dilation, bool ceil_mode,
+                                         bool max) {
+  if (!on_neuron(self) || (self.dim() != 3 && self.dim() != 4) || self.numel() == 0) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(self.scalar_type());
+  if (!dt) return std::nullopt;
+  const auto k = pair_of(kernel, std::nullopt);
+  if (!k) return std::nullopt;
+  const auto s = pair_of(stride, k), p = pair_of(padding, std::nullopt);
+  const auto d = dilation ? pair_of(*dilation, std::nullopt) : std::optional<std::pair<int64_t, int64_t>>(std::make_pair(1, 1));
+  if (!s || !p || !d) return std::nullopt;
+  const bool batched = self.dim() == 4;
+  kernels::PoolSpec spec;
+  spec.n = batched ? self.size(0) : 1;
+  spec.c = self.size(batched ? 1 : 0);
+  spec.h = self.size(batched ? 2 : 1);
+  spec.w = self.size(batched ? 3 : 2);
+  std::tie(spec.kh, spec.kw) = *k;
+  std::tie(spec.stride_h, spec.stride_w) = *s;
+  std::tie(spec.pad_h, spec.pad_w) = *p;
+  std::tie(spec.dilation_h, spec.dilation_w) = *d;
+  spec.ceil_mode = ceil_mode;
+  spec.dtype = *dt;
+  kernels::validate_pool(spec, max);  // throws std::invalid_argument
+  return spec;
+}
+
+std::string key_of(const std::string& op, const kernels::PoolSpec& s) {
+  std::ostringstream key;
+  key << op << "|" << s.n << "," << s.c << "," << s.h << "," << s.w << "|k" << s.kh << "," << s.kw << "|s" << s.stride_h
+      << "," << s.stride_w << "|p" << s.pad_h << "," << s.pad_w << "|d" << s.dilation_h << "," << s.dilation_w << "|c"
+      << s.ceil_mode << "|i" << s.count_include_pad << "|o" << s.divisor_override << "|" << static_cast<int>(s.dtype);
+  return key.str();
+}
+
+std::vector<int64_t> out_sizes(const kernels::PoolSpec& s, bool unbatched) {
+  if (unbatched) return {s.c, s.out_h(), s.out_w()};
+  return {s.n, s.c, s.out_h(), s.out_w()};
+}
+
+// A gradient / indices tensor that matches the forward's output: on the device, the shape, the dtype.
+bool matches(const at::Tensor& t, const kernels::PoolSpec& s, bool unbatched, at::ScalarType dtype) {
+  return on_neuron(t) && t.scalar_type() == dtype && dims(t.sizes()) == out_sizes(s, unbatched);
+}
+
+std::optional<std::vector<at::Tensor>> max_forward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& self = a[0].toTensor();
+  const std::optional<kernels::PoolSpec> spec = spec_of(self, a[1], a[2], a[3], &a[4], a[5].toBool(), true);
+  if (!spec) return std::nullopt;
+  const bool unbatched = self.dim() == 3;
+  c10::DeviceGuard guard(self.device());
+  const at::Tensor x = batched(self, unbatched).contiguous();
+  at::Tensor y = at::empty(out_sizes(*spec, false), self.options());
+  at::Tensor idx = at::empty(out_sizes(*spec, false), self.options().dtype(at::kInt));
+  const kernels::PoolSpec s = *spec;
+  execute_program(self.device().index(), key_of("max_pool2d", s),
+                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::max_pool2d_program(s, hw, core, cores);
+                  },
+                  {buffer("input", x)}, {buffer("output", y), buffer("indices", idx)},
+                  record_for("max_pool2d_with_indices", {self}, self.scalar_type()));
+  at::Tensor indices = idx.to(at::kLong);
+  if (unbatched) return std::vector<at::Tensor>{y.squeeze(0), indices.squeeze(0)};
+  return std::vector<at::Tensor>{y, indices};
+}
+
+// (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices). The indices must be
+// the forward's (each inside its window), as autograd passes them.
+std::optional<at::Tensor> max_backward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& grad_output = a[0].toTensor();
+  const at::Tensor& self = a[1].toTensor();
+  const at::Tensor& indices = a[7].toTensor();
+  const std::optional<kernels::PoolSpec> spec = spec_of(self, a[2], a[3], a[4], &a[5], a[6].toBool(), true);
+  if (!spec) return std::nullopt;
+  const bool unbatched = self.dim() == 3;
+  if (!matches(grad_output, *spec, unbatched, self.scalar_type()) || !matches(indices, *spec, unbatched, at::kLong)) {
+    return std::nullopt;
+  }
+  // A plane whose backward does not fit SBUF is rejected when the program is built (std::invalid_argument):
+  // nothing the caller sees has been written by then.
+  const kernels::PoolSpec s = *spec;
+  c10::DeviceGuard guard(self.device());
+  const at::Tensor go = batched(grad_output, unbatched).contiguous();
+  const at::Tensor idx = batched(indices, unbatched).contiguous().to(at::kInt);
+  at::Tensor gi = at::empty({s.n, s.c, s.h, s.w}, self.options());
+  execute_program(self.device().index(), key_of("max_pool2d_backward", s),
+                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::max_pool2d_backward_program(s, hw, core, cores);
+                  },
+                  {buffer("grad_output", go), buffer("indices", idx)}, {buffer("grad_input", gi)},
+                  record_for("max_pool2d_with_indices_backward", {grad_output, self}, self.scalar_type()));
+  return unbatched ? gi.squeeze(0) : gi;
+}
+
+// avg_pool2d's (count_include_pad, divisor_override) from the IValues at `i`, `i + 1`.
+bool avg_options(kernels::PoolSpec& s, c10::ArrayRef<c10::IValue> a, size_t i) {
+  s.count_include_pad = a[i].toBool();
+  if (!a[i + 1].isNone()) {
+    s.divisor_override = int_value(a[i + 1]);
+    if (s.divisor_override <= 0) return false;
+  }
+  return true;
+}
+
+std::optional<at::Tensor> avg_forward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& self = a[0].toTensor();
+  std::optional<kernels::PoolSpec> spec = spec_of(self, a[1], a[2], a[3], nullptr, a[4].toBool(), false);
+  if (!spec || !avg_options(*spec, a, 5)) return std::nullopt;
+  const bool unbatched = self.dim() == 3;
+  c10::DeviceGuard guard(self.device());
+  const at::Tensor x = batched(self, unbatched).contiguous();
+  at::Tensor y = at::empty(out_sizes(*spec, false), self.options());
+  const kernels::PoolSpec s = *spec;
+  execute_program(self.device().index(), key_of("avg_pool2d", s),
+                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::avg_pool2d_program(s, hw, core, cores);
+                  },
+                  {buffer("input", x)}, {buffer("output", y)}, record_for("avg_pool2d", {self}, self.scalar_type()));
+  return unbatched ? y.squeeze(0) : y;
+}
+
+// (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override).
+std::optional<at::Tensor> avg_backward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& grad_output = a[0].toTensor();
+  const at::Tensor& self = a[1].toTensor();
+  std::optional<kernels::PoolSpec> spec = spec_of(self, a[2], a[3], a[4], nullptr, a[5].toBool(), false);
+  if (!spec || !avg_options(*spec, a, 6)) return std::nullopt;
+  const bool unbatched = self.dim() == 3;
+  if (!matches(grad_output, *spec, unbatched, self.scalar_type())) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  const at::Tensor go = batched(grad_output, unbatched).contiguous();
+  const kernels::PoolSpec s = *spec;
+  at::Tensor gi = at::empty({s.n, s.c, s.h, s.w}, self.options());
+  execute_program(self.device().index(), key_of("avg_pool2d_backward", s),
+                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::avg_pool2d_backward_program(s, hw, core, cores);
+                  },
+                  {buffer("grad_output", go)}, {buffer("grad_input", gi)},
+                  record_for("avg_pool2d_backward", {grad_output, self}, self.scalar_type()));
+  return unbatched ? gi.squeeze(0) : gi;
+}
+
+// Runs `lower` on the op's arguments; nullopt or a kernel's rejection (std::invalid_argument, an
+// IsaError) goes to the counted fallback with the stack untouched.
+template <typename Lower>
+void run_or_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Lower&& lower) {
+  const size_t n = op.schema().arguments().size();
+  std::optional<std::vector<at::Tensor>> out;
+  try {
+    out = lower(torch::jit::last(*stack, n));
+  } catch (const std::invalid_argument&) {
+    out.reset();
+  } catch (const isa::IsaError&) {
+    out.reset();
+  }
+  if (!out) {
+    neuron_fallback(op, stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  for (at::Tensor& t : *out) torch::jit::push(*stack, std::move(t));
+}
+
+template <typename F>
+std::optional<std::vector<at::Tensor>> one(F&& f, c10::ArrayRef<c10::IValue> a) {
+  std::optional<at::Tensor> t = f(a);
+  if (!t) return std::nullopt;
+  return std::vector<at::Tensor>{std::move(*t)};
+}
+
+void neuron_max_pool2d(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return max_forward(a); });
+}
+void neuron_max_pool2d_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return one(max_backward, a); });
+}
+void neuron_avg_pool2d(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return one(avg_forward, a); });
+}
+void neuron_avg_pool2d_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return one(avg_backward, a); });
+}
+
+}  // namespace pool
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool2d_with_indices", torch::CppFunction::makeFromBoxedFunction<&pool::neuron_max_pool2d>());
+  m.impl("max_pool2d_with_indices_backward",
+         torch::CppFunction::makeFromBoxedFunction<&pool::neuron_max_pool2d_backward>());
+  m.impl("avg_pool2d", torch::CppFunction::makeFromBoxedFunction<&pool::neuron_avg_pool2d>());
+  m.impl("avg_pool2d_backward", torch::CppFunction::makeFromBoxedFunction<&pool::neuron_avg_pool2d_backward>());
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "kernels/loss.h"
 #include "kernels/normalization.h"
 #include "kernels/optimizer.h"
+#include "kernels/pooling.h"
 #include "sim/simulator.h"
 
 using namespace trnsim;
@@ -220,6 +221,32 @@ int main(int argc, char** argv) try {
         program = conv2d_backward_program(spec, hw, core, cores);
       } else {
         program = conv2d_program(spec, hw, core, cores);
+      }
+    } else if (kernel == "max_pool2d" || kernel == "avg_pool2d") {
+      // input=NxCxHxW kernel=K|KHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW ceil_mode=0|1
+      // count_include_pad=0|1 divisor_override=D dtype backward=0|1. Max: outputs output, indices (int32);
+      // backward inputs grad_output (+ indices), output grad_input.
+      PoolSpec spec;
+      std::vector<int64_t> in = parse_shape(get("input"));
+      if (in.size() != 4) throw std::invalid_argument(kernel + " needs input=NxCxHxW");
+      spec.n = in[0], spec.c = in[1], spec.h = in[2], spec.w = in[3];
+      auto pair = [&](const std::string& key, const std::string& fallback) {
+        std::vector<int64_t> v = parse_shape(get(key, fallback));
+        return std::make_pair(v.at(0), v.size() > 1 ? v[1] : v[0]);
+      };
+      std::tie(spec.kh, spec.kw) = pair("kernel", "2");
+      std::tie(spec.stride_h, spec.stride_w) = pair("stride", get("kernel", "2"));
+      std::tie(spec.pad_h, spec.pad_w) = pair("padding", "0");
+      std::tie(spec.dilation_h, spec.dilation_w) = pair("dilation", "1");
+      spec.ceil_mode = get("ceil_mode", "0") == "1";
+      spec.count_include_pad = get("count_include_pad", "1") == "1";
+      spec.divisor_override = std::stoll(get("divisor_override", "0"));
+      spec.dtype = dtype_of(kv, "dtype", "bf16");
+      const bool backward = get("backward", "0") == "1";
+      if (kernel == "max_pool2d") {
+        program = backward ? max_pool2d_backward_program(spec, hw, core, cores) : max_pool2d_program(spec, hw, core, cores);
+      } else {
+        program = backward ? avg_pool2d_backward_program(spec, hw, core, cores) : avg_pool2d_program(spec, hw, core, cores);
       }
     } else if (kernel == "reduce" || kernel == "permute" || kernel == "concat" || kernel == "embedding") {
       // reduce shape=AxBxC dims=0,2 op=sum|mean|max|min|argmax|argmin keepdim=0|1 dtype out_dtype
