@@ -262,6 +262,26 @@ def test_fallback_mode_from_environment(mode, python_env):
         assert "'aten::fmax" in proc.stdout and "neg" not in proc.stdout
 
 
+def test_backward_runs_on_the_calling_thread_and_exits_cleanly(python_env):
+    """A large backward's last op used to finish on autograd's device thread while Python shut
+    down (abort at exit, rc 134); the device's backward now runs on the calling thread."""
+    script = textwrap.dedent("""
+        import threading, torch, trnsim
+        assert not torch._C._is_multithreading_enabled()
+        x = torch.randn(4, 64, 112, 112).to("neuron").requires_grad_()
+        threads = set()
+        x.register_hook(lambda g: threads.add(threading.get_ident()))
+        y = x * 2
+        y.backward(torch.ones_like(y))
+        assert threads == {threading.get_ident()}, threads
+        print("ok")
+    """)
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=python_env,
+                              timeout=300)
+        assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
 def test_config_from_environment(python_env):
     env = dict(python_env, TRNSIM_CONFIG="trn3")
     script = "import torch, trnsim; print(trnsim.config()['name'], torch.neuron.device_count())"

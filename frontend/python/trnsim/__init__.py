@@ -104,6 +104,13 @@ if _os.path.isdir(_PACKAGED_CONFIGS):
     _os.environ["TRNSIM_CONFIG_PATH"] = _os.pathsep.join(
         p for p in (_os.environ.get("TRNSIM_CONFIG_PATH"), _PACKAGED_CONFIGS) if p)
 
+# Autograd runs the device's backward ops on the calling thread, not on a per-device worker thread:
+# the simulator is synchronous, so the worker buys nothing, and it can still hold the last
+# reference to a finished graph task (whose saved thread-local state holds Python objects) while
+# the interpreter shuts down, which aborts the process ("terminate called without an active
+# exception"). The setting is per thread: this covers the importing (main) thread.
+torch._C._set_multithreading_enabled(False)
+
 set_config(_os.environ.get("TRNSIM_CONFIG") or "trn2")
 if _os.environ.get("TRNSIM_FALLBACK"):
     set_fallback_mode(_os.environ["TRNSIM_FALLBACK"])
