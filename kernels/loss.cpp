@@ -1,6 +1,7 @@
 // Cross-entropy forward and backward (see loss.h for the schedule).
 #include "kernels/loss.h"
 
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -21,9 +22,6 @@ constexpr int64_t kGatherQueue = 3;
 // One more tile in flight than the element-wise kernels: each row tile chains Vector -> Scalar -> Vector.
 constexpr int kDepth = detail::kRingDepth + 1;
 
-isa::AccessPattern logits_hbm(const KernelContext& ctx, uint32_t t, const CrossEntropySpec& s, const Range& r) {
-  return hbm_ap(ctx, t, r.begin * s.classes, {{s.classes, uint32_t(r.size)}, {1, uint32_t(s.classes)}});
-}
 isa::AccessPattern per_row_hbm(const KernelContext& ctx, uint32_t t, const Range& r) {
   return hbm_ap(ctx, t, r.begin, {{1, uint32_t(r.size)}, {1, 1}});
 }
@@ -41,9 +39,10 @@ struct RowLossColumns {
 };
 void finish_row_loss(const KernelContext& ctx, const CrossEntropySpec& spec, const RowLossColumns& c,
                      uint32_t pair, const Range& rows, bool first_tile, uint32_t loss, int64_t lse,
-                     const std::optional<uint32_t>& ones, const std::optional<uint32_t>& total) {
+                     const std::optional<uint32_t>& ones, const std::optional<uint32_t>& total,
+                     bool take_log = true) {  // false: c.lse already holds log(sum)
   const int64_t p = rows.size;
-  ctx.builder.emit(isa::Opcode::activation).tensor("dst", c.lse).word("op", "log").tensor("data", c.sumexp);
+  if (take_log) ctx.builder.emit(isa::Opcode::activation).tensor("dst", c.lse).word("op", "log").tensor("data", c.sumexp);
   ctx.builder.emit(isa::Opcode::tensor_tensor)
       .tensor("dst", c.lse).tensor("data1", c.lse).tensor("data2", c.negmax).word("op", "subtract");
   ctx.builder.emit(isa::Opcode::tensor_tensor)
@@ -90,7 +89,9 @@ struct Chunks {
 };
 Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int64_t budget, const char* kernel) {
   int64_t width = std::min({cols, target, budget / bytes_per_column});
-  if (width < 64) throw std::invalid_argument(std::string(kernel) + ": no room in SBUF for a column chunk");
+  if (width < std::min<int64_t>(cols, 64)) {
+    throw std::invalid_argument(std::string(kernel) + ": no room in SBUF for a column chunk");
+  }
   const int64_t n = ceil_div(cols, width);
   // Balanced, and a multiple of 128 elements: every chunk-wide buffer then spans whole 256-byte granules
   // (a chunk sharing a granule with its neighbour in the ring would make their engines wait on each other).
@@ -98,15 +99,17 @@ Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int
   return {width, ceil_div(cols, width)};
 }
 
-// Rows too long for SBUF (LLM vocabularies: 32K-152K classes): one pass over HBM in column chunks.
+// The forward, one pass over HBM in column chunks (one chunk when the row fits: up to 8192 bf16 / 4096
+// fp32 classes; LLM vocabularies of 32K-152K classes take several).
 // Per chunk c: Vector -max_c (negated), Scalar sum_c = sum exp(x - max_c), GpSimd gathers -max_c into a
 // [P, n] row. After the last chunk of a row tile: max = max_c over chunks, sum = sum_c sum_c *
 // exp(max_c - max) (flash attention's rescaled running sum, done once over the n chunk statistics so
-// no engine waits on the previous chunk), then the loss as in the one-pass schedule. The target logit
-// is not searched for in the chunks (a second full-width Vector pass) but fetched from HBM by an
-// indirect DMA per 32 rows: element (row, target) at flat index (row % 32) * C + target of the 32 rows'
-// logits (exact in fp32 up to 2^24 / 32 = 524288 classes); ignored rows fetch a clamped index and are
-// masked out anyway.
+// no engine waits on the previous chunk; with one chunk its statistics are the row's), then lse and the
+// loss. The target logit is not searched for in the chunks (a second full-width Vector pass) but
+// fetched from HBM by an indirect DMA per row tile (per 64 / 32 rows beyond 131072 / 262144 classes):
+// element (row, target) at flat index (row % group) * C + target of the group's logits (exact in fp32
+// up to 2^24 / 32 = 524288 classes); ignored rows fetch a clamped index and are masked out anyway.
+// Scalar-bound on trn2 (one exp per element: 128 elements / cycle at 1.2 GHz, ~307 GB/s of bf16).
 void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits,
                                  uint32_t target, uint32_t loss, int64_t lse) {
   if (ctx.cores > 1 && spec.reduction != Reduction::none) {
@@ -118,16 +121,17 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
     return;
   }
   const int64_t C = spec.classes, in_b = dtype_size_bytes(spec.logits_dtype);
-  const int depth = detail::kRingDepth;
+  const int depth = detail::kRingDepth + 1;
   // Chunk-wide: the logits ring and a bf16 scratch for the discarded exponentials.
   if (C > (int64_t(1) << 24) / 32) throw std::invalid_argument("cross_entropy: more than 524288 classes");
-  const Chunks ch = chunk_columns(C, detail::kTargetDmaBytesPerPartition / in_b, depth * in_b + 2,
+  const Chunks ch = chunk_columns(C, detail::kTargetDmaBytesPerPartition / in_b, depth * in_b + 2 * 2,
                                   detail::sbuf_free_bytes(ctx) - 16 * depth * 256 - 32 * ceil_div(C, 1024),
                                   "cross_entropy");
   const int64_t n = ch.n, W = ch.width;
   detail::align_sbuf_to_granule(ctx, "cec_pad");
   detail::Ring x = detail::make_ring(ctx, "cec_x", spec.logits_dtype, W, depth);
-  detail::Ring scratch = detail::make_ring(ctx, "cec_scratch", DType::bf16, W, 1);
+  // Two scratch slots: back-to-back exps into one slot would wait out the Scalar latency (a WAW dependency).
+  detail::Ring scratch = detail::make_ring(ctx, "cec_scratch", DType::bf16, W, 2);
   auto stat = [&](const std::string& name, DType d = DType::fp32, int64_t w = 1, int dep = kDepth) {
     return detail::make_ring(ctx, name, d, std::max<int64_t>(w, 256 / dtype_size_bytes(d)), dep);
   };
@@ -135,18 +139,21 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
                negmax = stat("cec_negmax"), sumexp = stat("cec_sumexp"), lse_r = stat("cec_lse"),
                picked = stat("cec_picked"), diff = stat("cec_diff"), pair = stat("cec_pair", DType::fp32, 2),
                nm = stat("cec_nm", spec.logits_dtype, 1, depth), idx = stat("cec_idx", DType::int32);
-  // Per row tile (two in flight): the chunks' -max_c, sum_c and exp(max_c - max).
-  detail::Ring nm_all = stat("cec_nm_all", DType::fp32, n, 2), se_all = stat("cec_se_all", DType::fp32, n, 2),
-               w_all = stat("cec_w_all", DType::fp32, n, 2);
-  // (p % 32) * C, the offset of row p's logits among its 32 rows' (iota counts partitions from the AP's first).
-  constexpr int64_t kGroup = 32;
+  // Per row tile (up to three in flight with the skewed stages): the chunks' -max_c, sum_c and exp(max_c - max).
+  detail::Ring nm_all = stat("cec_nm_all", DType::fp32, n, 4), se_all = stat("cec_se_all", DType::fp32, n, 4),
+               w_all = stat("cec_w_all", DType::fp32, n, 4);
+  // (p % group) * C, the offset of row p's logits among its group's (iota counts partitions from the AP's first).
+  // Rows per gather: the most (128, 64 or 32) whose flat indices stay exact in fp32 (< 2^24). One gather
+  // per row tile when C <= 131072: each gather waits for a gap between the big loads on the DMA engines.
+  int64_t kGroup = 32;
+  while (kGroup < int64_t(ctx.partitions()) && 2 * kGroup * C <= (int64_t(1) << 24)) kGroup *= 2;
   const uint32_t base = ctx.builder.sbuf(ctx.name("cec_base"), DType::fp32, {ctx.partitions(), 1});
   auto group_rows = [&](isa::AccessPattern ap, int64_t g, int64_t q) {
     ap.start_partition += uint32_t(g * kGroup);
     ap.partition.size = uint32_t(q);
     return ap;
   };
-  for (int64_t g = 0; g < int64_t(ctx.partitions()) / kGroup; ++g) {
+  for (int64_t g = 0; g < ceil_div(int64_t(ctx.partitions()), kGroup); ++g) {
     ctx.builder.emit(isa::Opcode::iota).tensor("dst", group_rows(sb2(ctx, base, kGroup, 1), g, kGroup))
         .word("pattern", "[[1, 1]]").imm("channel_multiplier", double(C));
   }
@@ -174,64 +181,137 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
         detail::kLoadQueue);
     if (s.chunk == 0) dma(ctx, sb2(ctx, tgt[s.tile], s.rows.size, 1), per_row_hbm(ctx, target, s.rows), detail::kConstQueue);
   };
-  detail::pipelined(steps.size(), size_t(depth) - 1, load, [&](size_t k) {
-      const Step& st = steps[k];
-      const Range& r = st.rows;
-      const Range cr = cols_of(st.chunk);
-      const int64_t t = st.tile, p = r.size, w = cr.size, kk = int64_t(k);
-      auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
-      auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
-      const isa::AccessPattern xt = sb2(ctx, x[kk], p, w), valid = column(ctx, pair[t], p, 1);
-      if (st.chunk == 0) {
-        // Per-row target as fp32 (exact below 2^24) and whether the row counts.
-        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt)).on(Engine::gpsimd);
-        if (spec.ignore_index) {
-          ctx.builder.emit(isa::Opcode::tensor_scalar)
-              .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
-              .imm("operand0", double(*spec.ignore_index)).on(Engine::gpsimd);
-        } else {
-          ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0).on(Engine::gpsimd);
-        }
-        // The target logit by indirect DMA, index (p % 32) * C + clamp(target, 0, C - 1) per row.
+  // One chunk per row: the row sums and lse of tile pairs (2j, 2j + 1) in columns of one [P, 2] slot.
+  // The two columns 64 floats apart: in different 256-byte dependency granules, so the odd tile's exp does
+  // not wait out the Scalar latency of the even tile's (a WAW on a shared granule).
+  constexpr int64_t kPairStride = 64;
+  detail::Ring se2 = stat("cec_se2", DType::fp32, 2 * kPairStride, 3),
+               lse2 = stat("cec_lse2", DType::fp32, 2 * kPairStride, 3);
+  auto pair_col = [&](const detail::Ring& ring, int64_t t, int64_t p) {
+    return sb2(ctx, ring[t / 2], p, 1, (t % 2) * kPairStride);
+  };
+  auto pair_both = [&](const detail::Ring& ring, int64_t t, int64_t p) {
+    return sb_ap(ctx, ring[t / 2], uint32_t(p), {{kPairStride, 2}});
+  };
+  const int64_t n_tiles = int64_t(row_tiles.size());
+  auto paired = [&](int64_t t) {
+    const int64_t u = t ^ 1;
+    return u < n_tiles && row_tiles[size_t(t)].size == int64_t(ctx.partitions()) &&
+           row_tiles[size_t(u)].size == int64_t(ctx.partitions());
+  };
+  std::optional<size_t> deferred;  // the even tile of a pair, its loss waiting for the odd one's sum
+  // Three stages, skewed in program order (each engine runs its queue in order): iteration i emits stage A
+  // of step i (GpSimd target index and gather on a tile's first chunk, Vector -max_c), stage B of step i - 1
+  // (Scalar exp with its row sum), then the loss of a row tile whose last chunk's stage B was emitted in the
+  // iteration before (so the Scalar log never waits on the exp just before it). So the Vector max runs a step ahead of the Scalar exp and the short dependent chain
+  // of a tile's loss (Scalar log -> Vector) runs while the next tile streams, never in front of it.
+  auto stage_a = [&](size_t k) {
+    const Step& st = steps[k];
+    const Range& r = st.rows;
+    const int64_t t = st.tile, p = r.size, w = cols_of(st.chunk).size, kk = int64_t(k);
+    auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
+    const isa::AccessPattern valid = column(ctx, pair[t], p, 1);
+    if (st.chunk == 0) {
+      // Per-row target as fp32 (exact below 2^24) and whether the row counts.
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt)).on(Engine::gpsimd);
+      if (spec.ignore_index) {
         ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", s(picked)).tensor("data", s(tgf)).word("op0", "maximum").imm("operand0", 0.0)
-            .word("op1", "minimum").imm("operand1", double(C - 1)).on(Engine::gpsimd);
-        ctx.builder.emit(isa::Opcode::tensor_tensor)
-            .tensor("dst", s(picked)).tensor("data1", s(picked)).tensor("data2", sb2(ctx, base, p, 1)).word("op", "add")
-            .on(Engine::gpsimd);
-        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(idx)).tensor("src", s(picked)).on(Engine::gpsimd);
-        for (int64_t g = 0; g * kGroup < p; ++g) {
-          const int64_t q = std::min(kGroup, p - g * kGroup);
-          ctx.builder.emit(isa::Opcode::dma_gather)
-              .tensor("dst", group_rows(s(picked), g, q))
-              .tensor("src", hbm_ap(ctx, logits, (r.begin + g * kGroup) * C, {{1, uint32_t(q * C)}, {1, 1}}))
-              .tensor("indices", group_rows(s(idx), g, q))
-              .imm("queue", double(kGatherQueue));
-        }
+            .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
+            .imm("operand0", double(*spec.ignore_index)).on(Engine::gpsimd);
+      } else {
+        ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0).on(Engine::gpsimd);
       }
-      ctx.builder.emit(isa::Opcode::tensor_reduce)
-          .tensor("dst", sb2(ctx, nm[kk], p, 1)).word("op", "maximum").tensor("data", xt).word("axis", "[1]")
-          .imm("negate", 1);
-      ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt)
-          .tensor("bias", sb2(ctx, nm[kk], p, 1)).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
+      // The target logit by indirect DMA, index (p % group) * C + clamp(target, 0, C - 1) per row.
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", s(picked)).tensor("data", s(tgf)).word("op0", "maximum").imm("operand0", 0.0)
+          .word("op1", "minimum").imm("operand1", double(C - 1)).on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", s(picked)).tensor("data1", s(picked)).tensor("data2", sb2(ctx, base, p, 1)).word("op", "add")
+          .on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(idx)).tensor("src", s(picked)).on(Engine::gpsimd);
+      for (int64_t g = 0; g * kGroup < p; ++g) {
+        const int64_t q = std::min(kGroup, p - g * kGroup);
+        ctx.builder.emit(isa::Opcode::dma_gather)
+            .tensor("dst", group_rows(s(picked), g, q))
+            .tensor("src", hbm_ap(ctx, logits, (r.begin + g * kGroup) * C, {{1, uint32_t(q * C)}, {1, 1}}))
+            .tensor("indices", group_rows(s(idx), g, q))
+            .imm("queue", double(kGatherQueue));
+      }
+    }
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", sb2(ctx, nm[kk], p, 1)).word("op", "maximum").tensor("data", sb2(ctx, x[kk], p, w))
+        .word("axis", "[1]").imm("negate", 1);
+  };
+  auto stage_b = [&](size_t k) {
+    const Step& st = steps[k];
+    const int64_t t = st.tile, p = st.rows.size, w = cols_of(st.chunk).size, kk = int64_t(k);
+    auto col = [&](const detail::Ring& ring, int64_t c) { return sb2(ctx, ring[t], p, 1, c); };
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", sb2(ctx, scratch[kk], p, w)).word("op", "exp").tensor("data", sb2(ctx, x[kk], p, w))
+        .tensor("bias", sb2(ctx, nm[kk], p, 1)).word("reduce_op", "add")
+        .tensor("reduce_res", n == 1 ? pair_col(se2, t, p) : col(se_all, st.chunk));
+    if (n > 1) {
       ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", sb2(ctx, nm[kk], p, 1))
           .on(Engine::gpsimd);
-      if (st.chunk != n - 1) return;
-      // The row statistics from the n chunks': -max = min of -max_c, sum = sum_c sum_c * exp(max_c - max).
-      const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
-                               ws = sb2(ctx, w_all[t], p, n);
-      ctx.builder.emit(isa::Opcode::tensor_reduce)
-          .tensor("dst", s(negmax)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
-      ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", s(negmax)).imm("scale", -1.0);
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
-      ctx.builder.emit(isa::Opcode::tensor_reduce)
-          .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
-      finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
-                      ones, total);
-  });
+    }
+  };
+  // The loss of the row tile whose last chunk is step k.
+  auto finish = [&](size_t k) {
+    const Step& st = steps[k];
+    const Range& r = st.rows;
+    const int64_t t = st.tile, p = r.size;
+    auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
+    if (n == 1) {
+      // One chunk: its statistics are the row's. Two full row tiles share one Scalar log ([P, 2]): the
+      // even tile's loss waits for the odd one's sum (64 Scalar cycles a tile saved on the bound engine).
+      auto row_loss = [&](size_t kj, bool take_log) {
+        const int64_t tj = steps[kj].tile, pj = steps[kj].rows.size;
+        auto sj = [&](const detail::Ring& ring) { return sb2(ctx, ring[tj], pj, 1); };
+        finish_row_loss(ctx, spec,
+                        {pair_col(se2, tj, pj), sb2(ctx, nm[int64_t(kj)], pj, 1), pair_col(lse2, tj, pj),
+                         sj(picked), sj(diff)},
+                        pair[tj], steps[kj].rows, tj == 0, loss, lse, ones, total, take_log);
+      };
+      if (paired(t) && t % 2 == 0) {
+        deferred = k;
+        return;
+      }
+      if (paired(t)) {
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", pair_both(lse2, t, p)).word("op", "log").tensor("data", pair_both(se2, t, p));
+        row_loss(*deferred, false);
+        deferred.reset();
+        row_loss(k, false);
+        return;
+      }
+      row_loss(k, true);
+      return;
+    }
+    // The row statistics from the n chunks': -max = min of -max_c, sum = sum_c sum_c * exp(max_c - max).
+    const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
+                             ws = sb2(ctx, w_all[t], p, n);
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", s(negmax)).word("op", "minimum").tensor("data", nms).word("axis", "[1]");
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", ws).word("op", "exp").tensor("data", nms).tensor("bias", s(negmax)).imm("scale", -1.0);
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
+    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
+                    ones, total);
+  };
+  const size_t ahead = size_t(depth) - 2;  // the x slot of step k is read until stage B (iteration k + 1)
+  int64_t pending = -1;  // a tile's last step whose stage B is emitted, its loss not yet (-1: none)
+  for (size_t k = 0; k < std::min(ahead, steps.size()); ++k) load(k);
+  for (size_t i = 0; i <= steps.size(); ++i) {
+    if (i + ahead < steps.size()) load(i + ahead);
+    if (i < steps.size()) stage_a(i);
+    if (i > 0) stage_b(i - 1);
+    if (pending >= 0) finish(size_t(pending));
+    pending = i > 0 && steps[i - 1].chunk == n - 1 ? int64_t(i) - 1 : -1;
+  }
+  if (pending >= 0) finish(size_t(pending));
   if (spec.reduction != Reduction::none) store_reduced_loss(ctx, spec, *total, loss, "cec_result");
 }
 
@@ -239,88 +319,10 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
 
 void build_cross_entropy(const KernelContext& ctx, const CrossEntropySpec& spec, uint32_t logits, uint32_t target,
                          uint32_t loss, int64_t lse) {
-  if (ctx.cores > 1 && spec.reduction != Reduction::none) {
-    // The sum over every row accumulates in one core's PSUM and cores cannot wait for one another: the
-    // whole kernel runs on core 0. Per-row losses (reduction none) split by row tiles.
-    on_first_core(ctx, [&](const KernelContext& one) { build_cross_entropy(one, spec, logits, target, loss, lse); });
-    return;
-  }
-  const int64_t C = spec.classes;
-  const bool trn1 = ctx.config.generation == Generation::trn1;
-  const int64_t one_pass_per_column = kDepth * dtype_size_bytes(spec.logits_dtype) + 2 * 2 + (trn1 ? 4 : 0);
-  if (C * one_pass_per_column > detail::sbuf_free_bytes(ctx)) {  // the row does not fit: column chunks
-    build_cross_entropy_chunked(ctx, spec, logits, target, loss, lse);
-    return;
-  }
-  check_row_fits(ctx, "cross_entropy", C, one_pass_per_column);
-  detail::Ring x = detail::make_ring(ctx, "ce_x", spec.logits_dtype, C, kDepth);
-  detail::Ring scratch = detail::make_ring(ctx, "ce_scratch", DType::bf16, C, 2);  // discarded full-width results
-  auto stat = [&](const std::string& n, DType d = DType::fp32, int64_t w = 1) {
-    // Padded to the 256-byte dependency granule, so slots of different tiles never falsely depend.
-    return detail::make_ring(ctx, n, d, std::max<int64_t>(w, 256 / dtype_size_bytes(d)), kDepth);
-  };
-  detail::Ring tgt = stat("ce_tgt", DType::int32), tgf = stat("ce_tgf"), tg1 = stat("ce_tg1"),
-               negmax = stat("ce_negmax", spec.logits_dtype), sumexp = stat("ce_sumexp"), lse_r = stat("ce_lse"),
-               picked = stat("ce_picked"), diff = stat("ce_diff"), pair = stat("ce_pair", DType::fp32, 2);
-  std::optional<uint32_t> iota, ones, total;
-  if (trn1) {
-    iota = ctx.builder.sbuf(ctx.name("ce_iota"), DType::fp32, {ctx.partitions(), uint32_t(C)});
-    ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, *iota, ctx.partitions(), C))
-        .word("pattern", "[[1, " + std::to_string(C) + "]]");
-  }
-  if (spec.reduction != Reduction::none) {
-    ones = ctx.builder.sbuf(ctx.name("ce_ones"), DType::fp32, {ctx.partitions(), 1});
-    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, *ones, ctx.partitions(), 1)).imm("value", 1.0);
-    total = ctx.builder.psum(ctx.name("ce_total"), DType::fp32, {1, 2});
-  }
-  std::vector<Range> row_tiles = my_share(ctx, tiles(spec.rows, ctx.partitions()));
-  auto load = [&](size_t t) {
-    const Range& r = row_tiles[t];
-    dma(ctx, sb2(ctx, x[int64_t(t)], r.size, C), logits_hbm(ctx, logits, spec, r), detail::kLoadQueue);
-    dma(ctx, sb2(ctx, tgt[int64_t(t)], r.size, 1), per_row_hbm(ctx, target, r), detail::kConstQueue);
-  };
-  detail::pipelined(row_tiles.size(), kDepth - 1, load, [&](size_t i) {
-      const Range& r = row_tiles[i];
-      const int64_t t = int64_t(i), p = r.size;
-      auto s = [&](const detail::Ring& ring) { return sb2(ctx, ring[t], p, 1); };
-      isa::AccessPattern xt = sb2(ctx, x[t], p, C), valid = column(ctx, pair[t], p, 1);
-      // Per-row target as fp32 (exact below 2^24), its upper bound, and whether the row counts.
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", s(tgf)).tensor("src", s(tgt));
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", s(tg1)).tensor("data", s(tgf)).word("op0", "add").imm("operand0", 1.0);
-      if (spec.ignore_index) {
-        ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", valid).tensor("data", s(tgf)).word("op0", "not_equal")
-            .imm("operand0", double(*spec.ignore_index));
-      } else {
-        ctx.builder.emit(isa::Opcode::memset).tensor("dst", valid).imm("value", 1.0);
-      }
-      // Vector: -max (in the logits dtype: exact, and the bf16 half-rate reduce); Scalar: sum exp(x - max).
-      ctx.builder.emit(isa::Opcode::tensor_reduce)
-          .tensor("dst", s(negmax)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
-      ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", sb2(ctx, scratch[0], p, C)).word("op", "exp").tensor("data", xt).tensor("bias", s(negmax))
-          .word("reduce_op", "add").tensor("reduce_res", s(sumexp));
-      // Vector: the target logit, max over the one index in [target, target + 1).
-      if (!trn1) {
-        ctx.builder.emit(isa::Opcode::range_select)
-            .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("on_true_tile", xt).word("comp_op0", "greater_equal")
-            .word("comp_op1", "less").tensor("bound0", s(tgf)).tensor("bound1", s(tg1)).word("reduce_op", "maximum")
-            .tensor("reduce_res", s(picked));
-      } else {
-        ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("data", sb2(ctx, *iota, p, C)).word("op0", "equal")
-            .tensor("operand0", s(tgf));
-        ctx.builder.emit(isa::Opcode::select_reduce)
-            .tensor("dst", sb2(ctx, scratch[1], p, C)).tensor("predicate", sb2(ctx, scratch[1], p, C))
-            .tensor("on_true", xt).imm("on_false", -std::numeric_limits<double>::infinity())
-            .word("reduce_op", "maximum").tensor("reduce_res", s(picked));
-      }
-      // x[target] is -inf on ignored rows; their loss is 0.
-      finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, i == 0, loss, lse,
-                      ones, total);
-  });
-  if (spec.reduction != Reduction::none) store_reduced_loss(ctx, spec, *total, loss, "ce_result");
+  // One schedule for every row length: a row that fits is one chunk (one pass, the target logit by one
+  // indirect DMA per row tile instead of a full-width Vector range_select pass, so the kernel runs at
+  // the Scalar exp rate); longer rows are split into column chunks.
+  build_cross_entropy_chunked(ctx, spec, logits, target, loss, lse);
 }
 
 isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareConfig& config, uint32_t core,

@@ -1,6 +1,7 @@
 // Row-wise kernels (see normalization.h for the layout and the engine balance).
 #include "kernels/normalization.h"
 
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -640,29 +641,6 @@ struct ColumnSums {
                                        {uint32_t(m), uint32_t(kPsumBankColumns)}));
     }
   }
-  // Adds stationary.T @ moving; `first` overwrites instead (the first matmul of the first row tile).
-  void add(const KernelContext& ctx, uint32_t stationary, uint32_t moving, int64_t p, bool first) const {
-    for (const Range& c : tiles(cols, kPsumBankColumns)) {
-      ctx.builder.emit(isa::Opcode::nc_matmul)
-          .tensor("dst", sb2(ctx, banks[size_t(c.begin / kPsumBankColumns)], rows_out, c.size))
-          .tensor("stationary", sb2(ctx, stationary, p, rows_out))
-          .tensor("moving", detail::sb_ap(ctx, moving, uint32_t(p), {{1, uint32_t(c.size)}}, c.begin))
-          .word("accumulate", first ? "false" : "true");
-    }
-  }
-  // PSUM -> SBUF (in `dtype`) on the Vector engine, then row outs[j].first to HBM tensor outs[j].second.
-  void store(const KernelContext& ctx, const std::vector<std::pair<int64_t, int64_t>>& outs) const {
-    const uint32_t sb = result;
-    for (const Range& c : tiles(cols, kPsumBankColumns)) {
-      ctx.builder.emit(isa::Opcode::tensor_copy)
-          .tensor("dst", detail::sb_ap(ctx, sb, uint32_t(rows_out), {{1, uint32_t(c.size)}}, c.begin))
-          .tensor("src", sb2(ctx, banks[size_t(c.begin / kPsumBankColumns)], rows_out, c.size));
-    }
-    for (const auto& [row, tensor] : outs) {
-      dma(ctx, hbm_ap(ctx, uint32_t(tensor), 0, {{0, 1}, {1, uint32_t(cols)}}),
-          ctx.builder.view(sb, {span(row, 1), span(0, cols)}), detail::kStoreQueue);
-    }
-  }
 };
 
 // Whether column sums of `cols` columns fit in the PSUM banks at once (else the chunked schedule).
@@ -910,231 +888,260 @@ void build_norm_backward_chunked(const KernelContext& ctx, const NormBackwardSpe
 
 namespace {
 
-// rmsnorm backward without forming xhat: with t = sum(g * x), mean(g * xhat) = rstd * t / C, so
-// dx = rstd * (g + x * k) with k = -rstd^2 * t / C, and dw = sum over rows of rstd * (dy * x), the rstd
-// column being the matmul's stationary operand. Three pipeline stages per row tile:
-//   0: GpSimd g = dy * w, g * x and dy * x; Tensor dw += rstd.T @ (dy * x)
-//   1: Scalar sum(g * x); Vector k and u = x * k + g (into g)
-//   2: Scalar dx = u * rstd, store
-// Per tile GpSimd 3N, Scalar 2N, Vector 2N cycles, Tensor 4N / 2 (fp32 at the Tensor clock).
-void build_rmsnorm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, const Rows& r, uint32_t x,
-                            uint32_t dy, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw) {
-  const bool has_w = w >= 0, want_dw = dw >= 0;
-  const int64_t in_bytes = dtype_size_bytes(spec.input_dtype);
-  constexpr int64_t kStages = 3;
-  auto per_column = [&](int64_t ahead) {
-    return (ahead + 2) * 2 * in_bytes + 3 * 4 + 2 * 4 + (want_dw ? 2 * 4 : 0) + 2 * in_bytes +
-           (has_w ? dtype_size_bytes(spec.param_dtype) : 0) + (want_dw ? dtype_size_bytes(spec.param_dtype) : 0);
-  };
-  int64_t ahead = 3;  // the deepest prefetch that fits (1 for bf16 rows of 4096 on trn2)
-  while (ahead > 1 && r.cols * per_column(ahead) > row_budget(ctx)) --ahead;
-  if (r.cols * per_column(ahead) > row_budget(ctx) || (want_dw && !column_sums_fit(ctx, r.cols))) {
-    build_norm_backward_chunked(ctx, spec, r, x, dy, -1, rstd, w, dx, dw, -1);  // two passes over column chunks
-    return;
-  }
-
-  std::optional<uint32_t> w_sb;
-  if (has_w) w_sb = load_row_param(ctx, "rb_w", uint32_t(w), spec.param_dtype, r.cols);
-  std::optional<ColumnSums> colsums;
-  if (want_dw) colsums.emplace(ctx, "rb_colsum", 1, r.cols, spec.param_dtype);
-  auto ring = [&](const std::string& name, DType d, int64_t n) {
-    return detail::make_ring(ctx, name, d, r.cols, int(n));
-  };
-  const int in_depth = int(ahead) + 2;  // read by stages 0 and 1
-  std::vector<RowInput> inputs{{x, ring("rb_x", spec.input_dtype, in_depth)},
-                               {dy, ring("rb_dy", spec.input_dtype, in_depth)}};
-  std::vector<RowStat> stats{{rstd, stat_ring(ctx, "rb_rstd", 1, int(ahead + kStages))}};
-  detail::Ring g = ring("rb_g", DType::fp32, 3), prod = ring("rb_prod", DType::fp32, 2),
-               out = ring("rb_dx", spec.input_dtype, 2);
-  detail::Ring dyx = want_dw ? ring("rb_dyx", DType::fp32, 2) : detail::Ring{};
-  detail::Ring sum = stat_ring(ctx, "rb_sum"), k = stat_ring(ctx, "rb_k");
-  const double inv_cols = 1.0 / double(r.cols);
-  auto full = [&](const detail::Ring& rg, int64_t t, int64_t p) { return sb2(ctx, rg[t], p, r.cols); };
-  auto one = [&](const detail::Ring& rg, int64_t t, int64_t p) { return sb2(ctx, rg[t], p, 1); };
-  auto gp = [&](const isa::AccessPattern& dst, const isa::AccessPattern& a, const isa::AccessPattern& b) {
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", dst).tensor("data1", a).tensor("data2", b).word("op", "multiply").on(Engine::gpsimd);
-  };
-
-  Stage products = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
-    const int64_t p = rt.size;
-    if (has_w) {
-      gp(full(g, t, p), in[1], sb2(ctx, *w_sb, p, r.cols));
-    } else {
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", full(g, t, p)).tensor("src", in[1]).on(Engine::gpsimd);
-    }
-    gp(full(prod, t, p), full(g, t, p), in[0]);
-    if (want_dw) {
-      gp(full(dyx, t, p), in[1], in[0]);
-      (void)st;
-      colsums->add(ctx, stats[0].ring[t], dyx[t], p, t == 0);
-    }
-  };
-  Stage combine = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
-    const int64_t p = rt.size;
-    // The product's row sum in the Scalar accumulator (the copy goes back onto the product itself).
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", full(prod, t, p)).word("op", "copy").tensor("data", full(prod, t, p))
-        .word("reduce_op", "add").tensor("reduce_res", one(sum, t, p));
-    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-        .tensor("dst", one(k, t, p)).tensor("data", one(sum, t, p)).word("op0", "multiply").imm("operand0", -inv_cols)
-        .word("op1", "multiply").tensor("operand1", st[0]);
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", one(k, t, p)).tensor("data1", one(k, t, p)).tensor("data2", st[0]).word("op", "multiply");
-    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-        .tensor("dst", full(g, t, p)).tensor("data", in[0]).word("op0", "multiply").tensor("operand0", one(k, t, p))
-        .word("op1", "add").tensor("operand1", full(g, t, p));
-  };
-  Stage finish = [&](const Tiles&, const Tiles& st, int64_t t, const Range& rt) {
-    const int64_t p = rt.size;
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", full(out, t, p)).word("op", "copy").tensor("data", full(g, t, p)).tensor("scale", st[0]);
-    dma(ctx, rows_hbm(ctx, dx, r, rt.begin, p), full(out, t, p), detail::kStoreQueue);
-  };
-  backward_loop(ctx, r, ahead, inputs, stats, {products, combine, finish});
-  if (colsums) colsums->store(ctx, {{0, dw}});
-}
-
-}  // namespace
-
-void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
-                         int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db) {
-  if (ctx.cores > 1 && (dw >= 0 || (spec.kind == NormKind::layernorm && db >= 0))) {
-    // dw / db sum over every row in one core's PSUM, and cores cannot add into one another's sums
-    // or wait for one another: with column sums the whole backward runs on core 0 (the other
-    // cores' parts are empty). Without them dx is split by row tiles like the forward.
-    on_first_core(ctx, [&](const KernelContext& one) {
-      build_norm_backward(one, spec, x, dy, mean, rstd, w, dx, dw, db);
-    });
-    return;
-  }
-  if (spec.kind == NormKind::rmsnorm) {
-    build_rmsnorm_backward(ctx, spec, rows_of(spec.shape), x, dy, rstd, w, dx, dw);
-    return;
-  }
-  const Rows r = rows_of(spec.shape);
+// The norm backward for rows that fit in SBUF (and dw / db in the PSUM banks), layernorm and rmsnorm
+// (mean = 0, no sum(g) term). With g = dy * w, S = sum(g * x), B = rstd * sum(g) (layernorm):
+//   sum(g * xhat) = rstd * (S - mean * sum(g)), alpha = rstd^2 * sum(g * xhat) / C = A - m1 * B with
+//   A = rstd^3 / C * S and m1 = rstd^2 * mean / C, beta = B / C - mean * alpha, and
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) = g~ - (x * alpha + beta), g~ = rstd * g;
+//   dw = sum over rows of rstd * ((x - mean) * dy) (the rstd column as the matmul's stationary operand,
+//   (x - mean) * dy in fp32, exact products), db = sum over rows of dy (a one-hot stationary column).
+// Per [128, C] tile, stages skewed in program order (each engine runs its queue in order):
+//   0 (tile i): GpSimd g = dy * w and q = g * x; Scalar r2c = rstd^2 / C, g~ = g * rstd (row sum B),
+//      k3 = r2c * rstd, m1 = r2c * mean; Vector e = (x - mean) * dy (scalar_tensor_tensor subtract-
+//      multiply: the bf16 one-pass form); Tensor db += ones.T @ dy, dw += rstd.T @ e (PSUM, all tiles);
+//   sum (tile i - 1): Scalar A = sum(q * k3) (in place), B / C;
+//   1 (tile i - kSkew): Vector -alpha, -beta (two [P, 1] ops), h = x * -alpha + -beta over x's slot
+//      (bf16 4x mode; emitted before this iteration's GpSimd work, as the mode takes the SBUF bus the
+//      GpSimd shares), dx = g~ + h over g~'s slot (bf16 one-pass form); store.
+// bf16 inputs keep g, q, g~, h and dx in bf16 (dx's tolerance is a bf16 ulp of rstd * |g|); e, the row
+// sums and dw / db stay fp32. Per tile (C = 4096, trn2): Vector ~9.6 us (e 4.3, h 1.1, dx 4.3), GpSimd
+// 7.1 (+ the 4x-mode h), Scalar 7.1, Tensor 6.8 (fp32 dw) + 1.7 (bf16 db), HBM ~8.7 at the core's share.
+// fp32 inputs move dx (rmsnorm with dw: e = x * dy) to the GpSimd, whose N cycles beat the Vector's 2N.
+void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec& spec, const Rows& r, uint32_t x,
+                               uint32_t dy, int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw,
+                               int64_t db) {
   const bool rms = spec.kind == NormKind::rmsnorm;
-  const bool has_w = w >= 0, want_dw = dw >= 0, want_db = !rms && db >= 0;
-  if (!rms && mean < 0) throw std::invalid_argument("layernorm backward needs the saved mean");
-  const int64_t in_bytes = dtype_size_bytes(spec.input_dtype);
-  // SBUF per element of a row: x and dy (read by stages 0 and 1: ahead + 2 slots), xhat and g (stages 0-1:
-  // 2 slots; g also carries dy * xhat to the dw matmul), the product / u (stages 0-2: 3 slots), dx (2), the
-  // bf16 scratch, w and the dw/db row. A third g slot would let stage 0 of tile t + 2 start before tile t's
-  // dw matmul ends (~15% faster) but no longer fits bf16 rows of 4096 on trn2.
-  // The deepest prefetch that fits is used (1 for bf16 rows of 4096 on trn2).
+  const bool has_w = w >= 0, want_dw = dw >= 0, want_db = !rms && db >= 0, want_sums = want_dw || want_db;
+  const DType in_dt = spec.input_dtype;
+  const int64_t in_b = dtype_size_bytes(in_dt), par_b = dtype_size_bytes(spec.param_dtype);
+  const bool fast16 = in_dt == DType::bf16 || in_dt == DType::fp16;  // the Vector's 16-bit one-pass forms
+  constexpr int64_t kSkew = 2;  // stage 1 of tile t is emitted in iteration t + kSkew
+  constexpr int64_t kDyQueue = 3;
+  // SBUF per element of a row: x (read until stage 1: ahead + kSkew + 1 slots), dy (stage 0: ahead + 1),
+  // g and q (2 each, input dtype), e (2, fp32), g~ / dx (kSkew + 2), w and the dw / db row.
   auto per_column = [&](int64_t ahead) {
-    return (ahead + 2) * 2 * in_bytes + (2 + 2 + 3) * 4 + 2 * in_bytes + 2 +
-           (has_w ? dtype_size_bytes(spec.param_dtype) : 0) +
-           (want_dw || want_db ? dtype_size_bytes(spec.param_dtype) : 0);
+    return (ahead + kSkew + 1) * in_b + (ahead + 1) * in_b + (has_w ? 2 * in_b : 0) + 2 * in_b +
+           (want_dw ? 2 * 4 : 0) + (kSkew + 2) * in_b + (has_w ? par_b : 0) + (want_sums ? par_b : 0);
   };
-  int64_t ahead = 2;  // stats rings hold kRowDepth = ahead + 3 tiles
-  while (ahead > 1 && r.cols * per_column(ahead) > row_budget(ctx)) --ahead;
-  if (r.cols * per_column(ahead) > row_budget(ctx) || ((want_dw || want_db) && !column_sums_fit(ctx, r.cols))) {
-    build_norm_backward_chunked(ctx, spec, r, x, dy, mean, rstd, w, dx, dw, db);  // two passes over column chunks
+  // ... plus 10 rings of [P, 1] per-row values (256-byte slots) as deep as x's, and the small one-hot column.
+  auto fits = [&](int64_t ahead) {
+    return ceil_div(r.cols, 128) * 128 * per_column(ahead) + 10 * (ahead + kSkew + 1) * 256 + 1024 + 256 <=
+           detail::sbuf_free_bytes(ctx);
+  };
+  int64_t ahead = 3;  // loads this many tiles ahead of stage 0 (3 for bf16 rows of 4096 on trn2)
+  while (ahead > 1 && !fits(ahead)) --ahead;
+  if (!fits(ahead) || (want_sums && !column_sums_fit(ctx, r.cols))) {
+    // Two passes over column chunks. Its column sums cannot be shared out: with dw / db and several
+    // cores it runs wholly on core 0.
+    if (ctx.cores > 1 && want_sums) {
+      on_first_core(ctx, [&](const KernelContext& one) {
+        build_norm_backward_chunked(one, spec, r, x, dy, mean, rstd, w, dx, dw, db);
+      });
+    } else {
+      build_norm_backward_chunked(ctx, spec, r, x, dy, mean, rstd, w, dx, dw, db);
+    }
     return;
   }
-
+  // Split across cores: each core forms dx of its contiguous share of the row tiles. dw / db sum over
+  // every row in one core's PSUM (cores cannot add into one another's sums or wait for one another), so
+  // core 0 also runs the dw / db part (e and the matmuls) of the other cores' tiles, after its own; the
+  // other cores allocate the same buffers (the same SBUF layout) but form no sums.
+  const std::vector<Range> all_tiles = tiles(r.rows, ctx.partitions());
+  const Range mine = ctx.share(int64_t(all_tiles.size()));
+  const bool sums_here = want_sums && (ctx.cores == 1 || ctx.core == 0);
+  std::vector<Range> row_tiles;  // this core's tiles: its share (dx), then on core 0 the others' (sums only)
+  for (int64_t t = mine.begin; t < mine.begin + mine.size; ++t) row_tiles.push_back(all_tiles[size_t(t)]);
+  const int64_t n_dx = int64_t(row_tiles.size());
+  if (sums_here && ctx.cores > 1) {
+    for (int64_t t = 0; t < int64_t(all_tiles.size()); ++t) {
+      if (t < mine.begin || t >= mine.begin + mine.size) row_tiles.push_back(all_tiles[size_t(t)]);
+    }
+  }
+  const bool dw_here = want_dw && sums_here, db_here = want_db && sums_here;
+  const bool e_on_gpsimd = rms && !fast16 && dw_here;
   std::optional<uint32_t> w_sb;
   if (has_w) w_sb = load_row_param(ctx, "nb_w", uint32_t(w), spec.param_dtype, r.cols);
   // dw in PSUM row 0, db in row 32: a DMA may only start at a multiple of 32 partitions.
   constexpr int64_t kDbRow = 32;
   const int64_t sums = want_db ? kDbRow + 1 : 1;
   std::optional<ColumnSums> colsums;
-  uint32_t hot_w = 0, hot_b = 0;
-  if (want_dw || want_db) {
-    colsums.emplace(ctx, "lnb_colsum", sums, r.cols, spec.param_dtype);
-    hot_w = one_hot_columns(ctx, "nb_hot_w", DType::fp32, sums, 0);
-    if (want_db) hot_b = one_hot_columns(ctx, "nb_hot_b", spec.input_dtype, sums, kDbRow);
-  }
+  uint32_t hot_b = 0;
+  if (want_sums) colsums.emplace(ctx, "nb_colsum", sums, r.cols, spec.param_dtype);
+  if (want_db) hot_b = one_hot_columns(ctx, "nb_hot_b", in_dt, sums, kDbRow);
+  // Slots padded to whole 256-byte granules (and the first one aligned), so neighbouring slots never
+  // share a dependency granule (an engine would wait on the DMA filling the next slot).
+  detail::align_sbuf_to_granule(ctx, "nb_pad");
   auto ring = [&](const std::string& name, DType d, int64_t n) {
-    return detail::make_ring(ctx, name, d, r.cols, int(n));
+    const int64_t per_granule = 256 / dtype_size_bytes(d);
+    return detail::make_ring(ctx, name, d, ceil_div(r.cols, per_granule) * per_granule, int(n));
   };
-  const int64_t in_depth = ahead + 2;
-  std::vector<RowInput> inputs{{x, ring("nb_x", spec.input_dtype, in_depth)},
-                               {dy, ring("nb_dy", spec.input_dtype, in_depth)}};
-  std::vector<RowStat> stats{{rstd, stat_ring(ctx, "nb_rstd")}, {uint32_t(mean), stat_ring(ctx, "nb_mean")}};
-  detail::Ring xh = ring("nb_xh", DType::fp32, 2), g = ring("nb_g", DType::fp32, 2),
-               prod = ring("nb_prod", DType::fp32, 3), out = ring("nb_dx", spec.input_dtype, 2);
-  detail::Ring scratch = detail::make_ring(ctx, "nb_scratch", DType::bf16, r.cols, 1);
-  detail::Ring sgx = stat_ring(ctx, "nb_sgx"), sg = stat_ring(ctx, "nb_sg"), nmr = stat_ring(ctx, "nb_nmr"),
-               k = stat_ring(ctx, "nb_k"), bias = stat_ring(ctx, "nb_bias");
+  detail::Ring xr = ring("nb_x", in_dt, ahead + kSkew + 1), dyr = ring("nb_dy", in_dt, ahead + 1);
+  detail::Ring g = has_w ? ring("nb_g", in_dt, 2) : detail::Ring{}, q = ring("nb_q", in_dt, 2);
+  detail::Ring e = want_dw ? ring("nb_e", DType::fp32, 2) : detail::Ring{}, gs = ring("nb_gs", in_dt, kSkew + 2);
+  const int stat_depth = int(ahead + kSkew + 1);
+  detail::Ring rstd_r = stat_ring(ctx, "nb_rstd", 1, stat_depth), mean_r = stat_ring(ctx, "nb_mean", 1, stat_depth);
+  detail::Ring sa = stat_ring(ctx, "nb_sa", 1, stat_depth), sb = stat_ring(ctx, "nb_sb", 1, stat_depth),
+               r2c = stat_ring(ctx, "nb_r2c", 1, stat_depth), k3 = stat_ring(ctx, "nb_k3", 1, stat_depth),
+               m1 = stat_ring(ctx, "nb_m1", 1, stat_depth), bc = stat_ring(ctx, "nb_bc", 1, stat_depth),
+               alpha = stat_ring(ctx, "nb_alpha", 1, stat_depth), nbeta = stat_ring(ctx, "nb_nbeta", 1, stat_depth);
   const double inv_cols = 1.0 / double(r.cols);
 
-  // Three pipeline stages per row tile (see backward_loop): 0: xhat, g, g * xhat; 1: the row sums, u and
-  // the dw / db matmuls; 2: dx = u * rstd + bias and its store.
-  auto at = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
-    struct View {
-      std::function<isa::AccessPattern(const detail::Ring&)> s, full;
-      isa::AccessPattern xt, dyt, rstd_t, gt;
-      int64_t p;
-    } v;
-    v.p = rt.size;
-    v.s = [&ctx, t, p = rt.size](const detail::Ring& rg) { return sb2(ctx, rg[t], p, 1); };
-    v.full = [&ctx, t, p = rt.size, cols = r.cols](const detail::Ring& rg) { return sb2(ctx, rg[t], p, cols); };
-    v.xt = in[0], v.dyt = in[1], v.rstd_t = st[0];
-    v.gt = has_w ? v.full(g) : v.dyt;
-    return v;
+  const int64_t n = int64_t(row_tiles.size());
+  auto full = [&](const detail::Ring& rg, int64_t t, int64_t p) { return sb2(ctx, rg[t], p, r.cols); };
+  auto one = [&](const detail::Ring& rg, int64_t t, int64_t p) { return sb2(ctx, rg[t], p, 1); };
+  auto load = [&](int64_t t) {
+    const Range& rt = row_tiles[size_t(t)];
+    // dy first: stage 0's GpSimd and Tensor work starts on it. On its own queue, so the two loads' start-up
+    // latencies overlap (what bounds small rows).
+    dma(ctx, full(dyr, t, rt.size), rows_hbm(ctx, dy, r, rt.begin, rt.size), kDyQueue);
+    dma(ctx, full(xr, t, rt.size), rows_hbm(ctx, x, r, rt.begin, rt.size), detail::kLoadQueue);
+    auto row_stat = [&](uint32_t tensor) { return hbm_ap(ctx, tensor, rt.begin, {{1, uint32_t(rt.size)}, {1, 1}}); };
+    dma(ctx, one(rstd_r, t, rt.size), row_stat(rstd), detail::kConstQueue);
+    if (!rms) dma(ctx, one(mean_r, t, rt.size), row_stat(uint32_t(mean)), detail::kConstQueue);
   };
-  Stage products = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
-    auto v = at(in, st, t, rt);
-    // Scalar: xhat = x * rstd + (-mean * rstd) in fp32.
-    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-        .tensor("dst", v.s(nmr)).tensor("data", st[1]).word("op0", "multiply").imm("operand0", -1.0)
-        .word("op1", "multiply").tensor("operand1", v.rstd_t);
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", v.full(xh)).word("op", "copy").tensor("data", v.xt).tensor("scale", v.rstd_t)
-        .tensor("bias", v.s(nmr));
-    // GpSimd: g = dy * w, then g * xhat.
-    if (has_w) {
+  // Stage 0: the products, g~ (and B), the dw / db matmuls; the per-row factors that need only the stats.
+  auto stage0 = [&](int64_t t) {
+    const int64_t p = row_tiles[size_t(t)].size;
+    const bool forms_dx = t < n_dx;
+    const isa::AccessPattern xt = full(xr, t, p), dyt = full(dyr, t, p), gt = has_w ? full(g, t, p) : dyt;
+    const isa::AccessPattern rs = one(rstd_r, t, p);
+    if (has_w && forms_dx) {
       ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", v.gt).tensor("data1", v.dyt).tensor("data2", sb2(ctx, *w_sb, v.p, r.cols))
-          .word("op", "multiply").on(Engine::gpsimd);
+          .tensor("dst", gt).tensor("data1", dyt).tensor("data2", sb2(ctx, *w_sb, p, r.cols)).word("op", "multiply")
+          .on(Engine::gpsimd);
+    }
+    if (db_here) {  // first on the Tensor engine: it needs only dy
+      for (const Range& c : tiles(r.cols, kPsumBankColumns)) {
+        ctx.builder.emit(isa::Opcode::nc_matmul)
+            .tensor("dst", sb2(ctx, colsums->banks[size_t(c.begin / kPsumBankColumns)], sums, c.size))
+            .tensor("stationary", sb2(ctx, hot_b, p, sums))
+            .tensor("moving", detail::sb_ap(ctx, dyr[t], uint32_t(p), {{1, uint32_t(c.size)}}, c.begin))
+            .word("accumulate", t == 0 ? "false" : "true");
+      }
+    }
+    // Scalar: r2c = rstd^2 / C (from the stats alone, ahead of the full-width work).
+    if (forms_dx) {
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", one(r2c, t, p)).word("op", "square").tensor("data", rs).imm("scale", std::sqrt(inv_cols));
+    }
+    if (dw_here) {
+      if (e_on_gpsimd) {  // fp32: x * dy costs GpSimd N cycles, a Vector scalar_tensor_tensor 2N
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", full(e, t, p)).tensor("data1", xt).tensor("data2", dyt).word("op", "multiply")
+            .on(Engine::gpsimd);
+      } else {
+        auto em = ctx.builder.emit(isa::Opcode::scalar_tensor_tensor);
+        em.tensor("dst", full(e, t, p)).tensor("data", xt).word("op0", "subtract");
+        if (rms) em.imm("operand0", 0.0); else em.tensor("operand0", one(mean_r, t, p));
+        em.word("op1", "multiply").tensor("operand1", dyt);
+      }
+      for (const Range& c : tiles(r.cols, kPsumBankColumns)) {
+        ctx.builder.emit(isa::Opcode::nc_matmul)
+            .tensor("dst", sb2(ctx, colsums->banks[size_t(c.begin / kPsumBankColumns)], 1, c.size))
+            .tensor("stationary", rs)
+            .tensor("moving", detail::sb_ap(ctx, e[t], uint32_t(p), {{1, uint32_t(c.size)}}, c.begin))
+            .word("accumulate", t == 0 && !db_here ? "false" : "true");
+      }
+    }
+    if (!forms_dx) return;
+    // Scalar: g~ = g * rstd (row sum B); then k3 = rstd^3 / C (the scale that makes sum(q) yield
+    // rstd^3 * sum(g * x) / C) and m1 = rstd^2 * mean / C (r2c is ready by now). GpSimd: q = g * x.
+    {
+      auto a = ctx.builder.emit(isa::Opcode::activation);
+      a.tensor("dst", full(gs, t, p)).word("op", "copy").tensor("data", gt).tensor("scale", rs);
+      if (!rms) a.word("reduce_op", "add").tensor("reduce_res", one(sb, t, p));
+    }
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", one(k3, t, p)).word("op", "copy").tensor("data", one(r2c, t, p)).tensor("scale", rs);
+    if (!rms) {
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", one(m1, t, p)).word("op", "copy").tensor("data", one(r2c, t, p))
+          .tensor("scale", one(mean_r, t, p));
     }
     ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", v.full(prod)).tensor("data1", v.gt).tensor("data2", v.full(xh)).word("op", "multiply")
-        .on(Engine::gpsimd);
+        .tensor("dst", full(q, t, p)).tensor("data1", gt).tensor("data2", xt).word("op", "multiply").on(Engine::gpsimd);
   };
-  Stage combine = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
-    auto v = at(in, st, t, rt);
-    // Scalar: sum(g * xhat) in its accumulator; Vector: sum(g), k = -mean(g * xhat), bias = -rstd * mean(g).
+  // Scalar: A = k3 * sum(g * x), one tile behind stage 0 (so it never waits on the product just queued),
+  // and B / C.
+  auto stage_sum = [&](int64_t t) {
+    const int64_t p = row_tiles[size_t(t)].size;
     ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", sb2(ctx, scratch[0], v.p, r.cols)).word("op", "copy").tensor("data", v.full(prod))
-        .word("reduce_op", "add").tensor("reduce_res", v.s(sgx));
-    ctx.builder.emit(isa::Opcode::tensor_reduce)
-        .tensor("dst", v.s(sg)).word("op", "add").tensor("data", v.gt).word("axis", "[1]");
-    ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", v.s(k)).tensor("data", v.s(sgx)).word("op0", "multiply").imm("operand0", -inv_cols);
-    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-        .tensor("dst", v.s(bias)).tensor("data", v.s(sg)).word("op0", "multiply").imm("operand0", -inv_cols)
-        .word("op1", "multiply").tensor("operand1", v.rstd_t);
-    // Vector: u = xhat * k + g (into the product tile, no longer needed).
-    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-        .tensor("dst", v.full(prod)).tensor("data", v.full(xh)).word("op0", "multiply").tensor("operand0", v.s(k))
-        .word("op1", "add").tensor("operand1", v.gt);
-    // Tensor: dw += ones.T @ (dy * xhat) (into the g tile, free once u is formed), db += ones.T @ dy,
-    // accumulated in PSUM over all row tiles.
-    if (want_dw) {
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", v.full(g)).tensor("data1", v.dyt).tensor("data2", v.full(xh)).word("op", "multiply")
-          .on(Engine::gpsimd);
-      colsums->add(ctx, hot_w, g[t], v.p, t == 0);
+        .tensor("dst", full(q, t, p)).word("op", "copy").tensor("data", full(q, t, p)).tensor("scale", one(k3, t, p))
+        .word("reduce_op", "add").tensor("reduce_res", one(sa, t, p));
+    if (!rms) {
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", one(bc, t, p)).word("op", "copy").tensor("data", one(sb, t, p)).imm("scale", inv_cols);
     }
-    if (want_db) colsums->add(ctx, hot_b, inputs[1].ring[t], v.p, t == 0 && !want_dw);
   };
-  Stage finish = [&](const Tiles& in, const Tiles& st, int64_t t, const Range& rt) {
-    auto v = at(in, st, t, rt);
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", v.full(out)).word("op", "copy").tensor("data", v.full(prod)).tensor("scale", v.rstd_t)
-        .tensor("bias", v.s(bias));
-    dma(ctx, rows_hbm(ctx, dx, r, rt.begin, v.p), v.full(out), detail::kStoreQueue);
+  // Stage 1 (Vector): -alpha = m1 * B - A, c = -alpha * mean + B / C, h = x * -alpha - c over x's slot
+  // (x is read for the last time), dx = g~ + h over g~'s slot (rmsnorm: h = x * A, dx = g~ - h); store.
+  auto stage1 = [&](int64_t t) {
+    const Range& rt = row_tiles[size_t(t)];
+    const int64_t p = rt.size;
+    const isa::AccessPattern xt = full(xr, t, p), gst = full(gs, t, p);
+    if (rms) {
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", xt).tensor("data", xt).word("op0", "multiply").tensor("operand0", one(sa, t, p));
+    } else {
+      const isa::AccessPattern na = one(alpha, t, p), c = one(nbeta, t, p);
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", na).tensor("data", one(sb, t, p)).word("op0", "multiply").tensor("operand0", one(m1, t, p))
+          .word("op1", "subtract").tensor("operand1", one(sa, t, p));
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", c).tensor("data", na).word("op0", "multiply").tensor("operand0", one(mean_r, t, p))
+          .word("op1", "add").tensor("operand1", one(bc, t, p));
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", xt).tensor("data", xt).word("op0", "multiply").tensor("operand0", na)
+          .word("op1", "subtract").tensor("operand1", c);
+    }
+    // bf16: the Vector one-pass form; fp32 inputs: GpSimd (N cycles against the Vector's 2N) unless it
+    // already forms e (but always on trn1, whose Vector and GpSimd share SBUF access anyway).
+    const bool trn1 = ctx.config.generation == Generation::trn1;
+    ctx.builder.emit(isa::Opcode::tensor_tensor)
+        .tensor("dst", gst).tensor("data1", gst).tensor("data2", xt).word("op", rms ? "subtract" : "add")
+        .on(fast16 || (e_on_gpsimd && !trn1) ? Engine::vector : Engine::gpsimd);
+    dma(ctx, rows_hbm(ctx, dx, r, rt.begin, p), gst, detail::kStoreQueue);
   };
-  backward_loop(ctx, r, ahead, inputs, stats, {products, combine, finish});
-  if (colsums) {
-    std::vector<std::pair<int64_t, int64_t>> outs;
-    if (want_dw) outs.push_back({0, dw});
-    if (want_db) outs.push_back({kDbRow, db});
-    colsums->store(ctx, outs);
+  for (int64_t t = 0; t < std::min(ahead, n); ++t) load(t);
+  for (int64_t i = 0; i < n + kSkew; ++i) {
+    if (i + ahead < n) load(i + ahead);
+    // Scalar sums of the previous tile, then the Vector tail of tile i - kSkew (its 4x-mode h runs
+    // before this iteration's GpSimd products are queued: the mode shares the SBUF bus with GpSimd),
+    // then stage 0 of tile i.
+    // (A tile that only feeds dw / db has no tail: its stage 0 goes first.)
+    if (i >= n_dx && i < n) stage0(i);
+    if (i - 1 >= 0 && i - 1 < n_dx) stage_sum(i - 1);
+    if (i - kSkew >= 0 && i - kSkew < n_dx) stage1(i - kSkew);
+    if (i < n_dx) stage0(i);
   }
+  if (sums_here) {
+    // dw / db leave PSUM bank by bank, alternately through Scalar and Vector (both idle by now, while
+    // the last dx is still formed), and go out on the constant queue, not behind the dx stores.
+    for (const Range& c : tiles(r.cols, kPsumBankColumns)) {
+      const int64_t k = c.begin / kPsumBankColumns;
+      const isa::AccessPattern dst = detail::sb_ap(ctx, colsums->result, uint32_t(sums), {{1, uint32_t(c.size)}}, c.begin);
+      const isa::AccessPattern src = sb2(ctx, colsums->banks[size_t(k)], sums, c.size);
+      if (k % 2 == 0) {
+        ctx.builder.emit(isa::Opcode::activation).tensor("dst", dst).word("op", "copy").tensor("data", src);
+      } else {
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", dst).tensor("src", src);
+      }
+    }
+    for (const auto& [row, tensor] : {std::pair<int64_t, int64_t>{0, dw_here ? dw : -1},
+                                      std::pair<int64_t, int64_t>{kDbRow, db_here ? db : -1}}) {
+      if (tensor < 0) continue;
+      dma(ctx, hbm_ap(ctx, uint32_t(tensor), 0, {{0, 1}, {1, uint32_t(r.cols)}}),
+          ctx.builder.view(colsums->result, {span(row, 1), span(0, r.cols)}), detail::kConstQueue);
+    }
+  }
+}
+
+}  // namespace
+
+void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
+                         int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db) {
+  if (spec.kind == NormKind::layernorm && mean < 0) throw std::invalid_argument("layernorm backward needs the saved mean");
+  build_norm_backward_fused(ctx, spec, rows_of(spec.shape), x, dy, mean, rstd, w, dx, dw, db);
 }
 
 isa::Program norm_backward_program(const NormBackwardSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {

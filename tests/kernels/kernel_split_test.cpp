@@ -351,10 +351,23 @@ std::vector<Case> cases() {
   {
     NormBackwardSpec s;
     s.kind = NormKind::rmsnorm;
-    s.shape = {400, 600};  // with dw: a column sum over every row, documented to run on core 0
+    s.shape = {400, 600};  // dx split by row tiles; dw (a column sum over every row) all on core 0
     add(out, "rmsnorm_backward_dw_on_core0",
                    [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return norm_backward_program(s, hw, c, n); },
-                   "nc_matmul", true, false);
+                   "nc_matmul");
+    // Core 0 also reads x and dy of the other cores' rows (for dw): at most half of them again per extra core.
+    replicated(out, 400 * 600 * 4);
+  }
+  {
+    NormBackwardSpec s;
+    s.kind = NormKind::layernorm;
+    s.shape = {400, 600};
+    s.bias = true;  // dx split by row tiles; dw and db all on core 0
+    s.input_dtype = s.param_dtype = DType::bf16;
+    add(out, "layernorm_backward_dw_db_on_core0_bf16",
+                   [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return norm_backward_program(s, hw, c, n); },
+                   "nc_matmul");
+    replicated(out, 400 * 600 * 2);  // x and dy (bf16) of the other cores' rows, read again by core 0
   }
   {
     // Rows too long for SBUF: two passes over column chunks, split by row tiles.
@@ -420,7 +433,8 @@ std::vector<Case> cases() {
     auto bwd = [](CrossEntropySpec s) {
       return [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return cross_entropy_backward_program(s, hw, c, n); };
     };
-    add(out, "cross_entropy_none", fwd(s), "activation", true, true,
+    // Counted: the Vector max, one per row tile (the Scalar logs are shared by pairs of a core's tiles).
+    add(out, "cross_entropy_none", fwd(s), "tensor_reduce", true, true,
         [](const Outcome& o, const HardwareConfig& hw, const MakeProgram& mk) {
           std::vector<float> x = inputs_of(mk, hw, "logits"), tg = inputs_of(mk, hw, "target"),
                              loss = as_fp32(hw, mk, hw, o, "loss");
