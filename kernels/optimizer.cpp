@@ -42,7 +42,7 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   const int64_t P = ctx.partitions();
   // Three pipeline stages per tile (see below), loads kAhead tiles ahead: every ring holds
   // kAhead + kStages tiles.
-  constexpr int64_t kStages = 3, kAhead = 2, depth = kAhead + kStages;
+  constexpr int64_t kStages = 3, kAhead = 4, depth = kAhead + kStages;
   // Per column: p, g, m, v and two fp32 work tiles per ring slot.
   const int64_t per_column =
       depth * (dtype_size_bytes(spec.param_dtype) + dtype_size_bytes(spec.grad_dtype) + 4 * 4);

@@ -184,11 +184,12 @@ int main(int argc, char** argv) try {
       program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw, core, cores)
                                           : cross_entropy_backward_program(spec, hw, core, cores);
     } else if (kernel == "adamw") {
-      // elements dtype (param) grad_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
+      // elements dtype (param) grad_dtype state_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
       AdamWSpec spec;
       spec.elements = std::stoll(get("elements"));
       spec.param_dtype = dtype_of(kv, "dtype", "fp32");
       spec.grad_dtype = dtype_of(kv, "grad_dtype", dtype);
+      spec.state_dtype = dtype_of(kv, "state_dtype", "fp32");
       spec.lr = std::stod(get("lr", "1e-3"));
       spec.beta1 = std::stod(get("beta1", "0.9"));
       spec.beta2 = std::stod(get("beta2", "0.999"));
