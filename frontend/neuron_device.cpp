@@ -410,11 +410,45 @@ OpRecord copy_record(const std::string& op, const at::Tensor& t) {
   return r;
 }
 
+// A non-dense view (a slice, a strided window) made contiguous: one DMA pattern over the storage span
+// the view reaches, same dtype only.
+bool strided_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
+  const std::optional<DType> dt = sim_dtype(src.scalar_type());
+  if (!dt || src.scalar_type() != dst.scalar_type() || src.numel() == 0) return false;
+  kernels::StridedCopySpec spec;
+  spec.dtype = *dt;
+  int64_t span = 1;
+  for (int64_t d = 0; d < src.dim(); ++d) {
+    if (src.stride(d) < 0) return false;
+    spec.shape.push_back(src.size(d));
+    spec.src_strides.push_back(src.stride(d));
+    span += (src.size(d) - 1) * src.stride(d);
+  }
+  if (span > std::numeric_limits<uint32_t>::max()) return false;
+  spec.src_elements = span;
+  std::ostringstream key;
+  key << "strided_copy|" << dims_key(src.sizes()) << dims_key(src.strides()) << "|" << span << "|"
+      << dtype_name(*dt);
+  OpRecord record = copy_record("copy device->device", src);
+  const HostBuffer source{"x", src.data_ptr(), static_cast<size_t>(span), *dt};
+  try {
+    execute_program(src.device().index(), key.str(),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                      return kernels::strided_copy_program(spec, hw, core, cores);
+                    },
+                    {source}, {buffer("y", dst)}, std::move(record));
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  return true;
+}
+
 // A copy within one device as a kernel (values and time from the simulator): into a contiguous
 // destination from any dense source (a permutation of contiguous storage: .contiguous() after
 // transpose/permute) of the same float dtype (permute kernel: DMA, or PE transposes when the
-// innermost dim moves), or a cast between contiguous float tensors (unary copy kernel). Returns
-// false for what it does not cover (other strides, integer dtypes, overlapping devices).
+// innermost dim moves), any other strided view of the same dtype (strided DMA), or a cast between
+// contiguous float tensors (unary copy kernel). Returns false for what it does not cover (integer
+// dtypes, a cast with a strided source, other devices).
 bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   if (src.device() != dst.device() || !dst.is_contiguous() || src.sizes() != dst.sizes()) return false;
   const std::optional<DType> src_dt = sim_dtype(src.scalar_type()), dst_dt = sim_dtype(dst.scalar_type());
@@ -425,7 +459,7 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   for (int64_t i = 0; i < rank; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return src.stride(a) > src.stride(b); });
   const at::Tensor stored = rank == 0 ? src.reshape({1}) : src.permute(order);
-  if (!stored.is_contiguous()) return false;
+  if (!stored.is_contiguous()) return strided_copy_kernel(src, dst);
   std::vector<int64_t> perm(static_cast<size_t>(std::max<int64_t>(rank, 1)), 0);
   for (int64_t k = 0; k < rank; ++k) perm[static_cast<size_t>(order[k])] = k;  // output dim k = stored dim perm[k]
   bool identity = true;

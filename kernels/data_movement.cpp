@@ -255,6 +255,20 @@ isa::Program permute_program(const PermuteSpec& spec, const HardwareConfig& conf
   return builder.finish();
 }
 
+isa::Program strided_copy_program(const StridedCopySpec& spec, const HardwareConfig& config, uint32_t core,
+                                  uint32_t cores) {
+  if (spec.shape.size() != spec.src_strides.size() || spec.shape.empty())
+    throw std::invalid_argument("strided copy: one stride per dim");
+  isa::ProgramBuilder builder("strided_copy", config.generation);
+  uint32_t x = builder.hbm("x", spec.dtype, {uint32_t(spec.src_elements)}, isa::AllocationRole::input);
+  uint32_t y = builder.hbm("y", spec.dtype, detail::to_u32(spec.shape), isa::AllocationRole::output);
+  const std::vector<int64_t> dst_strides = row_major_strides(spec.shape);
+  std::vector<detail::CopyDim> dims;
+  for (size_t d = 0; d < spec.shape.size(); ++d) dims.push_back({spec.shape[d], spec.src_strides[d], dst_strides[d]});
+  detail::strided_copy(KernelContext{builder, config, "", core, cores}, x, 0, y, 0, dims);
+  return builder.finish();
+}
+
 // ---- concat ----
 
 std::vector<int64_t> concat_shape(const ConcatSpec& spec) {

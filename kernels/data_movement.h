@@ -58,6 +58,18 @@ void build_embedding(const KernelContext& ctx, const EmbeddingSpec& spec, uint32
 isa::Program embedding_program(const EmbeddingSpec& spec, const HardwareConfig& config, uint32_t core = 0,
                                uint32_t cores = 1);
 
+// Any strided view made contiguous (x[..., 32:], a slice of a transposed tensor): one HBM -> HBM DMA
+// pattern over the view (detail::strided_copy), the source given as the storage span the view
+// reaches (src_elements from the view's first element).
+struct StridedCopySpec {
+  std::vector<int64_t> shape, src_strides;  // in elements
+  int64_t src_elements = 0;
+  DType dtype = DType::fp32;
+};
+// X [src_elements] input, y [shape] output. With cores > 1: part `core` of the copy.
+isa::Program strided_copy_program(const StridedCopySpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                                  uint32_t cores = 1);
+
 namespace detail {
 // One dim of a strided copy: size, and the element stride on the source and destination side.
 struct CopyDim {

@@ -173,3 +173,19 @@ def test_matmul_splits_across_the_logical_cores_physical_cores():
     trnsim.set_config("trn2")
     # Two physical cores: close to half the time (each core its own half of the output).
     assert times[2] < 0.6 * times[1], times
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_views_are_copied_by_a_device_dma(dtype):
+    x = rand((6, 40, 70), dtype, 11)
+    xd = x.to("neuron")
+    trnsim.reset_simulated_time()
+    views = [lambda t: t[..., 35:], lambda t: t[:, ::3, 1:50:2], lambda t: t[2:5].transpose(0, 2)[:, 7:],
+             lambda t: t[:, :1, :].expand(6, 9, 70), lambda t: t[1, :, 5]]
+    for view in views:
+        got = view(xd).contiguous()
+        assert got.is_contiguous() and torch.equal(got.cpu(), view(x).contiguous())
+    log = trnsim.op_log()
+    assert [r["op"] for r in log if r["kind"] == "kernel"] == ["copy device->device"] * len(views)
+    assert all(r["ns"] > 0 for r in log)
+    assert trnsim.fallback_report() == {}
