@@ -189,3 +189,16 @@ def test_strided_views_are_copied_by_a_device_dma(dtype):
     assert [r["op"] for r in log if r["kind"] == "kernel"] == ["copy device->device"] * len(views)
     assert all(r["ns"] > 0 for r in log)
     assert trnsim.fallback_report() == {}
+
+
+def test_copy_between_devices_is_a_dma_on_the_destination(trn2):
+    if torch.neuron.device_count() < 2:
+        pytest.skip("one device")
+    x = rand((64, 130), torch.bfloat16, 12)
+    xd = x.to("neuron:0")
+    trnsim.reset_simulated_time()
+    y = xd.to("neuron:1")
+    (rec,) = trnsim.op_log()
+    assert rec["kind"] == "kernel" and rec["device"] == 1 and rec["ns"] > 0
+    assert trnsim.simulated_ns(0) == 0 and trnsim.simulated_ns(1) == rec["ns"]
+    assert y.device == torch.device("neuron:1") and torch.equal(y.cpu(), x)
