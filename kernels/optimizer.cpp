@@ -40,26 +40,41 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   if (spec.elements <= 0) throw std::invalid_argument("adamw: no elements");
   if (spec.step < 1) throw std::invalid_argument("adamw: step is 1-based");
   const int64_t P = ctx.partitions();
-  // Three pipeline stages per tile (see below), loads kAhead tiles ahead: every ring holds
-  // kAhead + kStages tiles.
-  constexpr int64_t kStages = 3, kAhead = 4, depth = kAhead + kStages;
-  // Per column: p, g, m, v and two fp32 work tiles per ring slot.
-  const int64_t per_column =
-      depth * (dtype_size_bytes(spec.param_dtype) + dtype_size_bytes(spec.grad_dtype) + 4 * 4);
+  const CoreConfig& core = ctx.config.core;
+  // Pipeline: loads kAhead tiles ahead of stage 0, kStages compute stages per tile (see below). The
+  // load rings hold a tile from its load to its last store; the work rings from stage 0 to the last.
+  constexpr int64_t kAhead = 3, kStages = 5;
+  constexpr int64_t io_depth = kAhead + kStages + 1, work_depth = kStages + 1;
+  // Per column: p, g, m, v (m, v widened to fp32 by the load) and three fp32 work tiles.
+  const int64_t per_column = io_depth * (dtype_size_bytes(spec.param_dtype) + dtype_size_bytes(spec.grad_dtype) + 2 * 4) +
+                             work_depth * 3 * 4;
   constexpr int64_t kMaxApDimSize = 65535;
   const int64_t max_cols = std::max<int64_t>(spec.elements / P, spec.elements % P);
+  detail::align_sbuf_to_granule(ctx, "adamw_align");
   int64_t width = std::min({detail::kTargetDmaBytesPerPartition / 4, detail::sbuf_free_bytes(ctx) / per_column,
-                                  kMaxApDimSize, std::max<int64_t>(1, max_cols)});
+                            kMaxApDimSize, std::max<int64_t>(1, max_cols)});
   if (width < 1) throw std::invalid_argument("adamw: SBUF is full");
+  // Enough tiles per core that the pipeline's fill and drain (about kAhead + kStages tiles' worth of
+  // latency) stay small against the stream, but no narrower than kMinWidth columns, below which the
+  // fixed costs per instruction (GpSimd start-up, DMA descriptors) dominate.
+  constexpr int64_t kMinTilesPerCore = 16, kMinWidth = 512;
+  const int64_t cols_per_core = ceil_div(max_cols, int64_t(ctx.cores));
+  width = std::min(width, std::max(kMinWidth, ceil_div(cols_per_core, kMinTilesPerCore)));
+  // Whole 256-byte granules per slot (128 columns of a 2-byte dtype), so that neighbouring ring
+  // slots never share a dependency granule.
+  if (width > 128) width = width / 128 * 128;
   // Split across cores: narrower tiles when there are too few for every core to get one.
   if (ctx.cores > 1 && flat_tiles(spec.elements, P, width).size() < ctx.cores) {
     width = std::max<int64_t>(1, ceil_div(width, ctx.cores));
   }
 
-  auto ring = [&](const std::string& n, DType d) { return detail::make_ring(ctx, n, d, width, int(depth)); };
-  detail::Ring p = ring("adamw_p", spec.param_dtype), g = ring("adamw_g", spec.grad_dtype),
-               m = ring("adamw_m", DType::fp32), v = ring("adamw_v", DType::fp32), pf = ring("adamw_pf", DType::fp32),
-               w = ring("adamw_w", DType::fp32);
+  auto ring = [&](const std::string& n, DType d, int64_t depth) {
+    return detail::make_ring(ctx, n, d, width, int(depth));
+  };
+  detail::Ring p = ring("adamw_p", spec.param_dtype, io_depth), g = ring("adamw_g", spec.grad_dtype, io_depth),
+               m = ring("adamw_m", DType::fp32, io_depth), v = ring("adamw_v", DType::fp32, io_depth),
+               w = ring("adamw_w", DType::fp32, work_depth), w2 = ring("adamw_w2", DType::fp32, work_depth),
+               d = ring("adamw_d", DType::fp32, work_depth);
 
   // The scalars exactly as torch's _single_tensor_adamw forms them (Python floats, i.e. doubles).
   const double decay = 1.0 - spec.lr * spec.weight_decay;
@@ -71,20 +86,26 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   // values do not depend on the split).
   std::vector<FlatTile> all = my_share(ctx, flat_tiles(spec.elements, P, width));
   const int64_t n = int64_t(all.size());
+
+  // DMA queues: one per tensor and direction. A queue serves its transfers in program order, so a
+  // store waiting on compute holds up only the stores of that tensor, and the fixed start-up of each
+  // transfer overlaps the data of the transfers on the other queues.
+  constexpr int64_t kQueueLoadP = 0, kQueueLoadG = 1, kQueueLoadM = 2, kQueueLoadV = 3, kQueueStoreM = 4,
+                    kQueueStoreV = 5, kQueueStoreP = 6;
   auto load = [&](int64_t k) {
     const FlatTile& t = all[size_t(k)];
-    dma(ctx, sb2(ctx, p[k], t.p, t.f), flat_hbm(ctx, param, t), detail::kLoadQueue);
-    dma(ctx, sb2(ctx, g[k], t.p, t.f), flat_hbm(ctx, grad, t), detail::kLoadQueue);
-    dma(ctx, sb2(ctx, m[k], t.p, t.f), flat_hbm(ctx, exp_avg, t), detail::kLoadQueue);
-    dma(ctx, sb2(ctx, v[k], t.p, t.f), flat_hbm(ctx, exp_avg_sq, t), detail::kLoadQueue);
+    dma(ctx, sb2(ctx, m[k], t.p, t.f), flat_hbm(ctx, exp_avg, t), kQueueLoadM);
+    dma(ctx, sb2(ctx, g[k], t.p, t.f), flat_hbm(ctx, grad, t), kQueueLoadG);
+    dma(ctx, sb2(ctx, v[k], t.p, t.f), flat_hbm(ctx, exp_avg_sq, t), kQueueLoadV);
+    dma(ctx, sb2(ctx, p[k], t.p, t.f), flat_hbm(ctx, param, t), kQueueLoadP);
   };
   auto act = [&](const isa::AccessPattern& dst, const char* op, const isa::AccessPattern& src, double scale) {
     ctx.builder.emit(isa::Opcode::activation).tensor("dst", dst).word("op", op).tensor("data", src).imm("scale", scale);
   };
-  auto gp_tt = [&](const isa::AccessPattern& dst, const isa::AccessPattern& a, const isa::AccessPattern& b,
-                   const char* op) {
+  auto tt = [&](const isa::AccessPattern& dst, const isa::AccessPattern& a, const isa::AccessPattern& b, const char* op,
+                Engine engine) {
     ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", dst).tensor("data1", a).tensor("data2", b).word("op", op).on(Engine::gpsimd);
+        .tensor("dst", dst).tensor("data1", a).tensor("data2", b).word("op", op).on(engine);
   };
   auto stt = [&](const isa::AccessPattern& dst, const isa::AccessPattern& data, const char* op0, double operand0,
                  const char* op1, const isa::AccessPattern& operand1) {
@@ -92,37 +113,77 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
         .tensor("dst", dst).tensor("data", data).word("op0", op0).imm("operand0", operand0).word("op1", op1)
         .tensor("operand1", operand1);
   };
-  // Stage s of tile k. Engines run their queues in order, so stage 0 of tile k is emitted next to stage
-  // 1 of k - 1 and stage 2 of k - 2: each engine finds work while one tile's chain of ten dependent
-  // instructions (Scalar -> GpSimd -> Vector -> ...) drains.
+
+  // Engine assignment. Per column of a tile (fp32 work, no performance mode applies): Vector runs the
+  // two scalar_tensor_tensor (2 + 2 cycles), GpSimd four tensor_tensor (4), Scalar four activations
+  // (4), and the one remaining single-input op (denom = sqrt(v) / sqrt(bc2) + eps) is split by columns
+  // so that the three engines finish together (their clocks differ: Vector is slower on trn2).
+  // Scalar runs tensor_scalar from trn2 on, but with a divide only from trn3 on.
+  const bool scalar_ts = ctx.config.generation != Generation::trn1 && ctx.config.generation != Generation::trn2;
+  // GpSimd also pays its start-up per instruction (four per tile, and one for its share of the split).
+  const double t_vector = 4 / core.vector.clock_ghz, t_scalar = 4 / core.scalar.clock_ghz,
+               t_gpsimd = (4 + 5 * core.gpsimd.fixed_overhead_cycles / double(width)) / core.gpsimd.clock_ghz;
+  // Water-filling: the finishing time T per column with sum_e max(0, T - t_e) * clock_e = 1 cycle.
+  double share_g = 0, share_s = 0;
+  {
+    double lo = std::min({t_vector, t_gpsimd, t_scalar}), hi = std::max({t_vector, t_gpsimd, t_scalar}) + 2.0;
+    auto filled = [&](double T, double t, double clock) { return std::max(0.0, T - t) * clock; };
+    for (int it = 0; it < 60; ++it) {
+      double T = 0.5 * (lo + hi);
+      double c = filled(T, t_vector, core.vector.clock_ghz) + filled(T, t_gpsimd, core.gpsimd.clock_ghz) +
+                 (scalar_ts ? filled(T, t_scalar, core.scalar.clock_ghz) : 0.0);
+      (c < 1 ? lo : hi) = T;
+    }
+    share_g = filled(lo, t_gpsimd, core.gpsimd.clock_ghz);
+    share_s = scalar_ts ? filled(lo, t_scalar, core.scalar.clock_ghz) : 0.0;
+  }
+
+  // Stage s of tile k. Engines run their queues in order, and stage s of tile k is emitted next to
+  // stage s' of tile k + s - s', so every instruction depends only on work emitted one step earlier:
+  // each engine finds work while one tile's chain of dependent instructions drains.
   auto stage = [&](int64_t s, int64_t k) {
     const FlatTile& t = all[size_t(k)];
     auto tile = [&](const detail::Ring& r) { return sb2(ctx, r[k], t.p, t.f); };
     if (s == 0) {
-      // param.mul_(1 - lr * wd)  (Scalar, into fp32)
-      act(tile(pf), "copy", tile(p), decay);
-      // exp_avg.lerp_(grad, 1 - beta1) = m + (1 - beta1) * (g - m)  (GpSimd, Vector)
-      gp_tt(tile(w), tile(g), tile(m), "subtract");
-      stt(tile(m), tile(w), "multiply", 1.0 - spec.beta1, "add", tile(m));
+      // exp_avg.lerp_(grad, 1 - beta1) = m + (1 - beta1) * (g - m): the difference (GpSimd) ...
+      tt(tile(w), tile(g), tile(m), "subtract", Engine::gpsimd);
       // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2) = v * beta2 + ((1 - beta2) * g) * g
-      stt(tile(w), tile(g), "multiply", 1.0 - spec.beta2, "multiply", tile(g));
+      stt(tile(w2), tile(g), "multiply", 1.0 - spec.beta2, "multiply", tile(g));
       act(tile(v), "copy", tile(v), spec.beta2);
-      gp_tt(tile(v), tile(v), tile(w), "add");
     } else if (s == 1) {
-      // denom = sqrt(v) / sqrt(bc2) + eps  (Scalar, GpSimd)
-      act(tile(w), "sqrt", tile(v), 1.0);
-      ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", tile(w)).tensor("data", tile(w)).word("op0", "divide").imm("operand0", bc2_sqrt)
-          .word("op1", "add").imm("operand1", spec.eps).on(Engine::gpsimd);
+      // ... and the multiply-add (Vector); the second moment's sum (GpSimd).
+      stt(tile(m), tile(w), "multiply", 1.0 - spec.beta1, "add", tile(m));
+      tt(tile(v), tile(v), tile(w2), "add", Engine::gpsimd);
+    } else if (s == 2) {
+      // The state is final: store it (the DMA rounds to the state dtype).
+      dma(ctx, flat_hbm(ctx, exp_avg, t), tile(m), kQueueStoreM);
+      dma(ctx, flat_hbm(ctx, exp_avg_sq, t), tile(v), kQueueStoreV);
+      // denom = sqrt(v) / sqrt(bc2) + eps: the root (Scalar); -step_size * m (Scalar, into w);
+      // param.mul_(1 - lr * wd) (Scalar, into fp32 w2). The products are rounded to fp32 as the fused
+      // scalar_tensor_tensor rounds its first op, so splitting the update over engines leaves every
+      // value bit for bit as it was.
+      act(tile(d), "sqrt", tile(v), 1.0);
+      act(tile(w), "copy", tile(m), -step_size);
+      act(tile(w2), "copy", tile(p), decay);
+    } else if (s == 3) {
+      // ... the division and eps, split by columns over Scalar, GpSimd and Vector.
+      const int64_t fs = std::llround(double(t.f) * share_s), fg = std::llround(double(t.f) * share_g);
+      const int64_t c_s = std::min(fs, t.f), c_g = std::min(fg, t.f - c_s), c_v = t.f - c_s - c_g;
+      auto part = [&](int64_t c0, int64_t cols, Engine engine) {
+        if (cols <= 0) return;
+        isa::AccessPattern ap = sb2(ctx, d[k], t.p, cols, c0);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", ap).tensor("data", ap).word("op0", "divide").imm("operand0", bc2_sqrt)
+            .word("op1", "add").imm("operand1", spec.eps).on(engine);
+      };
+      part(0, c_s, Engine::scalar);
+      part(c_s, c_g, Engine::gpsimd);
+      part(c_s + c_g, c_v, Engine::vector);
     } else {
-      // param.addcdiv_(m, denom, value=-step_size) = p + (-step_size * m) / denom  (Vector, GpSimd)
-      stt(tile(w), tile(m), "multiply", -step_size, "divide", tile(w));
-      gp_tt(tile(p), tile(pf), tile(w), "add");
-      // Stores last: a DMA engine serves its transfers in program order, so a store emitted before its
-      // data is ready would hold up the next loads.
-      dma(ctx, flat_hbm(ctx, exp_avg, t), tile(m), detail::kStoreQueue);
-      dma(ctx, flat_hbm(ctx, exp_avg_sq, t), tile(v), detail::kStoreQueue);
-      dma(ctx, flat_hbm(ctx, param, t), tile(p), detail::kStoreQueue);
+      // param.addcdiv_(m, denom, value=-step_size) = p + (-step_size * m) / denom  (GpSimd)
+      tt(tile(w), tile(w), tile(d), "divide", Engine::gpsimd);
+      tt(tile(p), tile(w2), tile(w), "add", Engine::gpsimd);
+      dma(ctx, flat_hbm(ctx, param, t), tile(p), kQueueStoreP);
     }
   };
   for (int64_t k = 0; k < std::min(kAhead, n); ++k) load(k);

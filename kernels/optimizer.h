@@ -7,10 +7,16 @@
 // immediates (the kernel is rebuilt per step, as a traced NKI kernel would be specialised).
 //
 // HBM-bound: 28 B per fp32 parameter (read p, g, m, v; write p, m, v), 22 B for bf16 p and g with
-// fp32 state, 14 B with bf16 state. The
-// flattened tensor is spread as [128, N/128] (+ a one-partition tail) and streamed in column tiles as
-// large as SBUF allows with kRingDepth buffers per role; per tile Vector 6N cycles (three
-// scalar_tensor_tensor), GpSimd 4N, Scalar 3N, all below the DMA time of the tile.
+// fp32 state, 14 B with bf16 state (18 B as the DMA cost model counts it: the state is stored from
+// fp32 SBUF tiles, the DMA rounding once, which keeps m and v in fp32 for the update). The flattened
+// tensor is spread as [128, N/128] (+ a one-partition tail) and streamed in column tiles (as large
+// as SBUF allows, narrowed toward 16 per core but not below 512 columns, so the pipeline's fill and
+// drain stay short) through a
+// five-stage software pipeline with loads three tiles ahead, one DMA queue per tensor and direction.
+// No engine performance mode applies (every op reads or writes fp32), so the ~13 element-passes
+// per column are balanced over three engines: Vector two scalar_tensor_tensor (2 x 2N), GpSimd four
+// tensor_tensor (4N + start-ups), Scalar four activations (4N), and the denominator's tensor_scalar
+// split by columns between them by clock (Scalar only from trn3, where it may divide).
 #pragma once
 
 #include <cstdint>

@@ -173,16 +173,19 @@ def test_cross_entropy_backward(run_trnsim, tmp_path, dtype, rows, classes, redu
 
 # ---- AdamW ----
 
-@pytest.mark.parametrize("dtype,elements,weight_decay", [("fp32", 128 * 513 + 77, 1e-2), ("bf16", 300 * 7, 0.1),
-                                                          ("fp32", 127, 0.0)])
-def test_adamw(run_trnsim, tmp_path, dtype, elements, weight_decay):
+@pytest.mark.parametrize("dtype,elements,weight_decay,state_dtype", [
+    ("fp32", 128 * 513 + 77, 1e-2, "fp32"), ("bf16", 300 * 7, 0.1, "fp32"), ("fp32", 127, 0.0, "fp32"),
+    # bf16 state (torch keeps exp_avg / exp_avg_sq in the parameter's dtype), several column tiles and a tail.
+    ("bf16", 128 * 1500 + 3, 1e-2, "bf16"),
+])
+def test_adamw(run_trnsim, tmp_path, dtype, elements, weight_decay, state_dtype):
     rng = np.random.default_rng(26)
     hyper = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.99, "eps": 1e-8, "weight_decay": weight_decay}
     param = rounded(rng.standard_normal(elements).astype(np.float32), dtype)
     m = np.zeros(elements, np.float32)
     v = np.zeros(elements, np.float32)
     # torch's step on an fp32 copy of the (rounded) parameter; the bf16 case rounds after each step as
-    # the kernel does (fp32 state, parameter stored in bf16).
+    # the kernel does (parameter, and with bf16 state also exp_avg / exp_avg_sq, stored in bf16).
     ref = param.clone().requires_grad_(True)
     opt = torch.optim.AdamW([ref], lr=hyper["lr"], betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"],
                             weight_decay=weight_decay, foreach=False)
@@ -191,17 +194,20 @@ def test_adamw(run_trnsim, tmp_path, dtype, elements, weight_decay):
         grad = rounded(rng.standard_normal(elements).astype(np.float32) * (10.0 ** -step), dtype)
         ref.grad = grad.clone()
         opt.step()
+        state = opt.state[ref]
         with torch.no_grad():
             ref.copy_(ref.to(TORCH[dtype]).float())
+            for key in ("exp_avg", "exp_avg_sq"):
+                state[key].copy_(state[key].to(TORCH[state_dtype]).float())
         step_dir = tmp_path / f"step{step}"
         step_dir.mkdir()
         p, m, v = run_kernel(run_trnsim, step_dir, "adamw",
-                             {"elements": elements, "dtype": dtype, "step": step, **hyper},
+                             {"elements": elements, "dtype": dtype, "state_dtype": state_dtype, "step": step, **hyper},
                              {"param": p, "grad": grad.numpy(), "exp_avg": m, "exp_avg_sq": v},
                              ["param", "exp_avg", "exp_avg_sq"])
-        state = opt.state[ref]
-        # State: a few fp32 ulps (torch's lerp is a fused multiply-add). Parameter: one bf16 ulp, or in fp32
-        # a few ulps of the parameter plus of the update lr * m_hat / sqrt(v_hat) (<= ~lr * 10).
-        check(m, state["exp_avg"], "fp32", fp32_ulps=8)
-        check(v, state["exp_avg_sq"], "fp32", fp32_ulps=8)
+        # State: a few fp32 ulps (torch's lerp is a fused multiply-add), or one bf16 ulp when stored in bf16.
+        # Parameter: one bf16 ulp, or in fp32 a few ulps of the parameter plus of the update
+        # lr * m_hat / sqrt(v_hat) (<= ~lr * 10).
+        check(m, state["exp_avg"], state_dtype, fp32_ulps=8)
+        check(v, state["exp_avg_sq"], state_dtype, fp32_ulps=8)
         check(p, ref.detach(), dtype, terms=0 if dtype == "bf16" else hyper["lr"], fp32_ulps=8)
