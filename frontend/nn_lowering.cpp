@@ -59,6 +59,33 @@ const c10::OperatorHandle& convolution_backward_handle() {
   return h;
 }
 
+// Runs `lower` on the op's arguments and pushes its results; nullopt or a kernel's rejection
+// (std::invalid_argument, an IsaError) leaves the stack untouched for `fallback` (by default the
+// counted CPU fallback of this op).
+template <typename Lower, typename Fallback>
+void run_or_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Lower&& lower, Fallback&& fallback) {
+  const size_t n = op.schema().arguments().size();
+  std::optional<std::vector<at::Tensor>> out;
+  try {
+    out = lower(torch::jit::last(*stack, n));
+  } catch (const std::invalid_argument&) {
+    out.reset();
+  } catch (const isa::IsaError&) {  // e.g. the conv builder rejects shapes it cannot place in SBUF
+    out.reset();
+  }
+  if (!out) {
+    fallback();
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  for (at::Tensor& t : *out) torch::jit::push(*stack, std::move(t));
+}
+
+template <typename Lower>
+void run_or_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Lower&& lower) {
+  run_or_fallback(op, stack, std::forward<Lower>(lower), [&] { neuron_fallback(op, stack); });
+}
+
 // The kernel's spec for a 2-D convolution of 4-D (or 3-D unbatched) input, or nullopt when the
 // kernels do not take it (transposed, other ranks, dtypes, devices, groups not dividing C and O).
 std::optional<kernels::Conv2dSpec> conv_spec(const at::Tensor& input, const at::Tensor& weight, const c10::IValue& stride,
@@ -135,21 +162,14 @@ std::optional<at::Tensor> lower_conv_forward(c10::ArrayRef<c10::IValue> a) {
 }
 
 void neuron_convolution(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t n = op.schema().arguments().size();
-  std::optional<at::Tensor> out;
-  try {
-    out = lower_conv_forward(torch::jit::last(*stack, n));
-  } catch (const std::invalid_argument&) {
-    out.reset();
-  } catch (const isa::IsaError&) {  // the conv builder rejects shapes it cannot place (SBUF)
-    out.reset();
-  }
-  if (!out) {
-    neuron_fallback(convolution_handle(), stack);
-    return;
-  }
-  torch::jit::drop(*stack, n);
-  torch::jit::push(*stack, std::move(*out));
+  run_or_fallback(
+      op, stack,
+      [](c10::ArrayRef<c10::IValue> a) -> std::optional<std::vector<at::Tensor>> {
+        std::optional<at::Tensor> y = lower_conv_forward(a);
+        if (!y) return std::nullopt;
+        return std::vector<at::Tensor>{*y};
+      },
+      [&] { neuron_fallback(convolution_handle(), stack); });
 }
 
 // (grad_input, grad_weight, grad_bias); the kernel computes grad_input and grad_weight together,
@@ -190,33 +210,22 @@ std::optional<std::vector<at::Tensor>> lower_conv_backward(c10::ArrayRef<c10::IV
 }
 
 void neuron_convolution_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t n = op.schema().arguments().size();
-  std::optional<std::vector<at::Tensor>> out;
-  try {
-    out = lower_conv_backward(torch::jit::last(*stack, n));
-  } catch (const std::invalid_argument&) {
-    out.reset();
-  } catch (const isa::IsaError&) {
-    out.reset();
-  }
-  if (out) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return lower_conv_backward(a); }, [&] {
+    // convolution_backward takes bias_sizes (the grad_bias shape) after weight.
+    const size_t n = op.schema().arguments().size();
+    std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
-    for (at::Tensor& t : *out) torch::jit::push(*stack, std::move(t));
-    return;
-  }
-  // convolution_backward takes bias_sizes (the grad_bias shape) after weight.
-  std::vector<c10::IValue> args(stack->end() - n, stack->end());
-  torch::jit::drop(*stack, n);
-  const at::Tensor& weight = args[2].toTensor();
-  const bool want_bias = args[9].toBoolList().get(2);
-  const int64_t groups = int_value(args[8]);
-  const int64_t bias_size = args[6].toBool() ? weight.size(1) * groups : weight.size(0);
-  c10::IValue bias_sizes = want_bias ? c10::IValue(std::vector<int64_t>{bias_size}) : c10::IValue();
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (i == 3) torch::jit::push(*stack, bias_sizes);
-    torch::jit::push(*stack, std::move(args[i]));
-  }
-  neuron_fallback(convolution_backward_handle(), stack);
+    const at::Tensor& weight = args[2].toTensor();
+    const bool want_bias = args[9].toBoolList().get(2);
+    const int64_t groups = int_value(args[8]);
+    const int64_t bias_size = args[6].toBool() ? weight.size(1) * groups : weight.size(0);
+    c10::IValue bias_sizes = want_bias ? c10::IValue(std::vector<int64_t>{bias_size}) : c10::IValue();
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (i == 3) torch::jit::push(*stack, bias_sizes);
+      torch::jit::push(*stack, std::move(args[i]));
+    }
+    neuron_fallback(convolution_backward_handle(), stack);
+  });
 }
 
 // =============================================================================================
@@ -1014,26 +1023,6 @@ std::optional<at::Tensor> avg_backward(c10::ArrayRef<c10::IValue> a) {
   return unbatched ? gi.squeeze(0) : gi;
 }
 
-// Runs `lower` on the op's arguments; nullopt or a kernel's rejection (std::invalid_argument, an
-// IsaError) goes to the counted fallback with the stack untouched.
-template <typename Lower>
-void run_or_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, Lower&& lower) {
-  const size_t n = op.schema().arguments().size();
-  std::optional<std::vector<at::Tensor>> out;
-  try {
-    out = lower(torch::jit::last(*stack, n));
-  } catch (const std::invalid_argument&) {
-    out.reset();
-  } catch (const isa::IsaError&) {
-    out.reset();
-  }
-  if (!out) {
-    neuron_fallback(op, stack);
-    return;
-  }
-  torch::jit::drop(*stack, n);
-  for (at::Tensor& t : *out) torch::jit::push(*stack, std::move(t));
-}
 
 template <typename F>
 std::optional<std::vector<at::Tensor>> one(F&& f, c10::ArrayRef<c10::IValue> a) {
