@@ -59,6 +59,12 @@ const c10::OperatorHandle& convolution_backward_handle() {
   return h;
 }
 
+// (N, C, H, W) of a 4-D NCHW tensor, or of a 3-D [C, H, W] one as a batch of one.
+std::tuple<int64_t, int64_t, int64_t, int64_t> nchw(const at::Tensor& t) {
+  const bool batched = t.dim() == 4;
+  return {batched ? t.size(0) : 1, t.size(batched ? 1 : 0), t.size(batched ? 2 : 1), t.size(batched ? 3 : 2)};
+}
+
 // Runs `lower` on the op's arguments and pushes its results; nullopt or a kernel's rejection
 // (std::invalid_argument, an IsaError) leaves the stack untouched for `fallback` (by default the
 // counted CPU fallback of this op).
@@ -99,12 +105,8 @@ std::optional<kernels::Conv2dSpec> conv_spec(const at::Tensor& input, const at::
   if (!dt) return std::nullopt;
   const std::vector<int64_t> s = int_values(stride), p = int_values(padding), d = int_values(dilation);
   if (s.size() != 2 || p.size() != 2 || d.size() != 2) return std::nullopt;
-  const bool batched = input.dim() == 4;
   kernels::Conv2dSpec spec;
-  spec.n = batched ? input.size(0) : 1;
-  spec.c = input.size(batched ? 1 : 0);
-  spec.h = input.size(batched ? 2 : 1);
-  spec.w = input.size(batched ? 3 : 2);
+  std::tie(spec.n, spec.c, spec.h, spec.w) = nchw(input);
   spec.o = weight.size(0);
   spec.kh = weight.size(2);
   spec.kw = weight.size(3);
@@ -892,12 +894,8 @@ std::optional<kernels::PoolSpec> spec_of(const at::Tensor& self, const c10::IVal
   const auto s = pair_of(stride, k), p = pair_of(padding, std::nullopt);
   const auto d = dilation ? pair_of(*dilation, std::nullopt) : std::optional<std::pair<int64_t, int64_t>>(std::make_pair(1, 1));
   if (!s || !p || !d) return std::nullopt;
-  const bool batched = self.dim() == 4;
   kernels::PoolSpec spec;
-  spec.n = batched ? self.size(0) : 1;
-  spec.c = self.size(batched ? 1 : 0);
-  spec.h = self.size(batched ? 2 : 1);
-  spec.w = self.size(batched ? 3 : 2);
+  std::tie(spec.n, spec.c, spec.h, spec.w) = nchw(self);
   std::tie(spec.kh, spec.kw) = *k;
   std::tie(spec.stride_h, spec.stride_w) = *s;
   std::tie(spec.pad_h, spec.pad_w) = *p;
