@@ -7,6 +7,7 @@
 #include "isa/isa_error.h"
 #include "isa/view.h"
 #include "kernels/conv_builder.h"
+#include "kernels/depthwise_conv.h"
 #include "kernels/tile_pipeline.h"
 
 namespace trnsim::kernels {
@@ -615,6 +616,11 @@ void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2d
   if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
   ConvTensors t;
   t.input = tensors.input, t.weight = tensors.weight, t.output = tensors.output, t.bias = tensors.bias;
+  // Depthwise (groups == C == O): planes on partitions, diagonal weights (depthwise_conv.h).
+  if (depthwise_applies(spec, ctx, false)) {
+    build_depthwise_forward(ctx, spec, tensors);
+    return;
+  }
   if (spec.groups == 1) {
     Conv2dBuilder(ctx, forward_geometry(spec), t, ConvMode::forward).build();
     return;

@@ -38,6 +38,9 @@ struct Conv2dSpec {
   // a group is wider) with block-diagonal weights: correct for any grouping, but the PE multiplies
   // the zeros too, so a depthwise conv costs what a dense min(C, 128)-channel conv costs (the PE's
   // moving columns, KH*KW*pixels per 128 channels, are the bottleneck; MFU ~ 1 / 128 of dense).
+  // Depthwise (groups == C == O) whose planes fit SBUF takes its own path instead (depthwise_conv.h):
+  // the N*C planes on partitions, diagonal weights per tap on the PE, grad_weight on Vector / GpSimd /
+  // Scalar. A channel multiplier (O = m*C, m > 1) stays on the grouped path.
   int64_t groups = 1;
   bool bias = false;   // + bias[O] (input dtype)
   DType input_dtype = DType::bf16;

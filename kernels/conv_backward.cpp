@@ -8,6 +8,7 @@
 #include "isa/isa_error.h"
 #include "kernels/conv.h"
 #include "kernels/conv_builder.h"
+#include "kernels/depthwise_conv.h"
 
 namespace trnsim::kernels {
 namespace conv_detail {
@@ -413,6 +414,11 @@ void build_conv2d_backward(const KernelContext& ctx, const Conv2dSpec& spec, con
   using namespace conv_detail;
   validate_groups(spec);
   if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
+  // Depthwise (groups == C == O): planes on partitions, dW on Vector / GpSimd / Scalar (depthwise_conv.h).
+  if (depthwise_applies(spec, ctx, true)) {
+    build_depthwise_backward(ctx, spec, tensors);
+    return;
+  }
   isa::Program& program = ctx.builder.mutable_program();
   // Each pass is built in a builder of its own, so it may use all of SBUF and PSUM, and appended.
   auto part = [&](const std::string& prefix, const ConvGeometry& g, ConvMode mode, const ConvGeometry* dw = nullptr) {

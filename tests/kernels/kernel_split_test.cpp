@@ -526,6 +526,21 @@ std::vector<Case> cases() {
     replicated(out, bytes(dw, false));
     add(out, "conv2d_bwd_depthwise", bwd(dw), "nc_matmul");
     replicated(out, bytes(dw, true));
+    Conv2dSpec dw2 = s;  // depthwise, planes on partitions: 288 planes (3 tiles, the last ragged, channels
+    dw2.n = 6, dw2.c = dw2.o = dw2.groups = 48;  // wrapping), stride 2; backward: dW on core 0, dX on the others
+    dw2.h = dw2.w = 17, dw2.stride_h = dw2.stride_w = 2;
+    add(out, "conv2d_fwd_depthwise_planes", fwd(dw2), "nc_matmul");
+    replicated(out, bytes(dw2, false));
+    add(out, "conv2d_bwd_depthwise_planes", bwd(dw2), "nc_matmul|tensor_tensor");
+    replicated(out, bytes(dw2, true));
+    Conv2dSpec dw4 = s;  // planes of 4 pixel tiles, some off the PE (each core gathers its weights: one matmul more)
+    dw4.n = 6, dw4.c = dw4.o = dw4.groups = 64, dw4.h = dw4.w = 40;
+    add(out, "conv2d_fwd_depthwise_hybrid", fwd(dw4), "activation|scalar_tensor_tensor");
+    replicated(out, bytes(dw4, false));
+    Conv2dSpec dw3 = s;  // C = 256: two grad_weight units (tiles of channels 0-127 / 128-255), one per core
+    dw3.n = 3, dw3.c = dw3.o = dw3.groups = 256, dw3.h = dw3.w = 9;
+    add(out, "conv2d_bwd_depthwise_units", bwd(dw3), "nc_matmul|tensor_tensor");
+    replicated(out, bytes(dw3, true));
     Conv2dSpec gr = s;
     gr.c = 48, gr.o = 36, gr.groups = 3, gr.dilation_h = gr.dilation_w = 2, gr.pad_h = gr.pad_w = 2;
     add(out, "conv2d_bwd_groups3_dilated", bwd(gr), "nc_matmul");

@@ -95,6 +95,41 @@ GROUPED_CASES = [
 ]
 
 
+# Depthwise (groups == C == O) runs with the N*C planes on partitions (kernels/depthwise_conv.h): ragged
+# plane tiles whose channels wrap (N*C not a multiple of 128 or of C), stride 2 with odd sizes, dilation,
+# C > 128, padding beyond k - 1 (dX crops dY), 1x1, 7x7, small planes (several kernel rows per grad_weight
+# instruction), planes of several pixel tiles (the forward shares them between the PE, Scalar + GpSimd and
+# Vector), fp32 and bf16 outputs.
+DEPTHWISE_CASES = [
+    (3, 48, 9, 11, 48, 3, 1, 1, 1, 48, True, "bf16"),
+    (2, 40, 13, 12, 40, 3, 2, 1, 1, 40, True, "bf16"),
+    (2, 72, 10, 9, 72, 3, 1, 2, 2, 72, False, "fp32"),
+    (1, 160, 11, 11, 160, 5, 2, 2, 1, 160, True, "bf16"),
+    (2, 24, 8, 8, 24, 3, 1, 3, 1, 24, True, "bf16"),
+    (5, 7, 6, 5, 7, 1, 1, 0, 1, 7, True, "fp32"),
+    (1, 130, 5, 7, 130, 7, 1, 3, 1, 130, False, "bf16"),
+    (2, 33, 12, 7, 33, 3, 2, 0, 2, 33, True, "fp32"),
+    (3, 20, 5, 6, 20, 3, 1, 1, 1, 20, True, "bf16"),
+    (2, 36, 7, 7, 36, 5, 1, 4, 2, 36, True, "fp32"),
+    (2, 40, 48, 45, 40, 3, 1, 1, 1, 40, True, "bf16"),
+    (1, 24, 50, 50, 24, 5, 2, 4, 2, 24, True, "fp32"),
+    (1, 24, 50, 50, 24, 5, 1, 4, 2, 24, False, "bf16"),
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,dilation,groups,bias,dtype", DEPTHWISE_CASES)
+def test_depthwise_conv2d_forward_and_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation,
+                                               groups, bias, dtype):
+    run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, bias=bias, dtype=dtype, groups=groups)
+    run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, bias=bias, dtype=dtype,
+                      groups=groups)
+
+
+def test_depthwise_bf16_outputs(run_trnsim, tmp_path):
+    run_conv(run_trnsim, tmp_path, 2, 64, 9, 9, 64, 3, 1, 1, 1, bias=True, out_dtype="bf16", groups=64)
+    run_conv_backward(run_trnsim, tmp_path, 2, 64, 9, 9, 64, 3, 1, 1, 1, bias=True, out_dtype="bf16", groups=64)
+
+
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,dilation,groups,bias,dtype", GROUPED_CASES)
 def test_grouped_conv2d_matches_torch(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, dilation, groups, bias,
                                       dtype):
