@@ -824,6 +824,33 @@ void neuron_batch_norm_backward(const c10::OperatorHandle& op, torch::jit::Stack
   for (at::Tensor& t : out) torch::jit::push(*stack, std::move(t));
 }
 
+// Group norm as a layer norm over each (sample, group)'s C/G * HxW elements followed by the
+// per-channel affine, registered as the op's autograd kernel for the device: autograd then
+// differentiates the composed device ops (layer norm backward, element-wise), so the backward runs on
+// the device too (torch's own decomposition goes through var_mean, and its backward has no neuron
+// kernel).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_composed(const at::Tensor& input,
+                                                                  const std::optional<at::Tensor>& weight,
+                                                                  const std::optional<at::Tensor>& bias, c10::SymInt n,
+                                                                  c10::SymInt c, c10::SymInt hxw, int64_t groups,
+                                                                  double eps) {
+  const int64_t N = n.guard_int(__FILE__, __LINE__), C = c.guard_int(__FILE__, __LINE__);
+  TORCH_CHECK(groups > 0 && C % groups == 0, "group_norm: ", C, " channels are not divisible into ", groups, " groups");
+  const at::Tensor grouped = input.reshape({N, groups, -1});
+  auto [normed, mean, rstd] = at::native_layer_norm(grouped, {grouped.size(-1)}, std::nullopt, std::nullopt, eps);
+  at::Tensor y = normed.reshape(input.sizes());
+  std::vector<int64_t> channel_shape(static_cast<size_t>(input.dim()), 1);
+  if (input.dim() > 1) channel_shape[1] = C;
+  if (weight && weight->defined()) y = y * weight->reshape(channel_shape);
+  if (bias && bias->defined()) y = y + bias->reshape(channel_shape);
+  (void)hxw;
+  return {y, mean.reshape({N, groups}).detach(), rstd.reshape({N, groups}).detach()};
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("native_group_norm", group_norm_composed);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&neuron_batch_norm>());
   m.impl("native_batch_norm_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_batch_norm_backward>());

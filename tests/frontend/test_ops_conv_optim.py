@@ -422,3 +422,27 @@ def test_batch_norm_train_and_eval(shape, affine, dtype):
     dev.eval()
     check(dev(x.to("neuron")).detach(), cpu(x).detach(), dtype, 4)
     assert not any("batch_norm" in op for op in trnsim.fallback_report())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,groups", [((2, 16, 8, 8), 4), ((3, 12, 5, 7), 12), ((4, 6, 33), 2)])
+def test_group_norm_forward_backward(shape, groups, dtype):
+    torch.manual_seed(5)
+    cpu = torch.nn.GroupNorm(groups, shape[1]).to(dtype)
+    with torch.no_grad():
+        cpu.weight.uniform_(0.5, 1.5)
+        cpu.bias.uniform_(-1, 1)
+    dev = torch.nn.GroupNorm(groups, shape[1]).to(dtype)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    x, g = rand(shape, dtype, 51), rand(shape, dtype, 52)
+    xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    yc, yd = cpu(xc), dev(xd)
+    yc.backward(g)
+    yd.backward(g.to("neuron"))
+    count = x.numel() // shape[1]
+    check(yd.detach(), yc.detach(), dtype, 4)
+    check(xd.grad, xc.grad, dtype, count)
+    check(dev.weight.grad, cpu.weight.grad, dtype, count)
+    check(dev.bias.grad, cpu.bias.grad, dtype, count)
+    assert trnsim.fallback_report() == {}
