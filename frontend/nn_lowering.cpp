@@ -851,7 +851,57 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("native_group_norm", group_norm_composed);
 }
 
+// Nearest upsampling by integer factors (output a multiple of the input; given scales must agree):
+// the forward is one strided device copy of the input viewed with stride-0 repeat dims, the
+// backward a sum over each output block (the reduction kernel). Other ratios fall back.
+std::optional<std::pair<int64_t, int64_t>> integer_factors(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w,
+                                                           const c10::IValue& scale_h, const c10::IValue& scale_w) {
+  if (in_h <= 0 || in_w <= 0 || out_h % in_h != 0 || out_w % in_w != 0) return std::nullopt;
+  const int64_t fh = out_h / in_h, fw = out_w / in_w;
+  // torch maps an output index through the given scale (src = floor(dst / scale)): only a scale
+  // equal to the factor keeps the blocks.
+  if (!scale_h.isNone() && scale_h.toDouble() != double(fh)) return std::nullopt;
+  if (!scale_w.isNone() && scale_w.toDouble() != double(fw)) return std::nullopt;
+  return std::make_pair(fh, fw);
+}
+
+std::optional<std::vector<at::Tensor>> lower_upsample_nearest(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& x = a[0].toTensor();
+  if (!on_neuron(x) || x.dim() != 4 || !sim_dtype(x.scalar_type())) return std::nullopt;
+  const std::vector<int64_t> out = int_values(a[1]);
+  if (out.size() != 2) return std::nullopt;
+  const auto f = integer_factors(x.size(2), x.size(3), out[0], out[1], a[2], a[3]);
+  if (!f) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  const auto [n, c, h, w] = nchw(x);
+  at::Tensor y = x.reshape({n, c, h, 1, w, 1}).expand({n, c, h, f->first, w, f->second}).contiguous();
+  return std::vector<at::Tensor>{y.reshape({n, c, out[0], out[1]})};
+}
+
+std::optional<std::vector<at::Tensor>> lower_upsample_nearest_backward(c10::ArrayRef<c10::IValue> a) {
+  const at::Tensor& grad = a[0].toTensor();
+  const std::vector<int64_t> out = int_values(a[1]), in = int_values(a[2]);
+  if (!on_neuron(grad) || grad.dim() != 4 || out.size() != 2 || in.size() != 4 || !sim_dtype(grad.scalar_type()))
+    return std::nullopt;
+  const auto f = integer_factors(in[2], in[3], out[0], out[1], a[3], a[4]);
+  if (!f) return std::nullopt;
+  c10::DeviceGuard guard(grad.device());
+  at::Tensor g = grad.contiguous().reshape({in[0], in[1], in[2], f->first, in[3], f->second});
+  return std::vector<at::Tensor>{g.sum({3, 5})};
+}
+
+void neuron_upsample_nearest(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return lower_upsample_nearest(a); });
+}
+
+void neuron_upsample_nearest_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_or_fallback(op, stack, [](c10::ArrayRef<c10::IValue> a) { return lower_upsample_nearest_backward(a); });
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("upsample_nearest2d", torch::CppFunction::makeFromBoxedFunction<&neuron_upsample_nearest>());
+  m.impl("upsample_nearest2d_backward",
+         torch::CppFunction::makeFromBoxedFunction<&neuron_upsample_nearest_backward>());
   m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&neuron_batch_norm>());
   m.impl("native_batch_norm_backward", torch::CppFunction::makeFromBoxedFunction<&neuron_batch_norm_backward>());
   for (const char* name : {"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", "addcmul", "addcmul_", "addcmul.out",

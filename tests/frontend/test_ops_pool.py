@@ -160,3 +160,21 @@ def test_unsupported_pooling_falls_back(name, call):
     assert out.device.type == "neuron"
     torch.testing.assert_close(out.cpu(), expected)
     assert trnsim.fallback_report(), "expected a counted fallback"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kwargs,lowered", [({"scale_factor": 2}, True), ({"size": (12, 21)}, True),
+                                            ({"scale_factor": (3, 1)}, True), ({"size": (7, 9)}, False)])
+def test_upsample_nearest_forward_backward(kwargs, lowered, dtype):
+    x = torch.randn(2, 3, 6, 7, generator=torch.Generator().manual_seed(61)).to(dtype)
+    xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    yc = torch.nn.functional.interpolate(xc, mode="nearest", **kwargs)
+    yd = torch.nn.functional.interpolate(xd, mode="nearest", **kwargs)
+    g = torch.randn(yc.shape, generator=torch.Generator().manual_seed(62)).to(dtype)
+    yc.backward(g)
+    yd.backward(g.to("neuron"))
+    assert torch.equal(yd.detach().cpu(), yc.detach())
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(xd.grad.cpu().float(), xc.grad.float(), rtol=tol, atol=tol * 4)
+    # Integer factors run on the device; other ratios fall back (counted).
+    assert (trnsim.fallback_report() == {}) == lowered
