@@ -1540,6 +1540,32 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
   return lower_matmul(op, onehot.t(), grad_in.reshape({n, d}), nullptr);
 }
 
+// triu / tril over the last two dims (the triangle kernel: GpSimd affine_select per row tile).
+std::optional<at::Tensor> lower_triangle(const std::string& op, const at::Tensor& x_in, int64_t diagonal, bool upper) {
+  if (!on_neuron(x_in) || x_in.dim() < 2 || x_in.numel() == 0) return std::nullopt;
+  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  if (!dt) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty(x_in.sizes(), x_in.options());
+  kernels::TriangleSpec spec;
+  spec.rows = x.size(-2);
+  spec.cols = x.size(-1);
+  spec.batch = x.numel() / (spec.rows * spec.cols);
+  spec.diagonal = diagonal;
+  spec.upper = upper;
+  spec.dtype = *dt;
+  const std::string key = std::string(upper ? "triu|" : "tril|") + std::to_string(spec.batch) + "," +
+                          std::to_string(spec.rows) + "," + std::to_string(spec.cols) + "|" + std::to_string(diagonal) +
+                          "|" + std::string(dtype_name(*dt));
+  execute_program(x_in.device().index(), key,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::triangle_program(spec, hw, core, cores);
+                  },
+                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  return y;
+}
+
 // ATen unary ops that are one kernel of kernels/elementwise.h (their in-place forms, "relu_", too).
 const std::map<std::string, UnaryOp>& unary_ops() {
   static const std::map<std::string, UnaryOp> table = {
@@ -1650,6 +1676,15 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return target;
   }
   if (op == "cat") return lower_cat(op, args[0].toTensorVector(), args[1].toInt());
+  if (op == "triu" || op == "tril") return lower_triangle(op, args[0].toTensor(), args[1].toInt(), op == "triu");
+  if (op == "triu_" || op == "tril_") {
+    const at::Tensor& self = args[0].toTensor();
+    std::optional<at::Tensor> result = lower_triangle(op, self, args[1].toInt(), op == "triu_");
+    if (!result) return std::nullopt;
+    at::Tensor target = self;
+    target.copy_(*result);
+    return target;
+  }
   if (op == "pow.Tensor_Scalar") return lower_pow(op, args[0].toTensor(), args[1].toScalar());
   if (op == "sigmoid_backward" || op == "tanh_backward")
     return lower_activation_backward(op, args[0].toTensor(), args[1].toTensor());
@@ -1795,7 +1830,7 @@ const std::map<std::string, std::string>& out_variants() {
       {"threshold_backward.grad_input", "threshold_backward"}, {"sigmoid_backward.grad_input", "sigmoid_backward"},
       {"tanh_backward.grad_input", "tanh_backward"}, {"silu_backward.grad_input", "silu_backward"},
       {"gelu_backward.grad_input", "gelu_backward"}, {"masked_fill.Scalar_out", "masked_fill.Scalar"},
-      {"embedding.out", "embedding"}, {"isneginf.out", "isneginf"}, {"isposinf.out", "isposinf"},
+      {"embedding.out", "embedding"}, {"triu.out", "triu"}, {"tril.out", "tril"}, {"isneginf.out", "isneginf"}, {"isposinf.out", "isposinf"},
       {"isnan.out", "isnan"}, {"all.out", "all.dim"}, {"any.out", "any.dim"}, {"all.all_out", "all"},
       {"any.all_out", "any"}, {"where.self_out", "where.self"}};
   return table;
@@ -1884,7 +1919,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                          "minimum", "relu", "gelu",
                          "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sin",
                          "cos", "erf", "relu_", "silu_", "sigmoid_", "tanh_", "exp_", "log_", "sqrt_", "rsqrt_", "abs_",
-                         "neg_", "reciprocal_", "sin_", "cos_", "erf_", "sign", "sgn", "baddbmm", "sum.dim_IntList", "mean.dim", "sum", "mean", "amax", "amin",
+                         "neg_", "reciprocal_", "sin_", "cos_", "erf_", "sign", "sgn", "baddbmm", "triu", "tril", "triu_", "tril_", "sum.dim_IntList", "mean.dim", "sum", "mean", "amax", "amin",
                          "max", "min", "max.dim", "min.dim", "argmax", "argmin", "threshold_backward", "eq.Tensor",
                          "ne.Tensor", "lt.Tensor", "gt.Tensor", "le.Tensor", "ge.Tensor", "eq.Scalar", "ne.Scalar",
                          "lt.Scalar", "gt.Scalar", "le.Scalar", "ge.Scalar", "where.self", "mse_loss", "mse_loss_backward", "_softmax", "_log_softmax",

@@ -449,4 +449,58 @@ isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config, 
   return builder.finish();
 }
 
+isa::Program triangle_program(const TriangleSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  if (spec.batch <= 0 || spec.rows <= 0 || spec.cols <= 0) throw std::invalid_argument("triangle: empty tensor");
+  isa::ProgramBuilder builder(spec.upper ? "triu" : "tril", config.generation);
+  const std::vector<uint32_t> shape{uint32_t(spec.batch * spec.rows), uint32_t(spec.cols)};
+  const uint32_t x = builder.hbm("x", spec.dtype, shape, isa::AllocationRole::input);
+  const uint32_t y = builder.hbm("y", spec.dtype, shape, isa::AllocationRole::output);
+  const KernelContext ctx{builder, config, "", core, cores};
+  const int64_t P = ctx.partitions();
+  const int64_t width = std::max<int64_t>(
+      1, std::min({spec.cols, detail::kTargetDmaBytesPerPartition / int64_t(dtype_size_bytes(spec.dtype)),
+                   int64_t{65535} /* A-V2: uint16 size per access-pattern dim */}));
+  const detail::Ring in = detail::make_ring(ctx, "tri_in", spec.dtype, width);
+  const detail::Ring out = detail::make_ring(ctx, "tri_out", spec.dtype, width);
+  struct Item {
+    int64_t row0;  // first row of the tile in the flattened [batch * rows] tensor
+    Range rows, cols;
+  };
+  std::vector<Item> items;
+  for (int64_t b = 0; b < spec.batch; ++b) {
+    for (const Range& r : tiles(spec.rows, P)) {
+      for (const Range& c : tiles(spec.cols, width)) items.push_back({b * spec.rows + r.begin, r, c});
+    }
+  }
+  items = my_share(ctx, items);
+  auto rows_hbm = [&](uint32_t tensor, const Item& it) {
+    return hbm_ap(ctx, tensor, it.row0 * spec.cols + it.cols.begin,
+                  {{spec.cols, uint32_t(it.rows.size)}, {1, uint32_t(it.cols.size)}});
+  };
+  detail::pipelined(
+      items.size(), detail::kRingDepth - 1,
+      [&](size_t k) {
+        const Item& it = items[k];
+        dma(ctx, sb2(ctx, in[int64_t(k)], it.rows.size, it.cols.size), rows_hbm(x, it), detail::kLoadQueue);
+      },
+      [&](size_t k) {
+        const Item& it = items[k];
+        // Keep where the affine expression >= 0: triu col - row - diagonal, tril row - col + diagonal,
+        // with row = rows.begin + p and col = cols.begin + i.
+        const int64_t sign = spec.upper ? 1 : -1;
+        const int64_t offset = sign * (it.cols.begin - it.rows.begin) - (spec.upper ? spec.diagonal : -spec.diagonal);
+        const isa::AccessPattern dst = sb2(ctx, out[int64_t(k)], it.rows.size, it.cols.size);
+        ctx.builder.emit(isa::Opcode::affine_select)
+            .tensor("dst", dst)
+            .word("pattern", "[[" + std::to_string(sign) + ", " + std::to_string(it.cols.size) + "]]")
+            .imm("channel_multiplier", double(-sign))
+            .imm("offset", double(offset))
+            .tensor("on_true_tile", sb2(ctx, in[int64_t(k)], it.rows.size, it.cols.size))
+            .imm("on_false_value", 0.0)
+            .word("cmp_op", "greater_equal");
+        dma(ctx, rows_hbm(y, it), dst, detail::kStoreQueue);
+      });
+  return builder.finish();
+}
+
 }  // namespace trnsim::kernels

@@ -75,4 +75,17 @@ void build_where(const KernelContext& ctx, const WhereSpec& spec, uint32_t cond,
 isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config, uint32_t core = 0,
                           uint32_t cores = 1);  // cond, a, b inputs, out output
 
+// torch.triu / torch.tril over the last two dims of a [batch, rows, cols] tensor: elements on the
+// kept side of diagonal `diagonal` are copied, the others zeroed. Rows on partitions, one GpSimd
+// affine_select per tile (the index comparison is the instruction's affine expression); DMA-bound.
+struct TriangleSpec {
+  int64_t batch = 1, rows = 1, cols = 1;
+  int64_t diagonal = 0;
+  bool upper = true;  // triu (keep col - row >= diagonal); else tril (keep col - row <= diagonal)
+  DType dtype = DType::fp32;
+};
+// X input, y output. With cores > 1: part `core` of the kernel split across that many cores.
+isa::Program triangle_program(const TriangleSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                              uint32_t cores = 1);
+
 }  // namespace trnsim::kernels

@@ -462,3 +462,24 @@ def test_baddbmm_and_addmm_coefficients(beta, alpha, dtype):
     close(out2, torch.addmm(s[0].float(), a[0].float(), b[0].float(), beta=beta, alpha=alpha).to(dtype), dtype,
           scale_to_max=True)
     assert trnsim.fallback_report() == {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 9), (3, 130, 70), (2, 2, 5, 300), (200, 5)])
+@pytest.mark.parametrize("diagonal", [0, 1, -2, 40])
+def test_triu_tril(shape, diagonal, dtype):
+    x = rand(shape, dtype, 81)
+    xd = x.to("neuron")
+    for fn in (torch.triu, torch.tril):
+        assert torch.equal(fn(xd, diagonal).cpu(), fn(x, diagonal))
+        inplace = xd.clone()
+        getattr(inplace, fn.__name__ + "_")(diagonal)
+        assert torch.equal(inplace.cpu(), fn(x, diagonal))
+    assert trnsim.fallback_report() == {}
+
+
+def test_causal_mask_for_multihead_attention_has_no_fallback():
+    mask = torch.triu(torch.full((10, 10), float("-inf")), 1)
+    dmask = torch.triu(torch.full((10, 10), float("-inf"), device="neuron"), 1)
+    assert torch.equal(dmask.cpu(), mask)
+    assert trnsim.fallback_report() == {}
