@@ -452,7 +452,18 @@ bool strided_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
 bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   // Between two logical cores of the chip too: the destination's DMA engines read the other core's
   // HBM (one chip in the simulated system), on the destination's clock.
-  if (!dst.is_contiguous() || src.sizes() != dst.sizes()) return false;
+  if (src.sizes() != dst.sizes()) return false;
+  if (!dst.is_contiguous()) {
+    // A dense destination in another dim order (e.g. `.to(dtype)` of a transposed tensor keeps its
+    // strides): both viewed in the destination's storage order, where it is contiguous.
+    if (!dst.is_non_overlapping_and_dense()) return false;
+    std::vector<int64_t> order(static_cast<size_t>(dst.dim()));
+    for (int64_t i = 0; i < dst.dim(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return dst.stride(a) > dst.stride(b); });
+    const at::Tensor dst_stored = dst.permute(order);
+    if (!dst_stored.is_contiguous()) return false;
+    return device_copy_kernel(src.permute(order), dst_stored);
+  }
   const std::optional<DType> src_dt = sim_dtype(src.scalar_type()), dst_dt = sim_dtype(dst.scalar_type());
   if (!src_dt || !dst_dt) return false;
   const int64_t rank = src.dim();
@@ -461,6 +472,13 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   for (int64_t i = 0; i < rank; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return src.stride(a) > src.stride(b); });
   const at::Tensor stored = rank == 0 ? src.reshape({1}) : src.permute(order);
+  if (*src_dt != *dst_dt && !src.is_contiguous()) {
+    // A cast from a strided source: gathered into a contiguous tensor of the source dtype first
+    // (the DMA copy), then cast (two device kernels).
+    at::Tensor gathered = at::empty(src.sizes(), src.options());
+    if (!device_copy_kernel(src, gathered)) return false;
+    return device_copy_kernel(gathered, dst);
+  }
   if (!stored.is_contiguous()) return strided_copy_kernel(src, dst);
   std::vector<int64_t> perm(static_cast<size_t>(std::max<int64_t>(rank, 1)), 0);
   for (int64_t k = 0; k < rank; ++k) perm[static_cast<size_t>(order[k])] = k;  // output dim k = stored dim perm[k]
