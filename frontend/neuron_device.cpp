@@ -1075,22 +1075,35 @@ std::optional<at::Tensor> lower_softmax_backward(const std::string& op, const at
 // native_layer_norm / _fused_rms_norm over the last dim (a one-element normalized_shape). The norm
 // kernel also writes the statistics torch returns (mean, rstd: [..., 1]; the input's dtype for
 // layer_norm as on the CPU, fp32 for rms_norm). Parameters must have the input's dtype.
+// The elements per normalized row: the product of the trailing dims `normalized` names (they must
+// match x's last dims); the kernels see x as [rows, columns] and the parameters flattened.
+std::optional<int64_t> normalized_columns(const at::Tensor& x, c10::IntArrayRef normalized) {
+  if (normalized.empty() || static_cast<int64_t>(normalized.size()) > x.dim()) return std::nullopt;
+  int64_t cols = 1;
+  for (size_t i = 0; i < normalized.size(); ++i) {
+    if (x.size(x.dim() - static_cast<int64_t>(normalized.size()) + static_cast<int64_t>(i)) != normalized[i])
+      return std::nullopt;
+    cols *= normalized[i];
+  }
+  return cols > 0 ? std::optional<int64_t>(cols) : std::nullopt;
+}
+
 std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels::NormKind kind, const at::Tensor& x_in,
                                                   c10::IntArrayRef normalized, const c10::IValue& w_arg,
                                                   const c10::IValue& b_arg, double eps) {
-  if (!on_neuron(x_in) || x_in.numel() == 0 || normalized.size() != 1 || x_in.dim() < 1 ||
-      x_in.size(-1) != normalized[0])
-    return std::nullopt;
+  const std::optional<int64_t> cols = normalized_columns(x_in, normalized);
+  if (!on_neuron(x_in) || x_in.numel() == 0 || !cols) return std::nullopt;
   const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
   if (!dt) return std::nullopt;
   at::Tensor w = w_arg.isNone() ? at::Tensor() : w_arg.toTensor();
   at::Tensor b = b_arg.isNone() ? at::Tensor() : b_arg.toTensor();
   for (const at::Tensor* p : {&w, &b}) {
-    if (p->defined() && (!on_neuron(*p) || p->scalar_type() != x_in.scalar_type() || p->dim() != 1)) return std::nullopt;
+    if (p->defined() && (!on_neuron(*p) || p->scalar_type() != x_in.scalar_type() || p->sizes() != normalized))
+      return std::nullopt;
   }
   const bool rms = kind == kernels::NormKind::rmsnorm;
   c10::DeviceGuard guard(x_in.device());
-  const int64_t c = x_in.size(-1), rows = x_in.numel() / c;
+  const int64_t c = *cols, rows = x_in.numel() / c;
   at::Tensor x = x_in.contiguous();
   at::Tensor y = at::empty(x_in.sizes(), x_in.options());
   kernels::NormSpec spec;
@@ -1107,8 +1120,8 @@ std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels
   std::vector<HostBuffer> inputs = {buffer("x", x)};
   if (w.defined()) inputs.push_back(buffer("w", w = w.contiguous()));
   if (b.defined()) inputs.push_back(buffer("b", b = b.contiguous()));
-  std::vector<int64_t> stat_shape = dims(x_in.sizes());
-  stat_shape.back() = 1;
+  std::vector<int64_t> stat_shape = dims(x_in.sizes());  // [..., 1, ..., 1] over the normalized dims
+  for (size_t i = 0; i < normalized.size(); ++i) stat_shape[stat_shape.size() - 1 - i] = 1;
   at::Tensor mean = rms ? at::Tensor() : at::empty(stat_shape, x_in.options().dtype(at::kFloat));
   at::Tensor rstd = at::empty(stat_shape, x_in.options().dtype(at::kFloat));
   std::vector<HostBuffer> outputs = {buffer("y", y), buffer("rstd", rstd)};
@@ -1130,18 +1143,32 @@ std::optional<std::vector<at::Tensor>> lower_norm_backward(const std::string& op
                                                            c10::IntArrayRef normalized, const at::Tensor* mean_in,
                                                            const at::Tensor& rstd_in, const c10::IValue& w_arg,
                                                            const c10::IValue& b_arg, std::vector<bool> mask) {
-  if (!on_neuron(x_in) || !on_neuron(dy_in) || x_in.numel() == 0 || normalized.size() != 1 ||
-      x_in.size(-1) != normalized[0] || dy_in.sizes() != x_in.sizes() || dy_in.scalar_type() != x_in.scalar_type())
+  const std::optional<int64_t> cols = normalized_columns(x_in, normalized);
+  if (!on_neuron(x_in) || !on_neuron(dy_in) || !cols || dy_in.sizes() != x_in.sizes() ||
+      dy_in.scalar_type() != x_in.scalar_type())
     return std::nullopt;
+  if (x_in.numel() == 0) {
+    // No rows: dx is empty and the parameter gradients are sums over nothing (the CPU has no
+    // _fused_rms_norm_backward to fall back to).
+    c10::DeviceGuard guard(x_in.device());
+    auto zeros_like_param = [&](const c10::IValue& p) {
+      return p.isNone() ? at::Tensor() : at::zeros(p.toTensor().sizes(), p.toTensor().options());
+    };
+    std::vector<at::Tensor> result = {mask[0] ? at::empty(x_in.sizes(), x_in.options()) : at::Tensor(),
+                                      mask[1] ? zeros_like_param(w_arg) : at::Tensor()};
+    if (kind == kernels::NormKind::layernorm) result.push_back(mask.size() > 2 && mask[2] ? zeros_like_param(b_arg) : at::Tensor());
+    return result;
+  }
   const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
   if (!dt || !on_neuron(rstd_in) || !sim_dtype(rstd_in.scalar_type()) || (mean_in && (!on_neuron(*mean_in) || !sim_dtype(mean_in->scalar_type()))))
     return std::nullopt;
   at::Tensor w = w_arg.isNone() ? at::Tensor() : w_arg.toTensor();
   at::Tensor b = b_arg.isNone() ? at::Tensor() : b_arg.toTensor();
   for (const at::Tensor* p : {&w, &b}) {
-    if (p->defined() && (!on_neuron(*p) || p->scalar_type() != x_in.scalar_type() || p->dim() != 1)) return std::nullopt;
+    if (p->defined() && (!on_neuron(*p) || p->scalar_type() != x_in.scalar_type() || p->sizes() != normalized))
+      return std::nullopt;
   }
-  const int64_t c = x_in.size(-1), rows = x_in.numel() / c;
+  const int64_t c = *cols, rows = x_in.numel() / c;
   if (rstd_in.numel() != rows || (mean_in && mean_in->numel() != rows)) return std::nullopt;
   c10::DeviceGuard guard(x_in.device());
   kernels::NormBackwardSpec spec;

@@ -836,14 +836,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_composed(const at::Ten
                                                                   double eps) {
   const int64_t N = n.guard_int(__FILE__, __LINE__), C = c.guard_int(__FILE__, __LINE__);
   TORCH_CHECK(groups > 0 && C % groups == 0, "group_norm: ", C, " channels are not divisible into ", groups, " groups");
-  const at::Tensor grouped = input.reshape({N, groups, -1});
+  const at::Tensor grouped = input.reshape({N, groups, C / groups * hxw.guard_int(__FILE__, __LINE__)});
   auto [normed, mean, rstd] = at::native_layer_norm(grouped, {grouped.size(-1)}, std::nullopt, std::nullopt, eps);
   at::Tensor y = normed.reshape(input.sizes());
   std::vector<int64_t> channel_shape(static_cast<size_t>(input.dim()), 1);
   if (input.dim() > 1) channel_shape[1] = C;
   if (weight && weight->defined()) y = y * weight->reshape(channel_shape);
   if (bias && bias->defined()) y = y + bias->reshape(channel_shape);
-  (void)hxw;
   return {y, mean.reshape({N, groups}).detach(), rstd.reshape({N, groups}).detach()};
 }
 

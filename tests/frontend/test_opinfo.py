@@ -1,5 +1,5 @@
 """PyTorch's own OpInfo sample inputs (torch.testing._internal.common_methods_invocations) for the
-ops the device lowers: every sample that runs on the CPU must give the same values on "neuron"
+ops the device lowers (and a few common ones it does not, which must fall back correctly): every sample that runs on the CPU must give the same values on "neuron"
 (lowered, or falling back through the counted CPU fallback — never a wrong answer or a crash)."""
 import pytest
 import torch
@@ -15,9 +15,19 @@ OPS = ["add", "sub", "mul", "div", "exp", "log", "sin", "cos", "sqrt", "rsqrt", 
        "nn.functional.layer_norm", "nn.functional.embedding", "index_select", "eq", "ne", "lt", "gt", "le", "ge",
        "isnan", "isinf", "all", "any", "lerp", "addcmul", "addcdiv", "nn.functional.cross_entropy",
        "nn.functional.mse_loss", "nn.functional.conv2d", "nn.functional.batch_norm", "transpose", "permute",
-       "nn.functional.linear", "t"]
-OPINFOS = {op.name: op for op in common_methods_invocations.op_db
-           if op.name in OPS and op.variant_test_name in ("", "default")}
+       "nn.functional.linear", "t", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+       "nn.functional.group_norm", "nn.functional.interpolate.nearest", "triu", "tril",
+       "nn.functional.scaled_dot_product_attention", "nn.functional.rms_norm", "nn.functional.conv1d",
+       "nn.functional.adaptive_avg_pool2d", "nn.functional.nll_loss", "expand", "repeat", "flatten", "squeeze",
+       "unsqueeze", "narrow", "split", "chunk", "roll", "flip", "repeat_interleave", "reshape", "contiguous",
+       "logsumexp", "var_mean", "nn.functional.softplus", "prod", "cumsum"]
+
+
+def opinfo_key(op):
+    return op.name if op.variant_test_name in ("", "default") else f"{op.name}.{op.variant_test_name}"
+
+
+OPINFOS = {opinfo_key(op): op for op in common_methods_invocations.op_db if opinfo_key(op) in OPS}
 MAX_SAMPLES = 16
 
 

@@ -483,3 +483,25 @@ def test_causal_mask_for_multihead_attention_has_no_fallback():
     dmask = torch.triu(torch.full((10, 10), float("-inf"), device="neuron"), 1)
     assert torch.equal(dmask.cpu(), mask)
     assert trnsim.fallback_report() == {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_over_several_trailing_dims(dtype):
+    torch.manual_seed(7)
+    cpu = torch.nn.LayerNorm([6, 5, 7]).to(dtype)
+    with torch.no_grad():
+        cpu.weight.uniform_(0.5, 1.5)
+        cpu.bias.uniform_(-1, 1)
+    dev = torch.nn.LayerNorm([6, 5, 7]).to(dtype)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    x, g = rand((3, 6, 5, 7), dtype, 91), rand((3, 6, 5, 7), dtype, 92)
+    xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    yc, yd = cpu(xc), dev(xd)
+    yc.backward(g)
+    yd.backward(g.to("neuron"))
+    close(yd.detach(), yc.detach(), dtype)
+    close(xd.grad, xc.grad, dtype, scale_to_max=True)
+    close(dev.weight.grad, cpu.weight.grad, dtype, scale_to_max=True)
+    close(dev.bias.grad, cpu.bias.grad, dtype, scale_to_max=True)
+    assert trnsim.fallback_report() == {}
