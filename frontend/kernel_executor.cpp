@@ -98,18 +98,8 @@ void executor_set_hardware(const HardwareConfig& config, const std::string& hash
   g_cache.clear();
 }
 
-uint32_t cores_per_device() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_config) return 1;
-  return std::max<uint32_t>(1, std::min(g_config->chip.default_logical_core_size, g_config->chip.physical_cores));
-}
-
-ProgramBuilderFn on_first_core_only(std::function<isa::Program(const HardwareConfig&)> build) {
-  return [build = std::move(build)](const HardwareConfig& config, uint32_t core, uint32_t) {
-    isa::Program program = build(config);
-    if (core != 0) program.instructions.clear();
-    return program;
-  };
+uint32_t cores_per_device(const HardwareConfig& config) {
+  return std::max<uint32_t>(1, std::min(config.chip.default_logical_core_size, config.chip.physical_cores));
 }
 
 OpRecord execute_program(int device, const std::string& key, const ProgramBuilderFn& build,
@@ -129,7 +119,7 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
     auto it = g_cache.find(key);
     if (it != g_cache.end()) parts = it->second;
   }
-  const uint32_t lnc = std::max<uint32_t>(1, std::min(config->chip.default_logical_core_size, config->chip.physical_cores));
+  const uint32_t lnc = cores_per_device(*config);
   if (parts.empty()) {
     try {
       for (uint32_t core = 0; core < lnc; ++core)

@@ -20,8 +20,8 @@ namespace trnsim::frontend {
 
 // The hardware programs are built for and simulated on; set by set_config (clears the cache).
 void executor_set_hardware(const HardwareConfig& config, const std::string& hash);
-// Physical cores per device (the configured LNC).
-uint32_t cores_per_device();
+// Physical cores per device: the configured LNC (at least 1, at most the chip's cores).
+uint32_t cores_per_device(const HardwareConfig& config);
 
 // One HBM allocation of the program bound to host memory. `dtype` is the dtype of the host
 // bytes; when it differs from the allocation's dtype the values are converted (a cast).
@@ -49,9 +49,6 @@ struct OpRecord {
 
 // Part `core` of `cores` of the op's kernel (kernels/*.h take the same pair).
 using ProgramBuilderFn = std::function<isa::Program(const HardwareConfig&, uint32_t core, uint32_t cores)>;
-// A kernel that does not split across cores: it runs on the first physical core of the device;
-// the others run an empty program with the same HBM allocations.
-ProgramBuilderFn on_first_core_only(std::function<isa::Program(const HardwareConfig&)> build);
 
 // Builds (or takes from the cache, by `key`) the program, copies `inputs` into its HBM
 // allocations, simulates it on the device's cores with values, copies `outputs` back, advances

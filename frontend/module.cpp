@@ -79,7 +79,6 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("reset_op_log", &fe::reset_op_log);
   m.def("program_cache_size", &fe::program_cache_size);
-  m.def("cores_per_device", &fe::cores_per_device, "Physical NeuronCores per device (the configured LNC).");
   m.def("set_timeline_enabled", &fe::set_timeline_enabled, py::arg("enabled"));
   m.def("reset_timeline", &fe::reset_timeline);
   m.def("write_timeline", &fe::write_timeline, py::arg("path"), py::call_guard<py::gil_scoped_release>(),

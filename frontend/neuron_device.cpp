@@ -84,7 +84,7 @@ void load_locked(const std::string& name, const std::vector<std::string>& overri
   uint32_t per_chip = std::max<uint32_t>(1, figures.logical_cores_per_chip);
   info.hbm_bytes_per_device = loaded.hardware.hbm.capacity_bytes / per_chip;
   info.host_link_gbps = loaded.hardware.host_link.bandwidth_gbps;
-  info.cores_per_device = std::max<uint32_t>(1, loaded.hardware.chip.default_logical_core_size);
+  info.cores_per_device = cores_per_device(loaded.hardware);
   info.peak_bf16_tflops_per_device = figures.peak_tflops_per_logical_core[DType::bf16];
   executor_set_hardware(loaded.hardware, loaded.hash);
   g_dma_transpose = loaded.hardware.core.dma.transpose_supported;
@@ -1428,13 +1428,13 @@ std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tenso
 
 // nll_loss over [N, C] log-probabilities with class targets (no weight=): the picked log-prob of
 // each row is an embedding gather (table [N*C, 1], id r*C + target), times a host-built mask
-// (-1 on counted rows, 0 on ignored ones), then summed (and / count for mean). The backward is a
-// host-built one-hot mask (-1 at [r, target]) times grad_output (/ total_weight for mean). Targets
-// (integer metadata, like embedding ids) are checked on the host; out of range falls back.
-// Reduction: 0 none, 1 mean, 2 sum. Returns (output, total_weight) / grad_input.
+// (-1 on counted rows, 0 on ignored ones), then summed (and / count for mean); the backward is the
+// one-hot kernel (lower_nll_loss_backward). Targets (integer metadata, like embedding ids) are
+// checked on the host; out of range falls back. Reduction: 0 none, 1 mean, 2 sum. Returns the
+// gather ids and the [N, 1] mask.
 std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_mask(const at::Tensor& self, const at::Tensor& target,
                                                                 const c10::IValue& weight, int64_t ignore_index,
-                                                                bool one_hot, int64_t* count) {
+                                                                int64_t* count) {
   const bool no_weight = weight.isNone() || (weight.isTensor() && !weight.toTensor().defined());
   if (!on_neuron(self) || self.dim() != 2 || !no_weight || !sim_dtype(self.scalar_type())) return std::nullopt;
   if (target.dim() != 1 || target.size(0) != self.size(0) || target.scalar_type() != at::kLong) return std::nullopt;
@@ -1444,7 +1444,7 @@ std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_mask(const at::Tensor&
   at::Tensor t = target.contiguous();
   const int64_t* tp = static_cast<const int64_t*>(t.data_ptr());
   at::Tensor ids = at::zeros({n}, at::kLong);
-  at::Tensor mask = at::zeros(one_hot ? std::vector<int64_t>{n, c} : std::vector<int64_t>{n, 1}, at::kFloat);
+  at::Tensor mask = at::zeros({n, 1}, at::kFloat);
   int64_t* ip = ids.data_ptr<int64_t>();
   float* mp = mask.data_ptr<float>();
   *count = 0;
@@ -1452,7 +1452,7 @@ std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_mask(const at::Tensor&
     if (tp[r] == ignore_index) continue;
     if (tp[r] < 0 || tp[r] >= c) return std::nullopt;
     ip[r] = r * c + tp[r];
-    mp[one_hot ? r * c + tp[r] : r] = -1.0f;
+    mp[r] = -1.0f;
     ++*count;
   }
   return std::make_pair(ids, mask.to(self.options()));
@@ -1462,7 +1462,7 @@ std::optional<std::vector<at::Tensor>> lower_nll_loss(const std::string& op, con
                                                       const at::Tensor& target, const c10::IValue& weight,
                                                       int64_t reduction, int64_t ignore_index) {
   int64_t count = 0;
-  auto m = nll_loss_mask(self, target, weight, ignore_index, false, &count);
+  auto m = nll_loss_mask(self, target, weight, ignore_index, &count);
   if (!m || reduction < 0 || reduction > 2 || (reduction == 1 && count == 0)) return std::nullopt;
   c10::DeviceGuard guard(self.device());
   const int64_t n = self.size(0), c = self.size(1);

@@ -155,12 +155,21 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
     }
   };
 
+  // What the softmax stages of a section read: its query rows, keys, ring slot (and the previous
+  // section's), and its scores in PSUM.
+  struct SectionView {
+    int64_t qw, kw, rs, prev;
+    bool first;
+    isa::AccessPattern scores;
+  };
+  auto section_view = [&](const Section& sec) {
+    const int64_t qw = query_tiles[size_t(sec.tile)].rows.size, kw = sec.keys.size, rs = ring_slot(sec);
+    return SectionView{qw, kw, rs, (rs + ring - 1) % ring, sec.index == 0,
+                       b.view(s_ps, {span(0, qw), span(sec.bank * kBankColumns, kw)})};
+  };
+
   auto stage_softmax = [&](const Section& sec) {
-    const QueryTile& qt = query_tiles[size_t(sec.tile)];
-    const int64_t qw = qt.rows.size, kw = sec.keys.size, rs = ring_slot(sec);
-    isa::AccessPattern scores = b.view(s_ps, {span(0, qw), span(sec.bank * kBankColumns, kw)});
-    const bool first = sec.index == 0;
-    const int64_t prev = (rs + ring - 1) % ring;
+    const auto [qw, kw, rs, prev, first, scores] = section_view(sec);
     // Row max of the section on the Vector engine (its one pass over the fp32 scores); GpSimd
     // folds it into nm = -scale * running max in one instruction, off the Vector engine.
     b.emit(Opcode::tensor_reduce).tensor("dst", slot_stat(kSecMax, rs, qw)).word("op", "maximum")
@@ -173,11 +182,7 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   };
 
   auto stage_exp = [&](const Section& sec) {
-    const QueryTile& qt = query_tiles[size_t(sec.tile)];
-    const int64_t qw = qt.rows.size, kw = sec.keys.size, rs = ring_slot(sec);
-    isa::AccessPattern scores = b.view(s_ps, {span(0, qw), span(sec.bank * kBankColumns, kw)});
-    const bool first = sec.index == 0;
-    const int64_t prev = (rs + ring - 1) % ring;
+    const auto [qw, kw, rs, prev, first, scores] = section_view(sec);
     b.emit(Opcode::activation).tensor("dst", b.view(p_sb, {span(0, qw), at(rs), span(0, kw)})).word("op", "exp")
         .tensor("data", scores).imm("scale", scale).tensor("bias", slot_stat(kNegMax, rs, qw)).word("reduce_op", "add")
         .tensor("reduce_res", slot_stat(first ? kSum : kRowSum, rs, qw));

@@ -391,29 +391,38 @@ def test_for_loop_adamw_runs_on_the_device():
     assert trnsim.fallback_report() == {}
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,affine", [((4, 6, 5, 7), True), ((3, 130, 4, 4), False), ((33, 20), True)])
-def test_batch_norm_train_and_eval(shape, affine, dtype):
-    torch.manual_seed(3)
-    make = torch.nn.BatchNorm2d if len(shape) == 4 else torch.nn.BatchNorm1d
-    cpu, dev = make(shape[1], affine=affine).to(dtype), make(shape[1], affine=affine).to(dtype)
+def train_norm_module_like_cpu(make, shape, dtype, affine, seed):
+    """One training forward / backward of a norm module on the CPU and on the device from the same
+    parameters (affine ones randomised so they matter); checks the output and the gradients, and
+    returns (cpu module, device module, input, per-channel element count)."""
+    torch.manual_seed(seed)
+    cpu = make().to(dtype)
     if affine:
         with torch.no_grad():
             cpu.weight.uniform_(0.5, 1.5)
             cpu.bias.uniform_(-1, 1)
+    dev = make().to(dtype)
     dev.load_state_dict(cpu.state_dict())
     dev.to("neuron")
-    x, g = rand(shape, dtype, 41), rand(shape, dtype, 42)
+    x, g = rand(shape, dtype, seed + 40), rand(shape, dtype, seed + 41)
     xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
     yc, yd = cpu(xc), dev(xd)
     yc.backward(g)
     yd.backward(g.to("neuron"))
-    count = x.numel() // shape[1]
+    count = x.numel() // shape[1]  # elements summed per channel by the parameter gradients
     check(yd.detach(), yc.detach(), dtype, 4)
     check(xd.grad, xc.grad, dtype, count)
     if affine:
         check(dev.weight.grad, cpu.weight.grad, dtype, count)
         check(dev.bias.grad, cpu.bias.grad, dtype, count)
+    return cpu, dev, x, count
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,affine", [((4, 6, 5, 7), True), ((3, 130, 4, 4), False), ((33, 20), True)])
+def test_batch_norm_train_and_eval(shape, affine, dtype):
+    module = torch.nn.BatchNorm2d if len(shape) == 4 else torch.nn.BatchNorm1d
+    cpu, dev, x, count = train_norm_module_like_cpu(lambda: module(shape[1], affine=affine), shape, dtype, affine, 1)
     check(dev.running_mean, cpu.running_mean, dtype, count)
     check(dev.running_var, cpu.running_var, dtype, count)
     # Only the int64 batch counter (num_batches_tracked += 1) falls back: no int64 kernels.
@@ -427,22 +436,5 @@ def test_batch_norm_train_and_eval(shape, affine, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,groups", [((2, 16, 8, 8), 4), ((3, 12, 5, 7), 12), ((4, 6, 33), 2)])
 def test_group_norm_forward_backward(shape, groups, dtype):
-    torch.manual_seed(5)
-    cpu = torch.nn.GroupNorm(groups, shape[1]).to(dtype)
-    with torch.no_grad():
-        cpu.weight.uniform_(0.5, 1.5)
-        cpu.bias.uniform_(-1, 1)
-    dev = torch.nn.GroupNorm(groups, shape[1]).to(dtype)
-    dev.load_state_dict(cpu.state_dict())
-    dev.to("neuron")
-    x, g = rand(shape, dtype, 51), rand(shape, dtype, 52)
-    xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
-    yc, yd = cpu(xc), dev(xd)
-    yc.backward(g)
-    yd.backward(g.to("neuron"))
-    count = x.numel() // shape[1]
-    check(yd.detach(), yc.detach(), dtype, 4)
-    check(xd.grad, xc.grad, dtype, count)
-    check(dev.weight.grad, cpu.weight.grad, dtype, count)
-    check(dev.bias.grad, cpu.bias.grad, dtype, count)
+    train_norm_module_like_cpu(lambda: torch.nn.GroupNorm(groups, shape[1]), shape, dtype, True, 11)
     assert trnsim.fallback_report() == {}
