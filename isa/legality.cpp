@@ -193,6 +193,7 @@ class Checker {
       case Opcode::dma_copy:
       case Opcode::dma_transpose: check_dma(inst); break;
       case Opcode::dma_gather: check_dma_gather(inst); break;
+      case Opcode::dma_scatter: check_dma_scatter(inst); break;
       case Opcode::bn_stats:
         if (inst.tensor("data").free_elements() > kBnStatsMaxFree) {
           fail("bn-stats-free-size", "data has " + std::to_string(inst.tensor("data").free_elements()) +
@@ -467,6 +468,34 @@ class Checker {
     if (dst.free_elements() != src.free_elements()) {
       fail("dma-gather", "dst rows have " + std::to_string(dst.free_elements()) + " elements but table rows have " +
                              std::to_string(src.free_elements()));
+    }
+  }
+
+  // dma_scatter: SBUF rows into an HBM table, one 32-bit row index per source partition; the
+  // read-add-write form takes what dma_copy's does (A-V4).
+  void check_dma_scatter(const Instruction& inst) {
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& src = inst.tensor("src");
+    const AccessPattern& indices = inst.tensor("indices");
+    if (!dst.present() || !src.present() || !indices.present()) return;
+    if (alloc(dst).space != MemorySpace::hbm) fail("dma-scatter", "dst (the table) must be in HBM");
+    if (alloc(src).space != MemorySpace::sbuf) fail("dma-scatter", "src must be in SBUF");
+    if (alloc(indices).space != MemorySpace::sbuf) fail("dma-scatter", "indices must be in SBUF");
+    if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
+      fail("dma-scatter", "indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
+    }
+    if (indices.partitions() != src.partitions() || indices.free_elements() != 1) {
+      fail("dma-scatter", "indices is [" + std::to_string(indices.partitions()) + ", " +
+                              std::to_string(indices.free_elements()) + "] but must be [" +
+                              std::to_string(src.partitions()) + ", 1] (one row index per src partition)");
+    }
+    if (dst.free_elements() != src.free_elements()) {
+      fail("dma-scatter", "src rows have " + std::to_string(src.free_elements()) + " elements but table rows have " +
+                              std::to_string(dst.free_elements()));
+    }
+    if (inst.scalar("dst_rmw_op") == 1 &&
+        (src.dtype != dst.dtype || (dst.dtype != DType::bf16 && dst.dtype != DType::fp32))) {
+      fail("dma-read-add-write", "read-add-write needs matching bf16 or fp32 dtypes (A-V4)");
     }
   }
 

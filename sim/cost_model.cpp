@@ -461,6 +461,15 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
     cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
     cost.fixed_latency_ns += (config.core.gpsimd.fixed_overhead_cycles + double(rows)) / config.core.gpsimd.clock_ghz;
   }
+  if (inst.opcode == Opcode::dma_scatter) {
+    // The mirror of dma_gather: the table operand names all V rows but only src's rows move, one
+    // descriptor per scattered row, descriptors from the GpSimd software DGE (same assumed cost).
+    // read-add-write was priced above (dma.read_add_write_efficiency).
+    const uint64_t rows = src.partitions();
+    cost.descriptors = std::max<uint64_t>(rows, src.elements() / std::max<uint64_t>(1, src_run));
+    cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
+    cost.fixed_latency_ns += (config.core.gpsimd.fixed_overhead_cycles + double(rows)) / config.core.gpsimd.clock_ghz;
+  }
   return cost;
 }
 

@@ -92,6 +92,55 @@ void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
   ctx.state.set_psum_accumulating(dst, false);
 }
 
+// Indirect store (the inverse of dma_gather): row p of src goes to row indices[p] of the table dst.
+// Rows are applied one after another in partition order, so a repeated index is deterministic:
+// the last row wins, or with dst_rmw_op=add the rows are summed in partition order (each add in
+// fp32, rounded into dst's dtype, as dma_copy's read-add-write). An index outside the table is an
+// error naming it (the DGE would fault on the address).
+void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  const AccessPattern& indices = inst.tensor("indices");
+  if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
+    throw IsaError("indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
+  }
+  if (indices.partitions() != src.partitions() || indices.free_elements() != 1) {
+    throw IsaError("indices must be [" + std::to_string(src.partitions()) + ", 1] (one row index per src partition)");
+  }
+  if (dst.free_elements() != src.free_elements()) {
+    throw IsaError("src rows have " + std::to_string(src.free_elements()) + " elements but table rows have " +
+                   std::to_string(dst.free_elements()));
+  }
+  const bool add = inst.scalar("dst_rmw_op") == 1;
+  AccessPattern raw = indices;
+  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
+  Tile bits = ctx.state.read(raw);
+  const uint32_t rows = dst.partitions();
+  for (uint32_t p = 0; p < src.partitions(); ++p) {
+    uint32_t pattern = numerics::float_bits(bits.values[p]);
+    int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
+    if (index < 0 || index >= int64_t{rows}) {
+      throw IsaError("scatter index " + std::to_string(index) + " (partition " + std::to_string(p) +
+                     ") is out of range for a table of " + std::to_string(rows) + " rows");
+    }
+    AccessPattern from = src, to = dst;
+    to.offset += index * dst.partition.stride;
+    to.partition.size = 1;
+    from.start_partition += p;
+    from.partition.size = 1;
+    if (!add && from.dtype == to.dtype) {
+      ctx.state.copy_elements(to, from);
+      continue;
+    }
+    Tile values = ctx.state.read(from);
+    if (add) {
+      Tile previous = ctx.state.read(to);
+      for (size_t i = 0; i < values.values.size(); ++i) values.values[i] += previous.values[i];
+    }
+    ctx.state.write(to, values, ctx.rounding, ctx.rng);
+  }
+}
+
 // Synchronisation has no effect on values: the interpreter already runs in program order.
 void exec_sem_signal(const Instruction&, ExecContext&) {}
 void exec_sem_wait(const Instruction&, ExecContext&) {}

@@ -57,6 +57,7 @@ barrier
 sbuf mx : mxfp8_e4m3[128, 128]
 sbuf mx_scale : fp8_e8m0[128, 512]
 nc_matmul_mx dst=acc[0:128, 0:128], stationary=mx, moving=mx, stationary_scale=mx_scale[4:128, 0:128], moving_scale=mx_scale[4:128, 0:128], accumulate=true, tile_position=[64, 0], tile_size=[64, 128]
+dma_scatter dst=out_a, src=b[0:32, 0:512], indices=idx[0:32, 0:1], queue=4, dst_rmw_op=add
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
