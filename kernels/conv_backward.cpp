@@ -347,7 +347,10 @@ void Conv2dBuilder::store_grad_weight() {
         const int64_t t = first / s.c;
         piece(t, 1, first - t * s.c, std::min(end, (t + 1) * s.c) - first);
       }
-      if (end % s.c != 0 && end / s.c != first / s.c) piece(end / s.c, 1, 0, end - end / s.c * s.c);
+      // The tap `end` is cut in, from channel 0, unless the first piece already took it (a run that
+      // starts and ends inside one tap). A run that starts on a tap and ends inside it has only this piece.
+      const bool head_took_tap = first % s.c != 0 && end / s.c == first / s.c;
+      if (end % s.c != 0 && !head_took_tap) piece(end / s.c, 1, 0, end - end / s.c * s.c);
     }
     if (m_t.grad_bias >= 0 && has_ones) {
       // grad_bias: the ones column, cast through the first column of the stage once dW has left.

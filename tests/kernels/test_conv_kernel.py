@@ -281,3 +281,88 @@ def test_conv2d_random_grouped_forward_and_backward(run_trnsim, tmp_path, n, c, 
     (tmp_path / "bwd").mkdir()
     run_conv_backward(run_trnsim, tmp_path / "bwd", n, c, h, w, o, k, stride, padding, dilation, bias=bias,
                       dtype=dtype, seed=seed, groups=groups)
+
+
+# ---- split across cores: each core's program alone, outputs preset to NaN ----
+
+def run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, bias=False, cores=2,
+                            groups=1, dtype="fp32", seed=0):
+    """The backward split over `cores` cores (kernel_runner cores=N tasm_core=K), each core's program run on its
+    own with the outputs preset to NaN, merged: every output element must be written by exactly the cores
+    that own it and all together must equal torch autograd in float64. The parts share no partial sums, so a
+    core's program runs the same alone as next to the others."""
+    import subprocess
+    from elementwise_test import runner
+    kh, kw = (k, k) if isinstance(k, int) else k
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape):
+        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH[dtype]).float()
+
+    x, wt = rand(n, c, h, w), rand(o, c // groups, kh, kw)
+    ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+    dy = rand(n, o, ho, wo)
+    outputs = {"grad_input": x.shape, "grad_weight": wt.shape}
+    if bias:
+        outputs["grad_bias"] = (o,)
+    inputs = {"input": x.numpy(), "weight": wt.numpy(), "grad_output": dy.numpy()}
+    for name, shape in outputs.items():  # never-written elements stay NaN
+        inputs[name] = np.full(shape, np.nan, dtype=np.float32)
+    for name, array in inputs.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    merged = {name: np.full(shape, np.nan) for name, shape in outputs.items()}
+    for core in range(cores):
+        tasm = tmp_path / f"k{core}.tasm"
+        args = [str(runner()), "conv2d", f"input={shape_text((n, c, h, w))}",
+                f"weight={shape_text((o, c // groups, kh, kw))}", f"stride={stride}", f"padding={padding}",
+                f"has_bias={int(bias)}", f"dtype={dtype}", "out_dtype=fp32", "backward=1", f"groups={groups}",
+                f"cores={cores}", f"tasm_core={core}", "--tasm", str(tasm)]
+        built = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert built.returncode == 0, built.stderr
+        cmd = ["run", tasm, "--config", "trn2"]
+        for name in inputs:
+            cmd += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+        for name in outputs:
+            cmd += ["--output", f"{name}={tmp_path / f'out{core}_{name}.npy'}"]
+        result = run_trnsim(*cmd)
+        assert result.returncode == 0, result.stderr
+        for name in outputs:
+            part = np.load(tmp_path / f"out{core}_{name}.npy").astype(np.float64)
+            written = ~np.isnan(part)
+            both = written & ~np.isnan(merged[name])
+            assert np.array_equal(part[both], merged[name][both]), f"{name}: cores disagree on shared elements"
+            merged[name][written] = part[written]
+    xv, wv = x.double().requires_grad_(), wt.double().requires_grad_()
+    bv = torch.zeros(o, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.conv2d(xv, wv, bv if bias else None, stride=stride, padding=padding, groups=groups)
+    expected = torch.autograd.grad(y, [xv, wv, bv] if bias else [xv, wv], dy.double())
+    for (name, got), e in zip(merged.items(), expected):
+        missing = np.isnan(got)
+        assert not missing.any(), f"{name}: {int(missing.sum())} elements written by no core, e.g. at " \
+                                  f"{np.argwhere(missing)[0].tolist()} .. {np.argwhere(missing)[-1].tolist()}"
+        tolerance = 1e-4 * (e.abs().max().item() + 1)
+        err = float((torch.from_numpy(got) - e).abs().max())
+        assert err <= tolerance, f"{name}: max error {err} > {tolerance}"
+
+
+# dW split by accumulators ([O tile <= 128, 512-column tile] of dW viewed as [O, (tap, C) + ones]): a core's
+# run of columns of an O tile that starts on a tap and ends inside it (C > 512) was never stored (issue 10.2:
+# 576->96, 1280->320, 2048->128 1x1 gave an all-zero block). Also runs that start inside a tap, cross taps,
+# end on the ones column; 3x3 with C > 512; one accumulator (all on core 0); a wide group (a dense block).
+SPLIT_CASES = [
+    (2, 576, 3, 3, 96, 1, 1, 0, False, 1, "fp32"),
+    (1, 1280, 2, 3, 320, 1, 1, 0, True, 1, "fp32"),
+    (1, 2048, 2, 2, 128, 1, 1, 0, False, 1, "bf16"),
+    (1, 600, 3, 3, 20, 3, 1, 1, True, 1, "bf16"),
+    (1, 700, 3, 3, 24, 3, 2, 1, False, 1, "bf16"),
+    (2, 512, 3, 3, 96, 1, 1, 0, True, 1, "fp32"),
+    (2, 40, 6, 5, 70, 5, 1, 2, True, 1, "fp32"),
+    (1, 1152, 2, 2, 64, 1, 1, 0, True, 2, "fp32"),
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,groups,dtype", SPLIT_CASES)
+def test_conv2d_backward_split_across_cores_writes_every_element(run_trnsim, tmp_path, n, c, h, w, o, k, stride,
+                                                                  padding, bias, groups, dtype):
+    run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, groups=groups,
+                            dtype=dtype)

@@ -1,0 +1,60 @@
+"""Regressions of conv2d on the PyTorch device (issue 10): nn.Conv2d moved with .to("neuron"), trained one
+backward step, against the same module on the CPU (weight.grad, input.grad, bias.grad)."""
+import pytest
+import torch
+
+from test_ops import no_fallback, strict_lowering, trnsim  # noqa: F401
+
+
+def conv_grads(conv, x, dy):
+    """Output, input / weight / bias gradients of `conv` (on x's device) for grad_output dy."""
+    x = x.clone().requires_grad_()
+    conv.zero_grad(set_to_none=True)
+    y = conv(x)
+    y.backward(dy)
+    return [t.detach().cpu() for t in (y, x.grad, conv.weight.grad, conv.bias.grad)]
+
+
+def compare_with_cpu(c, o, k, n, h, w, stride=1, padding=0, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    cpu = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding).to(dtype)
+    x = torch.randn(n, c, h, w).to(dtype)
+    ho, wo = (h + 2 * padding - k) // stride + 1, (w + 2 * padding - k) // stride + 1
+    dy = torch.randn(n, o, ho, wo).to(dtype)
+    expected = conv_grads(cpu, x, dy)
+    dev = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding).to(dtype)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("neuron")
+    got = conv_grads(dev, x.to("neuron"), dy.to("neuron"))
+    no_fallback("convolution", "convolution_backward")
+    # Sums of c*k*k (y, dX), n*ho*wo (dW, db) products: fp32 to a few ulps of the terms' magnitude; bf16 outputs
+    # are rounded once more and summed by the CPU in another order (its own bf16 rounding of partial sums).
+    for name, g, e, terms in zip(["output", "grad_input", "grad_weight", "grad_bias"], got, expected,
+                                 [c * k * k, o * k * k, n * ho * wo, n * ho * wo]):
+        assert g.shape == e.shape and g.dtype == e.dtype, name
+        scale = float(e.abs().max()) + 1.0
+        atol = (1e-5 if dtype == torch.float32 else 2e-2) * scale * max(1.0, terms ** 0.5) / 8
+        rtol = 1e-4 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+# Issue 10.2: 1x1 convs whose dW (split across the LNC=2 cores by [128 O, 512 column] accumulators) had a core
+# own a run of columns that starts on a tap and ends inside it (C > 512): that run was never stored, leaving
+# an all-zero [128, 512] block. 512->96 and 576->160 were right (one accumulator; whole rows per core).
+POINTWISE = [(576, 96), (640, 96), (1024, 96), (1088, 64), (1152, 320), (1280, 320), (2048, 128), (512, 96),
+             (576, 160)]
+
+
+@pytest.mark.parametrize("c,o", POINTWISE)
+def test_pointwise_conv_grads_match_cpu(c, o):
+    compare_with_cpu(c, o, 1, n=2, h=3, w=3)
+
+
+@pytest.mark.parametrize("config", ["trn2", "trn3"])
+def test_pointwise_conv_grads_match_cpu_on_every_generation(config):
+    try:
+        trnsim.set_config(config)
+        compare_with_cpu(1280, 320, 1, n=1, h=2, w=3, seed=1)
+        compare_with_cpu(600, 40, 3, n=1, h=3, w=3, padding=1, dtype=torch.bfloat16, seed=2)
+    finally:
+        trnsim.set_config("trn2")
