@@ -23,6 +23,11 @@ constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 // not support, before it has written anything.
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Raises PyTorch's "Expected all tensors to be on the same device" error when the op's tensor
+// arguments sit on different devices (0-dim CPU tensors, i.e. scalars, excepted), as CUDA does;
+// copies and indexing with host indices are exempt.
+void check_common_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
+
 inline std::optional<DType> sim_dtype(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return DType::fp32;

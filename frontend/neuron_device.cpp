@@ -23,6 +23,7 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <chrono>
@@ -375,7 +376,12 @@ struct HooksRegistrar {
 
 at::Tensor host_alias(const at::Tensor& t) {
   if (t.device().type() != kNeuron) return t;
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  at::Tensor alias = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  // The lazy conjugate / negative bits are tensor metadata, not storage: keep them, so a copy of a
+  // conj() view materialises the conjugate as the CPU does.
+  if (t.is_conj()) alias = at::_conj(alias);
+  if (t.is_neg()) alias = at::_neg_view(alias);
+  return alias;
 }
 
 void check_options(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
@@ -531,7 +537,9 @@ thread_local bool t_in_fallback = false;
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy between undefined tensors");
   if (self.numel() == 0 && dst.numel() == 0) return dst;
-  if (self.device().type() == kNeuron && dst.device().type() == kNeuron && device_copy_kernel(self, dst)) return dst;
+  const bool lazy_bits = self.is_conj() || self.is_neg() || dst.is_conj() || dst.is_neg();
+  if (!lazy_bits && self.device().type() == kNeuron && dst.device().type() == kNeuron && device_copy_kernel(self, dst))
+    return dst;
   at::Tensor src_host = host_alias(self);
   at::Tensor dst_host = host_alias(dst);
   dst_host.copy_(src_host);
@@ -549,6 +557,29 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
     at::native::resize_(dst, self.sizes(), std::nullopt);
   }
   return copy_from(self, dst, false);
+}
+
+// The Conjugate / Negative keys' boxed fallbacks materialise a conj()/neg view by cloning it, and a
+// clone of a device tensor is a copy_ that reaches _copy_from again: an endless recursion. copy_from
+// resolves the bits itself (host_alias keeps them), so these keys go straight to it.
+at::Tensor copy_from_lazy_bits(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKeySet({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}));
+  return copy_from(self, dst, non_blocking);
+}
+at::Tensor copy_from_and_resize_lazy_bits(const at::Tensor& self, const at::Tensor& dst) {
+  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKeySet({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}));
+  return copy_from_and_resize(self, dst);
+}
+
+// Module.to("neuron") keeps parameter identity (and so tied weights) only when the CPU tensor can
+// take the device tensor's data in place (`param.data = moved`), as it does for CUDA: a dense
+// strided tensor on the CPU or on the device can shallow-copy any other. c10's built-in rule knows
+// only the in-tree dense backends and leaves PrivateUse1 to this op.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().is_cpu() || t.device().type() == kNeuron);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) || (dense(self) && dense(from));
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(host_alias(self)); }
@@ -618,6 +649,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", unfold);
   m.impl("view_as_real", view_as_real);
   m.impl("view_as_complex", view_as_complex);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+}
+
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", copy_from_lazy_bits);
+  m.impl("_copy_from_and_resize", copy_from_and_resize_lazy_bits);
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", copy_from_lazy_bits);
+  m.impl("_copy_from_and_resize", copy_from_and_resize_lazy_bits);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -642,10 +683,40 @@ struct FallbackEnv {
 
 }  // namespace
 
+void check_common_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  // Ops whose CUDA kernels also take tensors on other devices: copies and moves between devices,
+  // and advanced indexing with host index tensors.
+  static const std::unordered_set<std::string> cross_device = {
+      "_copy_from", "_copy_from_and_resize", "copy_", "_to_copy", "to", "index", "index_put_", "_index_put_impl_",
+      "index_put", "set_", "_has_compatible_shallow_copy_type", "_local_scalar_dense", "_pin_memory", "is_pinned",
+      "is_set_to", "lift_fresh", "lift_fresh_copy", "_unsafe_index", "_unsafe_index_put"};
+  std::string name = op.schema().operator_name().name;
+  if (name.rfind("aten::", 0) == 0) name = name.substr(6);
+  if (cross_device.count(name)) return;
+  std::optional<c10::Device> common;
+  auto visit = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    // A 0-dim CPU tensor is a scalar operand (a wrapped Python number), accepted on every device.
+    if (t.device().is_cpu() && t.dim() == 0) return;
+    if (!common) {
+      common = t.device();
+      return;
+    }
+    TORCH_CHECK(*common == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                *common, " and ", t.device(), "!");
+  };
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
+    else if (v.isOptionalTensorList()) for (const auto& t : v.toOptionalTensorList().vec()) if (t) visit(*t);
+  }
+}
+
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   std::string full = name.name;
   if (!name.overload_name.empty()) full += "." + name.overload_name;
+  check_common_device(op, torch::jit::last(*stack, op.schema().arguments().size()));
   FallbackMode mode;
   bool first = false;
   {
@@ -807,74 +878,181 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   return y;
 }
 
-// A binary operand: a tensor on the device of the result dtype, or a 0-dim tensor used as an
-// immediate (Python numbers arrive as wrapped 0-dim CPU tensors).
+// A binary operand: a tensor on the device, or a 0-dim tensor used as an immediate (Python numbers
+// arrive as wrapped 0-dim CPU tensors).
 struct BinaryOperand {
-  at::Tensor tensor;
+  at::Tensor tensor;  // what the kernel reads (an int64 tensor narrowed to an int32 host copy)
+  DType dtype = DType::fp32;
   std::optional<double> scalar;
+  double max_abs = 0;  // largest |value| (integer and bool operands only: exactness bounds)
 };
 
-std::optional<BinaryOperand> binary_operand(const at::Tensor& t, at::ScalarType result) {
-  if (t.dim() == 0) {
-    if (!at::isFloatingType(t.scalar_type()) && !at::isIntegralType(t.scalar_type(), /*includeBool=*/true))
-      return std::nullopt;
-    return BinaryOperand{at::Tensor(), (on_neuron(t) ? local_scalar_dense(t) : t.item()).toDouble()};
+// The dtype an element-wise kernel reads a tensor of `t` as: floats as they are, bool / uint8 as
+// uint8, other integers as int32 (int64 narrowed on the host: the ISA has no 64-bit integers; an
+// int64 operand's HBM traffic is therefore counted at 4 bytes per element).
+std::optional<DType> elementwise_dtype(at::ScalarType t) {
+  if (std::optional<DType> f = sim_dtype(t)) return f;
+  switch (t) {
+    case at::kBool: case at::kByte: return DType::uint8;
+    case at::kChar: return DType::int8;
+    case at::kShort: return DType::int16;
+    case at::kInt: case at::kLong: return DType::int32;
+    default: return std::nullopt;
   }
-  if (!on_neuron(t) || t.scalar_type() != result || t.numel() == 0) return std::nullopt;
-  return BinaryOperand{t.contiguous(), std::nullopt};
 }
 
-// `compare`: the result is bool (1 / 0 written as uint8 by the kernel), computed in the operands' type.
+// Integers the engines' fp32 arithmetic represents exactly: the kernels compute integer ops in fp32,
+// so a lowering runs them only when every input and result stays within this bound.
+constexpr double kExactIntegerBound = 16777216.0;  // 2^24
+// Largest integer magnitude a float dtype holds exactly (an integer operand torch casts to it first).
+double exact_integer_limit(at::ScalarType t) {
+  return t == at::kBFloat16 ? 256.0 : t == at::kHalf ? 2048.0 : kExactIntegerBound;
+}
+
+double host_max_abs(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  const at::Tensor h = host_alias(t);
+  return h.scalar_type() == at::kBool ? 1.0 : h.abs().max().item<double>();
+}
+
+// `storage_order`: a dense tensor read as its storage, flattened (the caller keeps its layout).
+std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immediate, bool storage_order = false) {
+  const bool integral = at::isIntegralType(t.scalar_type(), /*includeBool=*/true);
+  if (!at::isFloatingType(t.scalar_type()) && !integral) return std::nullopt;
+  if (as_immediate) {
+    const double v = (on_neuron(t) ? local_scalar_dense(t) : t.item()).toDouble();
+    return BinaryOperand{at::Tensor(), DType::fp32, v, std::abs(v)};
+  }
+  const std::optional<DType> dt = elementwise_dtype(t.scalar_type());
+  if (!on_neuron(t) || !dt) return std::nullopt;
+  const at::Tensor stored = storage_order ? t.as_strided({t.numel()}, {1}) : t.contiguous();
+  BinaryOperand o{stored, *dt, std::nullopt, integral ? host_max_abs(t) : 0.0};
+  if (t.scalar_type() == at::kLong) {
+    if (o.max_abs > kExactIntegerBound) return std::nullopt;
+    o.tensor = host_alias(o.tensor).to(at::kInt);  // alive until the program has run
+  }
+  return o;
+}
+
+// Whether torch's result of `kind` on these operands is what the kernel's fp32 arithmetic gives:
+// a float result where every integer operand is exact in the result dtype (torch casts it there
+// first); an integer result where no intermediate leaves the exact range and no wraparound occurs.
+bool exact_in_fp32(BinaryOp kind, const BinaryOperand& a, const BinaryOperand& b, at::ScalarType compute,
+                   bool a_integral, bool b_integral) {
+  if (at::isFloatingType(compute)) {
+    const double limit = exact_integer_limit(compute);
+    return (!a_integral || a.max_abs <= limit) && (!b_integral || b.max_abs <= limit);
+  }
+  for (const BinaryOperand* o : {&a, &b})
+    if (o->scalar && *o->scalar != std::nearbyint(*o->scalar)) return false;
+  double bound = std::max(a.max_abs, b.max_abs);
+  if (kind == BinaryOp::add || kind == BinaryOp::subtract) bound = a.max_abs + b.max_abs;
+  if (kind == BinaryOp::multiply) bound = a.max_abs * b.max_abs;
+  if (bound > kExactIntegerBound) return false;
+  const bool produces_value = kind == BinaryOp::add || kind == BinaryOp::subtract || kind == BinaryOp::multiply;
+  if (!produces_value) return true;
+  // Narrow integer results wrap in torch; the kernel would saturate instead.
+  switch (compute) {
+    case at::kByte: return kind != BinaryOp::subtract && bound <= 255;
+    case at::kChar: return bound <= 127;
+    case at::kShort: return bound <= 32767;
+    default: return true;
+  }
+}
+
+// c = a op b for any float, integer or bool operands with PyTorch's type promotion (a bf16 and an
+// fp32 tensor, an int64 tensor and a Python float, ...): each tensor is read in its own dtype and
+// the engines compute in fp32. `compare`: the result is bool (1 / 0 written as uint8), computed in
+// the promoted type. Empty results need no kernel.
 std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& a_in, const at::Tensor& b_in,
                                        BinaryOp kind, bool compare = false, bool round_immediate = true) {
   if (!on_neuron(a_in) && !on_neuron(b_in)) return std::nullopt;
-  const at::ScalarType result = at::result_type(a_in, b_in);
-  const std::optional<DType> dt = sim_dtype(result);
-  if (!dt) return std::nullopt;
+  const at::ScalarType promoted = at::result_type(a_in, b_in);
+  at::ScalarType result = compare ? at::kBool : promoted;
+  if (kind == BinaryOp::divide && at::isIntegralType(promoted, /*includeBool=*/true))
+    result = c10::typeMetaToScalarType(c10::get_default_dtype());  // true division
+  const at::ScalarType compute = kind == BinaryOp::divide ? result : promoted;
+  if (compute == at::kBool) {
+    // bool arithmetic is logical: + is or, * is and; torch rejects - on bools itself.
+    if (kind == BinaryOp::add) kind = BinaryOp::maximum;
+    else if (kind == BinaryOp::multiply) kind = BinaryOp::minimum;
+    else if (kind == BinaryOp::subtract) return std::nullopt;
+  }
+  const std::optional<DType> out_dt = elementwise_dtype(result);
+  if (!out_dt) return std::nullopt;
   const at::Tensor& device_operand = on_neuron(a_in) ? a_in : b_in;
   c10::DeviceGuard guard(device_operand.device());
-  std::optional<BinaryOperand> a = binary_operand(a_in, result), b = binary_operand(b_in, result);
+  // A 0-dim operand is an immediate unless both are 0-dim: then the device one is a 1-element tensor.
+  const bool a_imm = a_in.dim() == 0 && (b_in.dim() > 0 || !on_neuron(a_in));
+  const bool b_imm = b_in.dim() == 0 && !a_imm && (a_in.dim() > 0 || !on_neuron(b_in));
+  // Same-shaped operands with one dense layout (a transposed or channels-last pair), or one such
+  // operand and an immediate, are computed in storage order, and the result keeps that layout, as
+  // TensorIterator gives it.
+  const at::Tensor* layout_source = nullptr;
+  auto dense_strided = [](const at::Tensor& t) { return !t.is_contiguous() && t.is_non_overlapping_and_dense(); };
+  if (!a_imm && !b_imm && a_in.sizes() == b_in.sizes() && a_in.strides() == b_in.strides() && dense_strided(a_in))
+    layout_source = &a_in;
+  else if (a_imm && dense_strided(b_in))
+    layout_source = &b_in;
+  else if (b_imm && dense_strided(a_in))
+    layout_source = &a_in;
+  std::optional<BinaryOperand> a = binary_operand(a_in, a_imm, layout_source != nullptr),
+                               b = binary_operand(b_in, b_imm, layout_source != nullptr);
   if (!a || !b || (a->scalar && b->scalar)) return std::nullopt;
+  const bool a_int = at::isIntegralType(a_in.scalar_type(), true), b_int = at::isIntegralType(b_in.scalar_type(), true);
+  if (!exact_in_fp32(kind, *a, *b, compute, a_int, b_int)) return std::nullopt;
   if (compare && round_immediate) {  // torch compares against the scalar converted to the operands' dtype
     for (BinaryOperand* o : {&*a, &*b})
-      if (o->scalar) o->scalar = at::scalar_tensor(*o->scalar, at::kDouble).to(result).item<double>();
+      if (o->scalar) o->scalar = at::scalar_tensor(*o->scalar, at::kDouble).to(promoted).item<double>();
   }
-  BinarySpec spec;
-  spec.op = kind;
-  spec.a_dtype = spec.b_dtype = spec.output_dtype = *dt;
-  if (compare) spec.output_dtype = DType::uint8;
-  spec.a_scalar = a->scalar;
-  spec.b_scalar = b->scalar;
   std::vector<int64_t> out_shape;
   if (a->scalar) {
-    out_shape = dims(b->tensor.sizes());
+    out_shape = dims(b_in.sizes());
   } else if (b->scalar) {
-    out_shape = dims(a->tensor.sizes());
+    out_shape = dims(a_in.sizes());
   } else {
-    const at::DimVector shape = at::infer_size_dimvector(a->tensor.sizes(), b->tensor.sizes());
+    const at::DimVector shape = at::infer_size_dimvector(a_in.sizes(), b_in.sizes());
     out_shape.assign(shape.begin(), shape.end());
   }
   int64_t numel = 1;
   for (int64_t d : out_shape) numel *= d;
-  if (numel == 0) return std::nullopt;
+  const at::TensorOptions out_options = device_operand.options().dtype(result);
+  at::Tensor c = layout_source ? at::empty_strided(out_shape, layout_source->strides(), out_options)
+                               : at::empty(out_shape, out_options);
+  if (numel == 0) return c;
+  BinarySpec spec;
+  spec.op = kind;
+  spec.a_dtype = a->dtype;
+  spec.b_dtype = b->dtype;
+  spec.output_dtype = *out_dt;
+  spec.a_scalar = a->scalar;
+  spec.b_scalar = b->scalar;
   // Same shapes are flattened (one program per element count); broadcasts keep their shapes.
-  const bool same = !a->scalar && !b->scalar && a->tensor.sizes() == b->tensor.sizes();
-  const bool flat = a->scalar || b->scalar || same;
-  spec.a_shape = a->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(a->tensor.sizes());
-  spec.b_shape = b->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(b->tensor.sizes());
-  at::Tensor c = at::empty(out_shape, device_operand.options().dtype(compare ? at::kBool : result));
-  std::string key = op + "|" + dims_key(spec.a_shape) + dims_key(spec.b_shape) + "|" + c10::toString(result);
+  const bool same = !a->scalar && !b->scalar && a_in.sizes() == b_in.sizes();
+  const bool flat = a->scalar || b->scalar || same || layout_source;
+  spec.a_shape = a->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(a_in.sizes());
+  spec.b_shape = b->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel} : dims(b_in.sizes());
+  if (!flat && a_in.dim() == 0) spec.a_shape = {1};
+  if (!flat && b_in.dim() == 0) spec.b_shape = {1};
+  std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + dims_key(spec.a_shape) +
+                    dims_key(spec.b_shape) + "|" + std::string(dtype_name(spec.a_dtype)) + "," +
+                    std::string(dtype_name(spec.b_dtype)) + ">" + std::string(dtype_name(spec.output_dtype));
   std::ostringstream immediates;  // an immediate is part of the program
   immediates << std::hexfloat;
   if (spec.a_scalar) immediates << "|a=" << *spec.a_scalar;
   if (spec.b_scalar) immediates << "|b=" << *spec.b_scalar;
   key += immediates.str();
   std::vector<HostBuffer> inputs;
-  if (!a->scalar) inputs.push_back(buffer("a", a->tensor));
-  if (!b->scalar) inputs.push_back(buffer("b", b->tensor));
+  if (!a->scalar) inputs.push_back(HostBuffer{"a", a->tensor.data_ptr(), size_t(a->tensor.numel()), a->dtype});
+  if (!b->scalar) inputs.push_back(HostBuffer{"b", b->tensor.data_ptr(), size_t(b->tensor.numel()), b->dtype});
+  // An int64 result is computed as int32 and widened on the host.
+  at::Tensor narrow_out = result == at::kLong ? at::empty({numel}, at::kInt) : at::Tensor();
+  const HostBuffer out_buffer{"c", (narrow_out.defined() ? narrow_out : c).data_ptr(), size_t(numel), *out_dt};
   execute_program(device_operand.device().index(), key,
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::binary_program(spec, hw, core, cores); }, inputs,
-                  {buffer("c", c)}, record_for(op, {a_in, b_in}, result));
+                  {out_buffer}, record_for(op, {a_in, b_in}, promoted));
+  if (narrow_out.defined())
+    at::from_blob(c.data_ptr(), {numel}, c.options().device(at::kCPU)).copy_(narrow_out);
   return c;
 }
 
@@ -938,42 +1116,75 @@ bool same_dtype_arg(const c10::IValue& v, const at::Tensor& x) {
 }
 
 // out = cond != 0 ? a : b (kernels/elementwise.h where), operands broadcast; a or b may be an
-// immediate.
+// immediate. Operands may have other dtypes than `result` (torch's promotion): the DMA and the
+// predicated copy convert exactly (a narrower float, or integers the result dtype holds exactly);
+// int64 operands and results go through int32 as in lower_binary.
 std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& cond_in, std::optional<at::Tensor> a_in,
                                       std::optional<double> a_scalar, std::optional<at::Tensor> b_in,
                                       std::optional<double> b_scalar, at::ScalarType result) {
-  const std::optional<DType> dt = sim_dtype(result);
+  const std::optional<DType> dt = elementwise_dtype(result);
   if (!dt || !on_neuron(cond_in) || cond_in.scalar_type() != at::kBool) return std::nullopt;
   at::DimVector shape(cond_in.sizes().begin(), cond_in.sizes().end());
   for (const auto* t : {&a_in, &b_in}) {
-    if (*t && (!on_neuron(**t) || (*t)->scalar_type() != result)) return std::nullopt;
+    if (*t && !on_neuron(**t)) return std::nullopt;
     if (*t) shape = at::infer_size_dimvector(shape, (*t)->sizes());
   }
   // Broadcast operands are expanded to the result's shape and made contiguous by a device copy.
   if (cond_in.sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in.expand(shape), a_in, a_scalar, b_in, b_scalar, result);
   if (a_in && a_in->sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in, a_in->expand(shape), a_scalar, b_in, b_scalar, result);
   if (b_in && b_in->sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in, a_in, a_scalar, b_in->expand(shape), b_scalar, result);
-  if (cond_in.numel() == 0) return std::nullopt;
   c10::DeviceGuard guard(cond_in.device());
+  at::Tensor out = at::empty(cond_in.sizes(), cond_in.options().dtype(result));
+  if (cond_in.numel() == 0) return out;
+  const bool integral_result = at::isIntegralType(result, /*includeBool=*/true);
+  // A value operand as the kernel reads it; nullopt where its conversion to `result` is not exact.
+  auto operand = [&](const std::optional<at::Tensor>& t) -> std::optional<std::pair<at::Tensor, DType>> {
+    if (!t) return std::make_pair(at::Tensor(), *dt);
+    const std::optional<DType> odt = elementwise_dtype(t->scalar_type());
+    if (!odt) return std::nullopt;
+    const bool integral = at::isIntegralType(t->scalar_type(), true);
+    if (integral_result && !integral) return std::nullopt;  // torch truncates; the kernel would round
+    if (t->scalar_type() != result && sim_dtype(t->scalar_type()) && sim_dtype(result) &&
+        c10::elementSize(t->scalar_type()) > c10::elementSize(result))
+      return std::nullopt;  // a narrowing float conversion: torch rounds through the CPU's path
+    at::Tensor stored = t->contiguous();
+    if (integral && (t->scalar_type() == at::kLong || !integral_result || result == at::kLong)) {
+      const double limit = integral_result ? kExactIntegerBound : exact_integer_limit(result);
+      if (host_max_abs(stored) > limit) return std::nullopt;
+      if (t->scalar_type() == at::kLong) stored = host_alias(stored).to(at::kInt);
+    }
+    return std::make_pair(stored, *odt);
+  };
+  const std::optional<std::pair<at::Tensor, DType>> a = operand(a_in), b = operand(b_in);
+  if (!a || !b) return std::nullopt;
+  for (std::optional<double>* v : {&a_scalar, &b_scalar}) {  // an immediate converted to the result dtype, as torch does
+    if (!*v) continue;
+    if (integral_result && (**v != std::nearbyint(**v) || std::abs(**v) > kExactIntegerBound)) return std::nullopt;
+    **v = at::scalar_tensor(**v, at::kDouble).to(result).to(at::kDouble).item<double>();
+  }
   WhereSpec spec;
   spec.shape = {cond_in.numel()};
   spec.cond_dtype = DType::uint8;
-  spec.a_dtype = spec.b_dtype = spec.output_dtype = *dt;
+  spec.a_dtype = a->second;
+  spec.b_dtype = b->second;
+  spec.output_dtype = *dt;
   spec.a_scalar = a_scalar;
   spec.b_scalar = b_scalar;
   const at::Tensor cond = cond_in.contiguous();  // alive until the program has run
   std::vector<HostBuffer> inputs = {buffer("cond", cond)};
-  at::Tensor a, b;
-  if (a_in) inputs.push_back(buffer("a", a = a_in->contiguous()));
-  if (b_in) inputs.push_back(buffer("b", b = b_in->contiguous()));
-  at::Tensor out = at::empty(cond_in.sizes(), cond_in.options().dtype(result));
+  if (a_in) inputs.push_back(HostBuffer{"a", a->first.data_ptr(), size_t(a->first.numel()), a->second});
+  if (b_in) inputs.push_back(HostBuffer{"b", b->first.data_ptr(), size_t(b->first.numel()), b->second});
+  at::Tensor narrow_out = result == at::kLong ? at::empty({cond_in.numel()}, at::kInt) : at::Tensor();
+  const HostBuffer out_buffer{"out", (narrow_out.defined() ? narrow_out : out).data_ptr(), size_t(cond_in.numel()), *dt};
   std::ostringstream key;
-  key << std::hexfloat << op << "|" << cond_in.numel() << "|" << c10::toString(result);
+  key << std::hexfloat << op << "|" << cond_in.numel() << "|" << dtype_name(spec.a_dtype) << ","
+      << dtype_name(spec.b_dtype) << ">" << dtype_name(spec.output_dtype);
   if (a_scalar) key << "|a=" << *a_scalar;
   if (b_scalar) key << "|b=" << *b_scalar;
   execute_program(cond_in.device().index(), key.str(),
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::where_program(spec, hw, core, cores); }, inputs,
-                  {buffer("out", out)}, record_for(op, {cond_in}, result));
+                  {out_buffer}, record_for(op, {cond_in}, result));
+  if (narrow_out.defined()) at::from_blob(out.data_ptr(), {cond_in.numel()}, out.options().device(at::kCPU)).copy_(narrow_out);
   return out;
 }
 
@@ -1652,6 +1863,8 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     const at::Tensor& a = args[1].toTensor();
     const at::Tensor& b = args[2].toTensor();
     if (!on_neuron(self) || !on_neuron(a) || !on_neuron(b) || a.scalar_type() != b.scalar_type()) return std::nullopt;
+    // Integer matmuls keep torch's integer result and its own alpha/beta rules: the CPU's kernel.
+    if (!sim_dtype(a.scalar_type()) || self.scalar_type() != a.scalar_type()) return std::nullopt;
     if (!args[3].isScalar() || !args[4].isScalar() || a.dim() != (op == "addmm" ? 2 : 3)) return std::nullopt;
     const c10::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
     c10::DeviceGuard guard(a.device());
@@ -1839,15 +2052,14 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   }
   if (op == "where.self") {
     const at::Tensor &cond = args[0].toTensor(), &a = args[1].toTensor(), &b = args[2].toTensor();
-    if ((a.dim() == 0 && b.dim() == 0) || a.scalar_type() != b.scalar_type()) return std::nullopt;
-    // A 0-dim operand of the same dtype (e.g. _safe_softmax's zero) is an immediate.
+    // A 0-dim operand (e.g. _safe_softmax's zero, a mask's fill value) is an immediate.
     auto immediate = [](const at::Tensor& t) -> std::optional<double> {
       if (t.dim() != 0) return std::nullopt;
       return (on_neuron(t) ? local_scalar_dense(t) : t.item()).toDouble();
     };
     const std::optional<double> as = immediate(a), bs = immediate(b);
     return lower_where(op, cond, as ? std::nullopt : std::optional<at::Tensor>(a), as,
-                       bs ? std::nullopt : std::optional<at::Tensor>(b), bs, a.scalar_type());
+                       bs ? std::nullopt : std::optional<at::Tensor>(b), bs, at::result_type(a, b));
   }
   auto it = unary_ops().find(op);
   if (it != unary_ops().end()) return lower_unary(op, args[0].toTensor(), it->second);
@@ -1891,6 +2103,7 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::optional<at::Tensor> indices;
   std::optional<std::vector<at::Tensor>> multi;
   c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, n);
+  check_common_device(op, args);
   // A kernel that rejects the shape (std::invalid_argument, e.g. a row wider than SBUF) falls back;
   // the lowered ops are out of place, so nothing was written yet.
   try {

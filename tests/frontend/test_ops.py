@@ -129,16 +129,22 @@ def test_binary_with_python_scalars(dtype):
     no_fallback("add", "sub", "mul", "div")
 
 
-def test_unsupported_dtype_falls_back_and_alpha_is_lowered():
+def test_integer_add_is_exact_and_alpha_is_lowered():
     a = torch.arange(12).reshape(3, 4)
-    out = a.to("neuron") + a.to("neuron")
-    assert torch.equal(out.cpu(), a + a)
+    out = a.to("neuron") + a.to("neuron")  # int64 on the device: exact while the values fit fp32's 2^24
+    assert out.dtype == torch.int64 and torch.equal(out.cpu(), a + a)
+    no_fallback("add")
+    big = a + 2**40  # beyond what the engines' fp32 arithmetic holds exactly: the CPU's kernel, counted
+    out = big.to("neuron") + big.to("neuron")
+    assert torch.equal(out.cpu(), big + big)
+    assert trnsim.fallback_report().get("aten::add.Tensor") == 1
+    trnsim.reset_fallback_report()
     f = rand((3, 4), torch.float32, 13)
     out = torch.add(f.to("neuron"), f.to("neuron"), alpha=2)  # other * alpha, then add: two kernels
     check(out, torch.add(f, f, alpha=2), torch.float32)
     out = torch.sub(f.to("neuron"), f.to("neuron"), alpha=0.5)
     check(out, torch.sub(f, f, alpha=0.5), torch.float32)
-    assert sum(n for op, n in trnsim.fallback_report().items() if "add" in op or "sub" in op) == 1
+    assert sum(n for op, n in trnsim.fallback_report().items() if "add" in op or "sub" in op) == 0
 
 
 UNARY = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
