@@ -9,6 +9,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_builder.h"
 #include "kernels/depthwise_conv.h"
+#include "kernels/tile_pipeline.h"
 
 namespace trnsim::kernels {
 namespace conv_detail {
@@ -28,7 +29,10 @@ constexpr int64_t kGradOutputQueue = 4, kGradStoreQueue = 6;
 
 // dW[O, C*KH*KW (+1)] as [O-tile <= 128, 512-column] PSUM accumulators. When they fit the banks
 // they accumulate over the whole kernel; otherwise tiles go in groups and each group's partials are
-// added into an fp32 SBUF copy, pass by pass over the accumulators.
+// added into an fp32 SBUF copy, pass by pass over the accumulators. When that copy, the transposes of
+// every column and the row of the store do not fit SBUF (fp32 512x512x3x3: ~280 KiB a partition), the
+// accumulators go in rounds (see conv_builder.h) that re-stream X and dY: cheap where such weights
+// meet small images, and the only way to bound the buffers for any C * KH * KW.
 void Conv2dBuilder::allocate_grad_weight() {
   isa::ProgramBuilder& b = m_ctx.builder;
   const ConvGeometry& s = m_s;
@@ -40,8 +44,51 @@ void Conv2dBuilder::allocate_grad_weight() {
   for (const auto& [ot, ct] : grad_weight_tiles(s, p, bank)) m_accs.push_back({ot, ct});
   m_passes = ceil_div(int64_t(m_accs.size()), kGradAccBanks);
   m_slots = m_passes == 1 ? kRingSlots : kGroupTiles;
-  plan_grad_weight_split();
-  const uint32_t banks = uint32_t(std::min<int64_t>(int64_t(m_accs.size()), kGradAccBanks));
+  // Slots padded to 128 elements so one slot's writes do not share dependency granules with the next's.
+  m_ostride = ceil_div(s.o, 128) * 128;
+  m_cstride = ceil_div(m_cols, 128) * 128;
+  m_row_cols = m_cols;
+  int64_t dy_chunks = int64_t(m_o_chunks.size()), round_accs = int64_t(m_accs.size());
+  const int64_t out_bytes = dtype_size_bytes(s.output_dtype);
+  // What the whole dW holds at once, plus the smallest input block (one output row, double-buffered).
+  const int64_t min_block = 2 * int64_t(m_chunks.size()) * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
+                            2 * m_wo * dy_chunks * m_in_bytes;
+  const int64_t whole = m_slots * (m_ostride + m_cstride) * m_in_bytes +
+                        (m_passes > 1 ? int64_t(m_accs.size()) * bank * 4 : 0) + m_cols * (4 + out_bytes) + min_block;
+  const int64_t avail = detail::sbuf_free_bytes(m_ctx);
+  if (s.groups() == 1 && whole > avail) {
+    // Rounds of a O tiles x b column tiles (a b <= the banks), the a rows of dW gathered in fp32 SBUF over
+    // the rounds of their O tiles and stored whole (contiguous in HBM). Per pixel tile a round transposes a
+    // dY chunks and ~4b column chunks, so over all rounds To Tc (1/b + 4/a) transposes: a as large as fits.
+    const int64_t o_tiles = int64_t(m_o_chunks.size()), khw = s.kh * s.kw, piece = std::min<int64_t>(s.c, p) * khw;
+    auto bytes = [&](int64_t a, int64_t bc) {
+      const int64_t dy_block = 2 * int64_t(m_chunks.size()) * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
+                               2 * m_wo * a * m_in_bytes;
+      return kRingSlots * (std::min(m_ostride, a * int64_t(p)) + std::min(m_cstride, bc * bank + 2 * 128)) * m_in_bytes +
+             a * m_cols * 4 + 2 * piece * out_bytes + dy_block;
+    };
+    int64_t a = std::min(kGradAccBanks, o_tiles), bc = kGradAccBanks / a;
+    while (bytes(a, bc) > avail && (a > 1 || bc > 1)) {
+      if (a > 1) {
+        --a;
+        bc = kGradAccBanks / a;
+      } else {
+        --bc;
+      }
+    }
+    m_rounds = true;
+    m_slots = kRingSlots;
+    m_ostride = std::min(m_ostride, a * int64_t(p));
+    // A round's transposes cover its columns and at most one cut chunk (< 128 columns) at either end.
+    m_cstride = std::min(m_cstride, bc * bank + 2 * 128);
+    m_row_cols = a * m_cols;
+    dy_chunks = a;
+    round_accs = std::min(a, o_tiles) * std::min(bc, ceil_div(m_cols, bank));
+    plan_grad_weight_rounds(a, bc);
+  } else {
+    plan_grad_weight_split();
+  }
+  const uint32_t banks = uint32_t(std::min<int64_t>(round_accs, kGradAccBanks));
   m_acc = b.psum(m_ctx.name("convw_acc"), DType::fp32, {p, banks, uint32_t(bank)});
   // Every bank the accumulators leave takes transposes: a tile needs KH*KW*chunks + 1 of them, and
   // a transpose waiting for its slot's copy-out stalls the PE for a whole PSUM round trip.
@@ -49,20 +96,62 @@ void Conv2dBuilder::allocate_grad_weight() {
   const int64_t trans_banks = std::max<int64_t>(2, psum_banks - int64_t(banks));
   m_tslots = trans_banks * kSlotsPerBank;
   m_tps = b.psum(m_ctx.name("convw_trans"), DType::fp32, {p, uint32_t(trans_banks), uint32_t(bank)});
-  // Slots padded to 128 elements so one slot's writes do not share dependency granules with the next's.
-  m_ostride = ceil_div(s.o, 128) * 128;
-  m_cstride = ceil_div(m_cols, 128) * 128;
   m_dyt = b.sbuf(m_ctx.name("convw_dyt"), s.input_dtype, {p, uint32_t(m_slots), uint32_t(m_ostride)});
   m_colt = b.sbuf(m_ctx.name("convw_colt"), s.input_dtype, {p, uint32_t(m_slots), uint32_t(m_cstride)});
-  if (m_passes > 1) {
+  if (m_grouped_passes) {
     m_wacc = b.sbuf(m_ctx.name("convw_wacc"), DType::fp32, {p, uint32_t(m_accs.size()), uint32_t(bank)});
   }
-  m_wrow = b.sbuf(m_ctx.name("convw_row"), DType::fp32, {p, uint32_t(m_cols)});
-  m_stage = b.sbuf(m_ctx.name("convw_out"), s.output_dtype, {p, uint32_t(m_ckk)});
-  allocate_blocks(int64_t(m_o_chunks.size()) * m_in_bytes, kGradTargetBlockPixels);
-  const uint32_t dy_free = uint32_t(int64_t(m_o_chunks.size()) * m_nb * m_rb * m_wo);
+  m_wrow = b.sbuf(m_ctx.name("convw_row"), DType::fp32, {p, uint32_t(m_row_cols)});
+  // Rounds store a row in pieces of <= 128 channels x taps, two in flight; otherwise the whole row at once.
+  const int64_t stage_cols = m_rounds ? 2 * std::min<int64_t>(s.c, p) * s.kh * s.kw : m_cols;
+  m_stage = b.sbuf(m_ctx.name("convw_out"), s.output_dtype, {p, uint32_t(stage_cols)});
+  allocate_blocks(dy_chunks * m_in_bytes, kGradTargetBlockPixels);
+  const uint32_t dy_free = uint32_t(dy_chunks * m_nb * m_rb * m_wo);
   for (int i = 0; i < 2; ++i) {
     m_dy[i] = b.sbuf(m_ctx.name("convw_dy" + std::to_string(i)), s.input_dtype, {p, dy_free});
+  }
+}
+
+// Rounds: this core's O tiles (a contiguous share, balanced by count: whole rows, nothing cut) in groups
+// of a, each group's columns in rounds of b column tiles. Every accumulator sums all pixel tiles in PSUM
+// whatever the grouping, so the values do not depend on the number of cores.
+void Conv2dBuilder::plan_grad_weight_rounds(int64_t o_tiles_per_round, int64_t col_tiles_per_round) {
+  const int64_t o_tiles = int64_t(m_o_chunks.size()), col_tiles = int64_t(m_accs.size()) / o_tiles;
+  const int64_t cores = int64_t(m_ctx.cores), core = int64_t(m_ctx.core);
+  const int64_t i_begin = core * o_tiles / cores, i_end = (core + 1) * o_tiles / cores;
+  m_my_rounds.clear();
+  m_round_groups.clear();
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += o_tiles_per_round) {
+    const int64_t i1 = std::min(i_end, i0 + o_tiles_per_round);
+    m_round_groups.push_back({i0 * int64_t(m_ctx.partitions()), std::min(m_s.o, i1 * int64_t(m_ctx.partitions())) -
+                                                                     i0 * int64_t(m_ctx.partitions())});
+    for (int64_t j0 = 0; j0 < col_tiles; j0 += col_tiles_per_round) {
+      std::vector<Accumulator> r;
+      for (int64_t i = i0; i < i1; ++i) {
+        for (int64_t j = j0; j < std::min(col_tiles, j0 + col_tiles_per_round); ++j) r.push_back(m_accs[size_t(i * col_tiles + j)]);
+      }
+      m_my_rounds.push_back(std::move(r));
+    }
+  }
+  m_grouped_passes = false;
+  m_my_accs.clear();
+}
+
+// The buffers of a round start at its first O channel and at the first column its transposes write.
+void Conv2dBuilder::set_round(const std::vector<Accumulator>& accs) {
+  m_my_accs = accs;
+  m_o_base = accs.front().o.begin;
+  m_k_base = m_o_base / m_ctx.partitions();
+  m_col_base = m_ckk;
+  for (int64_t tap = 0; tap < m_s.kh * m_s.kw; ++tap) {
+    for (const Range& cr : m_chunks) {
+      if (needs_columns(tap * m_s.c + cr.begin, cr.size)) m_col_base = std::min(m_col_base, tap * m_s.c + cr.begin);
+    }
+  }
+  for (const Accumulator& a : accs) {
+    if (a.cols.begin + a.cols.size - m_col_base > m_cstride || a.o.begin + a.o.size - m_o_base > m_ostride) {
+      throw isa::IsaError("conv2d: internal error: a grad_weight round exceeds its buffers");
+    }
   }
 }
 
@@ -191,7 +280,7 @@ void Conv2dBuilder::load_grad_output(const Block& blk, int64_t index) {
     const Range& oc = m_o_chunks[k];
     if (!o_chunk_needed(oc)) continue;  // another core's O tile
     for (int64_t n = 0; n < blk.nb; ++n) {
-      dma_emit(ap(m_dy[index % 2], (int64_t(k) * m_nb + n) * m_rb * m_wo,
+      dma_emit(ap(m_dy[index % 2], ((int64_t(k) - m_k_base) * m_nb + n) * m_rb * m_wo,
                   {{0, uint32_t(oc.size)}, {1, uint32_t(blk.rb * m_wo)}}),
                ap(m_t.grad_output, ((blk.n0 + n) * m_s.out_ct + m_s.out_c0 + oc.begin) * plane + blk.r0 * m_wo,
                   {{plane, uint32_t(oc.size)}, {1, uint32_t(blk.rb * m_wo)}}),
@@ -219,9 +308,9 @@ void Conv2dBuilder::transpose_tile(const Block& blk, int64_t index, const PixelT
   for (size_t k = 0; k < m_o_chunks.size(); ++k) {
     const Range& oc = m_o_chunks[k];
     if (!o_chunk_needed(oc)) continue;  // another core's O tile
-    const int64_t offset = ((int64_t(k) * m_nb + t.n) * m_rb + t.row) * m_wo + t.col;
+    const int64_t offset = (((int64_t(k) - m_k_base) * m_nb + t.n) * m_rb + t.row) * m_wo + t.col;
     transpose(ap(m_dy[index % 2], offset, {{0, uint32_t(oc.size)}, {m_rb * m_wo, nc}, {m_wo, rc}, {1, cc}}),
-              uint32_t(oc.size), m_dyt, slot * m_ostride + oc.begin, 1);
+              uint32_t(oc.size), m_dyt, slot * m_ostride + oc.begin - m_o_base, 1);
   }
   const uint32_t buf = m_buf[index % 2];
   for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
@@ -233,7 +322,7 @@ void Conv2dBuilder::transpose_tile(const Block& blk, int64_t index, const PixelT
         const int64_t offset = row * m_wb + t.col * s.stride_w + kw * s.dilation_w;
         transpose(ap(buf, offset,
                      {{0, uint32_t(cr.size)}, {m_rows_in * m_wb, nc}, {s.stride_h * m_wb, rc}, {s.stride_w, cc}}),
-                  uint32_t(cr.size), m_colt, slot * m_cstride + (kh * s.kw + kw) * s.c + cr.begin, 1);
+                  uint32_t(cr.size), m_colt, slot * m_cstride + (kh * s.kw + kw) * s.c + cr.begin - m_col_base, 1);
       }
     }
   }
@@ -248,8 +337,9 @@ void Conv2dBuilder::grad_weight_matmuls(const PixelTile& t, int64_t slot, int64_
     const Accumulator& acc = m_my_accs[a];
     m_ctx.builder.emit(Opcode::nc_matmul)
         .tensor("dst", ap(m_acc, (a - pass * kGradAccBanks) * bank, {{0, uint32_t(acc.o.size)}, {1, uint32_t(acc.cols.size)}}))
-        .tensor("stationary", ap(m_dyt, slot * m_ostride + acc.o.begin, {{0, px}, {1, uint32_t(acc.o.size)}}))
-        .tensor("moving", ap(m_colt, slot * m_cstride + acc.cols.begin, {{0, px}, {1, uint32_t(acc.cols.size)}}))
+        .tensor("stationary", ap(m_dyt, slot * m_ostride + acc.o.begin - m_o_base, {{0, px}, {1, uint32_t(acc.o.size)}}))
+        .tensor("moving", ap(m_colt, slot * m_cstride + acc.cols.begin - m_col_base,
+                             {{0, px}, {1, uint32_t(acc.cols.size)}}))
         .word("accumulate", first ? "false" : "true");
   }
 }
@@ -271,36 +361,42 @@ void Conv2dBuilder::flush_grad_weight(int64_t pass, bool first_group) {
   }
 }
 
-// Per O tile: the accumulators into one fp32 row [O, (kh, kw, c) + ones], then one Vector copy
-// permutes it to the HBM order (c, kh, kw) with the output cast, and the rows go out contiguous.
-// (im2col^T columns are tap-major so each transpose's copy-out writes one contiguous run.)
+// Per O tile: the accumulators into one fp32 row [O, (kh, kw, c) + ones] (from the run's first column),
+// then one Vector copy permutes it to the HBM order (c, kh, kw) with the output cast, and the rows go out
+// contiguous. (im2col^T columns are tap-major so each transpose's copy-out writes one contiguous run.)
 void Conv2dBuilder::store_grad_weight() {
   isa::ProgramBuilder& b = m_ctx.builder;
   const ConvGeometry& s = m_s;
   const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4), khw = s.kh * s.kw;
   for (const Range& ot : m_o_chunks) {
     const uint32_t on = uint32_t(ot.size);
-    int64_t first = -1, end = -1;  // this core's columns of the O tile: one contiguous run
+    int64_t first = -1, end = -1;  // this core's (round's) columns of the O tile: one contiguous run
+    for (const Accumulator& acc : m_my_accs) {
+      if (acc.o.begin != ot.begin) continue;
+      if (first < 0) first = acc.cols.begin;
+      end = acc.cols.begin + acc.cols.size;
+    }
+    if (first < 0) continue;
     for (size_t a = 0; a < m_my_accs.size(); ++a) {
       const Accumulator& acc = m_my_accs[a];
       if (acc.o.begin != ot.begin) continue;
       const std::vector<isa::ApDim> d = {{0, on}, {1, uint32_t(acc.cols.size)}};
       isa::AccessPattern from = !m_grouped_passes ? ap(m_acc, int64_t(a) * bank, d) : ap(m_wacc, int64_t(a) * bank, d);
-      evacuate(b, ap(m_wrow, acc.cols.begin, d), from, nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
-      if (first < 0) first = acc.cols.begin;
-      end = acc.cols.begin + acc.cols.size;
+      evacuate(b, ap(m_wrow, acc.cols.begin - first, d), from, nullptr,
+               m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
     }
-    if (first < 0) continue;
     const bool has_ones = end > m_ckk;
+    const int64_t ones_at = m_ckk - first;
     end = std::min(end, m_ckk);
     const int64_t hbm_row = s.w_off + ot.begin * s.w_row;
     if (s.groups() > 1) {
       // Block-diagonal: dW of the block of groups was computed dense; zero the columns of other
       // groups (two affine_selects: keep row o in column group j when 0 <= o - go*j <= go - 1), then
       // add the groups' columns together into each row's own [C / groups, taps] (exact: one nonzero).
+      // (Runs of a grouped dW are whole taps: grad_weight_owners.)
       const int64_t t0 = first / s.c, t1 = ceil_div(end, s.c), k = s.groups();
       const uint32_t nt = uint32_t(t1 - t0);
-      const isa::AccessPattern cols = ap(m_wrow, t0 * s.c, {{0, on}, {1, uint32_t(nt * s.c)}});
+      const isa::AccessPattern cols = ap(m_wrow, t0 * s.c - first, {{0, on}, {1, uint32_t(nt * s.c)}});
       for (int hi = 0; hi < 2; ++hi) {
         const std::string pattern = "[[0, " + std::to_string(nt) + "], [" + std::to_string(hi ? s.go : -s.go) + ", " +
                                     std::to_string(k) + "], [0, " + std::to_string(s.gc) + "]]";
@@ -311,7 +407,7 @@ void Conv2dBuilder::store_grad_weight() {
       b.emit(Opcode::tensor_reduce)
           .tensor("dst", ap(m_stage, t0, {{0, on}, {khw, uint32_t(s.gc)}, {1, nt}}))
           .word("op", "add")
-          .tensor("data", ap(m_wrow, t0 * s.c, {{0, on}, {1, uint32_t(s.gc)}, {s.c, nt}, {s.gc, uint32_t(k)}}))
+          .tensor("data", ap(m_wrow, t0 * s.c - first, {{0, on}, {1, uint32_t(s.gc)}, {s.c, nt}, {s.gc, uint32_t(k)}}))
           .word("axis", "[3]");
       if (nt == khw) {
         dma_emit(ap(m_t.grad_weight, hbm_row, {{s.w_row, on}, {1, uint32_t(s.gc * khw)}}),
@@ -331,16 +427,19 @@ void Conv2dBuilder::store_grad_weight() {
                ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}), kGradStoreQueue);
     } else {
       // A run of columns: its whole taps (runs of taps per (o, c) in HBM), then the cut taps at
-      // either end (one element per (o, c)).
+      // either end (one element per (o, c)); each piece compact in the stage, one after the other.
       const int64_t t0 = ceil_div(first, s.c), t1 = end / s.c;
+      int64_t staged = 0;
       auto piece = [&](int64_t tap0, int64_t ntaps, int64_t c0, int64_t nc) {
         const uint32_t nt = uint32_t(ntaps), ncu = uint32_t(nc);
+        const isa::AccessPattern stage = ap(m_stage, staged, {{0, on}, {nt, ncu}, {1, nt}});
         b.emit(Opcode::tensor_copy)
-            .tensor("dst", ap(m_stage, c0 * khw + tap0, {{0, on}, {khw, ncu}, {1, nt}}))
-            .tensor("src", ap(m_wrow, tap0 * s.c + c0, {{0, on}, {1, ncu}, {s.c, nt}}))
+            .tensor("dst", stage)
+            .tensor("src", ap(m_wrow, tap0 * s.c + c0 - first, {{0, on}, {1, ncu}, {s.c, nt}}))
             .on(Engine::vector);
-        dma_emit(ap(m_t.grad_weight, hbm_row + c0 * khw + tap0, {{s.w_row, on}, {khw, ncu}, {1, nt}}),
-                 ap(m_stage, c0 * khw + tap0, {{0, on}, {khw, ncu}, {1, nt}}), kGradStoreQueue);
+        dma_emit(ap(m_t.grad_weight, hbm_row + c0 * khw + tap0, {{s.w_row, on}, {khw, ncu}, {1, nt}}), stage,
+                 kGradStoreQueue);
+        staged += ntaps * nc;
       };
       if (t1 > t0) piece(t0, t1 - t0, 0, s.c);
       if (first % s.c != 0) {
@@ -355,35 +454,58 @@ void Conv2dBuilder::store_grad_weight() {
     if (m_t.grad_bias >= 0 && has_ones) {
       // grad_bias: the ones column, cast through the first column of the stage once dW has left.
       isa::AccessPattern db = ap(m_stage, 0, {{0, on}, {1, 1}});
-      evacuate(b, db, ap(m_wrow, m_ckk, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
+      evacuate(b, db, ap(m_wrow, ones_at, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
       dma_emit(ap(uint32_t(m_t.grad_bias), s.out_c0 + ot.begin, {{1, on}, {1, 1}}), db, kGradStoreQueue + 1);
     }
   }
 }
 
-void Conv2dBuilder::emit_grad_weight() {
-  const int64_t p = m_ctx.partitions();
-  if (m_s.bias) {  // the ones column, never overwritten by the transposes
-    m_ctx.builder.emit(Opcode::memset)
-        .tensor("dst", ap(m_colt, m_ckk, {{0, uint32_t(p)}, {m_cstride, uint32_t(m_slots)}}))
-        .imm("value", 1)
-        .on(Engine::gpsimd);
+// Rounds: the gathered fp32 rows of a group of O tiles, permuted to the HBM order (c, kh, kw) with the
+// output cast in pieces of <= 128 channels (two stage halves, so a piece's copy overlaps the last one's
+// store), each piece one contiguous run per row in HBM; grad_bias from the ones column.
+void Conv2dBuilder::store_grad_weight_rows(const Range& group) {
+  isa::ProgramBuilder& b = m_ctx.builder;
+  const ConvGeometry& s = m_s;
+  const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw, half = std::min<int64_t>(s.c, p) * khw;
+  int64_t step = 0;
+  for (const Range& ot : tiles(group.size, p)) {
+    const uint32_t on = uint32_t(ot.size);
+    const int64_t row = ot.begin / p * m_cols, o = group.begin + ot.begin;
+    for (const Range& cr : tiles(s.c, p)) {
+      const int64_t at = (step++ % 2) * half;
+      const isa::AccessPattern stage = ap(m_stage, at, {{0, on}, {1, uint32_t(cr.size * khw)}});
+      b.emit(Opcode::tensor_copy)
+          .tensor("dst", ap(m_stage, at, {{0, on}, {khw, uint32_t(cr.size)}, {1, uint32_t(khw)}}))
+          .tensor("src", ap(m_wrow, row + cr.begin, {{0, on}, {1, uint32_t(cr.size)}, {s.c, uint32_t(khw)}}))
+          .on(Engine::vector);
+      dma_emit(ap(m_t.grad_weight, s.w_off + o * s.w_row + cr.begin * khw, {{s.w_row, on}, {1, uint32_t(cr.size * khw)}}),
+               stage, kGradStoreQueue);
+    }
+    if (m_t.grad_bias >= 0) {
+      isa::AccessPattern db = ap(m_stage, (step++ % 2) * half, {{0, on}, {1, 1}});
+      evacuate(b, db, ap(m_wrow, row + m_ckk, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
+      dma_emit(ap(uint32_t(m_t.grad_bias), s.out_c0 + o, {{1, on}, {1, 1}}), db, kGradStoreQueue + 1);
+    }
   }
-  if (m_my_accs.empty()) return;  // no taps / channels left for this core
+}
+
+// Every input block once: the PE transposes tile j+kLookAhead while the copies of tile j drain; with
+// grouped passes, each group of tiles' partials go through m_wacc pass by pass.
+void Conv2dBuilder::stream_grad_weight(int64_t& block_index) {
+  const int64_t p = m_ctx.partitions();
   const int64_t passes = ceil_div(int64_t(m_my_accs.size()), kGradAccBanks);
   const std::vector<Block> all_blocks = blocks();
-  load_block(all_blocks[0], 0);
-  load_grad_output(all_blocks[0], 0);
+  load_block(all_blocks[0], block_index);
+  load_grad_output(all_blocks[0], block_index);
   bool first_tile = true, first_group = true;
   for (size_t i = 0; i < all_blocks.size(); ++i) {
-    const int64_t index = int64_t(i);
+    const int64_t index = block_index + int64_t(i);
     if (i + 1 < all_blocks.size()) {
       load_block(all_blocks[i + 1], index + 1);
       load_grad_output(all_blocks[i + 1], index + 1);
     }
     const std::vector<PixelTile> tl = pixel_tiles(all_blocks[i], p);
     if (!m_grouped_passes) {
-      // Look-ahead: the PE transposes tile j+kLookAhead while the copies of tile j drain.
       std::vector<int64_t> slot(tl.size());
       const size_t ahead = size_t(kLookAhead);
       for (size_t j = 0; j < tl.size() + ahead; ++j) {
@@ -408,6 +530,43 @@ void Conv2dBuilder::emit_grad_weight() {
       first_group = false;
     }
   }
+  block_index += int64_t(all_blocks.size());
+}
+
+void Conv2dBuilder::emit_grad_weight() {
+  const int64_t p = m_ctx.partitions();
+  // The ones column, never overwritten by the transposes (of this round).
+  auto ones = [&] {
+    m_ctx.builder.emit(Opcode::memset)
+        .tensor("dst", ap(m_colt, m_ckk - m_col_base, {{0, uint32_t(p)}, {m_cstride, uint32_t(m_slots)}}))
+        .imm("value", 1)
+        .on(Engine::gpsimd);
+  };
+  int64_t block_index = 0;
+  if (m_rounds) {
+    const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
+    size_t next = 0;
+    for (const Range& group : m_round_groups) {
+      for (; next < m_my_rounds.size() && m_my_rounds[next].front().o.begin < group.begin + group.size; ++next) {
+        const std::vector<Accumulator>& round = m_my_rounds[next];
+        set_round(round);
+        m_o_base = group.begin;
+        m_k_base = group.begin / p;
+        if (m_s.bias && round.back().cols.begin + round.back().cols.size > m_ckk) ones();
+        stream_grad_weight(block_index);
+        for (size_t a = 0; a < round.size(); ++a) {  // into the group's rows
+          const std::vector<isa::ApDim> d = {{0, uint32_t(round[a].o.size)}, {1, uint32_t(round[a].cols.size)}};
+          evacuate(m_ctx.builder, ap(m_wrow, (round[a].o.begin - group.begin) / p * m_cols + round[a].cols.begin, d),
+                   ap(m_acc, int64_t(a) * bank, d), nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
+        }
+      }
+      store_grad_weight_rows(group);
+    }
+    return;
+  }
+  if (m_s.bias) ones();
+  if (m_my_accs.empty()) return;  // no taps / channels left for this core
+  stream_grad_weight(block_index);
   store_grad_weight();
 }
 

@@ -132,7 +132,10 @@ class Conv2dBuilder {
   void grad_weight_matmuls(const PixelTile& t, int64_t slot, int64_t pass, bool first, bool last);
   void flush_grad_weight(int64_t pass, bool first_block);
   void store_grad_weight();
+  void store_grad_weight_rows(const Range& group);
+  void stream_grad_weight(int64_t& block_index);
   void emit_grad_weight();
+  void plan_grad_weight_rounds(int64_t o_tiles_per_round, int64_t col_tiles_per_round);
 
   const KernelContext& m_ctx;
   const ConvGeometry m_s;
@@ -153,10 +156,19 @@ class Conv2dBuilder {
   struct Accumulator {
     Range o, cols;
   };
+  void set_round(const std::vector<Accumulator>& accs);
   std::vector<Range> m_o_chunks;
   std::vector<Accumulator> m_accs;  // (O tile, column tile) pairs of the whole dW (sizes the buffers)
-  std::vector<Accumulator> m_my_accs;  // this core's, in passes of kGradAccBanks
+  std::vector<Accumulator> m_my_accs;  // this core's (of this round), in passes of kGradAccBanks
   bool m_grouped_passes = false;       // partials through m_wacc (decided on the whole dW: same sums)
+  // Rounds, when the whole dW's buffers do not fit SBUF: rectangles [O tiles x column tiles] of at most
+  // kGradAccBanks accumulators, each accumulated in PSUM over one full stream of X and dY (decided on the
+  // whole dW, so the sums are the same on any number of cores). The transposes, dY buffers and the row of
+  // the store hold one round, indexed from its first O channel / transposed column (m_o_base, m_col_base).
+  bool m_rounds = false;
+  std::vector<std::vector<Accumulator>> m_my_rounds;
+  std::vector<Range> m_round_groups;  // this core's groups of O tiles (O channels)
+  int64_t m_o_base = 0, m_k_base = 0, m_col_base = 0, m_row_cols = 0;
   int64_t m_ckk = 0, m_cols = 0, m_passes = 1, m_slots = 1, m_tslots = 8, m_tile_step = 0;
   int64_t m_ostride = 0, m_cstride = 0;
   uint32_t m_dy[2] = {0, 0}, m_dyt = 0, m_colt = 0, m_wacc = 0, m_tps = 0, m_wrow = 0;

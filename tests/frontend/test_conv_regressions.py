@@ -58,3 +58,13 @@ def test_pointwise_conv_grads_match_cpu_on_every_generation(config):
         compare_with_cpu(600, 40, 3, n=1, h=3, w=3, padding=1, dtype=torch.bfloat16, seed=2)
     finally:
         trnsim.set_config("trn2")
+
+
+# Issue 10.12: conv backward with large weights (512->512 3x3, fp32 at any size, seen at 2x2) fell back to the
+# CPU: dW's buffers did not fit SBUF. It runs on the device in rounds (kernels/conv_builder.h).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_weight_conv_backward_runs_on_the_device(dtype):
+    trnsim.reset_fallback_report()
+    compare_with_cpu(512, 512, 3, n=2, h=2, w=2, padding=1, dtype=dtype, seed=3)
+    report = trnsim.fallback_report()
+    assert not any("convolution" in op for op in report), report

@@ -228,6 +228,18 @@ def test_conv2d_backward_bf16_grads_dilation_and_bands(run_trnsim, tmp_path):
     run_conv_backward(run_trnsim, tmp_path / "bands", 1, 3, 200, 200, 4, 3, stride=2, padding=1, bias=True)
 
 
+# dW whose buffers do not fit SBUF at once goes in rounds ([O tiles x column tiles] <= the PSUM banks, the rows
+# gathered in SBUF): fp32 512->512 3x3 (issue 10.12: it fell back to the CPU), C*KH*KW of 9270 in bf16 with
+# a ragged last O tile, the ones column alone in its accumulator (C*KH*KW a multiple of 512), stride 2.
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,dtype", [
+    (2, 512, 2, 2, 512, 3, 1, 1, True, "fp32"),
+    (1, 1030, 3, 2, 140, 3, 2, 1, True, "bf16"),
+    (1, 2048, 2, 3, 130, 2, 1, 0, True, "fp32"),
+])
+def test_conv2d_backward_large_weights_in_rounds(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias, dtype):
+    run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
+
+
 BACKWARD_RANDOM = np.random.default_rng(77)
 BACKWARD_RANDOM_CASES = [
     (int(BACKWARD_RANDOM.integers(1, 4)), int(BACKWARD_RANDOM.integers(1, 150)), int(BACKWARD_RANDOM.integers(5, 16)),
@@ -358,6 +370,10 @@ SPLIT_CASES = [
     (2, 512, 3, 3, 96, 1, 1, 0, True, 1, "fp32"),
     (2, 40, 6, 5, 70, 5, 1, 2, True, 1, "fp32"),
     (1, 1152, 2, 2, 64, 1, 1, 0, True, 2, "fp32"),
+    # dW in rounds (its buffers do not fit SBUF at once): O tiles split between the cores, rows gathered.
+    (2, 512, 2, 2, 512, 3, 1, 1, True, 1, "fp32"),
+    (1, 1030, 2, 2, 40, 3, 2, 1, False, 1, "bf16"),
+    (1, 2048, 1, 2, 300, 3, 1, 1, True, 1, "bf16"),
 ]
 
 
