@@ -169,6 +169,14 @@ void Conv2dBuilder::validate() const {
   if (s.out_h() <= 0 || s.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
 }
 
+// Resident weight rows per partition for an O block of `ob` channels: the forward's [O tile, C * taps] rows
+// per O tile; dense dX's forward rows [forward O chunk, ob (its O) * taps] per channel chunk.
+int64_t Conv2dBuilder::raw_weight_cols(int64_t ob) const {
+  const ConvGeometry& s = m_s;
+  if (direct_weights()) return int64_t(m_chunks.size()) * ob * s.kh * s.kw;
+  return ceil_div(ob, m_ctx.partitions()) * s.c * s.kh * s.kw;
+}
+
 void Conv2dBuilder::plan() {
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions();
@@ -200,7 +208,7 @@ void Conv2dBuilder::plan() {
   const double weight_budget = kWeightBudget * double(m_ctx.config.core.sbuf.bytes_per_partition);
   // Both the raw rows [O-tile, C*KH*KW] and W^T [K, group, O] stay resident for an O block.
   auto bytes = [&](int64_t ob) {
-    return double((int64_t(m_groups.size()) * ob + ceil_div(ob, p) * s.c * s.kh * s.kw) * m_in_bytes);
+    return double((int64_t(m_groups.size()) * ob + raw_weight_cols(ob)) * m_in_bytes);
   };
   m_o_block = s.o;
   if (bytes(m_o_block) > weight_budget) {
@@ -222,7 +230,7 @@ void Conv2dBuilder::allocate() {
   const uint32_t p = m_ctx.partitions();
   const uint32_t bank = uint32_t(m_ctx.config.core.psum.bank_bytes / 4);
   m_wt = b.sbuf(m_ctx.name("conv_wt"), s.input_dtype, {p, uint32_t(m_groups.size() * m_o_block)});
-  m_wraw = b.sbuf(m_ctx.name("conv_wraw"), s.input_dtype, {p, uint32_t(ceil_div(m_o_block, p) * s.c * s.kh * s.kw)});
+  m_wraw = b.sbuf(m_ctx.name("conv_wraw"), s.input_dtype, {p, uint32_t(raw_weight_cols(m_o_block))});
   m_acc = b.psum(m_ctx.name("conv_acc"), DType::fp32, {p, uint32_t(kAccBanks), bank});
   m_wps = b.psum(m_ctx.name("conv_wtrans"), DType::fp32, {p, 2, bank});
   m_stage = b.sbuf(m_ctx.name("conv_out"), s.output_dtype, {p, uint32_t(kStageSlots), bank});
@@ -303,6 +311,21 @@ void Conv2dBuilder::load_weight_rows(int64_t o0, int64_t count) {
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
   if (m_reps > 1 && s.c < m_cpad) memset_flat(m_ctx, m_wt, p, int64_t(m_groups.size()) * m_o_block);
+  if (direct_weights()) {
+    // Dense dX: W^T of this conv is the forward's weight with its O on partitions, so the forward rows
+    // (one contiguous run of count * taps per partition) are the stationary up to a free-axis gather
+    // (prepare_weights); a replica group holds the same rows. (Rows of dX's own O would be runs of
+    // KH * KW elements per descriptor: 4.7 MB of 512x512x3x3 bf16 weights took 175 us that way.)
+    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+      const Range& cr = m_chunks[ch];
+      for (int64_t r = 0; r < m_reps; ++r) {
+        dma_emit(ap(m_wraw, int64_t(ch) * m_o_block * khw, {{uint32_t(r * m_cpad), uint32_t(cr.size)}, {1, uint32_t(count * khw)}}),
+                 ap(m_t.weight, s.w_off + cr.begin * s.w_row + o0 * khw, {{s.w_row, uint32_t(cr.size)}, {1, uint32_t(count * khw)}}),
+                 kWeightQueue);
+      }
+    }
+    return;
+  }
   for (const Range& ot : tiles(count, p)) {
     if (s.groups() > 1) {
       // Block-diagonal (a block of groups has <= 128 output and input channels: one O tile). The
@@ -360,6 +383,27 @@ void Conv2dBuilder::prepare_weights(const Range& ot) {
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
   int64_t& step = m_wprep_step;
+  if (direct_weights()) {
+    // Dense dX: per (chunk, kh, kw) a copy gathers the flipped tap of each of the tile's rows
+    // (stride KH * KW) into the replica's group of the stationary: no PE transposes. On Scalar: Vector
+    // shares its SBUF port with GpSimd, busy with the first blocks' staging copies; only a large weight
+    // (more elements than a few blocks' copies, assumed threshold) gets Vector's half too.
+    const bool both = int64_t(m_chunks.size()) * s.kh * s.kw * m_o_block > 16384;
+    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+      const uint32_t cn = uint32_t(m_chunks[ch].size);
+      for (int64_t kh = 0; kh < s.kh; ++kh) {
+        for (int64_t kw = 0; kw < s.kw; ++kw) {
+          const int64_t r = kw % m_reps, g = (int64_t(ch) * s.kh + kh) * m_kw_groups + kw / m_reps;
+          const int64_t tap = (s.kh - 1 - kh) * s.kw + (s.kw - 1 - kw);
+          const uint32_t part = uint32_t(r * m_cpad);
+          evacuate(b, ap(m_wt, g * m_o_block + ot.begin, {{part, cn}, {1, uint32_t(ot.size)}}),
+                   ap(m_wraw, (int64_t(ch) * m_o_block + ot.begin) * khw + tap, {{part, cn}, {khw, uint32_t(ot.size)}}),
+                   nullptr, both && step++ % 2 ? Engine::vector : Engine::scalar);
+        }
+      }
+    }
+    return;
+  }
   for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
     const Range& cr = m_chunks[ch];
     const int64_t raw = (ot.begin / p * s.c + cr.begin) * khw;

@@ -106,6 +106,9 @@ class Conv2dBuilder {
   void validate() const;
   int64_t rows_in(int64_t rb) const { return (rb - 1) * m_s.stride_h + (m_s.kh - 1) * m_s.dilation_h + 1; }
   void plan();
+  // Dense dX reads the forward's weight rows as they are (see load_weight_rows).
+  bool direct_weights() const { return m_s.flip_weight && m_s.groups() == 1; }
+  int64_t raw_weight_cols(int64_t ob) const;
   void allocate();
   void allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels);
   std::vector<PixelTile> pixel_tiles(const Block& blk, int64_t max_px) const;
