@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -384,6 +385,35 @@ at::Tensor host_alias(const at::Tensor& t) {
   return alias;
 }
 
+// Integers the engines' fp32 arithmetic represents exactly: the kernels compute integer ops in fp32,
+// so a lowering runs them only when every input and result stays within this bound.
+constexpr double kExactIntegerBound = 16777216.0;  // 2^24
+
+// The dtype an element-wise kernel reads a tensor of `t` as: floats as they are, bool / uint8 as
+// uint8, other integers as int32 (int64 narrowed on the host: the ISA has no 64-bit integers; an
+// int64 operand's HBM traffic is therefore counted at 4 bytes per element).
+std::optional<DType> elementwise_dtype(at::ScalarType t) {
+  if (std::optional<DType> f = sim_dtype(t)) return f;
+  switch (t) {
+    case at::kBool: case at::kByte: return DType::uint8;
+    case at::kChar: return DType::int8;
+    case at::kShort: return DType::int16;
+    case at::kInt: case at::kLong: return DType::int32;
+    default: return std::nullopt;
+  }
+}
+
+// Largest integer magnitude a float dtype holds exactly (an integer operand torch casts to it first).
+double exact_integer_limit(at::ScalarType t) {
+  return t == at::kBFloat16 ? 256.0 : t == at::kHalf ? 2048.0 : kExactIntegerBound;
+}
+
+double host_max_abs(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  const at::Tensor h = host_alias(t);
+  return h.scalar_type() == at::kBool ? 1.0 : h.abs().max().item<double>();
+}
+
 void check_options(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
   TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors");
   TORCH_CHECK(!pin_memory.has_value() || !*pin_memory, "pin_memory is for host tensors, not neuron tensors");
@@ -449,6 +479,33 @@ bool strided_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   return true;
 }
 
+// An integer (or bool) tensor cast to a float dtype: the DMA converts on the way (through fp32 with
+// RNE, which is torch's conversion while |value| <= 2^24; int64 narrowed to int32 on the host
+// first). Larger values are left to the host copy.
+bool integer_to_float_kernel(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.numel() == 0 || !dst.is_contiguous()) return false;
+  const bool wide = c10::elementSize(src.scalar_type()) >= 4;
+  if (wide && host_alias(src).abs().max().item<double>() > kExactIntegerBound) return false;
+  at::Tensor stored = src.scalar_type() == at::kLong ? host_alias(src).to(at::kInt) : src;
+  const DType in_dt = *elementwise_dtype(src.scalar_type());
+  kernels::UnarySpec spec;
+  spec.shape = {src.numel()};
+  spec.op = UnaryOp::copy;
+  spec.input_dtype = in_dt;
+  spec.output_dtype = *sim_dtype(dst.scalar_type());
+  OpRecord record = copy_record("cast", src);
+  try {
+    execute_program(dst.device().index(),
+                    "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(in_dt)) + ">" +
+                        std::string(dtype_name(spec.output_dtype)),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
+                    {HostBuffer{"x", stored.data_ptr(), size_t(src.numel()), in_dt}}, {buffer("y", dst)}, std::move(record));
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  return true;
+}
+
 // A copy within one device as a kernel (values and time from the simulator): into a contiguous
 // destination from any dense source (a permutation of contiguous storage: .contiguous() after
 // transpose/permute) of the same float dtype (permute kernel: DMA, or PE transposes when the
@@ -470,6 +527,8 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
     if (!dst_stored.is_contiguous()) return false;
     return device_copy_kernel(src.permute(order), dst_stored);
   }
+  if (at::isIntegralType(src.scalar_type(), true) && sim_dtype(dst.scalar_type()) && src.is_contiguous())
+    return integer_to_float_kernel(src, dst);
   const std::optional<DType> src_dt = sim_dtype(src.scalar_type()), dst_dt = sim_dtype(dst.scalar_type());
   if (!src_dt || !dst_dt) return false;
   const int64_t rank = src.dim();
@@ -683,6 +742,15 @@ struct FallbackEnv {
 
 }  // namespace
 
+namespace {
+// Marks the copies the fallback makes (their host-link time is in the fallback's own record).
+struct InFallbackScope {
+  bool previous = t_in_fallback;
+  InFallbackScope() { t_in_fallback = true; }
+  ~InFallbackScope() { t_in_fallback = previous; }
+};
+}  // namespace
+
 void check_common_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   // Ops whose CUDA kernels also take tensors on other devices: copies and moves between devices,
   // and advanced indexing with host index tensors.
@@ -762,11 +830,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const auto host_start = std::chrono::steady_clock::now();
   {
-    struct InFallback {
-      bool previous = t_in_fallback;
-      InFallback() { t_in_fallback = true; }
-      ~InFallback() { t_in_fallback = previous; }
-    } in_fallback;
+    InFallbackScope in_fallback;
     at::native::cpu_fallback(op, stack);
   }
   const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
@@ -777,7 +841,14 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = 0; i < op.schema().returns().size(); ++i) {
     const c10::Argument& r = op.schema().returns()[i];
     if (r.alias_info()) continue;  // an alias of a mutated argument, counted above
-    const c10::IValue& v = (*stack)[stack->size() - op.schema().returns().size() + i];
+    c10::IValue& v = (*stack)[stack->size() - op.schema().returns().size() + i];
+    // cpu_fallback puts results on the first tensor argument's device: a wrapped scalar (1 - x is
+    // sub(1, x)) would leave them on the CPU. Results belong on the device the operands are on.
+    if (device >= 0 && v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu() &&
+        !(v.toTensor().dim() == 0 && v.toTensor().unsafeGetTensorImpl()->is_wrapped_number())) {
+      InFallbackScope in_fallback;
+      v = v.toTensor().to(c10::Device(kNeuron, static_cast<c10::DeviceIndex>(device)));
+    }
     auto visit = [&](const at::Tensor& t) {
       if (!t.defined() || t.device().type() != kNeuron) return;
       if (device < 0) device = t.device().index();
@@ -860,21 +931,46 @@ std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& 
 }
 
 std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x_in, UnaryOp kind) {
-  if (!on_neuron(x_in) || x_in.numel() == 0) return std::nullopt;
-  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
-  if (!dt) return std::nullopt;
+  if (!on_neuron(x_in)) return std::nullopt;
+  const at::ScalarType in_type = x_in.scalar_type();
+  at::ScalarType out_type = in_type;
+  std::optional<DType> in_dt = sim_dtype(in_type);
+  at::Tensor stored_int;  // an int64 input narrowed to int32 on the host
+  if (!in_dt && at::isIntegralType(in_type, /*includeBool=*/false)) {
+    // Integer inputs: abs / neg / sign / relu stay integers, the float functions give the default
+    // float dtype (torch's promotion); the engines compute in fp32, exact while |x| <= 2^24.
+    const bool integer_valued = kind == UnaryOp::abs || kind == UnaryOp::neg || kind == UnaryOp::sign || kind == UnaryOp::relu;
+    if (!integer_valued) out_type = c10::typeMetaToScalarType(c10::get_default_dtype());
+    if (host_max_abs(x_in) > (integer_valued ? kExactIntegerBound : exact_integer_limit(out_type))) return std::nullopt;
+    if (integer_valued && in_type != at::kInt && in_type != at::kLong && kind != UnaryOp::sign && kind != UnaryOp::relu)
+      return std::nullopt;  // int8/int16/uint8 wrap in torch (abs(-128) is -128)
+    in_dt = elementwise_dtype(in_type);
+  }
+  if (!in_dt) return std::nullopt;
+  const std::optional<DType> out_dt = out_type == at::kLong ? DType::int32 : elementwise_dtype(out_type);
   c10::DeviceGuard guard(x_in.device());
-  at::Tensor x = x_in.contiguous();
-  at::Tensor y = at::empty(x_in.sizes(), x_in.options());
+  // A dense non-contiguous input (transposed, channels-last) is computed in storage order and the
+  // result keeps its layout, as TensorIterator does.
+  const bool keep_layout = !x_in.is_contiguous() && x_in.is_non_overlapping_and_dense();
+  at::Tensor x = keep_layout ? x_in.as_strided({x_in.numel()}, {1}) : x_in.contiguous();
+  at::Tensor y = keep_layout ? at::empty_strided(x_in.sizes(), x_in.strides(), x_in.options().dtype(out_type))
+                             : at::empty(x_in.sizes(), x_in.options().dtype(out_type));
+  if (x_in.numel() == 0) return y;
+  if (in_type == at::kLong) stored_int = host_alias(x).to(at::kInt);
+  at::Tensor narrow_out = out_type == at::kLong ? at::empty({x.numel()}, at::kInt) : at::Tensor();
   UnarySpec spec;
   spec.shape = {x.numel()};
   spec.op = kind;
-  spec.input_dtype = *dt;
-  spec.output_dtype = *dt;
+  spec.input_dtype = *in_dt;
+  spec.output_dtype = *out_dt;
   const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) + "|" +
-                          c10::toString(x.scalar_type());
+                          std::string(dtype_name(*in_dt)) + ">" + std::string(dtype_name(*out_dt));
+  const at::Tensor& source = stored_int.defined() ? stored_int : x;
+  const at::Tensor& target = narrow_out.defined() ? narrow_out : y;
   execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
-                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+                  {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), *in_dt}},
+                  {HostBuffer{"y", target.data_ptr(), size_t(x.numel()), *out_dt}}, record_for(op, {x_in}, in_type));
+  if (narrow_out.defined()) at::from_blob(y.data_ptr(), {x.numel()}, y.options().device(at::kCPU)).copy_(narrow_out);
   return y;
 }
 
@@ -886,34 +982,6 @@ struct BinaryOperand {
   std::optional<double> scalar;
   double max_abs = 0;  // largest |value| (integer and bool operands only: exactness bounds)
 };
-
-// The dtype an element-wise kernel reads a tensor of `t` as: floats as they are, bool / uint8 as
-// uint8, other integers as int32 (int64 narrowed on the host: the ISA has no 64-bit integers; an
-// int64 operand's HBM traffic is therefore counted at 4 bytes per element).
-std::optional<DType> elementwise_dtype(at::ScalarType t) {
-  if (std::optional<DType> f = sim_dtype(t)) return f;
-  switch (t) {
-    case at::kBool: case at::kByte: return DType::uint8;
-    case at::kChar: return DType::int8;
-    case at::kShort: return DType::int16;
-    case at::kInt: case at::kLong: return DType::int32;
-    default: return std::nullopt;
-  }
-}
-
-// Integers the engines' fp32 arithmetic represents exactly: the kernels compute integer ops in fp32,
-// so a lowering runs them only when every input and result stays within this bound.
-constexpr double kExactIntegerBound = 16777216.0;  // 2^24
-// Largest integer magnitude a float dtype holds exactly (an integer operand torch casts to it first).
-double exact_integer_limit(at::ScalarType t) {
-  return t == at::kBFloat16 ? 256.0 : t == at::kHalf ? 2048.0 : kExactIntegerBound;
-}
-
-double host_max_abs(const at::Tensor& t) {
-  if (t.numel() == 0) return 0;
-  const at::Tensor h = host_alias(t);
-  return h.scalar_type() == at::kBool ? 1.0 : h.abs().max().item<double>();
-}
 
 // `storage_order`: a dense tensor read as its storage, flattened (the caller keeps its layout).
 std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immediate, bool storage_order = false) {
@@ -1103,6 +1171,24 @@ std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& 
   return arg ? y.to(at::kLong) : y;
 }
 
+// sum of an integer or bool tensor (torch's result: int64): cast to fp32 on the device, the fp32
+// reduction, the (integral) result converted on the host. Exact while sum |x| <= 2^24 (every
+// partial sum is then exact in fp32); beyond that the CPU's kernel.
+std::optional<at::Tensor> lower_integer_sum(const std::string& op, const at::Tensor& x, const std::vector<int64_t>& rdims,
+                                            bool keepdim, const c10::IValue& dtype_arg) {
+  const at::ScalarType result = dtype_arg.isNone() ? at::kLong : static_cast<at::ScalarType>(dtype_arg.toInt());
+  if (!on_neuron(x) || x.numel() == 0 || !at::isIntegralType(result, true) || result == at::kBool) return std::nullopt;
+  if (host_alias(x).to(at::kDouble).abs().sum().item<double>() > kExactIntegerBound) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor xf = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  if (!integer_to_float_kernel(x.contiguous(), xf)) return std::nullopt;
+  std::optional<at::Tensor> r = lower_reduce(op, xf, rdims, keepdim, ReduceOp::sum);
+  if (!r) return std::nullopt;
+  at::Tensor y = at::empty(r->sizes(), x.options().dtype(result));
+  host_alias(y).copy_(host_alias(*r));
+  return y;
+}
+
 std::vector<int64_t> int_list(const c10::IValue& v) {
   if (v.isNone()) return {};
   if (v.isInt()) return {v.toInt()};
@@ -1148,7 +1234,7 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
         c10::elementSize(t->scalar_type()) > c10::elementSize(result))
       return std::nullopt;  // a narrowing float conversion: torch rounds through the CPU's path
     at::Tensor stored = t->contiguous();
-    if (integral && (t->scalar_type() == at::kLong || !integral_result || result == at::kLong)) {
+    if (integral && (c10::elementSize(t->scalar_type()) >= 4 || !integral_result)) {
       const double limit = integral_result ? kExactIntegerBound : exact_integer_limit(result);
       if (host_max_abs(stored) > limit) return std::nullopt;
       if (t->scalar_type() == at::kLong) stored = host_alias(stored).to(at::kInt);
@@ -1417,40 +1503,70 @@ std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at:
   for (const at::Tensor& t : all_tensors)
     if (!(t.dim() == 1 && t.numel() == 0)) tensors.push_back(t);
   if (tensors.empty() || !on_neuron(tensors[0]) || tensors[0].dim() == 0) return std::nullopt;
-  const at::ScalarType type = tensors[0].scalar_type();
-  const std::optional<DType> dt = sim_dtype(type);
-  if (!dt) return std::nullopt;
+  const at::ScalarType type = at::native::result_type(all_tensors);  // cat promotes like an element-wise op
   const int64_t rank = tensors[0].dim();
   dim = c10::maybe_wrap_dim(dim, rank);
-  kernels::ConcatSpec spec;
-  spec.dim = dim;
-  spec.dtype = *dt;
   std::vector<int64_t> out_shape = dims(tensors[0].sizes());
   out_shape[dim] = 0;
   for (const at::Tensor& t : tensors) {
-    if (!on_neuron(t) || t.scalar_type() != type || t.dim() != rank || t.numel() == 0) return std::nullopt;
+    if (!on_neuron(t) || t.dim() != rank) return std::nullopt;
     for (int64_t d = 0; d < rank; ++d)
       if (d != dim && t.size(d) != tensors[0].size(d)) return std::nullopt;
-    spec.shapes.push_back(dims(t.sizes()));
     out_shape[dim] += t.size(dim);
   }
   c10::DeviceGuard guard(tensors[0].device());
-  std::vector<HostBuffer> inputs;
-  std::vector<at::Tensor> contiguous;
-  std::string key = op + "|" + std::to_string(dim) + "|" + c10::toString(type) + "|";
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    contiguous.push_back(tensors[k].contiguous());
-    inputs.push_back(buffer("x" + std::to_string(k), contiguous.back()));
-    key += dims_key(tensors[k].sizes());
+  // The result's memory format is torch's: the inputs' suggested format when they all agree (a
+  // channels-last cat stays channels-last), else contiguous. A channels-last cat is a cat of the
+  // NHWC storage along the matching dim.
+  std::optional<at::MemoryFormat> format;
+  for (const at::Tensor& t : tensors) {
+    const at::MemoryFormat f = t.suggest_memory_format();
+    if (f == at::MemoryFormat::Contiguous || (format && *format != f)) {
+      format = at::MemoryFormat::Contiguous;
+      break;
+    }
+    format = f;
   }
-  at::Tensor y = at::empty(out_shape, tensors[0].options());
+  std::vector<int64_t> storage_perm;  // logical dim of each storage-order dim
+  if (format == at::MemoryFormat::ChannelsLast) storage_perm = {0, 2, 3, 1};
+  if (format == at::MemoryFormat::ChannelsLast3d) storage_perm = {0, 2, 3, 4, 1};
+  at::Tensor y = at::empty(out_shape, tensors[0].options().dtype(type).memory_format(format.value_or(at::MemoryFormat::Contiguous)));
+  // Inputs of another dtype are cast on the device first; empty ones (a zero-width slice) add nothing.
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    at::Tensor part = t.scalar_type() == type ? t : t.to(type);
+    parts.push_back(storage_perm.empty() ? part.contiguous() : part.contiguous(*format).permute(storage_perm));
+  }
+  if (parts.empty()) return y;
+  if (!storage_perm.empty()) dim = std::find(storage_perm.begin(), storage_perm.end(), dim) - storage_perm.begin();
+  // Concatenation only moves bytes: an integer or bool tensor is moved as the same bytes in an
+  // integer dtype of its width (int64 as int32 pairs: a trailing dim of 2).
+  const std::optional<DType> dt = elementwise_dtype(type);
+  const bool pairs = type == at::kLong;
+  if (!dt) return std::nullopt;
+  auto kernel_shape = [&](c10::IntArrayRef sizes) {
+    std::vector<int64_t> shape = dims(sizes);
+    if (pairs) shape.push_back(2);
+    return shape;
+  };
+  kernels::ConcatSpec spec;
+  spec.dim = dim;
+  spec.dtype = *dt;
+  std::vector<HostBuffer> inputs;
+  std::string key = op + "|" + std::to_string(dim) + "|" + c10::toString(type) + "|";
+  for (size_t k = 0; k < parts.size(); ++k) {
+    spec.shapes.push_back(kernel_shape(parts[k].sizes()));
+    inputs.push_back(HostBuffer{"x" + std::to_string(k), parts[k].data_ptr(), size_t(parts[k].numel()) * (pairs ? 2 : 1), *dt});
+    key += dims_key(parts[k].sizes());
+  }
   OpRecord record;
   record.op = op;
   for (const at::Tensor& t : tensors) record.shapes.push_back(dims(t.sizes()));
   record.dtype = c10::toString(type);
   execute_program(tensors[0].device().index(), key,
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::concat_program(spec, hw, core, cores); }, inputs,
-                  {buffer("y", y)}, std::move(record));
+                  {HostBuffer{"y", y.data_ptr(), size_t(y.numel()) * (pairs ? 2 : 1), *dt}}, std::move(record));
   return y;
 }
 
@@ -1799,7 +1915,11 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
 // triu / tril over the last two dims (the triangle kernel: GpSimd affine_select per row tile).
 std::optional<at::Tensor> lower_triangle(const std::string& op, const at::Tensor& x_in, int64_t diagonal, bool upper) {
   if (!on_neuron(x_in) || x_in.dim() < 2 || x_in.numel() == 0) return std::nullopt;
-  const std::optional<DType> dt = sim_dtype(x_in.scalar_type());
+  // Elements are copied or zeroed through the engine's fp32 datapath: floats, and integers of at
+  // most 2 bytes (a bool mask as uint8), keep their values exactly.
+  const bool narrow_int = at::isIntegralType(x_in.scalar_type(), true) && c10::elementSize(x_in.scalar_type()) <= 2;
+  const std::optional<DType> dt =
+      sim_dtype(x_in.scalar_type()) || narrow_int ? elementwise_dtype(x_in.scalar_type()) : std::nullopt;
   if (!dt) return std::nullopt;
   c10::DeviceGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
@@ -1818,8 +1938,96 @@ std::optional<at::Tensor> lower_triangle(const std::string& op, const at::Tensor
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
                     return kernels::triangle_program(spec, hw, core, cores);
                   },
-                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+                  {HostBuffer{"x", x.data_ptr(), size_t(x.numel()), *dt}}, {HostBuffer{"y", y.data_ptr(), size_t(y.numel()), *dt}},
+                  record_for(op, {x_in}, x_in.scalar_type()));
   return y;
+}
+
+// Bitwise ops on bool tensors and the logical ops on any tensor: truth values as 1 / 0, and is
+// minimum, or is maximum, xor is not_equal, not is == 0. Bitwise ops on integers fall back (the
+// kernels compute in fp32).
+std::optional<at::Tensor> lower_logical(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  static const std::map<std::string, BinaryOp> binary = {
+      {"bitwise_and.Tensor", BinaryOp::minimum}, {"bitwise_or.Tensor", BinaryOp::maximum},
+      {"bitwise_xor.Tensor", BinaryOp::not_equal}, {"logical_and", BinaryOp::minimum},
+      {"logical_or", BinaryOp::maximum}, {"logical_xor", BinaryOp::not_equal}};
+  auto truth = [&](const at::Tensor& t) -> std::optional<at::Tensor> {
+    if (t.scalar_type() == at::kBool) return t;
+    return lower_binary(op + ".ne0", t, at::scalar_tensor(0.0, at::kDouble), BinaryOp::not_equal, true);
+  };
+  if (op == "logical_not" || op == "bitwise_not") {
+    const at::Tensor& x = args[0].toTensor();
+    if (op == "bitwise_not" && x.scalar_type() != at::kBool) return std::nullopt;
+    return lower_binary(op, x, at::scalar_tensor(0.0, at::kDouble), BinaryOp::equal, true);
+  }
+  auto it = binary.find(op);
+  if (it == binary.end()) return std::nullopt;
+  const at::Tensor &a = args[0].toTensor(), &b = args[1].toTensor();
+  const bool bitwise = op.rfind("bitwise", 0) == 0;
+  if (bitwise && (a.scalar_type() != at::kBool || b.scalar_type() != at::kBool)) return std::nullopt;
+  if (!on_neuron(a) || !on_neuron(b)) return std::nullopt;
+  std::optional<at::Tensor> ta = truth(a), tb = truth(b);
+  if (!ta || !tb) return std::nullopt;
+  return lower_binary(op, *ta, *tb, it->second, it->second == BinaryOp::not_equal);
+}
+
+// hardsigmoid(x) = min(max(x + 3, 0), 6) / 6 and hardswish(x) = x * that, with their backwards,
+// composed of element-wise kernels in torch's order of operations.
+std::optional<at::Tensor> lower_hard_activation(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (op != "hardsigmoid" && op != "hardswish" && op != "hardsigmoid_backward" && op != "hardswish_backward")
+    return std::nullopt;
+  const bool backward = op.size() > 9 && op.substr(op.size() - 9) == "_backward";
+  const at::Tensor& x = args[backward ? 1 : 0].toTensor();
+  if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return std::nullopt;
+  auto imm = [](double v) { return at::scalar_tensor(v, at::kDouble); };
+  auto bin = [&](const at::Tensor& a, const at::Tensor& b, BinaryOp k, bool compare = false) {
+    std::optional<at::Tensor> r = lower_binary(op, a, b, k, compare, /*round_immediate=*/false);
+    if (!r) throw std::invalid_argument(op + ": an element-wise step has no kernel");
+    return *r;
+  };
+  auto where = [&](const at::Tensor& cond, std::optional<at::Tensor> a, std::optional<double> as, std::optional<at::Tensor> b,
+                   std::optional<double> bs) {
+    std::optional<at::Tensor> r = lower_where(op, cond, a, as, b, bs, x.scalar_type());
+    if (!r) throw std::invalid_argument(op + ": where has no kernel");
+    return *r;
+  };
+  if (op == "hardsigmoid" || op == "hardswish") {
+    at::Tensor t = bin(bin(bin(x, imm(3.0), BinaryOp::add), imm(0.0), BinaryOp::maximum), imm(6.0), BinaryOp::minimum);
+    if (op == "hardswish") t = bin(x, t, BinaryOp::multiply);
+    return bin(t, imm(6.0), BinaryOp::divide);
+  }
+  const at::Tensor& grad = args[0].toTensor();
+  if (!on_neuron(grad) || grad.scalar_type() != x.scalar_type() || grad.sizes() != x.sizes()) return std::nullopt;
+  if (op == "hardsigmoid_backward") {  // grad / 6 where -3 < x < 3, else 0
+    const at::Tensor inside = bin(bin(x, imm(-3.0), BinaryOp::greater, true), bin(x, imm(3.0), BinaryOp::less, true), BinaryOp::minimum);
+    return where(inside, bin(grad, imm(6.0), BinaryOp::divide), std::nullopt, std::nullopt, 0.0);
+  }
+  // hardswish_backward: 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+  const at::Tensor slope = bin(grad, bin(bin(x, imm(3.0), BinaryOp::divide), imm(0.5), BinaryOp::add), BinaryOp::multiply);
+  const at::Tensor upper = where(bin(x, imm(3.0), BinaryOp::less_equal, true), slope, std::nullopt, grad, std::nullopt);
+  return where(bin(x, imm(-3.0), BinaryOp::less, true), std::nullopt, 0.0, upper, std::nullopt);
+}
+
+// torch.linalg.vector_norm for ord 2, 1, inf, -inf over any dims: |x| or x^2, a reduction, and the
+// square root, computed in fp32 (a bf16 input is cast on the device first, the result rounded once,
+// as torch's opmath does).
+std::optional<at::Tensor> lower_vector_norm(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& x_in = args[0].toTensor();
+  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type()) || x_in.numel() == 0 || !args[4].isNone()) return std::nullopt;
+  const double ord = args[1].toScalar().toDouble();
+  const double inf = std::numeric_limits<double>::infinity();
+  if (ord != 2 && ord != 1 && ord != inf && ord != -inf) return std::nullopt;
+  const std::vector<int64_t> rdims = int_list(args[2]);
+  const bool keepdim = args[3].toBool();
+  c10::DeviceGuard guard(x_in.device());
+  const at::Tensor x = x_in.scalar_type() == at::kFloat ? x_in : x_in.to(at::kFloat);
+  std::optional<at::Tensor> t = ord == 2 ? lower_binary(op + ".square", x, x, BinaryOp::multiply) : lower_unary(op + ".abs", x, UnaryOp::abs);
+  if (!t) return std::nullopt;
+  const ReduceOp kind = ord == inf ? ReduceOp::max : ord == -inf ? ReduceOp::min : ReduceOp::sum;
+  std::optional<at::Tensor> r = lower_reduce(op + ".reduce", *t, rdims, keepdim, kind);
+  if (r && ord == 2) r = lower_unary(op + ".sqrt", *r, UnaryOp::sqrt);
+  if (!r) return std::nullopt;
+  return x_in.scalar_type() == at::kFloat ? r : std::optional<at::Tensor>(r->to(x_in.scalar_type()));
 }
 
 // ATen unary ops that are one kernel of kernels/elementwise.h (their in-place forms, "relu_", too).
@@ -1903,6 +2111,21 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     if (at::infer_size_dimvector(self.sizes(), args[1].toTensor().sizes()) != self.sizes()) return std::nullopt;
     return lower_where(op, args[1].toTensor(), std::nullopt, v.toDouble(), self, std::nullopt, self.scalar_type());
   }
+  if (op == "masked_fill_.Scalar" || op == "masked_fill_.Tensor" || op == "masked_fill.Tensor") {
+    const at::Tensor& self = args[0].toTensor();
+    if (op != "masked_fill_.Scalar" && args[2].toTensor().dim() != 0) return std::nullopt;
+    const c10::Scalar v = op == "masked_fill_.Scalar" ? args[2].toScalar() : args[2].toTensor().item();
+    if (!v.isFloatingPoint() && !v.isIntegral(false) && !v.isBoolean()) return std::nullopt;
+    if (at::infer_size_dimvector(self.sizes(), args[1].toTensor().sizes()) != self.sizes()) return std::nullopt;
+    std::optional<at::Tensor> r = lower_where(op, args[1].toTensor(), std::nullopt, v.toDouble(), self, std::nullopt, self.scalar_type());
+    if (!r || op == "masked_fill.Tensor") return r;
+    at::Tensor target = self;
+    target.copy_(*r);
+    return target;
+  }
+  if (auto logical = lower_logical(op, args)) return logical;
+  if (auto hard = lower_hard_activation(op, args)) return hard;
+  if (op == "linalg_vector_norm") return lower_vector_norm(op, args);
   if (op == "silu_backward") return lower_silu_backward(args[0].toTensor(), args[1].toTensor());
   if (op == "gelu_backward")
     return lower_gelu_backward(args[0].toTensor(), args[1].toTensor(), std::string(args[2].toStringRef()));
@@ -1910,7 +2133,7 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   if (!op.empty() && op.back() == '_' && unary_ops().count(op.substr(0, op.size() - 1))) {
     const at::Tensor& self = args[0].toTensor();
     std::optional<at::Tensor> result = lower_unary(op, self, unary_ops().at(op.substr(0, op.size() - 1)));
-    if (!result) return std::nullopt;
+    if (!result || result->scalar_type() != self.scalar_type()) return std::nullopt;
     at::Tensor target = self;
     target.copy_(*result);
     return target;
@@ -1959,6 +2182,10 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return lower_unary(op, args[0].toTensor(), approximate == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu);
   }
   // Reductions.
+  if (op == "sum.dim_IntList" && at::isIntegralType(args[0].toTensor().scalar_type(), true))
+    return lower_integer_sum(op, args[0].toTensor(), int_list(args[1]), args[2].toBool(), args[3]);
+  if (op == "sum" && at::isIntegralType(args[0].toTensor().scalar_type(), true))
+    return lower_integer_sum(op, args[0].toTensor(), {}, false, args[1]);
   if (op == "sum.dim_IntList" || op == "mean.dim") {
     const at::Tensor& x = args[0].toTensor();
     if (!same_dtype_arg(args[3], x)) return std::nullopt;
@@ -2089,7 +2316,12 @@ const std::map<std::string, std::string>& out_variants() {
       {"gelu_backward.grad_input", "gelu_backward"}, {"masked_fill.Scalar_out", "masked_fill.Scalar"},
       {"embedding.out", "embedding"}, {"triu.out", "triu"}, {"tril.out", "tril"}, {"isneginf.out", "isneginf"}, {"isposinf.out", "isposinf"},
       {"isnan.out", "isnan"}, {"all.out", "all.dim"}, {"any.out", "any.dim"}, {"all.all_out", "all"},
-      {"any.all_out", "any"}, {"where.self_out", "where.self"}};
+      {"any.all_out", "any"}, {"where.self_out", "where.self"},
+      {"bitwise_and.Tensor_out", "bitwise_and.Tensor"}, {"bitwise_or.Tensor_out", "bitwise_or.Tensor"},
+      {"bitwise_xor.Tensor_out", "bitwise_xor.Tensor"}, {"bitwise_not.out", "bitwise_not"},
+      {"logical_not.out", "logical_not"}, {"logical_and.out", "logical_and"}, {"logical_or.out", "logical_or"},
+      {"logical_xor.out", "logical_xor"}, {"hardsigmoid.out", "hardsigmoid"}, {"hardswish.out", "hardswish"},
+      {"hardsigmoid_backward.grad_input", "hardsigmoid_backward"}, {"linalg_vector_norm.out", "linalg_vector_norm"}};
   return table;
 }
 
@@ -2186,7 +2418,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                          "sub_.Tensor", "mul_.Tensor", "div_.Tensor", "cat", "pow.Tensor_Scalar", "sigmoid_backward",
                          "tanh_backward", "silu_backward", "gelu_backward", "clamp", "clamp_min", "clamp_max", "masked_fill.Scalar",
                          "embedding", "index_select", "nll_loss_forward", "nll_loss_backward",
-                         "embedding_dense_backward"}) {
+                         "embedding_dense_backward", "masked_fill_.Scalar", "masked_fill_.Tensor", "masked_fill.Tensor",
+                         "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not", "logical_not",
+                         "logical_and", "logical_or", "logical_xor", "hardsigmoid", "hardswish", "hardsigmoid_backward",
+                         "hardswish_backward", "linalg_vector_norm"}) {
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
   }
 }
@@ -2253,6 +2488,17 @@ std::string sdpa_key(const std::string& op, const kernels::AttentionSpec& s) {
   return key.str();
 }
 
+// The kernels write contiguous [B, H, S, D] results; the op's meta function promises the layout of
+// the matching input (empty_like: a [B, S, H, D] buffer viewed transposed, as every Hugging Face
+// attention passes it), and torch.compile relies on those strides. A result in another layout is
+// moved there by a device copy kernel.
+at::Tensor in_layout_of(const at::Tensor& result, const at::Tensor& like) {
+  at::Tensor target = at::empty_like(like);
+  if (target.strides() == result.strides()) return result;
+  target.copy_(result);
+  return target;
+}
+
 void neuron_sdpa_overrideable(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   c10::ArrayRef<c10::IValue> a = torch::jit::last(*stack, n);
@@ -2278,7 +2524,7 @@ void neuron_sdpa_overrideable(const c10::OperatorHandle& op, torch::jit::Stack* 
                   std::move(record));
   torch::jit::drop(*stack, n);
   const at::Tensor undefined;
-  torch::jit::push(*stack, o);
+  torch::jit::push(*stack, in_layout_of(o, q_in));
   torch::jit::push(*stack, lse);
   torch::jit::push(*stack, undefined);  // cum_seq_q
   torch::jit::push(*stack, undefined);  // cum_seq_k
@@ -2317,9 +2563,9 @@ void neuron_sdpa_overrideable_backward(const c10::OperatorHandle& op, torch::jit
                    HostBuffer{"lse", lse.data_ptr(), static_cast<size_t>(lse.numel()), DType::fp32}},
                   {buffer("dq", dq), buffer("dk", dk), buffer("dv", dv)}, std::move(record));
   torch::jit::drop(*stack, n);
-  torch::jit::push(*stack, dq);
-  torch::jit::push(*stack, dk);
-  torch::jit::push(*stack, dv);
+  torch::jit::push(*stack, in_layout_of(dq, q_in));
+  torch::jit::push(*stack, in_layout_of(dk, k_in));
+  torch::jit::push(*stack, in_layout_of(dv, v_in));
   torch::jit::push(*stack, at::Tensor());
 }
 

@@ -111,3 +111,33 @@ def test_opinfo_gradients_match_the_cpu(name):
         ran += 1
     if ran == 0:
         pytest.skip(f"{name}: no sample with a differentiable output")
+
+
+def significant_strides(t):
+    """Strides of the dims that have more than one element (others do not affect the layout)."""
+    return tuple(s for s, n in zip(t.stride(), t.shape) if n > 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", OPS)
+def test_opinfo_results_have_the_meta_layout(name, dtype):
+    """Every result has the dtype, shape and strides PyTorch's meta function gives for the same
+    inputs (torch.compile traces with those and reinterprets the device's buffers by them)."""
+    op = OPINFOS.get(name)
+    if op is None or dtype not in op.supported_dtypes("cpu"):
+        pytest.skip(f"no OpInfo for {name} in {dtype} on this torch")
+    ran = 0
+    for sample in list(op.sample_inputs("cpu", dtype, requires_grad=False))[:MAX_SAMPLES]:
+        try:
+            meta = op(move(sample.input, "meta"), *move(sample.args, "meta"), **move(sample.kwargs, "meta"))
+            op(sample.input, *sample.args, **sample.kwargs)
+        except Exception:  # noqa: BLE001 - no meta function, or a sample the CPU rejects
+            continue
+        got = op(move(sample.input, "neuron"), *move(sample.args, "neuron"), **move(sample.kwargs, "neuron"))
+        for m, g in zip(tensors_of(meta), tensors_of(got)):
+            assert (g.dtype, g.shape) == (m.dtype, m.shape), f"{name}: {g.dtype} {g.shape} vs meta {m.dtype} {m.shape}"
+            assert significant_strides(g) == significant_strides(m), \
+                f"{name} {tuple(m.shape)}: strides {g.stride()} vs meta {m.stride()}"
+        ran += 1
+    if ran == 0:
+        pytest.skip(f"{name}: no sample has a meta function")

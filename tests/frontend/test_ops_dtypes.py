@@ -98,3 +98,147 @@ def test_results_keep_the_operands_layout():
     assert got.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(got.cpu(), x * 2)
     no_fallback("add", "mul")
+
+
+MORE = {
+    "bitwise_and_bool": (lambda a, b: a & b, (BOOL, BOOL2), "bitwise_and"),
+    "bitwise_or_bool": (lambda a, b: a | b, (BOOL, BOOL2), "bitwise_or"),
+    "bitwise_xor_bool": (lambda a, b: a ^ b, (BOOL, BOOL2), "bitwise_xor"),
+    "bitwise_not_bool": (lambda a: ~a, (BOOL,), "bitwise_not"),
+    "logical_not_int": (lambda a: torch.logical_not(a), (INT % 3,), "logical_not"),
+    "logical_and_int_float": (lambda a, b: torch.logical_and(a, b), (INT % 3, FP32), "logical_and"),
+    "logical_or_bool": (lambda a, b: torch.logical_or(a, b), (BOOL, BOOL2), "logical_or"),
+    "tril_bool_mask": (lambda a: torch.tril(a), (BOOL,), "tril"),
+    "triu_bool_diag": (lambda a: torch.triu(a, 1), (BOOL,), "triu"),
+    "sum_int64": (lambda a: a.sum(), (INT,), "sum"),
+    "sum_int64_dim": (lambda a: a.sum(1, keepdim=True), (INT,), "sum"),
+    "sum_bool": (lambda a: a.sum(), (BOOL,), "sum"),
+    "sum_int32_dtype": (lambda a: a.sum(0, dtype=torch.int32), (INT.int(),), "sum"),
+    "cast_int64_float": (lambda a: a.float(), (INT,), "_to_copy"),
+    "cast_bool_bf16": (lambda a: a.bfloat16(), (BOOL,), "_to_copy"),
+    "cat_promotes": (lambda a, b: torch.cat([a, b]), (BF16, FP32), "cat"),
+    "cat_zero_width": (lambda a, b: torch.cat([a[:, :0], b], 1), (FP32, FP32), "cat"),
+    "cat_int64": (lambda a, b: torch.cat([a, b], 1), (INT, POS), "cat"),
+    "cat_bool": (lambda a, b: torch.cat([a, b]), (BOOL, BOOL2), "cat"),
+    "masked_fill_in_place": (lambda a, m: a.clone().masked_fill_(m, 2.0), (FP32, BOOL), "masked_fill_"),
+    "masked_fill_tensor_value": (lambda a, m: a.masked_fill(m, torch.tensor(-4.0)), (FP32, BOOL), "masked_fill"),
+    "vector_norm_2": (lambda a: torch.linalg.vector_norm(a), (FP32,), "linalg_vector_norm"),
+    "vector_norm_inf_dim": (lambda a: torch.linalg.vector_norm(a, float("inf"), dim=1), (FP32,), "linalg_vector_norm"),
+    "vector_norm_1_keepdim": (lambda a: torch.linalg.vector_norm(a, 1, dim=0, keepdim=True), (FP32,), "linalg_vector_norm"),
+    "vector_norm_bf16": (lambda a: torch.linalg.vector_norm(a, dim=-1), (BF16,), "linalg_vector_norm"),
+    "hardswish": (torch.nn.functional.hardswish, (FP32 * 4,), "hardswish"),
+    "hardsigmoid": (torch.nn.functional.hardsigmoid, (FP32 * 4,), "hardsigmoid"),
+    "hardswish_bf16": (torch.nn.functional.hardswish, (BF16 * 4,), "hardswish"),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE))
+def test_bool_int_and_composed_ops_on_the_device(name):
+    fn, inputs, op = MORE[name]
+    expected = fn(*inputs)
+    got = fn(*[t.to("neuron") for t in inputs])
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if expected.dtype.is_floating_point:
+        tol = 2e-2 if expected.dtype == torch.bfloat16 else 1e-5
+        torch.testing.assert_close(got.cpu(), expected, rtol=tol, atol=tol)
+    else:
+        assert torch.equal(got.cpu(), expected)
+    no_fallback(op)
+
+
+@pytest.mark.parametrize("fn", [torch.nn.functional.hardswish, torch.nn.functional.hardsigmoid])
+def test_hard_activation_backward(fn):
+    x = torch.linspace(-5, 5, 203).reshape(7, 29)  # both kinks and the flat parts
+    xc = x.clone().requires_grad_()
+    fn(xc).pow(2).sum().backward()
+    xd = x.to("neuron").requires_grad_()
+    fn(xd).pow(2).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+    no_fallback("hardswish_backward", "hardsigmoid_backward")
+
+
+def test_fallback_results_stay_on_the_device():
+    # cpu_fallback returns results on its first tensor argument's device: 1 - x is sub(1, x), whose
+    # first argument is the wrapped scalar (greedy generate() then mixed devices).
+    x = torch.full((3,), 2**40)
+    got = 1 - x.to("neuron")
+    assert got.device.type == "neuron" and torch.equal(got.cpu(), 1 - x)
+
+
+def test_sdpa_outputs_and_grads_have_the_meta_strides():
+    """Hugging Face attention passes q/k/v as [B, S, H, D] buffers viewed as [B, H, S, D]; the op's
+    meta function promises those strides for the output and the gradients (torch.compile relies on it)."""
+    g = torch.Generator().manual_seed(3)
+    base = [torch.randn(2, 16, 4, 64, generator=g).bfloat16() for _ in range(3)]
+    cpu = [b.transpose(1, 2).requires_grad_() for b in base]
+    dev = [b.to("neuron").transpose(1, 2).requires_grad_() for b in base]
+    out_cpu = torch.nn.functional.scaled_dot_product_attention(*cpu, is_causal=True)
+    out_dev = torch.nn.functional.scaled_dot_product_attention(*dev, is_causal=True)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in dev]
+        out_fake = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(*fake, is_causal=True)[0]
+    assert out_dev.stride() == out_fake.stride()
+    torch.testing.assert_close(out_dev.float().cpu(), out_cpu.float(), rtol=2e-2, atol=2e-2)
+    out_dev.float().sum().backward()
+    out_cpu.float().sum().backward()
+    for d, c in zip(dev, cpu):
+        assert d.grad.stride() == c.grad.stride()
+        torch.testing.assert_close(d.grad.float().cpu(), c.grad.float(), rtol=5e-2, atol=5e-2)
+    no_fallback("_scaled_dot_product_fused_attention_overrideable")
+
+
+def test_sdpa_with_a_boolean_causal_mask_runs_on_the_device():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 4, 12, 32, generator=g) for _ in range(3))
+    mask = torch.ones(12, 12, dtype=torch.bool).tril()
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    got = torch.nn.functional.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"),
+                                                           attn_mask=mask.to("neuron"))
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
+
+
+UNARY_INT = {
+    "abs_int64": (torch.abs, INT),
+    "neg_int64": (torch.neg, INT),
+    "sign_int64": (torch.sign, INT),
+    "relu_int32": (torch.relu, INT.int()),
+    "exp_int64_promotes": (torch.exp, INT % 5),
+    "sqrt_int64_promotes": (torch.sqrt, POS),
+    "sigmoid_int64_promotes": (torch.sigmoid, INT % 7),
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY_INT))
+def test_unary_ops_on_integers(name):
+    fn, x = UNARY_INT[name]
+    expected = fn(x)
+    got = fn(x.to("neuron"))
+    assert got.dtype == expected.dtype
+    if expected.dtype.is_floating_point:
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    else:
+        assert torch.equal(got.cpu(), expected)
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
+
+
+def test_unary_on_empty_and_transposed_inputs():
+    e = torch.randn(0, 4)
+    assert torch.exp(e.to("neuron")).shape == (0, 4)
+    t = FP32.t()
+    got = torch.exp(t.to("neuron"))
+    assert got.stride() == torch.exp(t).stride()
+    torch.testing.assert_close(got.cpu(), torch.exp(t))
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
+
+
+def test_channels_last_cat_stays_channels_last():
+    a = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    b = torch.randn(2, 6, 4, 5).to(memory_format=torch.channels_last)
+    for dim in (0, 1, 2, 3):
+        x, y = (a, a) if dim != 1 else (a, b)
+        expected = torch.cat([x, y], dim)
+        got = torch.cat([x.to("neuron"), y.to("neuron")], dim)
+        assert got.stride() == expected.stride()
+        torch.testing.assert_close(got.cpu(), expected)
+    no_fallback("cat")
