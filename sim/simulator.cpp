@@ -1,7 +1,13 @@
 #include "sim/simulator.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 #include "config/derived_figures.h"
 #include "isa/isa_error.h"
@@ -45,6 +51,48 @@ void check_same_hbm(const isa::Program& a, const isa::Program& b, size_t core) {
   }
 }
 
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(uint64_t{1} << 30));
+  return text;
+}
+
+// Sizes that pass config validation and legality can still be more than the host can hold (an
+// SBUF of 2^34 bytes per partition via --set, huge HBM tensors). Refusing them here, with the
+// quantity named, replaces a bad_alloc or the OOM killer after minutes of work.
+void check_host_memory(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+                       const SimOptions& options, bool shared_hbm) {
+  const double sbuf = double(config.core.sbuf.partitions) * double(config.core.sbuf.bytes_per_partition);
+  const double psum = double(config.core.psum.partitions) * double(config.core.psum.bytes_per_partition);
+  // The dependency tracker keeps a 32-byte granule per (quadrant, 256 bytes) of SBUF and PSUM per core.
+  const double quadrants = std::ceil(double(config.core.sbuf.partitions) /
+                                     std::max(1.0, double(config.core.sbuf.quadrant_partitions)));
+  const double tracker =
+      quadrants * (double(config.core.sbuf.bytes_per_partition) + double(config.core.psum.bytes_per_partition)) /
+      256 * 32;
+  double hbm = 0;
+  for (size_t i = 0; i < programs.size(); ++i) {
+    if (shared_hbm && i > 0) break;
+    for (const isa::Allocation& a : programs[i]->allocations) {
+      if (a.space == isa::MemorySpace::hbm) hbm += double(a.total_elements()) * dtype_size_bytes(a.dtype);
+    }
+  }
+  const double cores = double(programs.size());
+  double needed = tracker * cores;
+  std::string parts = "dependency tables " + gib(tracker * cores);
+  if (!options.timing_only) {
+    needed += (sbuf + psum) * cores + hbm;
+    parts += ", SBUF " + std::to_string(config.core.sbuf.partitions) + " partitions x " +
+             std::to_string(config.core.sbuf.bytes_per_partition) + " bytes per core, PSUM " + gib(psum) +
+             " per core, HBM tensors " + gib(hbm);
+  }
+  const double host = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (host > 0 && needed > host) {
+    throw isa::IsaError("the simulation needs about " + gib(needed) + " of host memory (" + parts + ") but this host has " +
+                        gib(host));
+  }
+}
+
 }  // namespace
 
 SimResult simulate(const isa::Program& program, const HardwareConfig& config, const std::string& config_hash,
@@ -70,6 +118,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
                           std::to_string(config.chip.physical_cores) + ")");
     }
   }
+  check_host_memory(programs, config, options, shared_hbm);
   auto host_start = std::chrono::steady_clock::now();
   SimResult result;
   if (options.trace) result.trace = std::make_unique<TraceWriter>();
@@ -91,10 +140,18 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   core_options.timing_only = options.timing_only;
   core_options.quantum_ns = options.quantum_ns;
   core_options.interpreter = options.interpreter;
+  std::exception_ptr core_error;
+  core_options.error = &core_error;
   {
     SystemCContext context;
     Chip chip("chip", config, programs, options.cores, result.trace.get(), states, core_options);
-    sc_core::sc_start();
+    try {
+      sc_core::sc_start();
+    } catch (const sc_core::sc_report& report) {
+      // The kernel's own reports (the cores catch their errors): a message, never a terminate.
+      throw isa::IsaError(std::string("the SystemC kernel stopped the simulation: ") + report.what());
+    }
+    if (core_error) std::rethrow_exception(core_error);
     result.stats.total_ns = chip.finish_ns();
     chip.add_stats(result.stats);
   }

@@ -1,6 +1,7 @@
 #include "sim/core/neuron_core.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "isa/isa_error.h"
 #include "isa/view.h"
@@ -107,7 +108,18 @@ int NeuronCore::trace_track(Engine kind, uint32_t queue) {
 }
 
 void NeuronCore::run() {
+  try {
+    run_program();
+  } catch (...) {
+    if (!m_options.error) throw;
+    // The other cores see it and return (sc_stop would print a banner to stdout).
+    if (!*m_options.error) *m_options.error = std::current_exception();
+  }
+}
+
+void NeuronCore::run_program() {
   for (size_t i = 0; i < m_program.instructions.size(); ++i) {
+    if (m_options.error && *m_options.error) return;  // another core failed: the run is over
     const isa::Instruction& inst = m_program.instructions[i];
     try {
       if (m_exec) isa::execute_instruction(inst, *m_exec);
@@ -218,6 +230,13 @@ void NeuronCore::step(size_t index) {
         slot = engine(kind).schedule(std::max(ready, conflict), cost.occupancy_ns(), cost.latency_ns());
         if (cost.flops) m_flops_by_dtype[cost.flops_dtype] += cost.flops;
       }
+  }
+  // A NaN or infinite config figure that slipped past validation would otherwise stall the
+  // SystemC clock (a wait of NaN) or corrupt the bookings of every later instruction.
+  if (!std::isfinite(slot.start_ns) || !std::isfinite(slot.done_ns)) {
+    throw isa::IsaError("the timing model computed a non-finite time (start " + std::to_string(slot.start_ns) +
+                        " ns, done " + std::to_string(slot.done_ns) + " ns): a latency or rate of the config is "
+                        "not a finite number");
   }
   for (const auto* list : {&reads, &writes}) {
     for (const isa::AccessPattern* ap : *list) {

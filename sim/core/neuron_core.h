@@ -11,6 +11,7 @@
 // program order before it is scheduled; timing never depends on values.
 #pragma once
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <systemc>
@@ -34,6 +35,11 @@ struct CoreRunOptions {
   double quantum_ns = 10000;
   bool decoupled = false;  // several cores share the chip: sync with the SystemC clock every quantum
   isa::InterpreterOptions interpreter;
+  // Where a core's thread leaves the first error it raises: an exception escaping an SC_THREAD
+  // would reach the caller of sc_start as an sc_report (or terminate), so the thread stores it
+  // and returns, the other cores return at their next instruction, and simulate() rethrows it
+  // unchanged.
+  std::exception_ptr* error = nullptr;
 };
 
 class NeuronCore : public sc_core::sc_module {
@@ -48,6 +54,7 @@ class NeuronCore : public sc_core::sc_module {
 
  private:
   void run();
+  void run_program();
   void step(size_t index);
   EngineModel& engine(Engine kind);
   int trace_track(Engine kind, uint32_t queue);

@@ -1,6 +1,7 @@
 #include "sim/dma/dma_system.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "isa/isa_error.h"
 
@@ -46,6 +47,12 @@ Slot DmaSystem::schedule(double ready_ns, const DmaCost& cost, uint32_t queue) {
   // transfers on the same partitions share their engines.
   const double first_start = start;
   const double data_start = start + cost.fixed_latency_ns + cost.descriptor_ns;
+  // The calendars walk their bookings by comparing times: a NaN would never compare done.
+  if (!std::isfinite(data_start) || !std::isfinite(cost.bytes_per_ns_per_engine)) {
+    throw isa::IsaError("the DMA timing is not finite (data start " + std::to_string(data_start) + " ns, " +
+                        std::to_string(cost.bytes_per_ns_per_engine) +
+                        " bytes/ns per engine): a latency or rate of the config is not a finite number");
+  }
   const uint32_t engines = std::max<uint32_t>(1, cost.engines);
   double engines_end = m_all_engines.reserve(data_start, double(cost.bytes), engines * cost.bytes_per_ns_per_engine);
   if (engines < m_engines.size()) {

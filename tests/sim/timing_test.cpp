@@ -4,11 +4,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "config/config_loader.h"
 #include "isa/builder.h"
+#include "isa/isa_error.h"
 #include "isa/legality.h"
+#include "isa/text_form.h"
 #include "sim/simulator.h"
 
 namespace trnsim::sim {
@@ -254,6 +258,79 @@ TEST(Determinism, TimingOnlyGivesIdenticalTiming) {
   SimResult timing = run(program, hw, {0}, true), values = run(program, hw, {0}, false);
   EXPECT_EQ(timing.stats.total_ns, values.stats.total_ns);
   EXPECT_EQ(timing.stats.engines.at("core0.tensor").busy_ns, values.stats.engines.at("core0.tensor").busy_ns);
+}
+
+// --- errors raised inside the SystemC threads reach the caller as ordinary exceptions ---
+
+// simulate() without legality (the PyTorch device's path): what a core's thread throws comes out
+// of simulate as the same IsaError, never as an sc_report or a terminate, and the next
+// simulation in the process still runs.
+SimResult run_unchecked(const std::string& text, const HardwareConfig& hw, std::vector<uint32_t> cores,
+                        bool timing_only) {
+  isa::Program program = isa::parse_tasm(text, "case.tasm");
+  SimOptions options;
+  options.cores = std::move(cores);
+  options.timing_only = timing_only;
+  return simulate(program, hw, "test", options);
+}
+
+const char* kCopyHeader = "kernel k\ntarget trn2\nhbm x : fp32[128, 64] input\nsbuf s : fp32[128, 64]\n";
+
+TEST(SimulationErrors, ThreadErrorsAreRethrownAsIsaError) {
+  HardwareConfig hw = config("trn2");
+  const std::string unsatisfied = std::string(kCopyHeader) + "sem_wait engine=sync, sem=0, value=1\n";
+  const std::string bad_queue = std::string(kCopyHeader) + "dma_copy dst=s, src=x, queue=99\n";
+  for (bool timing_only : {true, false}) {
+    for (std::vector<uint32_t> cores : {std::vector<uint32_t>{0}, std::vector<uint32_t>{0, 1}}) {
+      try {
+        run_unchecked(unsatisfied, hw, cores, timing_only);
+        ADD_FAILURE() << "no error";
+      } catch (const isa::IsaError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("core 0 instruction 0 (line 5) sem_wait: waits for semaphore 0"));
+      }
+      try {
+        run_unchecked(bad_queue, hw, cores, timing_only);
+        ADD_FAILURE() << "no error";
+      } catch (const isa::IsaError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("DMA queue 99 does not exist (the config has 16 per engine)"));
+      }
+    }
+  }
+  SimResult fine = run_unchecked(std::string(kCopyHeader) + "dma_copy dst=s, src=x\n", hw, {0}, true);
+  EXPECT_GT(fine.stats.total_ns, 0);
+}
+
+// A NaN latency (a config built in code, which skips the loader's checks) is an error naming
+// the cause, not a simulation that never ends.
+TEST(SimulationErrors, NonFiniteTimesAreAnError) {
+  HardwareConfig hw = config("trn2");
+  hw.core.dma.fixed_latency_ns = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(
+      {
+        try {
+          run_unchecked(std::string(kCopyHeader) + "dma_copy dst=s, src=x\ndma_copy dst=s, src=x\n", hw, {0}, true);
+        } catch (const isa::IsaError& e) {
+          EXPECT_THAT(e.what(), ::testing::HasSubstr("not a finite number"));
+          throw;
+        }
+      },
+      isa::IsaError);
+  HardwareConfig slow = config("trn2");
+  slow.core.vector.clock_ghz = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(run_unchecked(std::string(kCopyHeader) + "memset dst=s, value=1\n", slow, {0}, true), isa::IsaError);
+}
+
+// Sizes no host can hold are refused before anything is allocated, naming the quantity.
+TEST(SimulationErrors, MemoryBeyondTheHostIsRefused) {
+  HardwareConfig hw = config("trn2");
+  hw.core.sbuf.bytes_per_partition = uint64_t{1} << 34;
+  try {
+    run_unchecked(std::string(kCopyHeader) + "dma_copy dst=s, src=x\n", hw, {0}, false);
+    ADD_FAILURE() << "no error";
+  } catch (const isa::IsaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("SBUF 128 partitions x 17179869184 bytes per core"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("of host memory"));
+  }
 }
 
 }  // namespace
