@@ -32,6 +32,7 @@
 #include "isa/isa_error.h"
 #include "kernels/data_movement.h"
 #include "kernels/indexing.h"
+#include "kernels/sort.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -666,6 +667,44 @@ Results lower_flip(const std::string& op, Args a) {
   return std::vector<at::Tensor>{y};
 }
 
+// ---- topk ----
+
+// topk(self, k, dim, largest, sorted): k <= 8 along any dim (moved last), fp32 / bf16, sorted.
+// A row whose top k holds equal values (or NaN) would get one position twice from
+// nc_find_index8: such a result is checked for and the call handed to the CPU instead.
+Results lower_topk(const std::string& op, Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  const int64_t k = a[1].toInt();
+  const bool largest = a[3].toBool(), sorted = a[4].toBool();
+  if (!on_neuron(self) || self.dim() == 0 || !accumulate_dtype(self.scalar_type()) || !sorted) return std::nullopt;
+  const int64_t dim = wrap_dim(a[2].toInt(), self.dim());
+  const int64_t n = self.size(dim);
+  if (k < 1 || k > std::min<int64_t>(n, 8) || n > 16384) return std::nullopt;  // k == 0, k > n: the CPU
+  c10::DeviceGuard guard(self.device());
+  at::Tensor x = self.movedim(dim, -1).contiguous();
+  const int64_t rows = x.numel() / n;
+  std::vector<int64_t> shape = dims(x.sizes());
+  shape.back() = k;
+  at::Tensor values = at::empty(shape, self.options()), indices = at::empty(shape, self.options().dtype(at::kLong));
+  if (rows == 0) return std::vector<at::Tensor>{values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()};
+  kernels::TopkSpec spec;
+  spec.rows = rows;
+  spec.n = n;
+  spec.k = k;
+  spec.dtype = *accumulate_dtype(self.scalar_type());
+  spec.largest = largest;
+  execute_program(self.device().index(), "topk|" + key_of({rows, n, k, int64_t(spec.dtype), largest}),
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::topk_program(spec, hw, core, cores);
+                  },
+                  {*value_buffer("x", x)}, {*value_buffer("values", values), *value_buffer("indices", indices)},
+                  record_for(op, {self}, self.scalar_type()));
+  at::Tensor found = std::get<0>(host_alias(indices).reshape({rows, k}).sort(-1));
+  const bool distinct = k == 1 || !at::any(found.narrow(1, 1, k - 1) == found.narrow(1, 0, k - 1)).item<bool>();
+  if (!distinct || found.min().item<int64_t>() < 0 || found.max().item<int64_t>() >= n) return std::nullopt;
+  return std::vector<at::Tensor>{values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()};
+}
+
 template <Results (*Lower)(const std::string&, Args)>
 void boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_or_fallback(op, stack, Lower);
@@ -686,6 +725,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bincount", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_bincount>>());
   m.impl("arange.start_out", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_arange>>());
   m.impl("flip", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_flip>>());
+  m.impl("topk", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_topk>>());
 }
 
 }  // namespace trnsim::frontend

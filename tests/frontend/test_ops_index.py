@@ -50,7 +50,7 @@ def same_sum(out, fn, *args):
 def same(out, expected):
     assert out.device.type == D
     assert out.dtype == expected.dtype and out.shape == expected.shape, (out.dtype, out.shape, expected.shape)
-    assert torch.equal(out.cpu(), expected)
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0, equal_nan=True)  # exact, NaN where the CPU has NaN
 
 
 def raises_like_cpu(fn, *cpu_args):
@@ -379,6 +379,37 @@ def test_flip(dtype):
     no_fallback("flip")
 
 
+# ---- topk ----
+
+
+def distinct(shape, dtype, seed):
+    """Values with no ties along the last dim (exact in bf16: integers below 256 in magnitude)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randperm(shape[-1], generator=g) - shape[-1] // 2 for _ in range(math.prod(shape[:-1]))]
+    return (torch.stack(rows).reshape(shape).float() / (1 if dtype == torch.bfloat16 else 7.3)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,k,dim,largest", [((512, 16), 2, -1, True), ((7, 300), 8, 1, False), ((5, 3), 3, -1, True),
+                                                 ((4, 9, 6), 2, 1, True), ((130, 8), 8, -1, False), ((3, 1), 1, 0, True)])
+def test_topk(shape, k, dim, largest, dtype):
+    x = distinct(shape, dtype, 50).movedim(-1, dim).contiguous()
+    values, indices = torch.topk(x.to(D), k, dim=dim, largest=largest)
+    expected = torch.topk(x, k, dim=dim, largest=largest)
+    same(values, expected.values)
+    same(indices, expected.indices)
+    no_fallback("topk")
+
+
+def test_topk_ties_nan_and_large_k_fall_back_with_cpu_values():
+    for x, k in [(torch.tensor([[1.0, 3.0, 3.0, 0.0]]), 2), (torch.tensor([[1.0, float("nan"), 2.0]]), 2),
+                 (torch.randn(4, 20), 9)]:
+        values, indices = torch.topk(x.to(D), k)
+        same(values, torch.topk(x, k).values)
+        same(indices, torch.topk(x, k).indices)
+    assert trnsim.fallback_report()["aten::topk"] == 3
+
+
 # ---- a Mixtral-style MoE routing step, and the kernels' time ----
 
 
@@ -409,7 +440,7 @@ def test_moe_routing_runs_without_fallback():
     expected, expected_counts = moe(h, "cpu")
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(counts.cpu(), expected_counts.int())
-    no_fallback("histc", "index", "index_add_")
+    no_fallback("histc", "index", "index_add_", "topk")
 
 
 # trn2 (configs/trn2.yaml): 16 DMA engines of 27.2 GB/s, 71 ns fixed latency, 10 ns per descriptor,
