@@ -59,20 +59,42 @@ std::vector<std::string> default_config_dirs() {
   return dirs;
 }
 
+namespace {
+
+// A name in a message: a 4 KiB name must not fill the terminal.
+std::string shown(const std::string& name) {
+  constexpr size_t kShown = 80;
+  return name.size() <= kShown ? name : name.substr(0, kShown) + "... (" + std::to_string(name.size()) + " bytes)";
+}
+
+// Whether `path` is a regular file. Not finding it is an ordinary answer; anything else the file
+// system reports (a name over NAME_MAX, a symlink loop, no permission) is the user's to fix, so it
+// is a ConfigError, never an uncaught filesystem_error.
+bool is_config_file(const fs::path& path, const std::string& what) {
+  std::error_code ec;
+  fs::file_status status = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) {
+    throw ConfigError(what + " '" + shown(path.string()) + "': " + ec.message());
+  }
+  return !ec && fs::is_regular_file(status);
+}
+
+}  // namespace
+
 std::string resolve_config_path(const std::string& name_or_path, const std::vector<std::string>& search_dirs) {
-  if (fs::is_regular_file(name_or_path)) return name_or_path;
+  if (is_config_file(name_or_path, "config")) return name_or_path;
   bool bare_name = name_or_path.find('/') == std::string::npos;
   if (bare_name) {
     std::string file = name_or_path;
     if (fs::path(file).extension() != ".yaml") file += ".yaml";
     for (const std::string& dir : search_dirs) {
       fs::path candidate = fs::path(dir) / file;
-      if (fs::is_regular_file(candidate)) return candidate.string();
+      if (is_config_file(candidate, "config")) return candidate.string();
     }
   }
   std::string where;
   for (const std::string& dir : search_dirs) where += (where.empty() ? "" : ", ") + dir;
-  throw ConfigError("config '" + name_or_path + "' not found (neither a file nor a name in: " + where + ")");
+  throw ConfigError("config '" + shown(name_or_path) + "' not found (neither a file nor a name in: " + where + ")");
 }
 
 namespace {
@@ -82,7 +104,11 @@ constexpr int kMaxInheritanceDepth = 16;
 // Reads a file and everything it inherits, merged so that the file's own keys win.
 ConfigNode load_with_bases(const std::string& path, const std::vector<std::string>& search_dirs,
                            std::vector<std::string>& chain) {
-  std::string canonical = fs::weakly_canonical(path).string();
+  // The path was opened as a regular file already, so canonicalising it can only fail in a race;
+  // the path as given then still detects a cycle that names the file the same way.
+  std::error_code ec;
+  std::string canonical = fs::weakly_canonical(path, ec).string();
+  if (ec) canonical = path;
   for (const std::string& seen : chain) {
     if (seen == canonical) throw ConfigError(SourceLocation{path, 0, 0}, "base", "inheritance cycle through " + path);
   }
@@ -101,14 +127,12 @@ ConfigNode load_with_bases(const std::string& path, const std::vector<std::strin
   std::vector<std::string> dirs = {fs::path(path).parent_path().string()};
   dirs.insert(dirs.end(), search_dirs.begin(), search_dirs.end());
   std::string base_path;
-  if (fs::is_regular_file(relative)) {
-    base_path = relative.string();
-  } else {
-    try {
-      base_path = resolve_config_path(base->scalar, dirs);
-    } catch (const ConfigError&) {
-      throw ConfigError(base->location, "base", "base config '" + base->scalar + "' not found");
-    }
+  try {
+    base_path = is_config_file(relative, "base config") ? relative.string() : resolve_config_path(base->scalar, dirs);
+  } catch (const ConfigError& e) {
+    bool missing = std::string(e.what()).find("not found") != std::string::npos;
+    throw ConfigError(base->location, "base",
+                      missing ? "base config '" + shown(base->scalar) + "' not found" : std::string(e.what()));
   }
   ConfigNode merged = load_with_bases(base_path, search_dirs, chain);
   node.entries.erase(std::remove_if(node.entries.begin(), node.entries.end(),

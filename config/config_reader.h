@@ -2,7 +2,9 @@
 // unknown keys. Internal to the loader; recorded locations let validation point at a key.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -50,9 +52,7 @@ class NodeReader {
   // Rejects keys no field consumed, suggesting the nearest valid one.
   void finish() const {
     for (const auto& [key, child] : m_node.entries) {
-      bool known = false;
-      for (const std::string& k : m_known_keys) known = known || k == key;
-      if (known) continue;
+      if (std::find(m_known_keys.begin(), m_known_keys.end(), key) != m_known_keys.end()) continue;
       std::string hint = nearest_key(key, m_known_keys);
       throw ConfigError(child.key_location, join_path(m_path, key),
                         "unknown key '" + key + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
@@ -154,6 +154,13 @@ class NodeReader {
       throw ConfigError(node.location, path, std::string("expected ") + expected + ", got '" + text + "'");
     }
     double as_double = static_cast<double>(value);
+    // from_chars reads "nan" and "inf"; NaN passes every range comparison, and no field means
+    // anything by an infinity.
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(as_double)) {
+        throw ConfigError(node.location, path, "expected a finite number, got '" + text + "'");
+      }
+    }
     if (as_double < field_info.min || as_double > field_info.max) {
       throw ConfigError(node.location, path,
                         "value " + text + " is out of range [" + format_number(field_info.min) + ", " +

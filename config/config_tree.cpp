@@ -3,8 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace trnsim {
 
@@ -46,9 +49,31 @@ SourceLocation location_of(const YAML::Mark& mark, const std::string& origin, in
   return SourceLocation{origin, mark.line + 1, mark.column + (mark.line == 0 ? first_column : 1)};
 }
 
-ConfigNode convert(const YAML::Node& node, const std::string& origin, int first_column) {
+// yaml-cpp shares the node an alias names, so a short document of nested aliases ("billion
+// laughs") is small in yaml-cpp but exponential once copied into ConfigNodes. A document without
+// aliases has at most about one node per byte of text, so the budget is that plus room for
+// modest alias use; anything beyond it is refused before it exhausts memory.
+struct ExpansionBudget {
+  size_t remaining;
+  size_t limit;
+};
+
+constexpr size_t kAliasSlackNodes = 100000;
+constexpr int kMaxNesting = 256;  // real configs nest a handful of levels
+
+ConfigNode convert(const YAML::Node& node, const std::string& origin, int first_column, ExpansionBudget& budget,
+                   int depth) {
   ConfigNode out;
   out.location = location_of(node.Mark(), origin, first_column);
+  if (budget.remaining == 0) {
+    throw ConfigError(out.location, "",
+                      "the document expands to more than " + std::to_string(budget.limit) +
+                          " values (YAML aliases nested too deeply?)");
+  }
+  --budget.remaining;
+  if (depth > kMaxNesting) {
+    throw ConfigError(out.location, "", "nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -61,16 +86,18 @@ ConfigNode convert(const YAML::Node& node, const std::string& origin, int first_
       break;
     case YAML::NodeType::Sequence:
       out.kind = ConfigNode::Kind::sequence;
-      for (const YAML::Node& item : node) out.items.push_back(convert(item, origin, first_column));
+      for (const YAML::Node& item : node) out.items.push_back(convert(item, origin, first_column, budget, depth + 1));
       break;
     case YAML::NodeType::Map:
       out.kind = ConfigNode::Kind::map;
+      // A hash set, not ConfigNode::find: a scan per key made large files quadratic to load.
+      std::unordered_set<std::string> seen;
       for (auto it = node.begin(); it != node.end(); ++it) {
         SourceLocation key_location = location_of(it->first.Mark(), origin, first_column);
         if (!it->first.IsScalar()) throw ConfigError(key_location, "", "a mapping key must be a plain name");
         std::string key = it->first.Scalar();
-        if (out.find(key)) throw ConfigError(key_location, key, "duplicate key");
-        ConfigNode child = convert(it->second, origin, first_column);
+        if (!seen.insert(key).second) throw ConfigError(key_location, key, "duplicate key");
+        ConfigNode child = convert(it->second, origin, first_column, budget, depth + 1);
         child.key_location = key_location;
         // A key with no value has no mark of its own; point at the key instead.
         if (child.kind == ConfigNode::Kind::null) child.location = key_location;
@@ -85,13 +112,23 @@ ConfigNode convert(const YAML::Node& node, const std::string& origin, int first_
 
 ConfigNode parse_yaml(const std::string& text, const std::string& origin, int first_column) {
   try {
-    return convert(YAML::Load(text), origin, first_column);
+    ExpansionBudget budget{text.size() + kAliasSlackNodes, text.size() + kAliasSlackNodes};
+    return convert(YAML::Load(text), origin, first_column, budget, 0);
   } catch (const YAML::ParserException& e) {
     throw ConfigError(location_of(e.mark, origin, first_column), "", "YAML syntax error: " + e.msg);
   }
 }
 
 ConfigNode parse_yaml_file(const std::string& path) {
+  // Configs are a few KiB; a cap keeps a mistaken path (a disk image, a log) from filling memory.
+  constexpr uintmax_t kMaxConfigBytes = uintmax_t{64} << 20;
+  std::error_code ec;
+  uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > kMaxConfigBytes) {
+    throw ConfigError(SourceLocation{path, 0, 0}, "",
+                      "the file has " + std::to_string(bytes) + " bytes; a config may have at most " +
+                          std::to_string(kMaxConfigBytes));
+  }
   std::ifstream in(path);
   if (!in) throw ConfigError(SourceLocation{path, 0, 0}, "", "cannot read the file");
   std::stringstream text;
@@ -110,10 +147,16 @@ void merge_config_tree(ConfigNode& base, const ConfigNode& overlay) {
     if (overlay.key_location.line == 0) base.key_location = key_location;
     return;
   }
+  // Indexed once per map (a find per key would make merging quadratic in the key count).
+  std::unordered_map<std::string, size_t> index;
+  index.reserve(base.entries.size());
+  for (size_t i = 0; i < base.entries.size(); ++i) index.emplace(base.entries[i].first, i);
   for (const auto& [key, child] : overlay.entries) {
-    if (ConfigNode* existing = base.find(key)) {
-      merge_config_tree(*existing, child);
+    auto found = index.find(key);
+    if (found != index.end()) {
+      merge_config_tree(base.entries[found->second].second, child);
     } else {
+      index.emplace(key, base.entries.size());
       base.entries.emplace_back(key, child);
     }
   }

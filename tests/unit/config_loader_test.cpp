@@ -1,6 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <charconv>
+#include <filesystem>
+
 #include "config/config_printer.h"
 #include "config_test_util.h"
 
@@ -260,6 +263,85 @@ TEST(ConfigKeys, EveryKeyIsDocumented) {
     }
     EXPECT_TRUE(found) << leaf.path;
   }
+}
+
+// --- hostile input: non-finite numbers, alias bombs, bad paths (issue 10, items 8 and 9) ------
+
+// Every float key of a shipped config refuses NaN and infinities by --set, with the key named; integer keys
+// refuse them as non-integers. (NaN compares false with both range bounds, so a range check alone let it in.)
+TEST(ConfigErrors, NonFiniteNumbersAreRejectedInEveryNumericKey) {
+  LoadedConfig trn2 = load_config("trn2");
+  size_t float_keys = 0;
+  for (const ConfigLeaf& leaf : flatten_config(trn2.hardware)) {
+    double number = 0;
+    const char* end = leaf.value.data() + leaf.value.size();
+    auto parsed = std::from_chars(leaf.value.data(), end, number);
+    if (parsed.ec != std::errc() || parsed.ptr != end) continue;  // not a number
+    std::string path = leaf.path;
+    for (size_t i; (i = path.find('[')) != std::string::npos;) {  // conflicts[0].scope -> conflicts.0.scope
+      path.replace(i, 1, ".");
+      path.erase(path.find(']', i), 1);
+    }
+    bool is_float = load_error("trn2", {path + "=0.5"}).find("expected an integer") == std::string::npos;
+    float_keys += is_float;
+    for (const char* bad : {"nan", "NaN", "inf", "-inf"}) {
+      std::string error = load_error("trn2", {path + "=" + bad});
+      EXPECT_THAT(error, HasSubstr(path + ": expected " + (is_float ? "a finite number" : "an integer") + ", got '" +
+                                   bad + "'"))
+          << path;
+    }
+  }
+  EXPECT_GT(float_keys, 20u);  // the walk reached the float keys (clocks, latencies, rates, ...)
+  TempDir dir;
+  std::string file = dir.write("nan.yaml", "base: trn2\ncore:\n  dma:\n    fixed_latency_ns: nan\n");
+  EXPECT_EQ(load_error(file), file + ":4:23: core.dma.fixed_latency_ns: expected a finite number, got 'nan'");
+}
+
+// yaml-cpp shares aliased nodes; expanding them must stop at a budget, with the place it stopped.
+TEST(ConfigErrors, AliasBombIsRefusedWithoutExhaustingMemory) {
+  TempDir dir;
+  std::string text = "base: trn2\na: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  std::string previous = "a";
+  for (const char* level : {"b", "c", "d", "e", "f", "g", "h", "i", "j"}) {  // 10^10 values once expanded
+    text += std::string(level) + ": &" + level + " [";
+    for (int k = 0; k < 10; ++k) text += (k ? ", *" : "*") + previous;
+    text += "]\n";
+    previous = level;
+  }
+  std::string file = dir.write("bomb.yaml", text);
+  EXPECT_THAT(load_error(file), ::testing::MatchesRegex(".*bomb\\.yaml:[0-9]+:[0-9]+: the document expands to more "
+                                                        "than [0-9]+ values \\(YAML aliases nested too deeply\\?\\)"));
+  // Modest alias use still loads.
+  std::string fine = dir.write("fine.yaml", "base: trn2\ndescription: &d shared text\nname: *d\n");
+  EXPECT_EQ(load_error(fine), "");
+  std::string deep = dir.write("deep.yaml", "base: trn2\nx: " + std::string(300, '[') + std::string(300, ']') + "\n");
+  EXPECT_THAT(load_error(deep), HasSubstr("deep.yaml:2:"));
+}
+
+// Names the file system refuses are errors naming the problem, not uncaught filesystem_errors.
+TEST(ConfigErrors, OverlongNamesAndSymlinkLoopsAreClearErrors) {
+  TempDir dir;
+  std::string long_name(300, 'a');
+  EXPECT_THAT(load_error(long_name), HasSubstr("(300 bytes)': File name too long"));
+  EXPECT_THAT(load_error(dir.path() + "/" + long_name + ".yaml"), HasSubstr("File name too long"));
+  std::string long_base = dir.write("lb.yaml", "base: " + long_name + "\n");
+  EXPECT_THAT(load_error(long_base), HasSubstr("lb.yaml:1:7: base: base config"));
+  EXPECT_THAT(load_error(long_base), HasSubstr("File name too long"));
+  std::filesystem::create_symlink("loop2.yaml", dir.path() + "/loop1.yaml");
+  std::filesystem::create_symlink("loop1.yaml", dir.path() + "/loop2.yaml");
+  EXPECT_THAT(load_error(dir.path() + "/loop1.yaml"), HasSubstr("Too many levels of symbolic links"));
+  std::string loop_base = dir.write("loop_base.yaml", "base: loop1.yaml\n");
+  EXPECT_THAT(load_error(loop_base), HasSubstr("loop_base.yaml:1:7: base: base config"));
+  EXPECT_THAT(load_error(loop_base), HasSubstr("Too many levels of symbolic links"));
+}
+
+// What the simulator can hold is part of the range: 2^34 bytes per partition passed validation and then
+// failed to allocate.
+TEST(ConfigErrors, OnChipMemoryBeyondTheSimulatorIsOutOfRange) {
+  EXPECT_THAT(load_error("trn2", {"core.sbuf.bytes_per_partition=17179869184"}),
+              HasSubstr("core.sbuf.bytes_per_partition: value 17179869184 is out of range [1, 67108864]"));
+  EXPECT_THAT(load_error("trn2", {"core.psum.bytes_per_partition=17179869184"}),
+              HasSubstr("core.psum.bytes_per_partition: value 17179869184 is out of range [1, 67108864]"));
 }
 
 }  // namespace
