@@ -56,7 +56,22 @@ class Checker {
   const Allocation& alloc(const AccessPattern& ap) const { return m_program.allocation(ap); }
 
   void check_allocation(const Allocation& a) {
-    if (a.space == MemorySpace::hbm) return;
+    if (a.space == MemorySpace::hbm) {
+      // Capacity of the chip: every HBM tensor of the kernel, together, must fit in it.
+      const double bytes = double(a.total_elements()) * dtype_size_bytes(a.dtype);
+      m_hbm_bytes += bytes;
+      if (bytes > double(m_config.hbm.capacity_bytes)) {
+        add(-1, "hbm-capacity", "HBM tensor '" + a.name + "' has " + std::to_string(uint64_t(bytes)) +
+                                    " bytes, more than the chip's HBM capacity of " +
+                                    std::to_string(uint64_t(m_config.hbm.capacity_bytes)));
+      } else if (m_hbm_bytes > double(m_config.hbm.capacity_bytes) && !m_hbm_full_reported) {
+        m_hbm_full_reported = true;
+        add(-1, "hbm-capacity", "the HBM tensors up to '" + a.name + "' take " + std::to_string(uint64_t(m_hbm_bytes)) +
+                                    " bytes, more than the chip's HBM capacity of " +
+                                    std::to_string(uint64_t(m_config.hbm.capacity_bytes)));
+      }
+      return;
+    }
     const CoreConfig& core = m_config.core;
     uint32_t partitions = a.space == MemorySpace::sbuf ? core.sbuf.partitions : core.psum.partitions;
     uint64_t bytes = a.space == MemorySpace::sbuf ? core.sbuf.bytes_per_partition : core.psum.bytes_per_partition;
@@ -200,12 +215,293 @@ class Checker {
                                          " elements per partition; bn_stats takes at most 512");
         }
         break;
-      case Opcode::tensor_scalar: check_tensor_scalar(inst); break;
+      case Opcode::tensor_scalar:
+        check_tensor_scalar(inst);
+        check_tensor_scalar_operands(inst);
+        break;
       case Opcode::activation:
         if (m_config.generation == Generation::trn1 && inst.has("bias") && !inst.is_tensor("bias")) {
           fail("activation-bias", "an immediate bias needs NeuronCore-v3 (trn2) or later; use a [P, 1] tensor");
         }
         break;
+      case Opcode::nc_find_index8:
+        if (given(inst, "dst") && dtype_info(inst.tensor("dst").dtype).is_float) {
+          fail("integer-dtype", "dst must be an integer dtype (uint16 or uint32), not " +
+                                    std::string(dtype_name(inst.tensor("dst").dtype)));
+        }
+        break;
+      default: break;
+    }
+    check_operand_shapes(inst);
+  }
+
+  // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
+  // --timing-only (which runs no interpreter) refuses the same programs as a run with values. ----
+
+  // The operand's access pattern when it was given as a tensor, else nullptr.
+  static const AccessPattern* given(const Instruction& inst, const char* name) {
+    const OperandSpec* operand = inst.spec().find(name);
+    if (!operand || operand->tensor_slot < 0 || !inst.has(name)) return nullptr;
+    const AccessPattern& ap = inst.tensor(name);
+    return ap.present() ? &ap : nullptr;
+  }
+  static std::string shape_text(uint32_t partitions, uint64_t free) {
+    return "[" + std::to_string(partitions) + ", " + std::to_string(free) + "]";
+  }
+  static std::string shape_text(const AccessPattern& ap) { return shape_text(ap.partitions(), ap.free_elements()); }
+
+  void same_shape(const Instruction& inst, const char* a, const char* b) {
+    const AccessPattern *x = given(inst, a), *y = given(inst, b);
+    if (!x || !y) return;
+    if (x->partitions() != y->partitions() || x->free_elements() != y->free_elements()) {
+      fail("operand-shape", std::string(a) + " is " + shape_text(*x) + " but " + b + " is " + shape_text(*y) +
+                                " (partitions and elements per partition must match)");
+    }
+  }
+  void shape_is(const Instruction& inst, const char* name, uint32_t partitions, uint64_t free) {
+    const AccessPattern* ap = given(inst, name);
+    if (ap && (ap->partitions() != partitions || ap->free_elements() != free)) {
+      fail("operand-shape", std::string(name) + " must be " + shape_text(partitions, free) + ", got " + shape_text(*ap));
+    }
+  }
+  // An in|f32 operand given as a tensor holds one value per partition of the tile it applies to.
+  void per_partition(const Instruction& inst, const char* name, uint32_t partitions) {
+    const AccessPattern* ap = given(inst, name);
+    if (ap && (ap->partitions() != partitions || ap->free_elements() != 1)) {
+      fail("per-partition-operand", std::string(name) + ": expected one element per partition for " +
+                                        std::to_string(partitions) + " partitions, got " + shape_text(*ap));
+    }
+  }
+  void integer_operand(const Instruction& inst, const char* name, AluOp op) {
+    const AccessPattern* ap = given(inst, name);
+    if (ap && dtype_info(ap->dtype).is_float) {
+      fail("integer-dtype", "bitvec operator " + std::string(alu_op_name(op)) + " needs integer dtypes, but " + name +
+                                " is " + std::string(dtype_name(ap->dtype)));
+    }
+  }
+  void reduction_op(const Instruction& inst, const char* name) {
+    AluOp op = static_cast<AluOp>(static_cast<int>(inst.scalar(name)));
+    if (!alu_op_is_reduction(op)) {
+      fail("reduce-op", std::string("operand '") + name + "': " + std::string(alu_op_name(op)) +
+                            " is not a reduction operator");
+    }
+  }
+  static AluOp alu(const Instruction& inst, const char* name) {
+    return static_cast<AluOp>(static_cast<int>(inst.scalar(name)));
+  }
+  // iota / affine_select: [step, count] pairs whose counts multiply to the free size of dst.
+  void check_pattern(const Instruction& inst, uint64_t free) {
+    const std::vector<int64_t>& pattern = inst.list("pattern");
+    if (pattern.empty() || pattern.size() % 2 != 0) {
+      fail("pattern", "pattern must be a list of [step, count] pairs");
+      return;
+    }
+    uint64_t count = 1;
+    for (size_t k = 1; k < pattern.size(); k += 2) {
+      if (pattern[k] <= 0) {
+        fail("pattern", "pattern counts must be positive, got " + std::to_string(pattern[k]));
+        return;
+      }
+      count *= static_cast<uint64_t>(pattern[k]);
+    }
+    if (count != free) {
+      fail("pattern", "pattern generates " + std::to_string(count) + " elements per partition but dst has " +
+                          std::to_string(free));
+    }
+  }
+
+  void check_tensor_scalar_operands(const Instruction& inst) {
+    const AccessPattern* data = given(inst, "data");
+    if (!data) return;
+    AluOp op0 = alu(inst, "op0");
+    bool has_op1 = inst.has("op1");
+    AluOp op1 = has_op1 ? alu(inst, "op1") : AluOp::bypass;
+    if (has_op1 && !inst.has("operand1") && !alu_op_is_unary(op1)) {
+      fail("missing-operand", "op1 is given but operand1 is not");
+    }
+    bool bitvec = alu_op_is_bitvec(op0);
+    if (has_op1 && alu_op_is_bitvec(op1) != bitvec) {
+      fail("alu-op", "op0 and op1 must both be bitvec or both arithmetic operators");
+    }
+    if (bitvec) {
+      for (const char* name : {"data", "dst", "operand0"}) integer_operand(inst, name, op0);
+      if (has_op1) integer_operand(inst, "operand1", op1);
+    }
+    per_partition(inst, "operand0", data->partitions());
+    per_partition(inst, "operand1", data->partitions());
+  }
+
+  void check_tensor_reduce(const Instruction& inst) {
+    const AccessPattern* data = given(inst, "data");
+    reduction_op(inst, "op");
+    if (!data) return;
+    std::vector<int64_t> axes = inst.list("axis");
+    std::sort(axes.begin(), axes.end());
+    int dims = data->num_free_dims;
+    if (axes.empty()) {
+      fail("reduce-axes", "axis lists no axis to reduce");
+      return;
+    }
+    for (size_t k = 0; k < axes.size(); ++k) {
+      if (axes[k] < 1 || axes[k] > dims) {
+        fail("reduce-axes", "axis " + std::to_string(axes[k]) + " is not a free axis of data (free axes are 1.." +
+                                std::to_string(dims) + ")");
+        return;
+      }
+      if (axes[k] != dims - static_cast<int64_t>(axes.size() - 1 - k)) {
+        fail("reduce-axes", "axis must list the last free axes contiguously, ending at axis " + std::to_string(dims));
+        return;
+      }
+    }
+    uint64_t inner = 1;
+    for (int64_t a : axes) inner *= data->free[a - 1].size;
+    shape_is(inst, "dst", data->partitions(), inner ? data->free_elements() / inner : 0);
+    AluOp op = alu(inst, "op");
+    if (alu_op_is_bitvec(op)) {
+      integer_operand(inst, "data", op);
+      integer_operand(inst, "dst", op);
+    }
+  }
+
+  // One rule set per opcode, the same the semantics (isa/semantics/) enforce on values.
+  void check_operand_shapes(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    auto comparison = [&](const char* name, bool allow_not_equal) {
+      AluOp op = alu(inst, name);
+      bool ok = op == AluOp::equal || op == AluOp::less || op == AluOp::less_equal || op == AluOp::greater ||
+                op == AluOp::greater_equal || (allow_not_equal && op == AluOp::not_equal);
+      if (!ok) {
+        fail("alu-op", std::string(name) + " must be a comparison operator, not " + std::string(alu_op_name(op)));
+      }
+    };
+    switch (inst.opcode) {
+      case Opcode::nc_transpose: {
+        const AccessPattern* data = given(inst, "data");
+        if (dst && data && (dst->partitions() != data->free_elements() || dst->free_elements() != data->partitions())) {
+          fail("operand-shape", "dst must be " + shape_text(uint32_t(data->free_elements()), data->partitions()) +
+                                    " to hold the transpose of " + shape_text(*data) + ", got " + shape_text(*dst));
+        }
+        break;
+      }
+      case Opcode::activation:
+      case Opcode::activation_reduce: {
+        same_shape(inst, "dst", "data");
+        const AccessPattern* data = given(inst, "data");
+        if (!data) break;
+        per_partition(inst, "scale", data->partitions());
+        per_partition(inst, "bias", data->partitions());
+        if (given(inst, "reduce_res")) {
+          if (!inst.has("reduce_op")) fail("missing-operand", "reduce_res is given but reduce_op is not");
+          shape_is(inst, "reduce_res", data->partitions(), 1);
+        }
+        break;
+      }
+      case Opcode::tensor_tensor: {
+        same_shape(inst, "data1", "data2");
+        same_shape(inst, "dst", "data1");
+        AluOp op = alu(inst, "op");
+        if (alu_op_is_bitvec(op)) {
+          for (const char* name : {"data1", "data2", "dst"}) integer_operand(inst, name, op);
+        }
+        break;
+      }
+      case Opcode::tensor_scalar: same_shape(inst, "dst", "data"); break;
+      case Opcode::scalar_tensor_tensor: {
+        same_shape(inst, "dst", "data");
+        same_shape(inst, "operand1", "data");
+        if (alu_op_is_bitvec(alu(inst, "op0")) || alu_op_is_bitvec(alu(inst, "op1"))) {
+          fail("alu-op", "scalar_tensor_tensor takes arithmetic operators only, not bitvec");
+        }
+        if (const AccessPattern* data = given(inst, "data")) per_partition(inst, "operand0", data->partitions());
+        break;
+      }
+      case Opcode::tensor_reduce: check_tensor_reduce(inst); break;
+      case Opcode::tensor_copy:
+      case Opcode::reciprocal: same_shape(inst, "dst", inst.opcode == Opcode::tensor_copy ? "src" : "data"); break;
+      case Opcode::tensor_copy_predicated:
+        same_shape(inst, "predicate", "dst");
+        same_shape(inst, "src", "dst");
+        break;
+      case Opcode::select_reduce:
+        same_shape(inst, "predicate", "dst");
+        same_shape(inst, "on_true", "dst");
+        if (dst) per_partition(inst, "on_false", dst->partitions());
+        if (dst && given(inst, "reduce_res")) {
+          if (inst.has("reduce_op")) reduction_op(inst, "reduce_op");
+          shape_is(inst, "reduce_res", dst->partitions(), 1);
+        }
+        break;
+      case Opcode::range_select:
+        same_shape(inst, "on_true_tile", "dst");
+        comparison("comp_op0", false);
+        comparison("comp_op1", false);
+        if (!dst) break;
+        shape_is(inst, "bound0", dst->partitions(), 1);
+        shape_is(inst, "bound1", dst->partitions(), 1);
+        if (given(inst, "reduce_res")) shape_is(inst, "reduce_res", dst->partitions(), 1);
+        break;
+      case Opcode::tensor_tensor_scan:
+        same_shape(inst, "data0", "data1");
+        same_shape(inst, "dst", "data0");
+        if (const AccessPattern* data = given(inst, "data0")) per_partition(inst, "initial", data->partitions());
+        break;
+      case Opcode::bn_stats:
+        if (const AccessPattern* data = given(inst, "data")) shape_is(inst, "dst", data->partitions(), 6);
+        break;
+      case Opcode::bn_aggr:
+        if (const AccessPattern* data = given(inst, "data")) {
+          if (data->free_elements() == 0 || data->free_elements() % 3 != 0) {
+            fail("operand-shape", "data must hold (count, mean, var*count) triples, but has " +
+                                      std::to_string(data->free_elements()) + " elements per partition");
+          }
+          shape_is(inst, "dst", data->partitions(), 2);
+        }
+        break;
+      case Opcode::max8:
+        if (const AccessPattern* src = given(inst, "src")) {
+          if (src->free_elements() < 8) {
+            fail("operand-shape", "src has " + std::to_string(src->free_elements()) +
+                                      " elements per partition; max8 needs at least 8");
+          }
+          shape_is(inst, "dst", src->partitions(), 8);
+        }
+        break;
+      case Opcode::nc_find_index8:
+        if (const AccessPattern* data = given(inst, "data")) {
+          shape_is(inst, "vals", data->partitions(), 8);
+          shape_is(inst, "dst", data->partitions(), 8);
+        }
+        break;
+      case Opcode::iota:
+        if (dst) check_pattern(inst, dst->free_elements());
+        break;
+      case Opcode::affine_select:
+        same_shape(inst, "on_true_tile", "dst");
+        comparison("cmp_op", true);
+        if (dst) check_pattern(inst, dst->free_elements());
+        break;
+      case Opcode::tensor_partition_reduce:
+        reduction_op(inst, "op");
+        if (const AccessPattern* data = given(inst, "data")) shape_is(inst, "dst", 1, data->free_elements());
+        break;
+      case Opcode::dma_transpose:
+        if (const AccessPattern* src = given(inst, "src")) {
+          if (dst && (dst->partitions() != src->free_elements() || dst->free_elements() != src->partitions())) {
+            fail("operand-shape", "dst must be " + shape_text(uint32_t(src->free_elements()), src->partitions()) +
+                                      " to hold the transpose of " + shape_text(*src) + ", got " + shape_text(*dst));
+          }
+        }
+        [[fallthrough]];
+      case Opcode::dma_copy:
+      case Opcode::dma_gather: {
+        // The queues of one DMA engine (the timing model's queues; also checked there).
+        int64_t queue = static_cast<int64_t>(inst.scalar("queue"));
+        if (queue < 0 || queue >= int64_t(m_config.core.dma.queues_per_engine)) {
+          fail("dma-queue", "DMA queue " + std::to_string(queue) + " does not exist (the config has " +
+                                std::to_string(m_config.core.dma.queues_per_engine) + " per engine)");
+        }
+        break;
+      }
       default: break;
     }
   }
@@ -514,6 +810,8 @@ class Checker {
   const HardwareConfig& m_config;
   long m_index = -1;
   std::vector<LegalityIssue> m_issues;
+  double m_hbm_bytes = 0;
+  bool m_hbm_full_reported = false;
 };
 
 }  // namespace

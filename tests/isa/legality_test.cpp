@@ -4,8 +4,11 @@
 
 #include "config/config_loader.h"
 #include "isa/builder.h"
+#include "isa/core_state.h"
+#include "isa/interpreter.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
+#include "isa/text_form.h"
 
 namespace trnsim::isa {
 namespace {
@@ -197,6 +200,94 @@ TEST(Legality, MissingRequiredOperand) {
   EXPECT_THAT(issues(b.program()),
               ::testing::Contains("instruction 0 (line 3) tensor_copy: required operand 'src' is missing "
                                   "[missing-operand]"));
+}
+
+// Every shape and operator rule the interpreter asserts on values is also a legality rule, so
+// `trnsim run --timing-only` (no interpreter) refuses the same programs as a run with values.
+// Each case is one instruction the interpreter rejects; legality must report it under `rule`.
+struct InterpreterRule {
+  const char* instruction;
+  const char* rule;
+};
+
+class LegalityMatchesInterpreter : public ::testing::TestWithParam<InterpreterRule> {};
+
+TEST_P(LegalityMatchesInterpreter, BothRejectTheInstruction) {
+  const InterpreterRule& c = GetParam();
+  std::string text = std::string("kernel k\ntarget trn2\n") +
+                     "sbuf a : fp32[4, 8]\nsbuf b : fp32[4, 9]\nsbuf c2 : fp32[4, 2]\nsbuf d3 : fp32[3, 8]\n"
+                     "sbuf col : fp32[4, 1]\nsbuf i : int32[4, 8]\nsbuf h : bf16[4, 8]\npsum p : fp32[4, 4]\n" +
+                     c.instruction + "\n";
+  Program program = parse_tasm(text, "case.tasm");
+  CoreState state(config("trn2").core, program);
+  EXPECT_THROW(interpret(program, state, config("trn2")), IsaError) << c.instruction;
+  std::vector<std::string> rules;
+  for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+  EXPECT_THAT(rules, ::testing::Contains(c.rule)) << c.instruction;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ShapeAndOperatorRules, LegalityMatchesInterpreter,
+    ::testing::Values(
+        InterpreterRule{"tensor_tensor dst=a, data1=a, data2=b, op=add", "operand-shape"},
+        InterpreterRule{"tensor_tensor dst=a, data1=a, data2=a, op=bitwise_and", "integer-dtype"},
+        InterpreterRule{"tensor_scalar dst=a, data=a, op0=add, operand0=c2", "per-partition-operand"},
+        InterpreterRule{"tensor_scalar dst=a, data=a, op0=add, operand0=1.0, op1=multiply", "missing-operand"},
+        InterpreterRule{"tensor_scalar dst=i, data=i, op0=bitwise_and, operand0=1, op1=add, operand1=1.0", "alu-op"},
+        InterpreterRule{"tensor_scalar dst=a, data=a, op0=bitwise_and, operand0=1", "integer-dtype"},
+        InterpreterRule{"scalar_tensor_tensor dst=a, data=a, op0=add, operand0=1.0, op1=bitwise_or, operand1=a",
+                        "alu-op"},
+        InterpreterRule{"scalar_tensor_tensor dst=a, data=a, op0=add, operand0=1.0, op1=add, operand1=b",
+                        "operand-shape"},
+        InterpreterRule{"activation dst=d3, op=exp, data=a", "operand-shape"},
+        InterpreterRule{"activation dst=a, op=exp, data=a, bias=c2", "per-partition-operand"},
+        InterpreterRule{"activation_reduce dst=a, op=copy, data=a, reduce_op=add, reduce_res=c2", "operand-shape"},
+        InterpreterRule{"activation dst=a, op=exp, data=a, reduce_res=col", "missing-operand"},
+        InterpreterRule{"tensor_reduce dst=col, op=add, data=a, axis=[2]", "reduce-axes"},
+        InterpreterRule{"tensor_reduce dst=c2, op=add, data=a, axis=[1]", "operand-shape"},
+        InterpreterRule{"tensor_reduce dst=col, op=divide, data=a, axis=[1]", "reduce-op"},
+        InterpreterRule{"tensor_copy dst=b, src=a", "operand-shape"},
+        InterpreterRule{"tensor_copy_predicated dst=a, src=a, predicate=b", "operand-shape"},
+        InterpreterRule{"select_reduce dst=a, predicate=a, on_true=b, on_false=0.0", "operand-shape"},
+        InterpreterRule{"select_reduce dst=a, predicate=a, on_true=a, on_false=c2", "per-partition-operand"},
+        InterpreterRule{"range_select dst=a, on_true_tile=a, comp_op0=add, comp_op1=less, bound0=col, bound1=col",
+                        "alu-op"},
+        InterpreterRule{"range_select dst=a, on_true_tile=a, comp_op0=greater_equal, comp_op1=less, bound0=c2, "
+                        "bound1=col",
+                        "operand-shape"},
+        InterpreterRule{"tensor_tensor_scan dst=a, data0=a, data1=a, initial=c2, op0=add, op1=add",
+                        "per-partition-operand"},
+        InterpreterRule{"bn_stats dst=a, data=a", "operand-shape"},
+        InterpreterRule{"bn_aggr dst=c2, data=a", "operand-shape"},
+        InterpreterRule{"reciprocal dst=b, data=a", "operand-shape"},
+        InterpreterRule{"max8 dst=c2, src=a", "operand-shape"},
+        InterpreterRule{"max8 dst=c2, src=c2", "operand-shape"},
+        InterpreterRule{"nc_find_index8 dst=a, data=a, vals=a", "integer-dtype"},
+        InterpreterRule{"iota dst=a, pattern=[[1, 7]]", "pattern"},
+        InterpreterRule{"iota dst=a, pattern=[[1, 0]]", "pattern"},
+        InterpreterRule{"affine_select dst=a, pattern=[[1, 8]], channel_multiplier=0, on_true_tile=a, "
+                        "on_false_value=0, cmp_op=add",
+                        "alu-op"},
+        InterpreterRule{"affine_select dst=a, pattern=[[1, 8]], channel_multiplier=0, on_true_tile=b, "
+                        "on_false_value=0",
+                        "operand-shape"},
+        InterpreterRule{"tensor_partition_reduce dst=a, op=add, data=a", "operand-shape"},
+        InterpreterRule{"nc_transpose dst=p, data=a", "operand-shape"},
+        InterpreterRule{"dma_transpose dst=h, src=h", "operand-shape"}));
+
+// What only the timing model met before: a DMA queue the config does not have, an HBM tensor
+// larger than HBM.
+TEST(Legality, DmaQueueAndHbmCapacity) {
+  Program program = parse_tasm(
+      "kernel k\ntarget trn2\nhbm x : fp32[4, 8] input\nhbm huge : fp32[1000000, 100000] input\n"
+      "sbuf a : fp32[4, 8]\ndma_copy dst=a, src=x, queue=16\ndma_copy dst=a, src=x, queue=15\n",
+      "case.tasm");
+  auto found = issues(program);
+  EXPECT_THAT(found, ::testing::Contains("instruction 0 (line 6) dma_copy: DMA queue 16 does not exist (the config "
+                                         "has 16 per engine) [dma-queue]"));
+  EXPECT_THAT(found, ::testing::Contains("program: HBM tensor 'huge' has 400000000000 bytes, more than the chip's "
+                                         "HBM capacity of 103079215104 [hbm-capacity]"));
+  EXPECT_EQ(found.size(), 2u);
 }
 
 }  // namespace
