@@ -1,5 +1,8 @@
 // `trnsim bench ...`: performance of the kernel library on the timing model. One point per
 // invocation here; sweeps (model shapes, CSV, plots) drive this from tools/bench/.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -8,6 +11,7 @@
 #include <sstream>
 
 #include "config/config_loader.h"
+#include "config/config_tree.h"
 #include "config/derived_figures.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
@@ -18,6 +22,7 @@
 #include "kernels/matmul.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/output_files.h"
 
 namespace trnsim::cli {
 namespace {
@@ -36,13 +41,6 @@ DType dtype_or_throw(const std::string& name) {
   auto dtype = parse_dtype(name);
   if (!dtype) throw isa::IsaError("unknown dtype '" + name + "'");
   return *dtype;
-}
-
-void refuse_overwrite(const std::string& path, bool force, bool append_ok = false) {
-  std::error_code ec;
-  if (!path.empty() && !force && !append_ok && std::filesystem::exists(path, ec)) {
-    throw isa::IsaError(path + " exists (pass --force to overwrite)");
-  }
 }
 
 // The engine busiest over the run: where the time goes when MFU is low.
@@ -66,8 +64,10 @@ sim::SimResult simulate_point(const std::vector<isa::Program>& programs, const L
                               const std::string& emit_tasm, const std::string& stats, const std::string& trace,
                               bool force) {
   for (const isa::Program& program : programs) isa::check_program(program, config.hardware);
-  for (const std::string* path : {&emit_tasm, &stats, &trace}) refuse_overwrite(*path, force);
-  if (!emit_tasm.empty()) std::ofstream(emit_tasm) << isa::print_tasm(programs.front());
+  check_destinations({{"--emit-tasm", emit_tasm}, {"--stats", stats}, {"--trace", trace}}, force);
+  if (!emit_tasm.empty()) {
+    write_text_file("--emit-tasm", emit_tasm, [&](std::ostream& out) { out << isa::print_tasm(programs.front()); });
+  }
   sim::SimOptions options;
   options.timing_only = true;
   options.trace = !trace.empty();
@@ -78,12 +78,31 @@ sim::SimResult simulate_point(const std::vector<isa::Program>& programs, const L
     parts.push_back(&programs[i]);
   }
   sim::SimResult result = sim::simulate(parts, config.hardware, config.hash, options, nullptr, true);
-  if (!stats.empty()) std::ofstream(stats) << result.stats.to_json();
-  if (!trace.empty()) {
-    std::ofstream out(trace);
-    result.trace->write(out);
-  }
+  if (!stats.empty()) write_text_file("--stats", stats, [&](std::ostream& out) { out << result.stats.to_json(); });
+  if (!trace.empty()) write_text_file("--trace", trace, [&](std::ostream& out) { result.trace->write(out); });
   return result;
+}
+
+// A shape the kernel accepts can still need more instructions than a host can build and simulate
+// (--m 100000 --k 100000 --n 100000 is ~10^8 matmuls): refused up front, naming the count,
+// instead of a bad_alloc after minutes of building.
+void refuse_oversized_matmul(const MatmulOptions& o, const HardwareConfig& hw) {
+  // Each instruction takes a few hundred bytes of program and tracker state: 2^23 matmuls (plus
+  // their loads and evacuations) is already several GiB.
+  constexpr double kMaxMatmulInstructions = double(1 << 23);
+  auto tiles = [](int64_t size, double tile) { return std::ceil(double(std::max<int64_t>(size, 1)) / tile); };
+  const double rows = hw.core.tensor.pe_rows, columns = hw.core.tensor.pe_columns;
+  const double moving = 512;  // fp32 PSUM bank of moving columns: the kernel's N tile
+  const double matmuls =
+      double(std::max<int64_t>(o.batch, 1)) * tiles(o.m, columns) * tiles(o.k, rows) * tiles(o.n, moving);
+  if (matmuls > kMaxMatmulInstructions) {
+    std::ostringstream text;
+    text << "matmul [" << o.m << ", " << o.k << "] x [" << o.k << ", " << o.n << "] (batch " << o.batch
+         << ") needs about " << std::fixed << std::setprecision(0) << matmuls
+         << " nc_matmul instructions (batch x ceil(M/" << columns << ") x ceil(K/" << rows << ") x ceil(N/" << moving
+         << ")); the simulator takes at most " << kMaxMatmulInstructions << " per benchmark";
+    throw isa::IsaError(text.str());
+  }
 }
 
 void bench_matmul(const MatmulOptions& o) {
@@ -104,6 +123,7 @@ void bench_matmul(const MatmulOptions& o) {
     if (!func) throw isa::IsaError("unknown activation '" + o.activation + "'");
     spec.activation = *func;
   }
+  refuse_oversized_matmul(o, config.hardware);
   std::vector<isa::Program> programs;
   for (uint32_t core = 0; core < o.cores; ++core) {
     programs.push_back(kernels::matmul_program(spec, config.hardware, core, o.cores));
@@ -264,6 +284,33 @@ void bench_conv2d(const Conv2dOptions& o) {
   }
 }
 
+// A config of `keys` top-level keys on top of trn2, timed in the loader's three steps: YAML into
+// a tree (duplicate detection), the merge onto the base, and reading (unknown-key detection,
+// which rejects the first generated key: the error is the expected outcome).
+void bench_config_load(uint64_t keys) {
+  std::string text;
+  text.reserve(keys * 24);
+  for (uint64_t i = 0; i < keys; ++i) text += "generated_key_" + std::to_string(i) + ": " + std::to_string(i) + "\n";
+  ConfigNode base = parse_yaml_file(resolve_config_path("trn2", default_config_dirs()));
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto ms = [](auto from, auto to) { return std::chrono::duration<double, std::milli>(to - from).count(); };
+  auto t0 = now();
+  ConfigNode overlay = parse_yaml(text, "generated.yaml");
+  auto t1 = now();
+  merge_config_tree(base, overlay);
+  auto t2 = now();
+  std::string outcome = "accepted";
+  try {
+    read_hardware_config(base, "generated.yaml");
+  } catch (const ConfigError& e) {
+    outcome = std::string("rejected: ") + e.what();
+  }
+  auto t3 = now();
+  std::cout << std::fixed << std::setprecision(1) << "config load of " << keys << " keys: parse " << ms(t0, t1)
+            << " ms, merge " << ms(t1, t2) << " ms, read " << ms(t2, t3) << " ms, total " << ms(t0, t3) << " ms ("
+            << outcome << ")\n";
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, int& exit_code) {
@@ -351,6 +398,12 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
       exit_code = 1;
     }
   });
+  auto keys = std::make_shared<uint64_t>(160000);
+  CLI::App* cl = bench->add_subcommand(
+      "config-load", "Time to parse, merge and check a config of many keys (the loader must stay near-linear)");
+  cl->add_option("--keys", *keys, "Keys in the generated config (each one unknown, so the check rejects it)")
+      ->check(CLI::Range(1, 10000000));
+  cl->callback([keys] { bench_config_load(*keys); });
   mm->callback([o, &exit_code] {
     try {
       bench_matmul(*o);

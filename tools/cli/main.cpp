@@ -18,6 +18,13 @@ int main(int argc, char** argv) {
   } catch (const trnsim::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of host memory (the simulation needs more than this machine can give it)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    // Anything a command did not turn into its own message still ends as one, never as a terminate.
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
   }
   return exit_code;
 }

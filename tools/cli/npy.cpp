@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -277,7 +278,21 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-NpyArray read_npy(const std::string& path) {
+NpyArray read_npy(const std::string& path, uint64_t max_data_bytes) {
+  std::error_code ec;
+  std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (!ec && !std::filesystem::is_regular_file(status)) {
+    throw NpyError(path + ": not a regular file (" +
+                   (std::filesystem::is_directory(status) ? "a directory" : "a device, pipe or socket") +
+                   "); an input must be an .npy file");
+  }
+  uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  uint64_t max_file_bytes = max_data_bytes > UINT64_MAX - 2 * kMaxHeaderBytes ? UINT64_MAX
+                                                                               : max_data_bytes + 2 * kMaxHeaderBytes;
+  if (!ec && file_bytes > max_file_bytes) {
+    throw NpyError(path + ": " + std::to_string(file_bytes) + " bytes, more than an .npy of the tensor's shape can "
+                   "have (at most " + std::to_string(max_data_bytes) + " bytes of data)");
+  }
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw NpyError(io_error(path, "cannot open"));

@@ -40,8 +40,10 @@ struct NpyArray {
 };
 
 // Throws NpyError "PATH: ..." for unreadable or malformed files, Fortran order, big-endian or
-// unsupported dtypes, and a data size that disagrees with the header.
-NpyArray read_npy(const std::string& path);
+// unsupported dtypes, and a data size that disagrees with the header; also for anything but a
+// regular file (a directory, /dev/zero, a pipe) and for a file with more than `max_data_bytes`
+// of data plus a header, which is refused before it is read.
+NpyArray read_npy(const std::string& path, uint64_t max_data_bytes = UINT64_MAX);
 
 // Writes a version 1.0 file (2.0 if the header would not fit). Refuses to replace an existing
 // file unless `overwrite`.

@@ -1,6 +1,10 @@
 // `trnsim run KERNEL.tasm --config C --input NAME=a.npy ... --output NAME=c.npy ...`: runs a kernel
 // on the functional interpreter with the user's data in its HBM tensors.
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <iomanip>
@@ -19,6 +23,7 @@
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy.h"
+#include "tools/cli/output_files.h"
 
 namespace trnsim::cli {
 namespace {
@@ -119,38 +124,35 @@ void run(const RunOptions& options) {
     throw UsageError("missing --input for the kernel's input tensors: " + join(missing));
   }
   if (options.timing_only && !outputs.empty()) throw UsageError("--timing-only computes no values to --output");
-  for (const std::string* path : {&options.stats_path, &options.trace_path}) {
-    std::error_code ec;
-    if (!path->empty() && !options.force && std::filesystem::exists(*path, ec)) {
-      throw UsageError(*path + " exists (pass --force to overwrite)");
-    }
+  std::set<uint32_t> cores;
+  for (uint32_t core : options.cores) {
+    if (!cores.insert(core).second) throw UsageError("--cores lists core " + std::to_string(core) + " twice");
   }
 
-  // Check the outputs before spending time on the kernel: nothing the user has is overwritten
-  // without --force, and two outputs cannot share a file.
-  std::set<std::string> output_paths;
+  // Check every file the run will write before spending time on the kernel: nothing the user has
+  // is overwritten without --force, no two of them are the same file (however the paths are
+  // spelled), and each can be created.
+  std::vector<std::pair<std::string, std::string>> destinations;  // (flag and name, path)
   for (const Binding& b : outputs) {
     const isa::Allocation& a = program.allocations[b.allocation];
     if (a.dtype == DType::mxfp8_e4m3 || a.dtype == DType::mxfp8_e5m2 || a.dtype == DType::mxfp4_e2m1) {
       throw UsageError("--output " + b.tensor + ": packed MX tensors (" + std::string(dtype_name(a.dtype)) +
                        ") cannot be written as .npy");
     }
-    std::error_code ec;
-    std::string canonical = std::filesystem::weakly_canonical(b.path, ec).string();
-    if (!output_paths.insert(ec ? b.path : canonical).second) {
-      throw UsageError("--output " + b.tensor + ": " + b.path + " is already the file of another output");
-    }
-    if (!options.force && std::filesystem::exists(b.path, ec)) {
-      throw UsageError("--output " + b.tensor + ": " + b.path + " exists (pass --force to overwrite)");
-    }
+    destinations.emplace_back("--output " + b.tensor, b.path);
   }
+  if (!options.stats_path.empty()) destinations.emplace_back("--stats", options.stats_path);
+  if (!options.trace_path.empty()) destinations.emplace_back("--trace", options.trace_path);
+  check_destinations(destinations, options.force);
 
   // Every core runs the kernel on its own copy of the inputs (SPMD); outputs come from the first.
   std::vector<std::pair<Binding, std::vector<uint8_t>>> loaded;
   if (!options.timing_only) {
     for (const Binding& b : inputs) {
       const isa::Allocation& a = program.allocations[b.allocation];
-      loaded.emplace_back(b, npy_to_tensor_bytes(read_npy(b.path), a.dtype, a.shape, b.path, b.tensor));
+      // float64 is the widest item a file may hold for a tensor (npy.h); more cannot be this tensor.
+      uint64_t max_bytes = a.total_elements() * 8;
+      loaded.emplace_back(b, npy_to_tensor_bytes(read_npy(b.path, max_bytes), a.dtype, a.shape, b.path, b.tensor));
     }
   }
   sim::SimOptions sim_options;
@@ -172,11 +174,10 @@ void run(const RunOptions& options) {
     write_npy(b.path, tensor_bytes_to_npy(state.hbm(b.allocation), a.dtype, a.shape), options.force);
   }
   if (!options.stats_path.empty()) {
-    std::ofstream(options.stats_path) << result.stats.to_json();
+    write_text_file("--stats", options.stats_path, [&](std::ostream& out) { out << result.stats.to_json(); });
   }
   if (!options.trace_path.empty()) {
-    std::ofstream trace(options.trace_path);
-    result.trace->write(trace);
+    write_text_file("--trace", options.trace_path, [&](std::ostream& out) { result.trace->write(out); });
   }
   std::string name = program.name.empty() ? options.kernel : program.name;
   std::cout << "ran " << name << " on " << config.hardware.name << " (" << config.hash << "): "
@@ -197,7 +198,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
                   "NAME=FILE.npy: load an HBM tensor (every input tensor must be given; floats are cast with RNE)");
   cmd->add_option("--output", options->outputs,
                   "NAME=FILE.npy: save an HBM tensor after the run (floats as float32, integers as themselves)");
-  cmd->add_flag("--force", options->force, "Overwrite existing --output files");
+  cmd->add_flag("--force", options->force, "Overwrite existing --output, --stats and --trace files");
   cmd->add_option("--rounding", options->rounding, "Rounding of engine writes: nearest (even, default) or stochastic")
       ->check(CLI::IsMember({"nearest", "stochastic"}));
   cmd->add_option("--seed", options->seed, "Seed of the stochastic-rounding generator (deterministic per seed)");
@@ -217,6 +218,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
       std::cerr << "error: " << e.what() << "\n";
       exit_code = 1;
     } catch (const UsageError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    } catch (const OutputFileError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exit_code = 1;
+    } catch (const ConfigError& e) {
       std::cerr << "error: " << e.what() << "\n";
       exit_code = 1;
     }

@@ -1,0 +1,213 @@
+"""A hostile pass over the CLI (issue 10, items 8, 9, 11): every bad input is `error: ...` and exit 1 —
+never a terminate, an uncaught exception, a hang or lost data."""
+import os
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+
+KERNELS = REPO_ROOT / "examples" / "kernels"
+MATMUL = KERNELS / "matmul_128x128x512.tasm"
+
+HEADER = "kernel k\ntarget trn2\nhbm x : fp32[128, 64] input\nhbm y : fp32[128, 64] output\nsbuf s : fp32[128, 64]\n"
+
+
+def assert_clean_error(result, *fragments):
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.startswith("error: "), result.stderr
+    for crash in ("terminate", "sc_report", "filesystem_error", "what():", "Aborted"):
+        assert crash not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    def write(body, name="k.tasm"):
+        path = tmp_path / name
+        path.write_text(HEADER + body)
+        return path
+    return write
+
+
+@pytest.fixture
+def matmul_inputs(tmp_path):
+    rng = np.random.default_rng(5)
+    np.save(tmp_path / "a_t.npy", rng.standard_normal((128, 128), dtype=np.float32))
+    np.save(tmp_path / "b.npy", rng.standard_normal((128, 512), dtype=np.float32))
+    return ["--input", f"a_t={tmp_path / 'a_t.npy'}", "--input", f"b={tmp_path / 'b.npy'}"]
+
+
+# ---- item 8: errors raised during the simulation ----
+
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_unsatisfiable_sem_wait_is_a_clean_error(run_trnsim, kernel, tmp_path, timing_only):
+    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
+    mode = ["--timing-only"] if timing_only else ["--input", f"x={tmp_path / 'x.npy'}"]
+    result = run_trnsim("run", kernel("sem_wait engine=sync, sem=0, value=1\n"), *mode)
+    assert_clean_error(result, "sem_wait: waits for semaphore 0 to reach 1")
+    result = run_trnsim("run", kernel("sem_wait engine=sync, sem=0, value=1\n"), *mode, "--cores", "0", "1")
+    assert_clean_error(result, "sem_wait: waits for semaphore 0 to reach 1")
+
+
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_out_of_range_dma_queue_is_a_clean_error(run_trnsim, kernel, tmp_path, timing_only):
+    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
+    mode = ["--timing-only"] if timing_only else ["--input", f"x={tmp_path / 'x.npy'}"]
+    result = run_trnsim("run", kernel("dma_copy dst=s, src=x, queue=99\n"), *mode)
+    assert_clean_error(result, "DMA queue 99 does not exist (the config has 16 per engine)")
+
+
+def test_shape_rules_hold_in_both_modes(run_trnsim, kernel, tmp_path):
+    # A rule that only the interpreter checked: values mode ended in `terminate ... sc_report`,
+    # --timing-only accepted the program.
+    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
+    path = kernel("sbuf t : fp32[128, 32]\ntensor_copy dst=t, src=s\n")
+    values = run_trnsim("run", path, "--input", f"x={tmp_path / 'x.npy'}")
+    timing = run_trnsim("run", path, "--timing-only")
+    for result in (values, timing):
+        assert_clean_error(result, "tensor_copy: dst is [128, 32] but src is [128, 64]", "[operand-shape]")
+
+
+def test_hbm_tensor_larger_than_hbm(run_trnsim, tmp_path):
+    path = tmp_path / "big.tasm"
+    path.write_text("kernel big\ntarget trn2\nhbm a : fp32[1000000, 100000] input\nsbuf s : fp32[128, 64]\n"
+                    "dma_copy dst=s, src=a[0:128, 0:64]\n")
+    assert_clean_error(run_trnsim("run", path, "--timing-only"),
+                       "HBM tensor 'a' has 400000000000 bytes, more than the chip's HBM capacity", "[hbm-capacity]")
+
+
+def test_sizes_beyond_the_simulator(run_trnsim):
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", "--set", "core.sbuf.bytes_per_partition=17179869184"),
+                       "core.sbuf.bytes_per_partition: value 17179869184 is out of range [1, 67108864]")
+    assert_clean_error(run_trnsim("bench", "matmul", "--m", "100000", "--k", "100000", "--n", "100000"),
+                       "needs about 119858704 nc_matmul instructions", "at most 8388608")
+
+
+@pytest.mark.parametrize("source", ["directory", "/dev/zero", "oversized"])
+def test_input_that_is_not_an_npy_file(run_trnsim, matmul_inputs, tmp_path, source):
+    if source == "directory":
+        path, fragment = tmp_path, "not a regular file (a directory)"
+    elif source == "/dev/zero":
+        path, fragment = "/dev/zero", "not a regular file (a device, pipe or socket)"
+    else:
+        # Larger than any .npy of a_t's shape can be: refused before it is read.
+        path, fragment = tmp_path / "huge.npy", "more than an .npy of the tensor's shape can have"
+        with open(path, "wb") as f:
+            f.truncate(64 << 20)
+    result = run_trnsim("run", MATMUL, "--input", f"a_t={path}", *matmul_inputs[2:])
+    assert_clean_error(result, str(path), fragment)
+
+
+def test_config_paths_the_file_system_refuses(run_trnsim, tmp_path):
+    assert_clean_error(run_trnsim("config", "show", "a" * 300), "File name too long")
+    (tmp_path / "loop1.yaml").symlink_to(tmp_path / "loop2.yaml")
+    (tmp_path / "loop2.yaml").symlink_to(tmp_path / "loop1.yaml")
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", "--config", tmp_path / "loop1.yaml"),
+                       "Too many levels of symbolic links")
+    base = tmp_path / "long_base.yaml"
+    base.write_text("base: " + "b" * 300 + "\n")
+    assert_clean_error(run_trnsim("config", "show", base), f"{base}:1:7: base: base config", "File name too long")
+
+
+def test_yaml_alias_bomb(run_trnsim, tmp_path):
+    lines = ["base: trn2", "a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for previous, level in zip("abcdefghi", "bcdefghij"):
+        lines.append(f"{level}: &{level} [" + ", ".join([f"*{previous}"] * 10) + "]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    result = run_trnsim("config", "validate", bomb)
+    assert_clean_error(result, f"{bomb}:", "the document expands to more than")
+
+
+# ---- item 9: non-finite numbers ----
+
+def test_nan_latency_is_rejected(run_trnsim, tmp_path):
+    config = tmp_path / "nan.yaml"
+    config.write_text("base: trn2\ncore:\n  dma:\n    fixed_latency_ns: nan\n")
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", "--config", config),
+                       f"{config}:4:23: core.dma.fixed_latency_ns: expected a finite number, got 'nan'")
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", "--set", "hbm.latency_ns=nan"),
+                       "hbm.latency_ns: expected a finite number, got 'nan'")
+
+
+def test_config_load_bench_reports_each_step(run_trnsim):
+    result = run_trnsim("bench", "config-load", "--keys", "1000")
+    assert result.returncode == 0, result.stderr
+    assert "config load of 1000 keys: parse" in result.stdout and "unknown key 'generated_key_0'" in result.stdout
+
+
+# ---- item 11: files the run writes ----
+
+@pytest.mark.parametrize("flag", ["--stats", "--trace"])
+def test_stats_or_trace_on_the_output_file_is_refused(run_trnsim, matmul_inputs, tmp_path, flag):
+    out = tmp_path / "c.npy"
+    (tmp_path / "sub").mkdir()
+    link = tmp_path / "link.npy"
+    link.symlink_to(out)
+    for spelling in ("c.npy", "./c.npy", "sub/../c.npy", str(out), "link.npy"):
+        result = run_trnsim("run", MATMUL, *matmul_inputs, "--output", "c=c.npy", flag, spelling, cwd=tmp_path)
+        assert_clean_error(result, "is already the file of another output (--output c)")
+        assert not out.exists()
+    # --stats and --trace on one file.
+    result = run_trnsim("run", MATMUL, *matmul_inputs, "--stats", "s.json", "--trace", "./s.json", cwd=tmp_path)
+    assert_clean_error(result, "is already the file of another output (--stats)")
+
+
+def test_two_outputs_spelled_differently(run_trnsim, tmp_path):
+    kernel = tmp_path / "two.tasm"
+    kernel.write_text("kernel two\ntarget trn2\nhbm x : fp32[128, 64] input\nhbm y : fp32[128, 64] output\n"
+                      "hbm z : fp32[128, 64] output\nsbuf s : fp32[128, 64]\n"
+                      "dma_copy dst=s, src=x\ndma_copy dst=y, src=s\ndma_copy dst=z, src=s\n")
+    np.save(tmp_path / "x.npy", np.ones((128, 64), np.float32))
+    result = run_trnsim("run", kernel, "--input", "x=x.npy", "--output", "y=f.npy", "--output", "z=./f.npy",
+                        cwd=tmp_path)
+    assert_clean_error(result, "./f.npy is already the file of another output (--output y)")
+
+
+@pytest.mark.parametrize("flag", ["--stats", "--trace"])
+def test_existing_stats_or_trace_needs_force(run_trnsim, matmul_inputs, tmp_path, flag):
+    target = tmp_path / "keep.json"
+    target.write_text("precious")
+    assert_clean_error(run_trnsim("run", MATMUL, *matmul_inputs, flag, target), "exists (pass --force to overwrite)")
+    assert target.read_text() == "precious"
+    result = run_trnsim("run", MATMUL, *matmul_inputs, flag, target, "--force")
+    assert result.returncode == 0, result.stderr
+    assert target.read_text().startswith("{")
+
+
+@pytest.mark.parametrize("flag", ["--stats", "--trace", "--output"])
+def test_unwritable_destination_fails_before_simulating(run_trnsim, matmul_inputs, tmp_path, flag):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        for path, fragment in ((tmp_path / "no" / "such" / "dir" / "f", "cannot be created (no folder"),
+                               (tmp_path, "is a directory"),
+                               (locked / "f", "cannot be created in")):
+            if fragment == "cannot be created in" and os.geteuid() == 0:
+                continue  # root writes anywhere
+            value = f"c={path}" if flag == "--output" else str(path)
+            result = run_trnsim("run", MATMUL, *matmul_inputs, flag, value)
+            assert_clean_error(result, str(path), fragment)
+            assert "ran " not in result.stdout  # refused before the simulation
+    finally:
+        locked.chmod(0o700)
+
+
+def test_duplicate_cores(run_trnsim):
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", "--cores", "0", "0"), "--cores lists core 0 twice")
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", "--cores", "1", "0", "1"),
+                       "--cores lists core 1 twice")
+
+
+def test_bench_checks_its_files_like_run(run_trnsim, tmp_path):
+    point = ["bench", "matmul", "--m", "128", "--k", "128", "--n", "512"]
+    assert_clean_error(run_trnsim(*point, "--stats", "s.json", "--trace", "./s.json", cwd=tmp_path),
+                       "is already the file of another output (--stats)")
+    assert_clean_error(run_trnsim(*point, "--stats", tmp_path / "no" / "s.json"), "cannot be created (no folder")
+    assert_clean_error(run_trnsim(*point, "--emit-tasm", tmp_path), "is a directory")
+    result = run_trnsim(*point, "--stats", "s.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_clean_error(run_trnsim(*point, "--stats", "s.json", cwd=tmp_path), "exists (pass --force to overwrite)")
