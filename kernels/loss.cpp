@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "isa/numerics/float_format.h"
 #include "kernels/tile_pipeline.h"
 
 namespace trnsim::kernels {
@@ -30,27 +31,41 @@ isa::AccessPattern column(const KernelContext& ctx, uint32_t buf, int64_t p, int
   return sb_ap(ctx, buf, uint32_t(p), {{1, 1}}, col);
 }
 
-// Finishes a row tile's losses from its statistics ([P, 1] columns): lse = log(sum) + max, loss =
-// lse - x[target] on valid rows and 0 on ignored ones; stores lse when asked, and the per-row loss
-// (reduction none) or accumulates [sum of losses, valid rows] += ones.T @ pair in PSUM over the row
-// tiles. `pair` is [P, 2] = [loss, valid].
+// Finishes a row tile's losses from its statistics ([P, 1] columns): log(sum) (Scalar, unless the caller
+// took it already), loss = log(sum) - (x[target] - max) on valid rows and 0 on ignored ones, as torch's
+// nll_loss(log_softmax(x)) forms it: x[target] - max first (exact when the target logit is within a factor
+// 2 of the max), so a large logit offset cancels before log(sum) is added (lse = max + log(sum) rounded to
+// fp32 near max = 1e7 would lose log(sum) to an ulp of 1). Stores the row statistics (max, sum) when
+// asked, and the per-row loss (reduction none) or accumulates [sum of losses, valid rows] += ones.T @
+// pair in PSUM over the row tiles. `pair` is [P, 2] = [loss, valid]; `stats` is [P, 3] = [max, sum, log(sum)].
 struct RowLossColumns {
-  isa::AccessPattern sumexp, negmax, lse, picked, diff;
+  isa::AccessPattern sumexp, negmax, stats, picked, diff;
 };
 void finish_row_loss(const KernelContext& ctx, const CrossEntropySpec& spec, const RowLossColumns& c,
                      uint32_t pair, const Range& rows, bool first_tile, uint32_t loss, int64_t lse,
                      const std::optional<uint32_t>& ones, const std::optional<uint32_t>& total,
-                     bool take_log = true) {  // false: c.lse already holds log(sum)
+                     bool take_log = true) {  // false: the log(sum) column is already written
   const int64_t p = rows.size;
-  if (take_log) ctx.builder.emit(isa::Opcode::activation).tensor("dst", c.lse).word("op", "log").tensor("data", c.sumexp);
-  ctx.builder.emit(isa::Opcode::tensor_tensor)
-      .tensor("dst", c.lse).tensor("data1", c.lse).tensor("data2", c.negmax).word("op", "subtract");
-  ctx.builder.emit(isa::Opcode::tensor_tensor)
-      .tensor("dst", c.diff).tensor("data1", c.lse).tensor("data2", c.picked).word("op", "subtract");
+  isa::AccessPattern max_col = c.stats, sum_col = c.stats, pair_cols = c.stats;
+  max_col.free[0].size = sum_col.free[0].size = 1;
+  pair_cols.free[0].size = 2;
+  sum_col.offset += 1;
+  isa::AccessPattern log_col = sum_col;
+  log_col.offset += 1;
+  if (take_log) ctx.builder.emit(isa::Opcode::activation).tensor("dst", log_col).word("op", "log").tensor("data", c.sumexp);
+  // loss = log(sum) - (x[target] + -max), one Vector instruction.
+  ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+      .tensor("dst", c.diff).tensor("data", c.picked).word("op0", "add").tensor("operand0", c.negmax)
+      .word("op1", "subtract").tensor("operand1", log_col).imm("reverse1", 1);
   ctx.builder.emit(isa::Opcode::select_reduce)
       .tensor("dst", column(ctx, pair, p, 0)).tensor("predicate", column(ctx, pair, p, 1)).tensor("on_true", c.diff)
       .imm("on_false", 0.0);
-  if (lse >= 0) dma(ctx, per_row_hbm(ctx, uint32_t(lse), rows), c.lse, detail::kStoreQueue);
+  if (lse >= 0) {
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", max_col).tensor("data", c.negmax).word("op0", "multiply").imm("operand0", -1.0);
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sum_col).tensor("src", c.sumexp);
+    dma(ctx, hbm_ap(ctx, uint32_t(lse), rows.begin * 2, {{2, uint32_t(p)}, {1, 2}}), pair_cols, detail::kStoreQueue);
+  }
   if (spec.reduction == Reduction::none) {
     dma(ctx, per_row_hbm(ctx, loss, rows), column(ctx, pair, p, 0), detail::kStoreQueue);
   } else {
@@ -190,9 +205,11 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
   auto pair_col = [&](const detail::Ring& ring, int64_t t, int64_t p) {
     return sb2(ctx, ring[t / 2], p, 1, (t % 2) * kPairStride);
   };
-  auto pair_both = [&](const detail::Ring& ring, int64_t t, int64_t p) {
-    return sb_ap(ctx, ring[t / 2], uint32_t(p), {{kPairStride, 2}});
+  auto pair_both = [&](const detail::Ring& ring, int64_t t, int64_t p, int64_t offset = 0) {
+    return sb_ap(ctx, ring[t / 2], uint32_t(p), {{kPairStride, 2}}, offset);
   };
+  // A tile's [P, 3] (max, sum, log(sum)) in the paired statistics ring.
+  auto pair_stats = [&](int64_t t, int64_t p) { return sb2(ctx, lse2[t / 2], p, 3, (t % 2) * kPairStride); };
   const int64_t n_tiles = int64_t(row_tiles.size());
   auto paired = [&](int64_t t) {
     const int64_t u = t ^ 1;
@@ -241,6 +258,15 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
     ctx.builder.emit(isa::Opcode::tensor_reduce)
         .tensor("dst", sb2(ctx, nm[kk], p, 1)).word("op", "maximum").tensor("data", sb2(ctx, x[kk], p, w))
         .word("axis", "[1]").imm("negate", 1);
+    if (n > 1) {
+      // -max_c clamped (in place, Vector) to the largest finite value of its dtype: a chunk of only -inf
+      // (a masked vocabulary tail) then sums exp(-inf) = 0 instead of exp(-inf + inf) = nan, and its
+      // weight exp(max_c - max) = 0 leaves the row's sum alone (torch's row max ignores the chunk). A NaN
+      // passes through (minimum propagates it): the row's loss is NaN, as on the CPU.
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", sb2(ctx, nm[kk], p, 1)).tensor("data", sb2(ctx, nm[kk], p, 1))
+          .word("op0", "minimum").imm("operand0", double(numerics::dtype_max_finite(spec.logits_dtype)));
+    }
   };
   auto stage_b = [&](size_t k) {
     const Step& st = steps[k];
@@ -268,7 +294,7 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
         const int64_t tj = steps[kj].tile, pj = steps[kj].rows.size;
         auto sj = [&](const detail::Ring& ring) { return sb2(ctx, ring[tj], pj, 1); };
         finish_row_loss(ctx, spec,
-                        {pair_col(se2, tj, pj), sb2(ctx, nm[int64_t(kj)], pj, 1), pair_col(lse2, tj, pj),
+                        {pair_col(se2, tj, pj), sb2(ctx, nm[int64_t(kj)], pj, 1), pair_stats(tj, pj),
                          sj(picked), sj(diff)},
                         pair[tj], steps[kj].rows, tj == 0, loss, lse, ones, total, take_log);
       };
@@ -278,7 +304,7 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
       }
       if (paired(t)) {
         ctx.builder.emit(isa::Opcode::activation)
-            .tensor("dst", pair_both(lse2, t, p)).word("op", "log").tensor("data", pair_both(se2, t, p));
+            .tensor("dst", pair_both(lse2, t, p, 2)).word("op", "log").tensor("data", pair_both(se2, t, p));
         row_loss(*deferred, false);
         deferred.reset();
         row_loss(k, false);
@@ -298,7 +324,7 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
         .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
     ctx.builder.emit(isa::Opcode::tensor_reduce)
         .tensor("dst", s(sumexp)).word("op", "add").tensor("data", ws).word("axis", "[1]");
-    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), s(lse_r), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
+    finish_row_loss(ctx, spec, {s(sumexp), s(negmax), sb2(ctx, lse_r[t], p, 3), s(picked), s(diff)}, pair[t], r, t == 0, loss, lse,
                     ones, total);
   };
   const size_t ahead = size_t(depth) - 2;  // the x slot of step k is read until stage B (iteration k + 1)
@@ -332,7 +358,7 @@ isa::Program cross_entropy_program(const CrossEntropySpec& spec, const HardwareC
   uint32_t logits = builder.hbm("logits", spec.logits_dtype, {uint32_t(spec.rows), uint32_t(spec.classes)}, in);
   uint32_t target = builder.hbm("target", DType::int32, {uint32_t(spec.rows)}, in);
   uint32_t loss = builder.hbm("loss", DType::fp32, {spec.reduction == Reduction::none ? uint32_t(spec.rows) : 1u}, out);
-  uint32_t lse = builder.hbm("lse", DType::fp32, {uint32_t(spec.rows)}, out);
+  uint32_t lse = builder.hbm("lse", DType::fp32, {uint32_t(spec.rows), 2u}, out);
   build_cross_entropy(KernelContext{builder, config, "", core, cores}, spec, logits, target, loss, lse);
   return builder.finish();
 }
@@ -361,13 +387,15 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
   auto resident = [&](const std::string& n, DType d, int64_t w) {
     return ctx.builder.sbuf(ctx.name(n), d, {uint32_t(P), uint32_t(std::max<int64_t>(1, w))});
   };
-  // Per-row values of every tile stay resident ([P, T], column t = row tile t): targets, -lse and the
-  // row scale, computed once before the row loop (the mean needs the valid-row count of all rows).
+  // Per-row values of every tile stay resident ([P, T], column t = row tile t): targets, the saved
+  // (max, sum) pairs ([P, 2T]), -max, the row scale and scale / sum, computed once before the row
+  // loop (the mean needs the valid-row count of all rows).
   uint32_t tg_i = resident("ceb_tgt", DType::int32, T), tgf = resident("ceb_tgf", DType::fp32, T),
-           nlse = resident("ceb_nlse", DType::fp32, T), scale = resident("ceb_scale", DType::fp32, T),
+           stats = resident("ceb_stats", DType::fp32, 2 * T), nmax = resident("ceb_nmax", DType::fp32, T),
+           coef = resident("ceb_coef", DType::fp32, T), scale = resident("ceb_scale", DType::fp32, T),
            go = resident("ceb_go", DType::fp32, T);
   ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, tgf, P, T)).imm("value", -1.0);  // pad rows: invalid
-  ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, nlse, P, T)).imm("value", 0.0);
+  ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, stats, P, 2 * T)).imm("value", 1.0);
   ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, go, P, T)).imm("value", 0.0);
   // Split across cores by row tiles (this core's contiguous share, `mine`); the per-row values are
   // loaded for those tiles only, except the targets of every tile for the mean's valid-row count
@@ -381,7 +409,8 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
     ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", column(ctx, tgf, r.size, t))
         .tensor("src", column(ctx, tg_i, r.size, t));
     if (!is_mine(t)) continue;
-    dma(ctx, column(ctx, nlse, r.size, t), per_row_hbm(ctx, lse, r), detail::kConstQueue);
+    dma(ctx, sb2(ctx, stats, r.size, 2, 2 * t), hbm_ap(ctx, lse, r.begin * 2, {{2, uint32_t(r.size)}, {1, 2}}),
+        detail::kConstQueue);
     if (spec.reduction == Reduction::none) {
       dma(ctx, column(ctx, go, r.size, t), per_row_hbm(ctx, grad_output, r), detail::kConstQueue);
     }
@@ -400,8 +429,8 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
         .imm("operand0", double(*spec.ignore_index)).word("op1", "multiply").tensor("operand1", sb2(ctx, valid, P, T));
   }
   ctx.builder.emit(isa::Opcode::tensor_scalar)
-      .tensor("dst", sb2(ctx, nlse, P, T)).tensor("data", sb2(ctx, nlse, P, T)).word("op0", "multiply")
-      .imm("operand0", -1.0);
+      .tensor("dst", sb2(ctx, nmax, P, T)).tensor("data", sb_ap(ctx, stats, uint32_t(P), {{2, uint32_t(T)}}))
+      .word("op0", "multiply").imm("operand0", -1.0);
   if (spec.reduction == Reduction::none) {
     ctx.builder.emit(isa::Opcode::tensor_tensor)
         .tensor("dst", sb2(ctx, scale, P, T)).tensor("data1", sb2(ctx, valid, P, T)).tensor("data2", sb2(ctx, go, P, T))
@@ -431,6 +460,11 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
         .tensor("dst", sb2(ctx, scale, P, T)).tensor("data", sb2(ctx, valid, P, T)).word("op0", "multiply")
         .tensor("operand0", sb2(ctx, factor, P, 1));
   }
+  // scale / sum: the softmax's normaliser folded into the row scale, so the full-width pass is exp(x - max)
+  // (no cancellation against a large max) times one per-row factor. Padding rows: 0 / 1.
+  ctx.builder.emit(isa::Opcode::tensor_tensor)
+      .tensor("dst", sb2(ctx, coef, P, T)).tensor("data1", sb2(ctx, scale, P, T))
+      .tensor("data2", sb_ap(ctx, stats, uint32_t(P), {{2, uint32_t(T)}}, 1)).word("op", "divide");
   uint32_t iota = resident("ceb_iota", DType::fp32, W);
   ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, iota, P, W))
       .word("pattern", "[[1, " + std::to_string(W) + "]]");
@@ -473,11 +507,13 @@ void build_cross_entropy_backward(const KernelContext& ctx, const CrossEntropySp
             .tensor("dst", tg_col).tensor("data", column(ctx, tgf, p, t)).word("op0", "subtract")
             .imm("operand0", double(st.cols.begin)).on(hot_engine);
       }
-      // Scalar: exp(x - lse), then * scale; GpSimd: (iota == target) * scale, and the difference.
+      // Scalar: exp(x - max), then * (scale / sum); GpSimd: (iota == target) * scale, and the difference:
+      // torch's exp(log_softmax) - onehot. x - max is exact near the max, where exp(x - lse) with an fp32
+      // lse = max + log(sum) would carry the lse's rounding (up to 0.5 at |max| = 1e7) into the exponent.
       ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", full(es)).word("op", "exp").tensor("data", full(x)).tensor("bias", column(ctx, nlse, p, t));
+          .tensor("dst", full(es)).word("op", "exp").tensor("data", full(x)).tensor("bias", column(ctx, nmax, p, t));
       ctx.builder.emit(isa::Opcode::activation)
-          .tensor("dst", full(es)).word("op", "copy").tensor("data", full(es)).tensor("scale", s_col);
+          .tensor("dst", full(es)).word("op", "copy").tensor("data", full(es)).tensor("scale", column(ctx, coef, p, t));
       ctx.builder.emit(isa::Opcode::tensor_scalar)
           .tensor("dst", full(hot)).tensor("data", sb2(ctx, iota, p, w)).word("op0", "equal")
           .tensor("operand0", tg_col).word("op1", "multiply").tensor("operand1", s_col)
@@ -496,7 +532,7 @@ isa::Program cross_entropy_backward_program(const CrossEntropySpec& spec, const 
   std::vector<uint32_t> shape{uint32_t(spec.rows), uint32_t(spec.classes)}, rows{uint32_t(spec.rows)};
   uint32_t logits = builder.hbm("logits", spec.logits_dtype, shape, in);
   uint32_t target = builder.hbm("target", DType::int32, rows, in);
-  uint32_t lse = builder.hbm("lse", DType::fp32, rows, in);
+  uint32_t lse = builder.hbm("lse", DType::fp32, {uint32_t(spec.rows), 2u}, in);
   uint32_t go = builder.hbm("dloss", DType::fp32, {spec.reduction == Reduction::none ? uint32_t(spec.rows) : 1u}, in);
   uint32_t dlogits = builder.hbm("dlogits", spec.logits_dtype, shape, isa::AllocationRole::output);
   build_cross_entropy_backward(KernelContext{builder, config, "", core, cores}, spec, logits, target, lse, go, dlogits);

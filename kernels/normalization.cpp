@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -98,6 +99,62 @@ detail::Ring stat_ring(const KernelContext& ctx, const std::string& name, int64_
   return detail::make_ring(ctx, name, DType::fp32, std::max(width, kGranuleFloats), depth);
 }
 
+// rstd = rsqrt(var + eps) from bn_aggr's [mean, var] columns. The CPU's Welford statistics (torch's
+// RowwiseMoments) turn a mean whose square overflows fp32 (|mean| > 1.8e19, e.g. a row of 1e30) into a
+// NaN variance (its first combine multiplies mean^2 = inf by a count of 0), so the row is NaN there; a
+// finite bn_aggr variance would give 0 or finite values instead. mean * mean * 0 (0, or NaN exactly when
+// mean^2 overflows or mean is NaN) added to the variance gives the CPU's NaN rows for two [P, 1] ops.
+// A variance that overflows by itself stays inf: rstd 0 and y = 0, as on the CPU.
+void emit_rstd(const KernelContext& ctx, const isa::AccessPattern& mean, const isa::AccessPattern& var,
+               const isa::AccessPattern& rstd, double eps) {
+  ctx.builder.emit(isa::Opcode::tensor_scalar)
+      .tensor("dst", rstd).tensor("data", mean).word("op0", "multiply").tensor("operand0", mean)
+      .word("op1", "multiply").imm("operand1", 0.0);
+  ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+      .tensor("dst", rstd).tensor("data", rstd).word("op0", "add").imm("operand0", eps)
+      .word("op1", "add").tensor("operand1", var);
+  ctx.builder.emit(isa::Opcode::tensor_scalar)
+      .tensor("dst", rstd).tensor("data", rstd).word("op0", "rsqrt").imm("operand0", 0.0);
+}
+
+// xhat = (x - mean) * rstd, the subtraction first: torch's fp32 x * rstd - mean * rstd cancels (an ulp of
+// x * rstd: 1e-3 at x = 1e4 with rstd = 1), x - mean is exact near the mean. Two Scalar passes (the
+// activation's func(x * scale + bias) scales before it adds, and the engine's tensor_scalar runs only
+// multiply-then-add): d = x + (-mean), then d * rstd. Scalar has the room (the layernorm forward is
+// GpSimd-bound: * w and + b). With `corrected` (a row in one SBUF tile) the first pass also sums d in
+// its accumulator, and the second subtracts mean(d) (d * rstd - mean(d) * rstd, no cancellation left:
+// d is centred): the corrected two-pass mean, as exact as torch's Welford mean (bn_stats' fp32 sums
+// leave a few ulps of a large mean, 1e-3 at 1e4, and y = b for a constant row needs the exact mean).
+// `mean` then holds the corrected mean (what save_stats stores, when `store_mean`). The [P, 1] work
+// between the passes stays on Scalar (-rstd / C from Vector beforehand), so Vector never waits on Scalar.
+struct CenterColumns {
+  isa::AccessPattern mean, neg_mean, rstd, dsum, corr, nrc;
+};
+void emit_centered(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& x,
+                   const CenterColumns& c, int64_t cols, bool corrected, bool store_mean = false) {
+  const double inv_cols = 1.0 / double(cols);
+  ctx.builder.emit(isa::Opcode::tensor_scalar)
+      .tensor("dst", c.neg_mean).tensor("data", c.mean).word("op0", "multiply").imm("operand0", -1.0);
+  if (corrected) {
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", c.nrc).tensor("data", c.rstd).word("op0", "multiply").imm("operand0", -inv_cols);
+  }
+  auto first = ctx.builder.emit(isa::Opcode::activation);
+  first.tensor("dst", dst).word("op", "copy").tensor("data", x).tensor("bias", c.neg_mean);
+  if (corrected) {
+    first.word("reduce_op", "add").tensor("reduce_res", c.dsum);
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", c.corr).word("op", "copy").tensor("data", c.dsum).tensor("scale", c.nrc);
+  }
+  auto second = ctx.builder.emit(isa::Opcode::activation);
+  second.tensor("dst", dst).word("op", "copy").tensor("data", dst).tensor("scale", c.rstd);
+  if (corrected) second.tensor("bias", c.corr);
+  if (corrected && store_mean) {
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", c.mean).word("op", "copy").tensor("data", c.dsum).imm("scale", inv_cols).tensor("bias", c.mean);
+  }
+}
+
 }  // namespace
 
 // ---- softmax / log_softmax ----
@@ -147,28 +204,32 @@ Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int
 // GpSimd gathers -max_c into a [P, n] row; after the last chunk, max = max_c over chunks and
 // sum = sum_c sum_c * exp(max_c - max) (flash attention's rescaled running sum, done once per row
 // over the n chunk statistics rather than chunk by chunk, so no engine waits on the previous chunk).
-// Pass 2 re-reads the chunks: softmax y = exp(x - max - log(sum)) on Scalar (one pass),
-// log_softmax y = x - max - log(sum) alternating GpSimd and Vector. Loads run ring-depth - 1 chunks
+// Pass 2 re-reads the chunks: softmax Scalar exp(x - max) then * (1 / sum), log_softmax (x - max) - log(sum),
+// the full-width work alternating GpSimd and Vector. x - max comes first, exactly as torch orders it: a
+// fused per-row bias -max - log(sum) would round log(sum) to an ulp of a large max (0.5 at 1e7). Loads run ring-depth - 1 chunks
 // ahead across passes and row tiles, so the second pass of a tile overlaps nothing but its own loads
 // and stores and the first pass of the next tile starts streaming while the statistics combine.
 void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, const Rows& r, uint32_t x, uint32_t y) {
   const int64_t in_b = dtype_size_bytes(spec.input_dtype), out_b = dtype_size_bytes(spec.output_dtype);
   const int depth = detail::kRingDepth;
-  // Chunk-wide buffers: the input ring, the output ring and a bf16 scratch for pass 1's exponentials;
-  // ~16 KiB per partition per load (large DMAs) when SBUF allows.
-  const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b, depth * (in_b + out_b) + 2,
+  // Chunk-wide buffers: the input ring, the output ring, a bf16 scratch for pass 1's exponentials and
+  // (softmax) an fp32 pair for pass 2's; ~16 KiB per partition per load (large DMAs) when SBUF allows.
+  constexpr int kExpDepth = 3;
+  const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b,
+                                  depth * (in_b + out_b) + 2 + (spec.log ? 0 : kExpDepth * 4),
                                   row_budget(ctx) - 24 * ceil_div(r.cols, 1024), "softmax");
   const int64_t n = ch.n, stat_w = std::max<int64_t>(n, kGranuleFloats);
   detail::align_sbuf_to_granule(ctx, "smc_pad");
   detail::Ring in = detail::make_ring(ctx, "smc_in", spec.input_dtype, ch.width, depth);
   detail::Ring out = detail::make_ring(ctx, "smc_out", spec.output_dtype, ch.width, depth);
   detail::Ring scratch = detail::make_ring(ctx, "smc_scratch", DType::bf16, ch.width, 1);
+  detail::Ring ex = spec.log ? detail::Ring{} : detail::make_ring(ctx, "smc_exp", DType::fp32, ch.width, kExpDepth);
   // Per row tile (two tiles in flight): the chunks' -max and sums, and exp(max_c - max).
   detail::Ring nm_all = detail::make_ring(ctx, "smc_nm_all", DType::fp32, stat_w, 2);
   detail::Ring se_all = detail::make_ring(ctx, "smc_se_all", DType::fp32, stat_w, 2);
   detail::Ring w_all = detail::make_ring(ctx, "smc_w_all", DType::fp32, stat_w, 2);
   detail::Ring nm = stat_ring(ctx, "smc_nm"), neg_max = stat_ring(ctx, "smc_negmax"), sum = stat_ring(ctx, "smc_sum"),
-               bias = stat_ring(ctx, "smc_bias");
+               norm = stat_ring(ctx, "smc_norm");  // log(sum) (log_softmax) or 1 / sum
 
   using Step = ChunkStep;
   // The row-tile loop (split across cores by whole row tiles), each tile's chunks twice.
@@ -192,13 +253,19 @@ void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, co
         const int64_t kk = int64_t(k);
         ctx.builder.emit(isa::Opcode::tensor_reduce)
             .tensor("dst", one(nm, kk)).word("op", "maximum").tensor("data", xt).word("axis", "[1]").imm("negate", 1);
+        // -max_c clamped to the largest finite fp32: a chunk of only -inf then sums exp(-inf) = 0, not
+        // exp(-inf + inf) = nan, and weighs exp(max_c - max) = 0 in the row's sum (torch's max ignores
+        // it); a NaN passes through (minimum propagates it), so its row is NaN as on the CPU.
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", one(nm, kk)).tensor("data", one(nm, kk)).word("op0", "minimum")
+            .imm("operand0", double(std::numeric_limits<float>::max()));
         ctx.builder.emit(isa::Opcode::activation)
             .tensor("dst", sb2(ctx, scratch[0], p, w)).word("op", "exp").tensor("data", xt).tensor("bias", one(nm, kk))
             .imm("scale", 1.0).word("reduce_op", "add").tensor("reduce_res", col(se_all, st.chunk));
         ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", col(nm_all, st.chunk)).tensor("src", one(nm, kk))
             .on(Engine::gpsimd);
         if (st.chunk == n - 1) {
-          // -max = min over the chunks' -max_c; sum = sum_c sum_c * exp(max_c - max); bias = -max - log(sum).
+          // -max = min over the chunks' -max_c; sum = sum_c sum_c * exp(max_c - max); log(sum) or 1 / sum.
           const isa::AccessPattern nms = sb2(ctx, nm_all[t], p, n), ses = sb2(ctx, se_all[t], p, n),
                                    ws = sb2(ctx, w_all[t], p, n);
           ctx.builder.emit(isa::Opcode::tensor_reduce)
@@ -209,21 +276,26 @@ void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, co
               .tensor("dst", ws).tensor("data1", ws).tensor("data2", ses).word("op", "multiply");
           ctx.builder.emit(isa::Opcode::tensor_reduce)
               .tensor("dst", one(sum, t)).word("op", "add").tensor("data", ws).word("axis", "[1]");
-          ctx.builder.emit(isa::Opcode::activation).tensor("dst", one(bias, t)).word("op", "log").tensor("data", one(sum, t));
-          ctx.builder.emit(isa::Opcode::tensor_tensor)
-              .tensor("dst", one(bias, t)).tensor("data1", one(neg_max, t)).tensor("data2", one(bias, t))
-              .word("op", "subtract");
+          if (spec.log) {
+            ctx.builder.emit(isa::Opcode::activation).tensor("dst", one(norm, t)).word("op", "log").tensor("data", one(sum, t));
+          } else {
+            ctx.builder.emit(isa::Opcode::reciprocal).tensor("dst", one(norm, t)).tensor("data", one(sum, t));
+          }
         }
         return;
       }
       const isa::AccessPattern yt = sb2(ctx, out[stores], p, w);
+      const Engine full_width = st.chunk % 2 == 0 ? Engine::gpsimd : Engine::vector;
       if (!spec.log) {
+        const isa::AccessPattern et = sb2(ctx, ex[stores], p, w);
         ctx.builder.emit(isa::Opcode::activation)
-            .tensor("dst", yt).word("op", "exp").tensor("data", xt).tensor("bias", one(bias, t)).imm("scale", 1.0);
+            .tensor("dst", et).word("op", "exp").tensor("data", xt).tensor("bias", one(neg_max, t)).imm("scale", 1.0);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", yt).tensor("data", et).word("op0", "multiply").tensor("operand0", one(norm, t)).on(Engine::gpsimd);
       } else {
         ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", one(bias, t))
-            .on(st.chunk % 2 == 0 ? Engine::gpsimd : Engine::vector);
+            .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", one(neg_max, t))
+            .word("op1", "subtract").tensor("operand1", one(norm, t)).on(full_width);
       }
       dma(ctx, chunk_hbm(y, st), yt, detail::kStoreQueue);
       ++stores;
@@ -263,12 +335,13 @@ void build_softmax(const KernelContext& ctx, const SoftmaxSpec& spec, uint32_t x
       ctx.builder.emit(isa::Opcode::tensor_scalar)
           .tensor("dst", yt).tensor("data", et).word("op0", "multiply").tensor("operand0", s(aux)).on(Engine::gpsimd);
     } else {
-      // y = x + (-max - log(sum)): one per-row bias for the full-width pass.
+      // y = (x - max) - log(sum), torch's order: x - max is exact near the max, so a large offset cancels
+      // before log(sum) is added (one fused bias -max - log(sum) would round log(sum) to an ulp of the
+      // max: 0.5 at 1e7, and all of it for a row of 1e30). Both operations in one GpSimd pass.
       ctx.builder.emit(isa::Opcode::activation).tensor("dst", s(aux)).word("op", "log").tensor("data", s(sum));
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", s(aux)).tensor("data1", s(neg_max)).tensor("data2", s(aux)).word("op", "subtract");
       ctx.builder.emit(isa::Opcode::tensor_scalar)
-          .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", s(aux)).on(Engine::gpsimd);
+          .tensor("dst", yt).tensor("data", xt).word("op0", "add").tensor("operand0", s(neg_max))
+          .word("op1", "subtract").tensor("operand1", s(aux)).on(Engine::gpsimd);
     }
     return yt;
   });
@@ -307,7 +380,10 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
   const int depth = detail::kRingDepth;
   // bn_stats pieces: ceil(width / 512) per chunk (an upper bound before the width is known).
   const int64_t pieces_bound = ceil_div(r.cols, kBnStatsMaxFree) + ceil_div(r.cols, 1024);
-  const int64_t stats_bytes = rms ? 2 * 256 : 2 * std::max<int64_t>(256, pieces_bound * kBnStatsValues * 4);
+  // (+ layernorm's corrected-mean rings: K, -K and the mean per group slot, and the chunk sums of x - K.)
+  const int64_t stats_bytes = rms ? 2 * 256
+                                  : 2 * std::max<int64_t>(256, pieces_bound * kBnStatsValues * 4) +
+                                        3 * 2 * kNormGroup * 256 + 2 * std::max<int64_t>(256, 4 * ceil_div(r.cols, 64));
   // Loads run depth - 1 steps ahead, which may cross that many param chunks (groups of one tile).
   const int param_depth = depth;
   const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b,
@@ -321,12 +397,18 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
   detail::Ring tmp = detail::make_ring(ctx, "nc_tmp", DType::fp32, ch.width, depth);
   detail::Ring wr = has_w ? detail::make_ring(ctx, "nc_w", spec.param_dtype, ch.width, param_depth) : detail::Ring{};
   detail::Ring br = has_b ? detail::make_ring(ctx, "nc_b", spec.param_dtype, ch.width, param_depth) : detail::Ring{};
-  detail::Ring scratch = rms ? detail::make_ring(ctx, "nc_sq", DType::bf16, ch.width, 1) : detail::Ring{};
+  detail::Ring scratch = detail::make_ring(ctx, "nc_sq", DType::bf16, ch.width, 1);  // discarded Scalar outputs
   // Per row tile (two in flight): the chunks' sums of squares or bn_stats.
   detail::Ring acc = stat_ring(ctx, "nc_acc", rms ? n : pieces * kBnStatsValues, 2);
   // Per-row statistics live from a tile's pass 1 to its pass 2: two groups' worth of slots.
-  detail::Ring mv = stat_ring(ctx, "nc_mv", 2, 2 * kNormGroup), rstd = stat_ring(ctx, "nc_rstd", 1, 2 * kNormGroup),
-               nmr = stat_ring(ctx, "nc_nmr", 1, 2 * kNormGroup);
+  detail::Ring mv = stat_ring(ctx, "nc_mv", 2, 2 * kNormGroup), rstd = stat_ring(ctx, "nc_rstd", 1, 2 * kNormGroup);
+  // Layernorm's corrected mean: K = the first chunk's mean (bn_aggr of its pieces), dsum = per-chunk sums
+  // of x - K (Scalar accumulator, pass 1), mean = K + sum(dsum) / C: bn_aggr's mean alone is its pieces'
+  // fp32 sums, ~10 ulps of a mean of 1e4 over 40000 columns; x - K is centred, so its sums are exact.
+  detail::Ring kmv = rms ? detail::Ring{} : stat_ring(ctx, "nc_kmv", 2, 2 * kNormGroup),
+               nk = rms ? detail::Ring{} : stat_ring(ctx, "nc_nk", 1, 2 * kNormGroup),
+               dsum = rms ? detail::Ring{} : stat_ring(ctx, "nc_dsum", n, 2),
+               macc = rms ? detail::Ring{} : stat_ring(ctx, "nc_mean", 1, 2 * kNormGroup);
   const double inv_cols = 1.0 / double(r.cols);
 
   struct Step {
@@ -388,6 +470,15 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
                 .tensor("dst", sb2(ctx, acc[t], p, kBnStatsValues, (first_piece + c0 / kBnStatsMaxFree) * kBnStatsValues))
                 .tensor("data", detail::sb_ap(ctx, in[kk], uint32_t(p), {{1, uint32_t(f)}}, c0));
           }
+          if (st.chunk == 0) {  // K, and -K for the Scalar bias (Vector; Scalar only reads them)
+            ctx.builder.emit(isa::Opcode::bn_aggr)
+                .tensor("dst", sb2(ctx, kmv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, chunk_pieces * kBnStatsValues));
+            ctx.builder.emit(isa::Opcode::tensor_scalar)
+                .tensor("dst", one(nk)).tensor("data", one(kmv)).word("op0", "multiply").imm("operand0", -1.0);
+          }
+          ctx.builder.emit(isa::Opcode::activation)
+              .tensor("dst", sb2(ctx, scratch[0], p, cw)).word("op", "copy").tensor("data", xt).tensor("bias", one(nk))
+              .word("reduce_op", "add").tensor("reduce_res", one(dsum, st.chunk));
         }
         if (st.chunk != n - 1) return;
         if (rms) {
@@ -402,14 +493,15 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
         } else {
           ctx.builder.emit(isa::Opcode::bn_aggr)
               .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, pieces * kBnStatsValues));
-          ctx.builder.emit(isa::Opcode::tensor_scalar)
-              .tensor("dst", one(rstd)).tensor("data", one(mv, 1)).word("op0", "add").imm("operand0", spec.eps);
-          ctx.builder.emit(isa::Opcode::tensor_scalar)
-              .tensor("dst", one(rstd)).tensor("data", one(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
-          ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-              .tensor("dst", one(nmr)).tensor("data", one(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
-              .word("op1", "multiply").tensor("operand1", one(rstd));
-          store_row_stat(ctx, mean_out, st.rows.begin, p, mv[t], 0);
+          emit_rstd(ctx, one(mv, 0), one(mv, 1), one(rstd), spec.eps);
+          // Scalar: mean = K + sum(dsum) / C (the chunk sums summed in place).
+          ctx.builder.emit(isa::Opcode::activation)
+              .tensor("dst", sb2(ctx, dsum[t], p, n)).word("op", "copy").tensor("data", sb2(ctx, dsum[t], p, n))
+              .word("reduce_op", "add").tensor("reduce_res", one(macc));
+          ctx.builder.emit(isa::Opcode::activation)
+              .tensor("dst", one(macc)).word("op", "copy").tensor("data", one(macc)).imm("scale", inv_cols)
+              .tensor("bias", one(kmv));
+          store_row_stat(ctx, mean_out, st.rows.begin, p, macc[t], 0);
           store_row_stat(ctx, rstd_out, st.rows.begin, p, rstd[t]);
         }
         return;
@@ -427,10 +519,11 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
         ctx.builder.emit(isa::Opcode::tensor_scalar)
             .tensor("dst", yt).tensor("data", src).word("op0", "multiply").tensor("operand0", one(rstd));
       } else {
+        // Vector (idle in pass 2): (x - mean) * rstd, the subtraction first (see emit_centered).
         const isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
-        ctx.builder.emit(isa::Opcode::activation)
-            .tensor("dst", norm_dst).word("op", "copy").tensor("data", xt).tensor("scale", one(rstd))
-            .tensor("bias", one(nmr));
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", norm_dst).tensor("data", xt).word("op0", "subtract").tensor("operand0", one(macc))
+            .word("op1", "multiply").tensor("operand1", one(rstd));
         if (has_w) {
           ctx.builder.emit(isa::Opcode::tensor_tensor)
               .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", wt).word("op", "multiply")
@@ -471,7 +564,8 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
   detail::Ring scratch = detail::make_ring(ctx, "norm_sq", DType::bf16, r.cols, 1);  // discarded squares
   const int64_t chunks = ceil_div(r.cols, kBnStatsMaxFree);
   detail::Ring stats = stat_ring(ctx, "norm_stats", chunks * kBnStatsValues);
-  detail::Ring mv = stat_ring(ctx, "norm_mv", 2), rstd = stat_ring(ctx, "norm_rstd"), nmr = stat_ring(ctx, "norm_nmr");
+  detail::Ring mv = stat_ring(ctx, "norm_mv", 2), rstd = stat_ring(ctx, "norm_rstd"), nmean = stat_ring(ctx, "norm_nmean"),
+               dsum = stat_ring(ctx, "norm_dsum"), corr = stat_ring(ctx, "norm_corr"), nrc = stat_ring(ctx, "norm_nrc");
   const double inv_cols = 1.0 / double(r.cols);
   const std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));  // row_loop's tiles
 
@@ -513,20 +607,13 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
     }
     ctx.builder.emit(isa::Opcode::bn_aggr)
         .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, stats[t], p, chunks * kBnStatsValues));
-    // rstd = rsqrt(var + eps); nmr = -mean * rstd.
-    ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", s(rstd)).tensor("data", s(mv, 1)).word("op0", "add").imm("operand0", spec.eps);
-    ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", s(rstd)).tensor("data", s(rstd)).word("op0", "rsqrt").imm("operand0", 0.0);
-    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-        .tensor("dst", s(nmr)).tensor("data", s(mv, 0)).word("op0", "multiply").imm("operand0", -1.0)
-        .word("op1", "multiply").tensor("operand1", s(rstd));
-    store_row_stat(ctx, mean_out, r0, p, mv[t], 0);
+    emit_rstd(ctx, s(mv, 0), s(mv, 1), s(rstd), spec.eps);
     store_row_stat(ctx, rstd_out, r0, p, rstd[t]);
-    // Scalar: x * rstd + (-mean * rstd), the normalised row, in one pass.
+    // Scalar: (x - mean) * rstd, the normalised row, with the corrected mean.
     isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", norm_dst).word("op", "copy").tensor("data", xt).tensor("scale", s(rstd)).tensor("bias", s(nmr));
+    emit_centered(ctx, norm_dst, xt, {s(mv, 0), s(nmean), s(rstd), s(dsum), s(corr), s(nrc)}, r.cols, true,
+                  mean_out >= 0);
+    store_row_stat(ctx, mean_out, r0, p, mv[t], 0);
     if (has_w) {
       ctx.builder.emit(isa::Opcode::tensor_tensor)
           .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", sb2(ctx, *w_sb, p, r.cols))

@@ -6,9 +6,11 @@
 // Longer forward rows switch automatically to a chunked two-pass schedule over column chunks (up to
 // 16 KiB per partition per load, 256-byte aligned, 4-deep rings), re-reading x from HBM:
 //   softmax / log_softmax: online softmax, per-chunk max and sum of exp(x - max_c) combined per row
-//     (rescaled by exp(max_c - max)), then y = exp(x - max - log(sum)) or x - max - log(sum);
+//     (rescaled by exp(max_c - max); a chunk of only -inf weighs 0), then y = exp(x - max) / sum or
+//     (x - max) - log(sum);
 //   rmsnorm: per-chunk sums of squares, then x * w * rstd; layernorm: bn_stats per <= 512 elements
-//     of every chunk, one bn_aggr per row, then (x - mean) * rstd * w + b. The w / b chunks are
+//     of every chunk, one bn_aggr per row (the variance), the mean corrected by Scalar sums of x - K
+//     (K = the first chunk's mean), then (x - mean) * rstd * w + b. The w / b chunks are
 //     re-read per group of 4 row tiles (pass 2 runs chunk-major across the group).
 // The backward kernels switch likewise to two passes over column chunks for rows too long for SBUF:
 //   softmax backward: pass 1 per-chunk row sums of dy * y, pass 2 (dy - sum) * y; log_softmax backward:
@@ -25,9 +27,14 @@
 // full-width passes over the three engines so that none exceeds the DMA time of a tile:
 //   rmsnorm:    Scalar square + row sum (activation reduce), GpSimd x * w (exact in fp32 for bf16
 //               inputs), Vector (x * w) * rstd -> output dtype.
-//   layernorm:  Vector bn_stats/bn_aggr, Scalar x * rstd - mean * rstd, GpSimd * w and + b.
+//   layernorm:  Vector bn_stats/bn_aggr, Scalar d = x - mean (with sum(d): the corrected two-pass mean)
+//               and d * rstd - mean(d) * rstd, GpSimd * w and + b.
 //   softmax:    Vector row max, Scalar exp with the row sum, GpSimd * 1/sum.
-//   log_softmax: Vector row max, Scalar exp with the row sum, GpSimd x - max - log(sum).
+//   log_softmax: Vector row max, Scalar exp with the row sum, GpSimd (x - max) - log(sum).
+// Numerics follow torch's fp32 CPU kernels where those are exact and do better where they cancel: the max
+// is subtracted before log(sum) is added (a fused bias -max - log(sum) loses log(sum) beside a max of 1e7),
+// the mean before rstd multiplies (x * rstd - mean * rstd loses an ulp of x * rstd); a row whose mean
+// squared overflows fp32 is NaN, as torch's Welford statistics make it (see emit_rstd).
 //
 // Split across cores (KernelContext core/cores): each core takes a contiguous share of the row tiles;
 // rows are independent, so the values equal the one-core values. The backward with dw / db (column
@@ -86,6 +93,7 @@ isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config, ui
 //                  h = x * alpha + beta (bf16 4x mode) and dx = g~ - h; Tensor dw += rstd.T @ that and
 //                  db += ones.T @ dy, accumulated in PSUM over every row tile. bf16 inputs keep g, g~, h
 //                  in bf16 (dx is a bf16 result of a cancellation), the sums and dw / db in fp32.
+//                  (sum(g * x) - mean * sum(g) cancels at large offsets, as in torch's CPU backward.)
 //                  ~86% (layernorm) / ~88% (rmsnorm) of the per-core HBM share for bf16 [8192, 4096]
 //                  on trn2, Vector-bound. Rows too long: two passes over column chunks (fp32 work tiles).
 //   softmax backward: GpSimd dy * y, Scalar its row sum, Vector (dy - sum) * y (the bf16 fast mode).
