@@ -705,6 +705,63 @@ Results lower_topk(const std::string& op, Args a) {
   return std::vector<at::Tensor>{values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()};
 }
 
+// ---- sort ----
+
+// sort.stable(self, *, stable, dim, descending) and its out= form sort.values_stable: a stable sort
+// (a valid answer for stable=False too, as on CUDA) along any dim (moved last). fp32 / bf16 without
+// NaN (which the rank comparisons cannot place), int32 / int64 below 2^24 in magnitude (exact in
+// the engines' fp32).
+Results lower_sort(const std::string& op, Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  const at::ScalarType t = self.scalar_type();
+  if (!on_neuron(self) || self.dim() == 0) return std::nullopt;
+  if (t != at::kFloat && t != at::kBFloat16 && t != at::kInt && t != at::kLong) return std::nullopt;
+  const int64_t dim = wrap_dim(a[2].toInt(), self.dim());
+  const bool descending = a[3].toBool();
+  const bool out_form = op == "sort.values_stable";
+  const int64_t n = self.size(dim);
+  if (n > 16384) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  at::Tensor x = self.movedim(dim, -1).contiguous();
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  if (rows * n >= (int64_t{1} << 24)) return std::nullopt;
+  if (rows * n > 0) {
+    at::Tensor h = host_alias(x);
+    if (at::isFloatingType(t)) {
+      if (at::any(at::isnan(h)).item<bool>()) return std::nullopt;
+    } else if (h.min().item<int64_t>() <= -(int64_t{1} << 24) || h.max().item<int64_t>() >= (int64_t{1} << 24)) {
+      return std::nullopt;
+    }
+  }
+  at::Tensor values = at::empty(x.sizes(), self.options()), indices = at::empty(x.sizes(), self.options().dtype(at::kLong));
+  if (rows * n > 0) {
+    kernels::SortSpec spec;
+    spec.rows = rows;
+    spec.n = n;
+    spec.pairs = t == at::kLong;
+    spec.dtype = t == at::kFloat ? DType::fp32 : t == at::kBFloat16 ? DType::bf16 : DType::int32;
+    spec.descending = descending;
+    execute_program(self.device().index(), "sort|" + key_of({rows, n, int64_t(spec.dtype), spec.pairs, descending}),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                      return kernels::sort_program(spec, hw, core, cores);
+                    },
+                    {*value_buffer("x", x)}, {*value_buffer("values", values), *value_buffer("indices", indices)},
+                    record_for(op, {self}, t));
+  }
+  values = values.movedim(-1, dim).contiguous();
+  indices = indices.movedim(-1, dim).contiguous();
+  if (!out_form) return std::vector<at::Tensor>{values, indices};
+  at::Tensor out_values = a[4].toTensor(), out_indices = a[5].toTensor();
+  if (!on_neuron(out_values) || !on_neuron(out_indices) || out_values.scalar_type() != t ||
+      out_indices.scalar_type() != at::kLong)
+    return std::nullopt;
+  out_values.resize_(values.sizes());
+  out_indices.resize_(indices.sizes());
+  out_values.copy_(values);
+  out_indices.copy_(indices);
+  return std::vector<at::Tensor>{out_values, out_indices};
+}
+
 template <Results (*Lower)(const std::string&, Args)>
 void boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_or_fallback(op, stack, Lower);
@@ -726,6 +783,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("arange.start_out", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_arange>>());
   m.impl("flip", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_flip>>());
   m.impl("topk", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_topk>>());
+  m.impl("sort.stable", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_sort>>());
+  m.impl("sort.values_stable", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_sort>>());
 }
 
 }  // namespace trnsim::frontend

@@ -1,4 +1,4 @@
-// Top-k kernel (see sort.h).
+// Sort and top-k kernels (see sort.h).
 #include "kernels/sort.h"
 
 #include <limits>
@@ -78,6 +78,109 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
     dma(ctx, hbm_ap(ctx, indices, 2 * r.begin * spec.k, {{2 * spec.k, n}, {1, 2 * K}}), sb2(ctx, out_i[slot], n, 2 * spec.k),
         detail::kStoreQueue);
     ++slot;
+  }
+  return builder.finish();
+}
+
+isa::Program sort_program(const SortSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  if (spec.rows < 1 || spec.n < 1 || spec.n > kMaxRowElements) {
+    throw std::invalid_argument("sort: needs rows >= 1 and 1 <= n <= 16384");
+  }
+  if (spec.rows * spec.n >= (int64_t{1} << 24)) throw std::invalid_argument("sort: more than 2^24 elements");
+  isa::ProgramBuilder builder("sort", config.generation);
+  const uint32_t R = uint32_t(spec.rows), N = uint32_t(spec.n);
+  const int64_t per = spec.pairs ? 2 : 1;  // words per element
+  const DType raw = spec.pairs ? DType::int32 : spec.dtype;
+  uint32_t x = spec.pairs ? builder.hbm("x", raw, {R, N, 2}, isa::AllocationRole::input)
+                          : builder.hbm("x", raw, {R, N}, isa::AllocationRole::input);
+  uint32_t values = spec.pairs ? builder.hbm("values", raw, {R * N, 2}, isa::AllocationRole::output)
+                               : builder.hbm("values", raw, {R * N, 1}, isa::AllocationRole::output);
+  uint32_t indices = builder.hbm("indices", DType::int32, {R * N, 2}, isa::AllocationRole::output);
+  KernelContext ctx{builder, config, "", core, cores};
+  const int64_t P = ctx.partitions(), n = spec.n;
+  const uint32_t row_all = builder.sbuf("sort_row", raw, {uint32_t(P), uint32_t(per * n)});
+  detail::Ring cmp = detail::make_ring(ctx, "sort_lt", DType::fp32, n, 2);
+  detail::Ring eq = detail::make_ring(ctx, "sort_eq", DType::fp32, n, 2);
+  detail::Ring mine = detail::make_ring(ctx, "sort_x", raw, per, 2);
+  detail::Ring lt_count = detail::make_ring(ctx, "sort_c1", DType::fp32, 1, 2);
+  detail::Ring eq_count = detail::make_ring(ctx, "sort_c2", DType::fp32, 1, 2);
+  detail::Ring rank = detail::make_ring(ctx, "sort_rank", DType::int32, 1, 2);
+  detail::Ring position = detail::make_ring(ctx, "sort_pos", DType::int32, 2, 2);
+  int64_t slot = 0;
+  const Range mine_rows = ctx.share(spec.rows);
+  for (int64_t r = mine_rows.begin; r < mine_rows.begin + mine_rows.size; ++r) {
+    // The whole row in every partition (partition stride 0), once per row.
+    const uint32_t parts = uint32_t(std::min<int64_t>(P, n));
+    dma(ctx, sb2(ctx, row_all, parts, per * n), hbm_ap(ctx, x, r * n * per, {{0, parts}, {1, uint32_t(per * n)}}),
+        detail::kConstQueue);
+    for (const Range& t : tiles(n, P)) {
+      const uint32_t m = uint32_t(t.size);
+      const isa::AccessPattern bc = spec.pairs ? sb_ap(ctx, row_all, m, {{2, N}}) : sb2(ctx, row_all, m, n);
+      // This tile's elements, one per partition, as they are (to be scattered) ...
+      const isa::AccessPattern own = sb2(ctx, mine[slot], m, per);
+      dma(ctx, own, hbm_ap(ctx, x, (r * n + t.begin) * per, {{per, m}, {1, uint32_t(per)}}), detail::kLoadQueue);
+      const isa::AccessPattern key = spec.pairs ? sb_ap(ctx, mine[slot], m, {{1, 1}}) : own;
+      // ... counted against the row: smaller (larger) elements, and equal ones earlier in the row.
+      const isa::AccessPattern lt = sb2(ctx, cmp[slot], m, n), ties = sb2(ctx, eq[slot], m, n);
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", lt)
+          .tensor("data", bc)
+          .word("op0", spec.descending ? "greater" : "less")
+          .tensor("operand0", key);
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", sb2(ctx, lt_count[slot], m, 1))
+          .word("op", "add")
+          .tensor("data", lt)
+          .word("axis", "[1]");
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", ties)
+          .tensor("data", bc)
+          .word("op0", "equal")
+          .tensor("operand0", key)
+          .on(Engine::gpsimd);
+      // Keep j < i: (t.begin + p) - j > 0.
+      ctx.builder.emit(isa::Opcode::affine_select)
+          .tensor("dst", ties)
+          .word("pattern", "[[-1, " + std::to_string(n) + "]]")
+          .imm("channel_multiplier", 1)
+          .imm("offset", double(t.begin))
+          .tensor("on_true_tile", ties)
+          .imm("on_false_value", 0)
+          .word("cmp_op", "greater");
+      ctx.builder.emit(isa::Opcode::tensor_reduce)
+          .tensor("dst", sb2(ctx, eq_count[slot], m, 1))
+          .word("op", "add")
+          .tensor("data", ties)
+          .word("axis", "[1]");
+      // Destination row r * n + rank (exact: < 2^24).
+      const isa::AccessPattern dest = sb2(ctx, rank[slot], m, 1);
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", dest)
+          .tensor("data", sb2(ctx, lt_count[slot], m, 1))
+          .word("op0", "add")
+          .imm("operand0", double(r * n))
+          .word("op1", "add")
+          .tensor("operand1", sb2(ctx, eq_count[slot], m, 1));
+      ctx.builder.emit(isa::Opcode::dma_scatter)
+          .tensor("dst", hbm_ap(ctx, values, 0, {{per, uint32_t(spec.rows * n)}, {1, uint32_t(per)}}))
+          .tensor("src", own)
+          .tensor("indices", dest)
+          .imm("queue", double(detail::kStoreQueue));
+      // The element's position as an int64 (position, 0) pair.
+      const isa::AccessPattern pos = sb2(ctx, position[slot], m, 2);
+      ctx.builder.emit(isa::Opcode::memset).tensor("dst", pos).imm("value", 0).on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::iota)
+          .tensor("dst", sb_ap(ctx, position[slot], m, {{1, 1}}))
+          .word("pattern", "[[0, 1]]")
+          .imm("offset", double(t.begin))
+          .imm("channel_multiplier", 1);
+      ctx.builder.emit(isa::Opcode::dma_scatter)
+          .tensor("dst", hbm_ap(ctx, indices, 0, {{2, uint32_t(spec.rows * n)}, {1, 2}}))
+          .tensor("src", pos)
+          .tensor("indices", dest)
+          .imm("queue", double(detail::kStoreQueue + 3));
+      ++slot;
+    }
   }
   return builder.finish();
 }

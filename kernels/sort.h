@@ -1,3 +1,15 @@
+// Sort and top-k along the last dim.
+//
+// Sort (torch.sort, stable; ascending or descending): the rank of each element is computed
+// directly, r_i = #{j : x_j < x_i} + #{j < i : x_j == x_i} (> for descending), and the element and
+// its position are scattered to r_i (dma_scatter). Per row the row is broadcast to all partitions
+// once ([128, n], partition stride 0); per 128 elements of the row (one per partition) the Vector
+// engine counts the smaller elements and the GpSimd the equal earlier ones (an affine_select keeps
+// j < i), O(n^2 / 128) element operations per row: fine for the short rows of routing and
+// sampling, slower than a merge network for long ones. Values compare in the engines' fp32: exact
+// for fp32 / bf16 and for integers below 2^24 (the lowering's bound); NaN (which no comparison
+// ranks) is left to the CPU by the lowering. Values move as bytes; indices are int64 pairs.
+//
 // Top-k along the last dim (torch.topk, k <= 8): rows on partitions, the Vector engine's max8 (the
 // 8 largest values of each partition, descending) and nc_find_index8 (the first position of each),
 // so a row costs two passes over its elements. The smallest k are the largest of -x (negation is
@@ -19,5 +31,14 @@ struct TopkSpec {
 };
 // X [rows, n]; values [rows, k], indices int32 [rows, k, 2] (int64 pairs). Row tiles split across cores.
 isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, uint32_t core = 0, uint32_t cores = 1);
+
+struct SortSpec {
+  int64_t rows = 0, n = 0;     // x [rows, n], n <= 16384
+  DType dtype = DType::fp32;   // fp32, bf16, int32; int64 as int32 pairs (pairs = true)
+  bool pairs = false;
+  bool descending = false;
+};
+// X [rows, n] (int32 [rows, n, 2] with pairs); values like x, indices int32 [rows, n, 2]. Rows split across cores.
+isa::Program sort_program(const SortSpec& spec, const HardwareConfig& config, uint32_t core = 0, uint32_t cores = 1);
 
 }  // namespace trnsim::kernels

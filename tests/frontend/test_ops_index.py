@@ -410,6 +410,47 @@ def test_topk_ties_nan_and_large_k_fall_back_with_cpu_values():
     assert trnsim.fallback_report()["aten::topk"] == 3
 
 
+# ---- sort ----
+
+
+def sort_input(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        x = torch.randn(shape, generator=g) * 4
+        x.view(-1)[::7] = 1.5  # ties: a stable sort keeps their order
+        x.view(-1)[::11] = -0.0
+        x.view(-1)[::13] = float("inf")
+        return x.to(dtype)
+    return torch.randint(-(2**23), 2**23, shape, generator=g).to(dtype) // (2**20)  # many ties, negatives
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32])
+@pytest.mark.parametrize("shape,dim,descending", [((3, 300), -1, False), ((200,), 0, True), ((5, 7, 4), 1, False),
+                                                  ((1,), 0, True), ((2, 129), 1, True)])
+def test_sort_stable_values_and_int64_indices(shape, dim, descending, dtype):
+    x = sort_input(shape, dtype, 60)
+    expected = torch.sort(x, dim=dim, descending=descending, stable=True)
+    for stable in (True, False):  # the device's sort is always stable (a valid unstable sort, as on CUDA)
+        values, indices = torch.sort(x.to(D), dim=dim, descending=descending, stable=stable)
+        same(values, expected.values)
+        same(indices, expected.indices)
+    values, indices = torch.empty(0, dtype=dtype).to(D), torch.empty(0, dtype=torch.long).to(D)
+    torch.sort(x.to(D), dim=dim, descending=descending, stable=True, out=(values, indices))
+    same(values, expected.values)
+    same(indices, expected.indices)
+    no_fallback("sort")
+
+
+def test_sort_nan_and_empty():
+    x = torch.tensor([3.0, float("nan"), -1.0, float("nan")])
+    for descending in (False, True):  # NaN: the CPU's order by the fallback
+        same(torch.sort(x.to(D), descending=descending, stable=True).indices,
+             torch.sort(x, descending=descending, stable=True).indices)
+    assert trnsim.fallback_report()["aten::sort.stable"] == 2
+    e = torch.zeros(3, 0)
+    same(torch.sort(e.to(D), dim=1, stable=True).values, torch.sort(e, dim=1, stable=True).values)
+
+
 # ---- a Mixtral-style MoE routing step, and the kernels' time ----
 
 
@@ -428,19 +469,25 @@ def test_moe_routing_runs_without_fallback():
         counts = torch.histc(flat_ids, bins=experts, min=0, max=experts - 1)
         out = torch.zeros_like(x)
         flat = top_i.reshape(-1)
+        # The grouped-mm path's ordering by expert (stable here: the CPU's unstable order is its own).
+        grouped, perm = torch.sort(flat, stable=True)
+        routed_w = top_w.reshape(-1)[perm]
         for e in range(experts):
             pos = torch.nonzero(flat.cpu() == e).reshape(-1).to(dev)  # routing positions (host-side loop)
             token = pos // k if dev == "cpu" else (pos.cpu() // k).to(dev)
             rows = x[token]
             y = (rows @ w[e].to(dev)) * top_w.reshape(-1)[pos].unsqueeze(-1)
             out.index_add_(0, token, y)
-        return out, counts
+        return out, counts, grouped, perm, routed_w, top_w
 
-    out, counts = moe(h.to(D), D)
-    expected, expected_counts = moe(h, "cpu")
+    out, counts, grouped, perm, routed_w, top_w = moe(h.to(D), D)
+    expected, expected_counts, expected_grouped, expected_perm, _, _ = moe(h, "cpu")
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(counts.cpu(), expected_counts.int())
-    no_fallback("histc", "index", "index_add_", "topk")
+    same(grouped, expected_grouped)
+    same(perm, expected_perm)
+    same(routed_w, top_w.cpu().reshape(-1)[perm.cpu()])  # the gather is exact (softmax is within fp32 tolerance)
+    no_fallback("histc", "index", "index_add_", "topk", "sort")
 
 
 # trn2 (configs/trn2.yaml): 16 DMA engines of 27.2 GB/s, 71 ns fixed latency, 10 ns per descriptor,
