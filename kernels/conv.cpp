@@ -21,7 +21,6 @@ namespace {
 constexpr int64_t kAccBanks = 6;            // accumulators round-robin; the other 2 banks transpose weights
 constexpr int64_t kStageSlots = 4;          // output tiles between evacuation and store
 constexpr int64_t kTargetBlockPixels = 2048;  // >= 4 PSUM tiles per block amortise the block's DMA start-up
-constexpr int64_t kMinBlocks = 4;           // so loading block i+1 overlaps computing block i
 constexpr double kWeightBudget = 0.35;      // share of an SBUF partition the resident W^T may take
 constexpr int64_t kMemsetPiece = 32768;     // elements per memset (engine free-size limit 65536)
 constexpr int64_t kMaxEngineFree = 65536;
@@ -241,12 +240,13 @@ void Conv2dBuilder::allocate() {
                         {p, uint32_t((s.flip_weight ? s.go : s.gc) * s.kh * s.kw)});
     if (s.flip_weight) m_wgrp = b.sbuf(m_ctx.name("conv_wgrp"), s.input_dtype, {p, uint32_t(s.o * s.kh * s.kw)});
   }
-  allocate_blocks(0, kTargetBlockPixels);
+  allocate_blocks(0, kTargetBlockPixels, kMinBlocks);
 }
 
 // Input blocks: whole images when one fits (several when small), else bands of output rows.
-// `extra_bytes_per_pixel`: per output pixel of a block, what the caller double-buffers with it.
-void Conv2dBuilder::allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels) {
+// `extra_bytes_per_pixel`: per output pixel of a block, what the caller double-buffers with it;
+// `min_blocks`: so many blocks at least when the batch allows (loads overlap compute).
+void Conv2dBuilder::allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels, int64_t min_blocks) {
   isa::ProgramBuilder& b = m_ctx.builder;
   const ConvGeometry& s = m_s;
   const uint32_t p = m_ctx.partitions();
@@ -257,14 +257,23 @@ void Conv2dBuilder::allocate_blocks(int64_t extra_bytes_per_pixel, int64_t targe
   };
   if (bytes(1, m_ho) <= avail) {
     m_rb = m_ho;
-    m_nb = std::min({s.n, avail / bytes(1, m_ho), ceil_div(target_pixels, m_ho * m_wo), ceil_div(s.n, kMinBlocks)});
+    m_nb = std::min({s.n, avail / bytes(1, m_ho), ceil_div(target_pixels, m_ho * m_wo), ceil_div(s.n, min_blocks)});
+    if (m_mode == ConvMode::grad_weight) {
+      // dW's matmuls cost their moving columns (a 512-column tile), whatever the pixels they contract:
+      // a block of small images holds one full pixel tile of them at least, load overlap or not.
+      m_nb = std::max(m_nb, std::min({s.n, ceil_div(int64_t(p), m_ho * m_wo), avail / bytes(1, m_ho)}));
+    }
     if (rows_in(m_rb) * m_wb > kMaxStride) m_nb = 1;
     m_nb = std::max<int64_t>(m_nb, 1);
   } else {
     m_nb = 1;
     m_rb = m_ho;
     while (m_rb > 1 && bytes(1, m_rb) > avail) --m_rb;
-    if (bytes(1, m_rb) > avail) throw isa::IsaError("conv2d: one output row's input does not fit in SBUF");
+    if (bytes(1, m_rb) > avail) {
+      throw isa::IsaError("conv2d: one output row's input does not fit in SBUF (" + std::to_string(bytes(1, m_rb)) +
+                          " bytes a partition, " + std::to_string(avail) + " free after the weights and " +
+                          (m_mode == ConvMode::grad_weight ? "the weight gradient's buffers)" : "the accumulators)"));
+    }
   }
   m_rows_in = rows_in(m_rb);
   const uint32_t buf_free = uint32_t(m_chunks.size() * m_nb * m_rows_in * m_wb);

@@ -54,8 +54,11 @@ void Conv2dBuilder::allocate_grad_weight() {
   const int64_t min_block = 2 * int64_t(m_chunks.size()) * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
                             2 * m_wo * dy_chunks * m_in_bytes;
   const int64_t whole = m_slots * (m_ostride + m_cstride) * m_in_bytes +
-                        (m_passes > 1 ? int64_t(m_accs.size()) * bank * 4 : 0) + m_cols * (4 + out_bytes) + min_block;
-  const int64_t avail = detail::sbuf_free_bytes(m_ctx);
+                        (m_passes > 1 ? int64_t(m_accs.size()) * bank * 4 : 0) + m_cols * (m_passes > 1 ? 0 : 4) +
+                        m_cols * out_bytes + min_block;
+  // Each of the ~12 buffers rounds up to the builder's 64-byte granularity (isa/builder.cpp).
+  constexpr int64_t kAlignSlackBytes = 16 * 64;
+  const int64_t avail = detail::sbuf_free_bytes(m_ctx) - kAlignSlackBytes;
   if (s.groups() == 1 && whole > avail) {
     // Rounds of a O tiles x b column tiles (a b <= the banks), the a rows of dW gathered in fp32 SBUF over
     // the rounds of their O tiles and stored whole (contiguous in HBM). Per pixel tile a round transposes a
@@ -101,11 +104,14 @@ void Conv2dBuilder::allocate_grad_weight() {
   if (m_grouped_passes) {
     m_wacc = b.sbuf(m_ctx.name("convw_wacc"), DType::fp32, {p, uint32_t(m_accs.size()), uint32_t(bank)});
   }
-  m_wrow = b.sbuf(m_ctx.name("convw_row"), DType::fp32, {p, uint32_t(m_row_cols)});
+  // (The SBUF partials of grouped passes are the rows themselves.)
+  if (!m_grouped_passes) m_wrow = b.sbuf(m_ctx.name("convw_row"), DType::fp32, {p, uint32_t(m_row_cols)});
   // Rounds store a row in pieces of <= 128 channels x taps, two in flight; otherwise the whole row at once.
   const int64_t stage_cols = m_rounds ? 2 * std::min<int64_t>(s.c, p) * s.kh * s.kw : m_cols;
   m_stage = b.sbuf(m_ctx.name("convw_out"), s.output_dtype, {p, uint32_t(stage_cols)});
-  allocate_blocks(dy_chunks * m_in_bytes, kGradTargetBlockPixels);
+  // SBUF-grouped partials: a group of tiles never spans two blocks, so each block that kMinBlocks would
+  // cut a small batch into pays a flush of every accumulator (more than the load overlap it buys).
+  allocate_blocks(dy_chunks * m_in_bytes, kGradTargetBlockPixels, m_grouped_passes ? 1 : kMinBlocks);
   const uint32_t dy_free = uint32_t(dy_chunks * m_nb * m_rb * m_wo);
   for (int i = 0; i < 2; ++i) {
     m_dy[i] = b.sbuf(m_ctx.name("convw_dy" + std::to_string(i)), s.input_dtype, {p, dy_free});
@@ -377,16 +383,26 @@ void Conv2dBuilder::store_grad_weight() {
       end = acc.cols.begin + acc.cols.size;
     }
     if (first < 0) continue;
+    // The row from the run's first column: the fp32 partials in SBUF already are one (an O tile's
+    // accumulators are consecutive 512-column slots from a run start on a 512 boundary); PSUM's go out
+    // to m_wrow.
+    uint32_t row = m_wrow;
+    int64_t row_at = 0;
     for (size_t a = 0; a < m_my_accs.size(); ++a) {
       const Accumulator& acc = m_my_accs[a];
       if (acc.o.begin != ot.begin) continue;
+      if (m_grouped_passes) {
+        if (acc.cols.begin == first) row = m_wacc, row_at = int64_t(a) * bank;
+        continue;
+      }
       const std::vector<isa::ApDim> d = {{0, on}, {1, uint32_t(acc.cols.size)}};
-      isa::AccessPattern from = !m_grouped_passes ? ap(m_acc, int64_t(a) * bank, d) : ap(m_wacc, int64_t(a) * bank, d);
-      evacuate(b, ap(m_wrow, acc.cols.begin - first, d), from, nullptr,
+      evacuate(b, ap(m_wrow, acc.cols.begin - first, d), ap(m_acc, int64_t(a) * bank, d), nullptr,
                m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
     }
+    auto row_ap = [&](int64_t column, std::vector<isa::ApDim> d) { return ap(row, row_at + column - first, std::move(d)); };
+    // Permutes alternate Vector and Scalar by O tile (each a strided read of the whole row).
+    const Engine permute_engine = (ot.begin / int64_t(m_ctx.partitions())) % 2 ? Engine::scalar : Engine::vector;
     const bool has_ones = end > m_ckk;
-    const int64_t ones_at = m_ckk - first;
     end = std::min(end, m_ckk);
     const int64_t hbm_row = s.w_off + ot.begin * s.w_row;
     if (s.groups() > 1) {
@@ -396,7 +412,7 @@ void Conv2dBuilder::store_grad_weight() {
       // (Runs of a grouped dW are whole taps: grad_weight_owners.)
       const int64_t t0 = first / s.c, t1 = ceil_div(end, s.c), k = s.groups();
       const uint32_t nt = uint32_t(t1 - t0);
-      const isa::AccessPattern cols = ap(m_wrow, t0 * s.c - first, {{0, on}, {1, uint32_t(nt * s.c)}});
+      const isa::AccessPattern cols = row_ap(t0 * s.c, {{0, on}, {1, uint32_t(nt * s.c)}});
       for (int hi = 0; hi < 2; ++hi) {
         const std::string pattern = "[[0, " + std::to_string(nt) + "], [" + std::to_string(hi ? s.go : -s.go) + ", " +
                                     std::to_string(k) + "], [0, " + std::to_string(s.gc) + "]]";
@@ -407,7 +423,7 @@ void Conv2dBuilder::store_grad_weight() {
       b.emit(Opcode::tensor_reduce)
           .tensor("dst", ap(m_stage, t0, {{0, on}, {khw, uint32_t(s.gc)}, {1, nt}}))
           .word("op", "add")
-          .tensor("data", ap(m_wrow, t0 * s.c - first, {{0, on}, {1, uint32_t(s.gc)}, {s.c, nt}, {s.gc, uint32_t(k)}}))
+          .tensor("data", row_ap(t0 * s.c, {{0, on}, {1, uint32_t(s.gc)}, {s.c, nt}, {s.gc, uint32_t(k)}}))
           .word("axis", "[3]");
       if (nt == khw) {
         dma_emit(ap(m_t.grad_weight, hbm_row, {{s.w_row, on}, {1, uint32_t(s.gc * khw)}}),
@@ -419,10 +435,8 @@ void Conv2dBuilder::store_grad_weight() {
     } else if (first == 0 && end == m_ckk) {
       // Every column: one Vector copy permutes the row to the HBM order (c, kh, kw) with the output
       // cast, and the rows go out contiguous.
-      b.emit(Opcode::tensor_copy)
-          .tensor("dst", ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}))
-          .tensor("src", ap(m_wrow, 0, {{0, on}, {1, uint32_t(s.c)}, {s.c, uint32_t(khw)}}))
-          .on(Engine::vector);
+      evacuate(b, ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}),
+               row_ap(0, {{0, on}, {1, uint32_t(s.c)}, {s.c, uint32_t(khw)}}), nullptr, permute_engine);
       dma_emit(ap(m_t.grad_weight, hbm_row, {{s.w_row, on}, {1, uint32_t(m_ckk)}}),
                ap(m_stage, 0, {{0, on}, {1, uint32_t(m_ckk)}}), kGradStoreQueue);
     } else {
@@ -433,10 +447,7 @@ void Conv2dBuilder::store_grad_weight() {
       auto piece = [&](int64_t tap0, int64_t ntaps, int64_t c0, int64_t nc) {
         const uint32_t nt = uint32_t(ntaps), ncu = uint32_t(nc);
         const isa::AccessPattern stage = ap(m_stage, staged, {{0, on}, {nt, ncu}, {1, nt}});
-        b.emit(Opcode::tensor_copy)
-            .tensor("dst", stage)
-            .tensor("src", ap(m_wrow, tap0 * s.c + c0 - first, {{0, on}, {1, ncu}, {s.c, nt}}))
-            .on(Engine::vector);
+        evacuate(b, stage, row_ap(tap0 * s.c + c0, {{0, on}, {1, ncu}, {s.c, nt}}), nullptr, permute_engine);
         dma_emit(ap(m_t.grad_weight, hbm_row + c0 * khw + tap0, {{s.w_row, on}, {khw, ncu}, {1, nt}}), stage,
                  kGradStoreQueue);
         staged += ntaps * nc;
@@ -454,7 +465,7 @@ void Conv2dBuilder::store_grad_weight() {
     if (m_t.grad_bias >= 0 && has_ones) {
       // grad_bias: the ones column, cast through the first column of the stage once dW has left.
       isa::AccessPattern db = ap(m_stage, 0, {{0, on}, {1, 1}});
-      evacuate(b, db, ap(m_wrow, ones_at, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
+      evacuate(b, db, row_ap(m_ckk, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
       dma_emit(ap(uint32_t(m_t.grad_bias), s.out_c0 + ot.begin, {{1, on}, {1, 1}}), db, kGradStoreQueue + 1);
     }
   }
@@ -474,10 +485,9 @@ void Conv2dBuilder::store_grad_weight_rows(const Range& group) {
     for (const Range& cr : tiles(s.c, p)) {
       const int64_t at = (step++ % 2) * half;
       const isa::AccessPattern stage = ap(m_stage, at, {{0, on}, {1, uint32_t(cr.size * khw)}});
-      b.emit(Opcode::tensor_copy)
-          .tensor("dst", ap(m_stage, at, {{0, on}, {khw, uint32_t(cr.size)}, {1, uint32_t(khw)}}))
-          .tensor("src", ap(m_wrow, row + cr.begin, {{0, on}, {1, uint32_t(cr.size)}, {s.c, uint32_t(khw)}}))
-          .on(Engine::vector);
+      evacuate(b, ap(m_stage, at, {{0, on}, {khw, uint32_t(cr.size)}, {1, uint32_t(khw)}}),
+               ap(m_wrow, row + cr.begin, {{0, on}, {1, uint32_t(cr.size)}, {s.c, uint32_t(khw)}}), nullptr,
+               step % 2 ? Engine::vector : Engine::scalar);
       dma_emit(ap(m_t.grad_weight, s.w_off + o * s.w_row + cr.begin * khw, {{s.w_row, on}, {1, uint32_t(cr.size * khw)}}),
                stage, kGradStoreQueue);
     }

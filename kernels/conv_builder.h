@@ -22,6 +22,8 @@ inline int64_t ceil_div_signed(int64_t a, int64_t b) { return -floor_div(-a, b);
 
 enum class ConvMode { forward, grad_input, grad_weight };
 
+constexpr int64_t kMinBlocks = 4;  // input blocks at least, so loading block i+1 overlaps computing block i
+
 struct ConvGeometry {
   int64_t n = 1, c = 1, h = 1, w = 1;  // the input as stored: [N, C, H, W]
   int64_t o = 1, kh = 1, kw = 1;
@@ -110,7 +112,7 @@ class Conv2dBuilder {
   bool direct_weights() const { return m_s.flip_weight && m_s.groups() == 1; }
   int64_t raw_weight_cols(int64_t ob) const;
   void allocate();
-  void allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels);
+  void allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels, int64_t min_blocks);
   std::vector<PixelTile> pixel_tiles(const Block& blk, int64_t max_px) const;
   std::vector<Block> blocks() const;
   void load_weight_rows(int64_t o0, int64_t count);
