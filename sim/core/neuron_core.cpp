@@ -108,13 +108,21 @@ int NeuronCore::trace_track(Engine kind, uint32_t queue) {
 }
 
 void NeuronCore::run() {
+  std::exception_ptr error;
   try {
     run_program();
+  } catch (const sc_core::sc_unwind_exception&) {
+    throw;  // the kernel killing or resetting this thread: it must reach the kernel
+  } catch (const sc_core::sc_report& report) {
+    error = std::make_exception_ptr(isa::IsaError(std::string("core ") + std::to_string(m_index) +
+                                                  ": the SystemC kernel reported: " + report.what()));
   } catch (...) {
-    if (!m_options.error) throw;
-    // The other cores see it and return (sc_stop would print a banner to stdout).
-    if (!*m_options.error) *m_options.error = std::current_exception();
+    error = std::current_exception();
   }
+  if (!error) return;
+  if (!m_options.error) std::rethrow_exception(error);
+  // The other cores see it and return (sc_stop would print a banner to stdout).
+  if (!*m_options.error) *m_options.error = error;
 }
 
 void NeuronCore::run_program() {
