@@ -7,7 +7,8 @@
 // Index tensors are integer metadata the host reads (device memory is host memory here) to check
 // what torch checks (every index in range); anything out of range or otherwise invalid goes to the
 // counted CPU fallback untouched, so the CPU raises its own exception (IndexError / RuntimeError)
-// with its own message. When an op needs flattened row offsets (several index tensors, masks,
+// with its own message. Masks become coordinates by the nonzero kernel. When an op needs flattened
+// row offsets (several index tensors, masks,
 // gather / scatter along a dim, index_add along a dim > 0) the host computes them as int32 (the
 // kernel then reads 4 bytes per id); a single int64 index along dim 0 is read by the kernel as it
 // lies in HBM (int32 pairs), negative ids wrapped on the device.
@@ -218,7 +219,9 @@ std::optional<AdvancedIndex> advanced_index(const at::Tensor& self, const c10::I
       if (t.dim() == 0 || first + size_t(t.dim()) > size_t(self.dim())) return std::nullopt;
       for (int64_t d = 0; d < t.dim(); ++d)
         if (t.size(d) != self.size(int64_t(first) + d)) return std::nullopt;
-      at::Tensor nz = at::nonzero(host_alias(t));  // the mask's coordinates, on the host (see the header)
+      // The mask's coordinates: the nonzero kernel for a device mask, the host's for a CPU one.
+      at::Tensor nz = at::nonzero(t);
+      if (!nz.is_cpu()) nz = host_alias(nz).clone();  // a host copy: the alias does not keep the device tensor alive
       for (int64_t d = 0; d < t.dim(); ++d) per_dim.push_back(nz.select(1, d));
       direct_ok = false;
     } else if (is_index_dtype(t)) {
@@ -667,6 +670,43 @@ Results lower_flip(const std::string& op, Args a) {
   return std::vector<at::Tensor>{y};
 }
 
+// ---- nonzero ----
+
+// nonzero(self) -> [count, ndim] int64: the count is read on the host (the output's size; torch's
+// nonzero synchronises with the host on every device), the coordinates come from the kernel.
+Results lower_nonzero(const std::string& op, Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  const at::ScalarType t = self.scalar_type();
+  if (!on_neuron(self) || self.dim() == 0) return std::nullopt;
+  DType dt;
+  switch (t) {
+    case at::kFloat: dt = DType::fp32; break;
+    case at::kBFloat16: dt = DType::bf16; break;
+    case at::kInt: case at::kLong: dt = DType::int32; break;
+    case at::kBool: case at::kByte: dt = DType::uint8; break;
+    default: return std::nullopt;
+  }
+  const int64_t n = self.numel();
+  if (n >= (int64_t{1} << 24)) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  at::Tensor x = self.contiguous();
+  const int64_t count = n == 0 ? 0 : at::count_nonzero(host_alias(x)).item<int64_t>();
+  at::Tensor y = at::empty({count, self.dim()}, self.options().dtype(at::kLong));
+  if (count == 0) return std::vector<at::Tensor>{y};
+  kernels::NonzeroSpec spec;
+  spec.shape = dims(self.sizes());
+  spec.nonzeros = count;
+  spec.dtype = dt;
+  spec.pairs = t == at::kLong;
+  const HostBuffer in{"x", x.data_ptr(), static_cast<size_t>(n * (spec.pairs ? 2 : 1)), dt};
+  execute_program(self.device().index(), "nonzero|" + dims_key(self.sizes()) + key_of({count, int64_t(dt), spec.pairs}),
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::nonzero_program(spec, hw, core, cores);
+                  },
+                  {in}, {*value_buffer("y", y)}, record_for(op, {self}, t));
+  return std::vector<at::Tensor>{y};
+}
+
 // ---- topk ----
 
 // topk(self, k, dim, largest, sorted): k <= 8 along any dim (moved last), fp32 / bf16, sorted.
@@ -783,6 +823,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("arange.start_out", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_arange>>());
   m.impl("flip", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_flip>>());
   m.impl("topk", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_topk>>());
+  m.impl("nonzero", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_nonzero>>());
   m.impl("sort.stable", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_sort>>());
   m.impl("sort.values_stable", torch::CppFunction::makeFromBoxedFunction<&boxed<&lower_sort>>());
 }

@@ -372,4 +372,144 @@ isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config
   return builder.finish();
 }
 
+// ---- nonzero ----
+
+isa::Program nonzero_program(const NonzeroSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape) n *= d;
+  const int64_t nd = std::max<int64_t>(1, int64_t(spec.shape.size()));
+  if (n < 1 || n >= (int64_t{1} << 24)) throw std::invalid_argument("nonzero: needs 1 <= n < 2^24 elements");
+  if (spec.nonzeros < 0 || spec.nonzeros > n) throw std::invalid_argument("nonzero: count out of range");
+  isa::ProgramBuilder builder("nonzero", config.generation);
+  const int64_t per = spec.pairs ? 2 : 1;
+  uint32_t x = builder.hbm("x", spec.pairs ? DType::int32 : spec.dtype, {uint32_t(n), uint32_t(per)},
+                           isa::AllocationRole::input);
+  const uint32_t out_rows = uint32_t(spec.nonzeros + 1);
+  uint32_t y = builder.hbm("y", DType::int32, {out_rows, uint32_t(2 * nd)}, isa::AllocationRole::output);
+  KernelContext whole{builder, config, "", core, cores};
+  on_first_core(whole, [&](const KernelContext& ctx) {
+    const uint32_t P = ctx.partitions();
+    // Constants: ones, and tri[q, p] = 1 where q <= p (the inclusive prefix as a matmul).
+    const uint32_t ones = builder.sbuf(ctx.name("nz_ones"), DType::bf16, {P, P});
+    const uint32_t tri = builder.sbuf(ctx.name("nz_tri"), DType::bf16, {P, P});
+    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, ones, P, P)).imm("value", 1).on(Engine::gpsimd);
+    ctx.builder.emit(isa::Opcode::affine_select)
+        .tensor("dst", sb2(ctx, tri, P, P))
+        .word("pattern", "[[1, " + std::to_string(P) + "]]")
+        .imm("channel_multiplier", -1)
+        .imm("offset", 0)
+        .tensor("on_true_tile", sb2(ctx, ones, P, P))
+        .imm("on_false_value", 0)
+        .word("cmp_op", "greater_equal");
+    const uint32_t running = builder.sbuf(ctx.name("nz_running"), DType::fp32, {P, 1});
+    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, running, P, 1)).imm("value", -1);  // prefix - 1
+    detail::Ring xs = detail::make_ring(ctx, "nz_x", spec.pairs ? DType::int32 : spec.dtype, per, 2);
+    detail::Ring mask = detail::make_ring(ctx, "nz_mask", DType::bf16, 1, 2);
+    detail::Ring tmp = detail::make_ring(ctx, "nz_tmp", DType::fp32, 1, 2);
+    detail::Ring pos = detail::make_ring(ctx, "nz_pos", DType::fp32, 1, 2);
+    detail::Ring dest = detail::make_ring(ctx, "nz_dest", DType::int32, 1, 2);
+    detail::Ring where = detail::make_ring(ctx, "nz_iota", DType::int32, 1, 2);
+    detail::Ring flat = detail::make_ring(ctx, "nz_flat", DType::fp32, 1, 2);
+    detail::Ring coords = detail::make_ring(ctx, "nz_coords", DType::int32, 2 * nd, 2);
+    const uint32_t prefix = builder.psum(ctx.name("nz_prefix"), DType::fp32, {P, 1});
+    const uint32_t total = builder.psum(ctx.name("nz_total"), DType::fp32, {P, 1});
+    std::vector<int64_t> stride(size_t(nd), 1);
+    std::vector<int64_t> size(size_t(nd), 1);
+    for (int64_t d = 0; d < int64_t(spec.shape.size()); ++d) size[size_t(d)] = spec.shape[size_t(d)];
+    for (int64_t d = nd - 1; d > 0; --d) stride[size_t(d - 1)] = stride[size_t(d)] * size[size_t(d)];
+    int64_t slot = 0;
+    for (const Range& t : tiles(n, P)) {
+      const uint32_t m = uint32_t(t.size);
+      const isa::AccessPattern xv = sb2(ctx, xs[slot], m, per);
+      dma(ctx, xv, hbm_ap(ctx, x, t.begin * per, {{per, m}, {1, uint32_t(per)}}), detail::kLoadQueue);
+      const isa::AccessPattern mk = sb2(ctx, mask[slot], m, 1), tv = sb2(ctx, tmp[slot], m, 1);
+      if (spec.pairs) {
+        // Nonzero when either word is: (lo != 0) max (hi != 0).
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv).tensor("data", sb_ap(ctx, xs[slot], m, {{1, 1}}, 1))
+            .word("op0", "not_equal").imm("operand0", 0);
+        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+            .tensor("dst", mk)
+            .tensor("data", sb_ap(ctx, xs[slot], m, {{1, 1}}))
+            .word("op0", "not_equal")
+            .imm("operand0", 0)
+            .word("op1", "maximum")
+            .tensor("operand1", tv);
+      } else {
+        // x != 0 in fp32: NaN counts as nonzero, -0 as zero (as torch).
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", mk).tensor("data", xv).word("op0", "not_equal").imm(
+            "operand0", 0);
+      }
+      const isa::AccessPattern pre = sb2(ctx, prefix, m, 1);
+      ctx.builder.emit(isa::Opcode::nc_matmul)
+          .tensor("dst", pre)
+          .tensor("stationary", sb2(ctx, tri, m, m))
+          .tensor("moving", mk)
+          .word("accumulate", "false");
+      // pos = running + inclusive prefix (running starts at -1); zeros go to the spare row.
+      const isa::AccessPattern pv = sb2(ctx, pos[slot], m, 1);
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", pv)
+          .tensor("data", pre)
+          .word("op0", "add")
+          .imm("operand0", -double(spec.nonzeros))
+          .word("op1", "add")
+          .tensor("operand1", sb2(ctx, running, m, 1));
+      // The running count for the next tile: + this tile's total, in every partition.
+      ctx.builder.emit(isa::Opcode::nc_matmul)
+          .tensor("dst", sb2(ctx, total, P, 1))
+          .tensor("stationary", sb2(ctx, ones, m, P))
+          .tensor("moving", mk)
+          .word("accumulate", "false");
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", sb2(ctx, running, P, 1))
+          .tensor("data1", sb2(ctx, running, P, 1))
+          .tensor("data2", sb2(ctx, total, P, 1))
+          .word("op", "add");
+      // Coordinates of flat position l: (l - l mod stride) / stride, mod size (exact below 2^24).
+      const isa::AccessPattern lv = sb2(ctx, flat[slot], m, 1);
+      ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, where[slot], m, 1)).word("pattern", "[[0, 1]]").imm(
+          "offset", double(t.begin)).imm("channel_multiplier", 1);
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", lv).tensor("src", sb2(ctx, where[slot], m, 1));
+      ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, coords[slot], m, 2 * nd)).imm("value", 0).on(
+          Engine::gpsimd);
+      for (int64_t d = 0; d < nd; ++d) {
+        const isa::AccessPattern c = sb_ap(ctx, coords[slot], m, {{1, 1}}, 2 * d);
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv).tensor("data", lv).word("op0", "mod").imm(
+            "operand0", double(stride[size_t(d)]));
+        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+            .tensor("dst", tv)
+            .tensor("data", lv)
+            .word("op0", "bypass")
+            .imm("operand0", 0)
+            .word("op1", "subtract")
+            .tensor("operand1", tv);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", c)
+            .tensor("data", tv)
+            .word("op0", "divide")
+            .imm("operand0", double(stride[size_t(d)]))
+            .word("op1", "mod")
+            .imm("operand1", double(size[size_t(d)]));
+      }
+      // The output row: pos * mask + nonzeros (pos is relative to the spare row), as int32.
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", sb2(ctx, dest[slot], m, 1))
+          .tensor("data", pv)
+          .word("op0", "bypass")
+          .imm("operand0", 0)
+          .word("op1", "multiply")
+          .tensor("operand1", mk);
+      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", sb2(ctx, dest[slot], m, 1)).tensor(
+          "data", sb2(ctx, dest[slot], m, 1)).word("op0", "add").imm("operand0", double(spec.nonzeros));
+      ctx.builder.emit(isa::Opcode::dma_scatter)
+          .tensor("dst", hbm_ap(ctx, y, 0, {{2 * nd, out_rows}, {1, uint32_t(2 * nd)}}))
+          .tensor("src", sb2(ctx, coords[slot], m, 2 * nd))
+          .tensor("indices", sb2(ctx, dest[slot], m, 1))
+          .imm("queue", double(detail::kStoreQueue));
+      ++slot;
+    }
+  });
+  return builder.finish();
+}
+
 }  // namespace trnsim::kernels

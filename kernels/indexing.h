@@ -24,9 +24,16 @@
 // dropped), then per bin an equality mask (times the weight) reduced along the free dim (GpSimd and
 // Vector alternating), per-partition counts accumulated, summed over partitions by GpSimd at the end.
 // Arange: iota on GpSimd (integers exact), a cast for fp32, the sign word for int64.
+// Nonzero: per 128 elements (one per partition) the mask x != 0, its inclusive prefix within the
+// tile by a triangular-ones matmul and the running count before the tile by an all-ones matmul
+// (PSUM, exact integers), each element's coordinates from its flat position (exact fp32 division
+// and mod below 2^24), scattered as int64 pairs to row prefix - 1 of the output; zeros go to a
+// spare row after the last. The count of nonzeros (the output's size) is the host's, as torch's
+// nonzero synchronises with the host on every device.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernel_common.h"
 
@@ -87,5 +94,15 @@ struct ArangeSpec {
 // Y [n] (or [n, 2] pairs). Tiles split across cores.
 isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config, uint32_t core = 0,
                             uint32_t cores = 1);
+
+struct NonzeroSpec {
+  std::vector<int64_t> shape;  // of x (n elements, n < 2^24)
+  int64_t nonzeros = 0;        // rows of the output
+  DType dtype = DType::fp32;   // x: fp32, bf16, int32, uint8 (bool); int64 as int32 pairs
+  bool pairs = false;
+};
+// X [n] (or [n, 2]); y int32 [nonzeros + 1, ndim, 2] (int64 pairs; the last row is scratch). On core 0.
+isa::Program nonzero_program(const NonzeroSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                             uint32_t cores = 1);
 
 }  // namespace trnsim::kernels

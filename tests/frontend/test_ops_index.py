@@ -379,6 +379,30 @@ def test_flip(dtype):
     no_fallback("flip")
 
 
+# ---- nonzero ----
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(300,), (7, 5, 9), (130, 2), (1, 1), (0, 3)])
+def test_nonzero(shape, dtype):
+    x = sample(shape, dtype, 70)
+    if dtype != torch.bool:
+        x = torch.where(torch.rand(shape, generator=torch.Generator().manual_seed(71)) < 0.4, torch.zeros((), dtype=dtype), x)
+    if dtype == torch.int64:
+        x[..., :1] = 2**33  # only the high word set: still nonzero
+    same(torch.nonzero(x.to(D)), torch.nonzero(x))
+    for got, want in zip(torch.nonzero(x.to(D), as_tuple=True), torch.nonzero(x, as_tuple=True)):
+        same(got, want)
+    no_fallback("nonzero")
+
+
+def test_nonzero_nan_negative_zero_and_all_zero():
+    x = torch.tensor([0.0, float("nan"), -0.0, 1.0, float("-inf")])
+    same(torch.nonzero(x.to(D)), torch.nonzero(x))
+    same(torch.nonzero(torch.zeros(4, 5).to(D)), torch.nonzero(torch.zeros(4, 5)))
+    no_fallback("nonzero")
+
+
 # ---- topk ----
 
 
