@@ -88,7 +88,8 @@ def worker_main():
         proto.write(json.dumps(msg) + "\n")
         proto.flush()
 
-    send(type="ready")
+    so = pathlib.Path(trnsim._C.__file__)
+    send(type="ready", build=f"{so} {so.stat().st_mtime_ns}")
     for line in sys.stdin:
         req = json.loads(line)
         op = ops[req["op"]]
@@ -464,6 +465,7 @@ def sweep(args, ops):
         workers[workers.index(w)] = Worker(log)
 
     startup_failures = [0]
+    builds = set()  # the trnsim builds the workers loaded (path and mtime): more than one = rebuilt mid-sweep
     while queue or any(w.task for w in workers):
         for w in workers:
             if w.ready and w.task is None and queue:
@@ -487,6 +489,7 @@ def sweep(args, ops):
             for msg in lines:
                 if msg["type"] == "ready":
                     w.ready, startup_failures[0] = True, 0
+                    builds.add(msg.get("build", ""))
                 elif msg["type"] == "start":
                     w.task["current"], w.since = tuple(msg["key"]), time.monotonic()
                 elif msg["type"] == "result":
@@ -506,11 +509,13 @@ def sweep(args, ops):
         for w in list(workers):
             if w.task and now - w.since > args.timeout:
                 replace(w, f"timeout: no result in {args.timeout:.0f} s")
-            elif not w.ready and now - w.since > 300:  # startup (importing op_db) hangs
+            elif not w.ready and now - w.since > 180:  # startup (importing op_db) hangs
                 replace(w, "worker startup timed out")
     for w in workers:
         w.proc.stdin.close()
         w.kill()
+    if len(builds) > 1:
+        op_errors["(build)"] = f"the trnsim build changed during the sweep ({len(builds)} versions loaded): rerun"
     return records, op_errors, time.monotonic() - started
 
 
