@@ -16,8 +16,9 @@
 // Repeated indices: rows are applied in index order (see kernels/indexing.h), so put / scatter
 // without accumulation keep the last value and accumulation sums in index order, as torch's CPU
 // loops do (fp32 sums equal the CPU's; bf16 rounds after each add, as the CPU's bf16 loops do).
-// Whatever a lowering does not take (dtypes, reductions prod / amax / amin, integer accumulation,
-// non-contiguous in-place targets) goes explicitly to the counted fallback.
+// scatter_reduce amax / amin run on a select-and-reduce kernel (exact in any order); prod goes to
+// the CPU (its product in index order is not what a reduction tree rounds to). Whatever a lowering
+// does not take (dtypes, prod, integer accumulation) goes explicitly to the counted fallback.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -405,6 +406,50 @@ void scatter_elements(const std::string& op, const at::Tensor& self, const at::T
   run_scatter(op, self, self.numel(), 1, host_ids(offsets), values, accumulate);
 }
 
+// scatter_reduce(_).two with amax / amin: the rows of self that index reaches, the scattered dim
+// moved last, through the select-and-reduce kernel; the rest of self is left as it is.
+Results lower_scatter_max(const std::string& op, Args a, bool inplace) {
+  const at::Tensor& self = a[0].toTensor();
+  const at::Tensor& index = a[2].toTensor();
+  const at::Tensor& src = a[3].toTensor();
+  const bool maximum = a[4].toStringRef() == "amax", include_self = a[5].toBool();
+  if (!accumulate_dtype(self.scalar_type()) || self.dim() == 0) return std::nullopt;
+  if (!on_neuron(src) || src.device() != self.device() || src.scalar_type() != self.scalar_type()) return std::nullopt;
+  const int64_t dim = wrap_dim(a[1].toInt(), self.dim());
+  if (!element_offsets(self, dim, index, &src)) return std::nullopt;  // the CPU's checks
+  const int64_t S = self.size(dim), J = index.dim() == 0 ? 1 : index.size(dim);
+  if (S > 4096 || J > 8192 || S * J > (int64_t{1} << 22)) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  at::Tensor out = inplace ? self : self.clone(at::MemoryFormat::Contiguous);
+  if (index.numel() == 0) return std::vector<at::Tensor>{out};
+  auto block = [&](const at::Tensor& t, bool whole_dim) {
+    at::Tensor b = t;
+    for (int64_t d = 0; d < index.dim(); ++d)
+      if (d != dim || !whole_dim) b = b.narrow(d, 0, index.size(d));
+    return b;
+  };
+  at::Tensor base = block(out, true).movedim(dim, -1).contiguous();
+  at::Tensor ids = host_alias(index).to(at::kLong).movedim(dim, -1).contiguous();
+  at::Tensor values = block(src, false).movedim(dim, -1).contiguous();
+  const int64_t rows = ids.numel() / J;
+  at::Tensor y = at::empty(base.sizes(), base.options());
+  kernels::ScatterMaxSpec spec;
+  spec.rows = rows;
+  spec.targets = S;
+  spec.per_row = J;
+  spec.dtype = *accumulate_dtype(self.scalar_type());
+  spec.maximum = maximum;
+  spec.include_self = include_self;
+  execute_program(self.device().index(), "scatter_max|" + key_of({rows, S, J, int64_t(spec.dtype), maximum, include_self}),
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                    return kernels::scatter_max_program(spec, hw, core, cores);
+                  },
+                  {*value_buffer("self", base), *value_buffer("index", ids), *value_buffer("src", values)},
+                  {*value_buffer("y", y)}, record_for(op, {self, index, src}, self.scalar_type()));
+  block(out, true).copy_(y.movedim(-1, dim));
+  return std::vector<at::Tensor>{out};
+}
+
 // scatter / scatter_ (src or value), scatter_add(_), scatter_reduce(_).two with sum / mean.
 Results lower_scatter(const std::string& op, Args a) {
   const bool inplace = op.find("_.") != std::string::npos || op.back() == '_';
@@ -418,7 +463,8 @@ Results lower_scatter(const std::string& op, Args a) {
   const bool is_reduce = op.rfind("scatter_reduce", 0) == 0;
   std::string reduce = is_reduce ? a[4].toStringRef() : "";
   const bool include_self = is_reduce ? a[5].toBool() : true;
-  if (is_reduce && reduce != "sum" && reduce != "mean") return std::nullopt;  // no max / min / mul read-modify-write DMA
+  if (reduce == "amax" || reduce == "amin") return lower_scatter_max(op, a, inplace);
+  if (is_reduce && reduce != "sum" && reduce != "mean") return std::nullopt;  // prod: see the header
   if (reduce == "mean" && !at::isFloatingType(self.scalar_type())) return std::nullopt;  // integer mean floors
   const bool accumulate = is_add || is_reduce;
   if (accumulate && !accumulate_dtype(self.scalar_type())) return std::nullopt;

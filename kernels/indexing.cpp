@@ -2,6 +2,7 @@
 // of repeated indices).
 #include "kernels/indexing.h"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -369,6 +370,72 @@ isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config
   };
   for (const auto& [row, rows] : work) emit_tile(row * w, rows, w);
   if (rem > 0 && ctx.core == cores - 1) emit_tile(full_rows * w, 1, rem);
+  return builder.finish();
+}
+
+// ---- scatter_reduce amax / amin ----
+
+isa::Program scatter_max_program(const ScatterMaxSpec& spec, const HardwareConfig& config, uint32_t core,
+                                 uint32_t cores) {
+  if (spec.rows < 1 || spec.targets < 1 || spec.per_row < 1) throw std::invalid_argument("scatter_max: empty");
+  if (spec.targets > 4096 || spec.per_row > 8192) throw std::invalid_argument("scatter_max: rows too long");
+  isa::ProgramBuilder builder("scatter_max", config.generation);
+  const uint32_t R = uint32_t(spec.rows), S = uint32_t(spec.targets), J = uint32_t(spec.per_row);
+  uint32_t self = builder.hbm("self", spec.dtype, {R, S}, isa::AllocationRole::input);
+  uint32_t index = builder.hbm("index", DType::int32, {R, J, 2}, isa::AllocationRole::input);
+  uint32_t src = builder.hbm("src", spec.dtype, {R, J}, isa::AllocationRole::input);
+  uint32_t y = builder.hbm("y", spec.dtype, {R, S}, isa::AllocationRole::output);
+  KernelContext ctx{builder, config, "", core, cores};
+  const char* op = spec.maximum ? "maximum" : "minimum";
+  const double identity = spec.maximum ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  detail::Ring idx = detail::make_ring(ctx, "smax_idx", DType::int32, 2 * spec.per_row, 2);
+  detail::Ring vals = detail::make_ring(ctx, "smax_src", spec.dtype, spec.per_row, 2);
+  detail::Ring base = detail::make_ring(ctx, "smax_self", spec.dtype, spec.targets, 2);
+  detail::Ring pred = detail::make_ring(ctx, "smax_pred", DType::fp32, spec.per_row, 2);
+  detail::Ring picked = detail::make_ring(ctx, "smax_pick", DType::fp32, spec.per_row, 2);
+  const uint32_t res = builder.sbuf("smax_res", DType::fp32, {ctx.partitions(), S});
+  const uint32_t hits = builder.sbuf("smax_hits", DType::fp32, {ctx.partitions(), S});
+  int64_t slot = 0, pass = 0;
+  for (const Range& r : my_share(ctx, tiles(spec.rows, ctx.partitions()))) {
+    const uint32_t m = uint32_t(r.size);
+    dma(ctx, sb2(ctx, idx[slot], m, 2 * J), hbm_ap(ctx, index, 2 * r.begin * J, {{2 * J, m}, {1, 2 * J}}),
+        detail::kConstQueue);
+    dma(ctx, sb2(ctx, vals[slot], m, J), hbm_ap(ctx, src, r.begin * J, {{J, m}, {1, J}}), detail::kLoadQueue);
+    const isa::AccessPattern own = sb2(ctx, base[slot], m, S);
+    dma(ctx, own, hbm_ap(ctx, self, r.begin * S, {{S, m}, {1, S}}), detail::kLoadQueue);
+    const isa::AccessPattern low = sb_ap(ctx, idx[slot], m, {{2, J}});  // the low words (ids < 2^24: exact)
+    for (int64_t t = 0; t < spec.targets; ++t, ++pass) {
+      const isa::AccessPattern p = sb2(ctx, pred[pass], m, J);
+      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", p).tensor("data", low).word("op0", "equal").imm(
+          "operand0", double(t)).on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::select_reduce)
+          .tensor("dst", sb2(ctx, picked[pass], m, J))
+          .tensor("predicate", p)
+          .tensor("on_true", sb2(ctx, vals[slot], m, J))
+          .imm("on_false", identity)
+          .word("reduce_op", op)
+          .tensor("reduce_res", sb_ap(ctx, res, m, {{1, 1}}, t));
+      if (!spec.include_self) {
+        ctx.builder.emit(isa::Opcode::tensor_reduce)
+            .tensor("dst", sb_ap(ctx, hits, m, {{1, 1}}, t))
+            .word("op", "add")
+            .tensor("data", p)
+            .word("axis", "[1]");
+      }
+    }
+    if (spec.include_self) {
+      // Untouched targets reduce to the identity, which leaves self as it is.
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", own).tensor("data1", own).tensor(
+          "data2", sb2(ctx, res, m, S)).word("op", op);
+    } else {
+      ctx.builder.emit(isa::Opcode::tensor_copy_predicated)
+          .tensor("dst", own)
+          .tensor("src", sb2(ctx, res, m, S))
+          .tensor("predicate", sb2(ctx, hits, m, S));
+    }
+    dma(ctx, hbm_ap(ctx, y, r.begin * S, {{S, m}, {1, S}}), own, detail::kStoreQueue);
+    ++slot;
+  }
   return builder.finish();
 }
 

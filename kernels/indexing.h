@@ -95,6 +95,21 @@ struct ArangeSpec {
 isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config, uint32_t core = 0,
                             uint32_t cores = 1);
 
+// scatter_reduce amax / amin (no read-max-write DMA exists): rows on partitions, along the last
+// dim; per target position t of a row, select_reduce keeps src where index == t and reduces it
+// (max / min are exact in any order, NaN propagating as torch's CPU does), then combined with
+// self (include_self) or replacing it where some index hit (a count per t). O(S * J) element
+// operations per 128 rows (S targets, J indices per row): for the short rows it is used on.
+struct ScatterMaxSpec {
+  int64_t rows = 0, targets = 0, per_row = 0;  // self [rows, targets]; index / src [rows, per_row]
+  DType dtype = DType::fp32;                    // fp32 or bf16
+  bool maximum = true;                          // amax (else amin)
+  bool include_self = true;
+};
+// Self, index (int32 pairs [rows, per_row, 2]), src; y [rows, targets]. Row tiles split across cores.
+isa::Program scatter_max_program(const ScatterMaxSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                                 uint32_t cores = 1);
+
 struct NonzeroSpec {
   std::vector<int64_t> shape;  // of x (n elements, n < 2^24)
   int64_t nonzeros = 0;        // rows of the output

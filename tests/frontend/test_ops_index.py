@@ -286,11 +286,28 @@ def test_scatter_reduce_sum_mean(reduce, include_self, dtype):
     no_fallback("scatter_reduce")
 
 
-@pytest.mark.parametrize("reduce", ["prod", "amax", "amin"])
-def test_scatter_reduce_other_reductions_fall_back_with_cpu_values(reduce):
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_reduce_amax_amin(reduce, include_self, dtype, dim):
+    x = sample((9, 6, 5), dtype, 28)
+    shape = [7, 4, 3]
+    shape[dim] = 11  # more entries than targets: repeats
+    src = sample([s + 1 for s in shape], dtype, 29)  # larger than index: only its block is read
+    src.view(-1)[5] = float("nan")  # propagates, as on the CPU
+    index = ids(x.shape[dim], shape, 30, low=0)
+    out = x.to(D).scatter_reduce(dim, index.to(D), src.to(D), reduce, include_self=include_self)
+    same(out, x.scatter_reduce(dim, index, src, reduce, include_self=include_self))
+    xd = x.to(D)
+    xd.scatter_reduce_(dim, index.to(D), src.to(D), reduce, include_self=include_self)
+    same(xd, x.clone().scatter_reduce_(dim, index, src, reduce, include_self=include_self))
+    no_fallback("scatter_reduce")
+
+
+def test_scatter_reduce_prod_falls_back_with_cpu_values():
     x, src, index = torch.randn(5, 4), torch.randn(5, 9), ids(4, (5, 9), 31, low=0)
-    out = x.to(D).scatter_reduce(1, index.to(D), src.to(D), reduce)
-    same(out, x.scatter_reduce(1, index, src, reduce))
+    same(x.to(D).scatter_reduce(1, index.to(D), src.to(D), "prod"), x.scatter_reduce(1, index, src, "prod"))
     assert "aten::scatter_reduce.two" in trnsim.fallback_report()
 
 
