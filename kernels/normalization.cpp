@@ -866,11 +866,24 @@ void build_norm_backward_chunked(const KernelContext& ctx, const NormBackwardSpe
           .tensor("dst", col(nmr_all, t)).tensor("data", col(mean_all, t)).word("op0", "multiply")
           .imm("operand0", -1.0).word("op1", "multiply").tensor("operand1", rstd_t);
     }
-    // Scalar: xhat = x * rstd (- mean * rstd); GpSimd: g = dy * w.
+    // xhat = x * rstd (rmsnorm, Scalar) or (x - mean) * rstd (layernorm): for fp32 x the subtraction first
+    // (x * rstd - mean * rstd cancels to an ulp of x * rstd, 1e-3 at x = 1e4), one two-op GpSimd
+    // tensor_scalar (+0.6% at [8192, 4096]); GpSimd: g = dy * w.
     if (stage == 0) {
-      auto e = ctx.builder.emit(isa::Opcode::activation);
-      e.tensor("dst", xht).word("op", "copy").tensor("data", xt).tensor("scale", rstd_t);
-      if (!rms) e.tensor("bias", col(nmr_all, t));
+      if (rms) {
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", xht).word("op", "copy").tensor("data", xt).tensor("scale", rstd_t);
+      } else if (spec.input_dtype == DType::fp32) {
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", xht).tensor("data", xt).word("op0", "subtract").tensor("operand0", col(mean_all, t))
+            .word("op1", "multiply").tensor("operand1", rstd_t).on(Engine::gpsimd);
+      } else {
+        // 16-bit x: the fused x * rstd - mean * rstd on Scalar. Its fp32 cancellation (2^-24 |x| rstd) is
+        // 2^-15 of x's own rounding, and every engine is ~80% busy here (an exact form costs +28%).
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", xht).word("op", "copy").tensor("data", xt).tensor("scale", rstd_t)
+            .tensor("bias", col(nmr_all, t));
+      }
     }
     isa::AccessPattern gt = dyt;
     if (has_w) {
@@ -1002,13 +1015,14 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
   const DType in_dt = spec.input_dtype;
   const int64_t in_b = dtype_size_bytes(in_dt), par_b = dtype_size_bytes(spec.param_dtype);
   const bool fast16 = in_dt == DType::bf16 || in_dt == DType::fp16;  // the Vector's 16-bit one-pass forms
+  const bool exact_q = !rms && in_dt == DType::fp32;  // q = (x - mean) * dy * w, see stage0
   constexpr int64_t kSkew = 2;  // stage 1 of tile t is emitted in iteration t + kSkew
   constexpr int64_t kDyQueue = 3;
   // SBUF per element of a row: x (read until stage 1: ahead + kSkew + 1 slots), dy (stage 0: ahead + 1),
   // g and q (2 each, input dtype), e (2, fp32), g~ / dx (kSkew + 2), w and the dw / db row.
   auto per_column = [&](int64_t ahead) {
     return (ahead + kSkew + 1) * in_b + (ahead + 1) * in_b + (has_w ? 2 * in_b : 0) + 2 * in_b +
-           (want_dw ? 2 * 4 : 0) + (kSkew + 2) * in_b + (has_w ? par_b : 0) + (want_sums ? par_b : 0);
+           (want_dw || exact_q ? 2 * 4 : 0) + (kSkew + 2) * in_b + (has_w ? par_b : 0) + (want_sums ? par_b : 0);
   };
   // ... plus 10 rings of [P, 1] per-row values (256-byte slots) as deep as x's, and the small one-hot column.
   auto fits = [&](int64_t ahead) {
@@ -1064,7 +1078,7 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
   };
   detail::Ring xr = ring("nb_x", in_dt, ahead + kSkew + 1), dyr = ring("nb_dy", in_dt, ahead + 1);
   detail::Ring g = has_w ? ring("nb_g", in_dt, 2) : detail::Ring{}, q = ring("nb_q", in_dt, 2);
-  detail::Ring e = want_dw ? ring("nb_e", DType::fp32, 2) : detail::Ring{}, gs = ring("nb_gs", in_dt, kSkew + 2);
+  detail::Ring e = want_dw || exact_q ? ring("nb_e", DType::fp32, 2) : detail::Ring{}, gs = ring("nb_gs", in_dt, kSkew + 2);
   const int stat_depth = int(ahead + kSkew + 1);
   detail::Ring rstd_r = stat_ring(ctx, "nb_rstd", 1, stat_depth), mean_r = stat_ring(ctx, "nb_mean", 1, stat_depth);
   detail::Ring sa = stat_ring(ctx, "nb_sa", 1, stat_depth), sb = stat_ring(ctx, "nb_sb", 1, stat_depth),
@@ -1111,7 +1125,10 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
       ctx.builder.emit(isa::Opcode::activation)
           .tensor("dst", one(r2c, t, p)).word("op", "square").tensor("data", rs).imm("scale", std::sqrt(inv_cols));
     }
-    if (dw_here) {
+    // fp32 layernorm: sum(g * (x - mean)) from e too (q = e * w), since sum(g * x) - mean * sum(g) cancels
+    // (at x = 1e4 + noise a few percent of the result, as in torch's CPU backward); 16-bit x carries less
+    // precision than that cancellation loses.
+    if (dw_here || (exact_q && forms_dx)) {
       if (e_on_gpsimd) {  // fp32: x * dy costs GpSimd N cycles, a Vector scalar_tensor_tensor 2N
         ctx.builder.emit(isa::Opcode::tensor_tensor)
             .tensor("dst", full(e, t, p)).tensor("data1", xt).tensor("data2", dyt).word("op", "multiply")
@@ -1122,6 +1139,8 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
         if (rms) em.imm("operand0", 0.0); else em.tensor("operand0", one(mean_r, t, p));
         em.word("op1", "multiply").tensor("operand1", dyt);
       }
+    }
+    if (dw_here) {
       for (const Range& c : tiles(r.cols, kPsumBankColumns)) {
         ctx.builder.emit(isa::Opcode::nc_matmul)
             .tensor("dst", sb2(ctx, colsums->banks[size_t(c.begin / kPsumBankColumns)], 1, c.size))
@@ -1140,20 +1159,28 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
     }
     ctx.builder.emit(isa::Opcode::activation)
         .tensor("dst", one(k3, t, p)).word("op", "copy").tensor("data", one(r2c, t, p)).tensor("scale", rs);
-    if (!rms) {
+    if (!rms && !exact_q) {
       ctx.builder.emit(isa::Opcode::activation)
           .tensor("dst", one(m1, t, p)).word("op", "copy").tensor("data", one(r2c, t, p))
           .tensor("scale", one(mean_r, t, p));
     }
-    ctx.builder.emit(isa::Opcode::tensor_tensor)
-        .tensor("dst", full(q, t, p)).tensor("data1", gt).tensor("data2", xt).word("op", "multiply").on(Engine::gpsimd);
+    if (!exact_q) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", full(q, t, p)).tensor("data1", gt).tensor("data2", xt).word("op", "multiply").on(Engine::gpsimd);
+    } else if (has_w) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", full(q, t, p)).tensor("data1", full(e, t, p)).tensor("data2", sb2(ctx, *w_sb, p, r.cols))
+          .word("op", "multiply").on(Engine::gpsimd);
+    }
   };
+  // The products sum(q) reduces: q, or e itself for an fp32 layernorm without weight.
+  auto q_of = [&](int64_t t, int64_t p) { return exact_q && !has_w ? full(e, t, p) : full(q, t, p); };
   // Scalar: A = k3 * sum(g * x), one tile behind stage 0 (so it never waits on the product just queued),
   // and B / C.
   auto stage_sum = [&](int64_t t) {
     const int64_t p = row_tiles[size_t(t)].size;
     ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", full(q, t, p)).word("op", "copy").tensor("data", full(q, t, p)).tensor("scale", one(k3, t, p))
+        .tensor("dst", q_of(t, p)).word("op", "copy").tensor("data", q_of(t, p)).tensor("scale", one(k3, t, p))
         .word("reduce_op", "add").tensor("reduce_res", one(sa, t, p));
     if (!rms) {
       ctx.builder.emit(isa::Opcode::activation)
@@ -1171,9 +1198,14 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
           .tensor("dst", xt).tensor("data", xt).word("op0", "multiply").tensor("operand0", one(sa, t, p));
     } else {
       const isa::AccessPattern na = one(alpha, t, p), c = one(nbeta, t, p);
-      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-          .tensor("dst", na).tensor("data", one(sb, t, p)).word("op0", "multiply").tensor("operand0", one(m1, t, p))
-          .word("op1", "subtract").tensor("operand1", one(sa, t, p));
+      if (exact_q) {  // A is alpha itself
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", na).tensor("data", one(sa, t, p)).word("op0", "multiply").imm("operand0", -1.0);
+      } else {
+        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+            .tensor("dst", na).tensor("data", one(sb, t, p)).word("op0", "multiply").tensor("operand0", one(m1, t, p))
+            .word("op1", "subtract").tensor("operand1", one(sa, t, p));
+      }
       ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
           .tensor("dst", c).tensor("data", na).word("op0", "multiply").tensor("operand0", one(mean_r, t, p))
           .word("op1", "add").tensor("operand1", one(bc, t, p));

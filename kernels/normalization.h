@@ -93,7 +93,9 @@ isa::Program norm_program(const NormSpec& spec, const HardwareConfig& config, ui
 //                  h = x * alpha + beta (bf16 4x mode) and dx = g~ - h; Tensor dw += rstd.T @ that and
 //                  db += ones.T @ dy, accumulated in PSUM over every row tile. bf16 inputs keep g, g~, h
 //                  in bf16 (dx is a bf16 result of a cancellation), the sums and dw / db in fp32.
-//                  (sum(g * x) - mean * sum(g) cancels at large offsets, as in torch's CPU backward.)
+//                  fp32 layernorm forms sum(g * (x - mean)) from e (q = e * w), not sum(g * x) - mean *
+//                  sum(g), which cancels at large offsets (as torch's CPU backward does); 16-bit x carries
+//                  less precision than that cancellation loses, so it keeps q = g * x.
 //                  ~86% (layernorm) / ~88% (rmsnorm) of the per-core HBM share for bf16 [8192, 4096]
 //                  on trn2, Vector-bound. Rows too long: two passes over column chunks (fp32 work tiles).
 //   softmax backward: GpSimd dy * y, Scalar its row sum, Vector (dy - sum) * y (the bf16 fast mode).

@@ -92,3 +92,43 @@ def test_layernorm_large_offset_and_overflow(run_trnsim, tmp_path, cols):
     _, cpu_mean, cpu_rstd = torch.ops.aten.native_layer_norm(xt, (cols,), wt, bt, 1e-5)
     close(np.asarray(rstd)[5:], cpu_rstd.reshape(-1)[5:])
     close(np.asarray(mean)[5:], cpu_mean.reshape(-1)[5:], atol=1e-3, rtol=1e-6)
+
+
+def error_in_tolerances(out, ref):
+    """max |out - ref| / (1e-3 + 1e-3 |ref|): 1 is the edge of PyTorch's fp32 device-vs-CPU tolerance."""
+    out = torch.as_tensor(np.asarray(out, dtype=np.float64)).reshape(ref.shape)
+    return ((out - ref).abs() / (1e-3 + 1e-3 * ref.abs())).max().item()
+
+
+# fp32 rows in one SBUF tile / dw wider than the PSUM banks (chunked) / long rows (chunked).
+@pytest.mark.parametrize("cols", [64, 4096, 40000])
+@pytest.mark.parametrize("weight", [False, True])
+def test_layernorm_backward_large_offset(run_trnsim, tmp_path, cols, weight):
+    # x = 1e4 + noise: torch's fp32 CPU backward (sum(g * x) - mean * sum(g)) cancels; the kernel forms
+    # sum(g * (x - mean)) and (x - mean) * rstd. Must be within the tolerance of float64 or no worse than
+    # 1.25x torch's fp32 error, output by output.
+    rng = np.random.default_rng(36)
+    rows = 8
+    x = (rng.standard_normal((rows, cols)) + 1e4).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    refs, cpus = [], []
+    for dt, out in ((torch.float64, refs), (torch.float32, cpus)):
+        xt = torch.from_numpy(x).to(dt).requires_grad_(True)
+        wt = torch.from_numpy(w).to(dt).requires_grad_(True) if weight else None
+        bt = torch.from_numpy(b).to(dt).requires_grad_(True) if weight else None
+        F.layer_norm(xt, (cols,), wt, bt).backward(torch.from_numpy(dy).to(dt))
+        out += [xt.grad.double()] + ([wt.grad.double(), bt.grad.double()] if weight else [])
+    xd = torch.from_numpy(x).double()
+    mean = xd.mean(-1).float().numpy()
+    rstd = torch.rsqrt(xd.var(-1, unbiased=False) + 1e-5).float().numpy()
+    inputs = {"x": x, "dy": dy, "mean": mean, "rstd": rstd}
+    if weight:
+        inputs["w"] = w
+    outputs = ["dx"] + (["dw", "db"] if weight else [])
+    params = {"shape": shape_text(x.shape), "dtype": "fp32", "weight": int(weight), "has_bias": int(weight)}
+    got = run_kernel(run_trnsim, tmp_path, "layernorm_backward", params, inputs, outputs)
+    for name, g, r, c in zip(outputs, got, refs, cpus):
+        e_dev, e_cpu = error_in_tolerances(g, r), error_in_tolerances(c, r)
+        assert e_dev <= max(1.0, 1.25 * e_cpu), f"{name}: kernel {e_dev:.2f} tolerances off float64, torch fp32 {e_cpu:.2f}"
