@@ -238,3 +238,14 @@ def test_rms_norm_special_values():
     x[1, 2] = float("nan")
     x[2] = 1e30  # squares overflow: rstd 0, y = 0
     close(F.rms_norm(x.to("neuron"), (64,)), F.rms_norm(x, (64,)))
+
+
+@pytest.mark.parametrize("cols", [64, 4096, 40000])
+def test_norms_bf16_offset(cols):
+    # bf16 at bf16 tolerance (torch computes in fp32 and rounds once); 1e2 keeps noise above bf16's ulp.
+    torch.manual_seed(12)
+    x = (torch.randn(8, cols) + 1e2).bfloat16()
+    w, b = torch.randn(cols).bfloat16(), torch.randn(cols).bfloat16()
+    xd, wd, bd = x.to("neuron"), w.to("neuron"), b.to("neuron")
+    close(F.layer_norm(xd, (cols,), wd, bd), F.layer_norm(x, (cols,), w, b), torch.bfloat16)
+    close(F.rms_norm(xd, (cols,), wd), F.rms_norm(x, (cols,), w), torch.bfloat16)
