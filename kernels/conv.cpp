@@ -173,6 +173,7 @@ void Conv2dBuilder::validate() const {
 int64_t Conv2dBuilder::raw_weight_cols(int64_t ob) const {
   const ConvGeometry& s = m_s;
   if (direct_weights()) return int64_t(m_chunks.size()) * ob * s.kh * s.kw;
+  if (m_raw_by_chunk) return 2 * std::min<int64_t>(s.c, m_ctx.partitions()) * s.kh * s.kw;
   return ceil_div(ob, m_ctx.partitions()) * s.c * s.kh * s.kw;
 }
 
@@ -212,7 +213,14 @@ void Conv2dBuilder::plan() {
   m_o_block = s.o;
   if (bytes(m_o_block) > weight_budget) {
     m_o_block = p;
-    while (bytes(m_o_block + p) <= weight_budget) m_o_block += p;
+    if (bytes(m_o_block) > weight_budget && !direct_weights() && s.groups() == 1) {
+      // Large C * KH * KW (fp32 512 x 5x5: 100 KiB a partition for one O tile): the raw rows go one
+      // channel chunk at a time through two slots, and the O blocks narrow to 64 or 32 channels if W^T
+      // alone is still too large (the PE then fills only part of its columns, but nothing falls back).
+      m_raw_by_chunk = true;
+      while (m_o_block > 32 && bytes(m_o_block) > weight_budget) m_o_block /= 2;
+    }
+    while (m_o_block >= p && bytes(m_o_block + p) <= weight_budget) m_o_block += p;
     if (bytes(m_o_block) > weight_budget) {
       throw isa::IsaError("conv2d: C * KH * KW too large for the resident weights");
     }
@@ -233,7 +241,8 @@ void Conv2dBuilder::allocate() {
   m_acc = b.psum(m_ctx.name("conv_acc"), DType::fp32, {p, uint32_t(kAccBanks), bank});
   m_wps = b.psum(m_ctx.name("conv_wtrans"), DType::fp32, {p, 2, bank});
   m_stage = b.sbuf(m_ctx.name("conv_out"), s.output_dtype, {p, uint32_t(kStageSlots), bank});
-  if (s.bias) m_bias = b.sbuf(m_ctx.name("conv_bias"), s.input_dtype, {p, uint32_t(ceil_div(s.o, p))});
+  // The bias of O tile t (of min(128, O block) channels) in column t, on the tile's partitions.
+  if (s.bias) m_bias = b.sbuf(m_ctx.name("conv_bias"), s.input_dtype, {p, uint32_t(ceil_div(s.o, o_tile_size()))});
   // Grouped: one group's weight rows; dX also the forward's block-diagonal rows (transposed into m_wraw).
   if (s.groups() > 1) {
     m_wcompact = b.sbuf(m_ctx.name("conv_wgroup"), s.input_dtype,
@@ -320,6 +329,8 @@ void Conv2dBuilder::load_weight_rows(int64_t o0, int64_t count) {
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw;
   if (m_reps > 1 && s.c < m_cpad) memset_flat(m_ctx, m_wt, p, int64_t(m_groups.size()) * m_o_block);
+  m_weight_o0 = o0;
+  if (m_raw_by_chunk) return;  // prepare_weights loads them chunk by chunk
   if (direct_weights()) {
     // Dense dX: W^T of this conv is the forward's weight with its O on partitions, so the forward rows
     // (one contiguous run of count * taps per partition) are the stationary up to a free-axis gather
@@ -415,7 +426,15 @@ void Conv2dBuilder::prepare_weights(const Range& ot) {
   }
   for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
     const Range& cr = m_chunks[ch];
-    const int64_t raw = (ot.begin / p * s.c + cr.begin) * khw;
+    int64_t raw = (ot.begin / p * s.c + cr.begin) * khw;
+    if (m_raw_by_chunk) {
+      // This chunk's columns of the tile's rows (one contiguous run per row) into the next slot.
+      raw = (m_raw_step++ % 2) * std::min<int64_t>(s.c, p) * khw;
+      dma_emit(ap(m_wraw, raw, {{0, uint32_t(ot.size)}, {1, uint32_t(cr.size * khw)}}),
+               ap(m_t.weight, s.w_off + (m_weight_o0 + ot.begin) * s.w_row + cr.begin * khw,
+                  {{s.w_row, uint32_t(ot.size)}, {1, uint32_t(cr.size * khw)}}),
+               kWeightQueue);
+    }
     for (int64_t kh = 0; kh < s.kh; ++kh) {
       for (int64_t kw = 0; kw < s.kw; ++kw) {
         const int64_t r = kw % m_reps;
@@ -558,7 +577,7 @@ void Conv2dBuilder::compute_block(const Block& blk, int64_t index, int64_t o0, i
       }
       const int64_t slot = m_stage_step++ % kStageSlots;
       isa::AccessPattern out = ap(m_stage, slot * bank, {{0, uint32_t(ot.size)}, {1, px}});
-      const int64_t o_tile = (o0 + ot.begin) / p;
+      const int64_t o_tile = (o0 + ot.begin) / o_tile_size();
       isa::AccessPattern bias;
       if (s.bias) bias = ap(m_bias, o_tile, {{0, uint32_t(ot.size)}, {1, 1}});
       evacuate(b, out, dst, s.bias ? &bias : nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
@@ -579,8 +598,8 @@ void Conv2dBuilder::emit() {
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions();
   if (s.bias) {
-    for (const Range& ot : tiles(s.o, p)) {
-      dma_emit(ap(m_bias, ot.begin / p, {{0, uint32_t(ot.size)}, {1, 1}}),
+    for (const Range& ot : tiles(s.o, o_tile_size())) {
+      dma_emit(ap(m_bias, ot.begin / o_tile_size(), {{0, uint32_t(ot.size)}, {1, 1}}),
                ap(uint32_t(m_t.bias), s.out_c0 + ot.begin, {{1, uint32_t(ot.size)}, {1, 1}}), kWeightQueue);
     }
   }

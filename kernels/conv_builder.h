@@ -7,6 +7,7 @@
 // and dW streams the same input blocks as the forward.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -111,6 +112,7 @@ class Conv2dBuilder {
   // Dense dX reads the forward's weight rows as they are (see load_weight_rows).
   bool direct_weights() const { return m_s.flip_weight && m_s.groups() == 1; }
   int64_t raw_weight_cols(int64_t ob) const;
+  int64_t o_tile_size() const { return std::min<int64_t>(m_ctx.partitions(), m_o_block); }
   void allocate();
   void allocate_blocks(int64_t extra_bytes_per_pixel, int64_t target_pixels, int64_t min_blocks);
   std::vector<PixelTile> pixel_tiles(const Block& blk, int64_t max_px) const;
@@ -155,6 +157,8 @@ class Conv2dBuilder {
   int64_t m_o_block = 0, m_nb = 1, m_rb = 1, m_rows_in = 1;
   uint32_t m_wt = 0, m_wraw = 0, m_wgrp = 0, m_wcompact = 0, m_acc = 0, m_wps = 0, m_stage = 0, m_bias = 0;
   uint32_t m_buf[2] = {0, 0}, m_staging[2] = {0, 0};
+  bool m_raw_by_chunk = false;  // the raw weight rows one channel chunk at a time (large C * KH * KW)
+  int64_t m_weight_o0 = 0, m_raw_step = 0;
   int64_t m_wprep_step = 0, m_acc_step = 0, m_stage_step = 0, m_evac_step = 0, m_store_step = 0;
 
   // Weight gradient: dW[O, C*KH*KW (+1 ones column = grad_bias)] accumulated over pixel tiles.

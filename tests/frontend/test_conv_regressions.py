@@ -68,3 +68,12 @@ def test_large_weight_conv_backward_runs_on_the_device(dtype):
     compare_with_cpu(512, 512, 3, n=2, h=2, w=2, padding=1, dtype=dtype, seed=3)
     report = trnsim.fallback_report()
     assert not any("convolution" in op for op in report), report
+
+
+# Forward weights too large for one O tile's raw and transposed rows (fp32 C x 5x5 with C >= ~500) fell back
+# to the CPU too; the kernel streams the raw rows by channel chunk (and narrows the O blocks).
+def test_large_weight_conv_forward_runs_on_the_device():
+    trnsim.reset_fallback_report()
+    compare_with_cpu(1030, 70, 5, n=1, h=5, w=6, padding=1, seed=4)
+    report = trnsim.fallback_report()
+    assert not any("convolution" in op for op in report), report

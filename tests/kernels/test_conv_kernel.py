@@ -240,6 +240,20 @@ def test_conv2d_backward_large_weights_in_rounds(run_trnsim, tmp_path, n, c, h, 
     run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
 
 
+# Forward weights too large to keep raw and transposed for one 128-channel O tile (fp32 512 x 5x5: ~100 KiB a
+# partition; the device fell back to the CPU): the raw rows one channel chunk at a time, O blocks of 128, or
+# of 32 (1030 x 5x5: three O blocks, the last of 6 channels, each with its bias column).
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,dtype", [
+    (1, 512, 6, 5, 200, 5, 1, 2, True, "fp32"),
+    (1, 1030, 5, 5, 70, 5, 1, 1, True, "fp32"),
+])
+def test_conv2d_large_weights_forward_and_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias,
+                                                   dtype):
+    run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
+    (tmp_path / "bwd").mkdir()
+    run_conv_backward(run_trnsim, tmp_path / "bwd", n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
+
+
 BACKWARD_RANDOM = np.random.default_rng(77)
 BACKWARD_RANDOM_CASES = [
     (int(BACKWARD_RANDOM.integers(1, 4)), int(BACKWARD_RANDOM.integers(1, 150)), int(BACKWARD_RANDOM.integers(5, 16)),
