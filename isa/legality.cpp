@@ -106,6 +106,22 @@ class Checker {
       if (inst.engine != Engine::dma) fail("engine-memory", what + ": only DMA reaches HBM; the " +
                                                                 std::string(enum_name(inst.engine)) +
                                                                 " engine reads SBUF/PSUM");
+      // The bytes the pattern spans (partition dim included) lie inside the tensor, as the
+      // interpreter's CoreState asserts when it moves values.
+      int64_t low = ap.offset, high = ap.offset;
+      auto extend = [&](const ApDim& d) {
+        int64_t span = d.stride * (int64_t{d.size} - 1);
+        (span < 0 ? low : high) += span;
+      };
+      extend(ap.partition);
+      for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
+      const double tensor_bytes = double(a.total_elements()) * dtype_size_bytes(a.dtype);
+      const uint32_t esize = dtype_size_bytes(ap.dtype);
+      if (ap.elements() > 0 && (low < 0 || double(high + 1) * esize > tensor_bytes)) {
+        fail("memory-bounds", what + ": elements " + std::to_string(low) + ".." + std::to_string(high) +
+                                  " fall outside HBM tensor '" + a.name + "' (" + std::to_string(a.total_elements()) +
+                                  " elements)");
+      }
       return;
     }
     const MemoryAccessConfig& access = m_config.core.memory_access;

@@ -290,5 +290,21 @@ TEST(Legality, DmaQueueAndHbmCapacity) {
   EXPECT_EQ(found.size(), 2u);
 }
 
+// A pattern built in C++ (the text form's slices check their own bounds) that runs past its HBM
+// tensor: the interpreter faults on it, so legality refuses it for --timing-only too.
+TEST(Legality, HbmAccessOutsideItsTensor) {
+  ProgramBuilder b("hbm", Generation::trn2);
+  uint32_t x = b.hbm("x", DType::fp32, {4, 8}, AllocationRole::input);
+  uint32_t a = b.sbuf("a", DType::fp32, {4, 8});
+  AccessPattern src = b.view(x);
+  src.offset = 8;
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(a)).tensor("src", src);
+  Program program = b.program();
+  EXPECT_THAT(issues(program), ::testing::ElementsAre("instruction 0 dma_copy: operand 'src': elements 8..39 fall "
+                                                      "outside HBM tensor 'x' (32 elements) [memory-bounds]"));
+  CoreState state(config("trn2").core, program);
+  EXPECT_THROW(interpret(program, state, config("trn2")), IsaError);
+}
+
 }  // namespace
 }  // namespace trnsim::isa
