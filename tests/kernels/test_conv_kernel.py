@@ -311,9 +311,9 @@ def test_conv2d_random_grouped_forward_and_backward(run_trnsim, tmp_path, n, c, 
 
 # ---- split across cores: each core's program alone, outputs preset to NaN ----
 
-def run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, bias=False, cores=2,
-                            groups=1, dtype="fp32", seed=0):
-    """The backward split over `cores` cores (kernel_runner cores=N tasm_core=K), each core's program run on its
+def run_conv_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, bias=False, cores=2, groups=1,
+                   dtype="fp32", seed=0, backward=True):
+    """The backward (or forward) split over `cores` cores (kernel_runner cores=N tasm_core=K), each core's program run on its
     own with the outputs preset to NaN, merged: every output element must be written by exactly the cores
     that own it and all together must equal torch autograd in float64. The parts share no partial sums, so a
     core's program runs the same alone as next to the others."""
@@ -327,11 +327,17 @@ def run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, pa
 
     x, wt = rand(n, c, h, w), rand(o, c // groups, kh, kw)
     ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
-    dy = rand(n, o, ho, wo)
-    outputs = {"grad_input": x.shape, "grad_weight": wt.shape}
-    if bias:
-        outputs["grad_bias"] = (o,)
-    inputs = {"input": x.numpy(), "weight": wt.numpy(), "grad_output": dy.numpy()}
+    dy, b = rand(n, o, ho, wo), rand(o)
+    if backward:
+        outputs = {"grad_input": x.shape, "grad_weight": wt.shape}
+        if bias:
+            outputs["grad_bias"] = (o,)
+        inputs = {"input": x.numpy(), "weight": wt.numpy(), "grad_output": dy.numpy()}
+    else:
+        outputs = {"output": (n, o, ho, wo)}
+        inputs = {"input": x.numpy(), "weight": wt.numpy()}
+        if bias:
+            inputs["bias"] = b.numpy()
     for name, shape in outputs.items():  # never-written elements stay NaN
         inputs[name] = np.full(shape, np.nan, dtype=np.float32)
     for name, array in inputs.items():
@@ -341,7 +347,7 @@ def run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, pa
         tasm = tmp_path / f"k{core}.tasm"
         args = [str(runner()), "conv2d", f"input={shape_text((n, c, h, w))}",
                 f"weight={shape_text((o, c // groups, kh, kw))}", f"stride={stride}", f"padding={padding}",
-                f"has_bias={int(bias)}", f"dtype={dtype}", "out_dtype=fp32", "backward=1", f"groups={groups}",
+                f"has_bias={int(bias)}", f"dtype={dtype}", "out_dtype=fp32", f"backward={int(backward)}", f"groups={groups}",
                 f"cores={cores}", f"tasm_core={core}", "--tasm", str(tasm)]
         built = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert built.returncode == 0, built.stderr
@@ -359,9 +365,9 @@ def run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, pa
             assert np.array_equal(part[both], merged[name][both]), f"{name}: cores disagree on shared elements"
             merged[name][written] = part[written]
     xv, wv = x.double().requires_grad_(), wt.double().requires_grad_()
-    bv = torch.zeros(o, dtype=torch.float64, requires_grad=True)
+    bv = b.double().requires_grad_()
     y = torch.nn.functional.conv2d(xv, wv, bv if bias else None, stride=stride, padding=padding, groups=groups)
-    expected = torch.autograd.grad(y, [xv, wv, bv] if bias else [xv, wv], dy.double())
+    expected = torch.autograd.grad(y, [xv, wv, bv] if bias else [xv, wv], dy.double()) if backward else [y.detach()]
     for (name, got), e in zip(merged.items(), expected):
         missing = np.isnan(got)
         assert not missing.any(), f"{name}: {int(missing.sum())} elements written by no core, e.g. at " \
@@ -394,5 +400,11 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,groups,dtype", SPLIT_CASES)
 def test_conv2d_backward_split_across_cores_writes_every_element(run_trnsim, tmp_path, n, c, h, w, o, k, stride,
                                                                   padding, bias, groups, dtype):
-    run_conv_backward_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, groups=groups,
-                            dtype=dtype)
+    run_conv_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, groups=groups, dtype=dtype)
+
+
+# The forward split by (O block, input block, pixel tile) items, with O blocks of 32 channels (large fp32
+# C*KH*KW: raw weight rows by channel chunk) and of 128.
+@pytest.mark.parametrize("n,c,h,w,o,k,cores", [(2, 1030, 4, 5, 70, 5, 2), (1, 600, 5, 5, 130, 5, 3)])
+def test_conv2d_forward_large_weights_split_across_cores(run_trnsim, tmp_path, n, c, h, w, o, k, cores):
+    run_conv_split(run_trnsim, tmp_path, n, c, h, w, o, k, 1, 1, bias=True, cores=cores, backward=False)
