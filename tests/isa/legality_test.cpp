@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "config/config_loader.h"
 #include "isa/builder.h"
 #include "isa/core_state.h"
@@ -304,6 +306,86 @@ TEST(Legality, HbmAccessOutsideItsTensor) {
                                                       "outside HBM tensor 'x' (32 elements) [memory-bounds]"));
   CoreState state(config("trn2").core, program);
   EXPECT_THROW(interpret(program, state, config("trn2")), IsaError);
+}
+
+// The same property over many programs: every valid one-instruction baseline below, with each
+// tensor operand replaced in turn by every tensor of the pool (other shapes, dtypes, memories).
+// Whenever the interpreter rejects a mutant, legality must have rejected it too.
+TEST(Legality, EveryProgramTheInterpreterRejectsIsIllegal) {
+  const std::string pool =
+      "sbuf a : fp32[4, 8]\nsbuf b : fp32[4, 9]\nsbuf c2 : fp32[4, 2]\nsbuf d3 : fp32[3, 8]\nsbuf col : fp32[4, 1]\n"
+      "sbuf i : int32[4, 8]\nsbuf i1 : int32[4, 1]\nsbuf u8 : uint32[4, 8]\nsbuf h : bf16[4, 8]\nsbuf h4 : bf16[4, 4]\n"
+      "sbuf ht : bf16[8, 4]\nsbuf s6 : fp32[4, 6]\nsbuf r1 : fp32[1, 8]\nsbuf t8 : fp32[8, 4]\npsum pm : fp32[4, 8]\n"
+      "psum p8 : fp32[8, 4]\n";
+  const std::vector<std::string> names = {"a", "b", "c2", "d3", "col", "i", "i1", "u8",
+                                          "h", "h4", "ht", "s6", "r1", "t8", "pm", "p8"};
+  const std::vector<std::string> baselines = {
+      "tensor_tensor dst=a, data1=a, data2=a, op=add",
+      "tensor_tensor dst=i, data1=i, data2=i, op=bitwise_and",
+      "tensor_scalar dst=a, data=a, op0=add, operand0=col",
+      "tensor_scalar dst=a, data=a, op0=add, operand0=1.0, op1=multiply, operand1=col",
+      "tensor_scalar dst=i, data=i, op0=bitwise_and, operand0=i1",
+      "scalar_tensor_tensor dst=a, data=a, op0=add, operand0=col, op1=multiply, operand1=a",
+      "activation dst=a, op=exp, data=a, bias=col, scale=col",
+      "activation dst=a, op=exp, data=a, reduce_op=add, reduce_res=col",
+      "activation_reduce dst=a, op=copy, data=a, reduce_op=add, reduce_res=col",
+      "tensor_reduce dst=col, op=add, data=a, axis=[1]",
+      "tensor_copy dst=a, src=a",
+      "tensor_copy_predicated dst=a, src=a, predicate=a",
+      "select_reduce dst=a, predicate=a, on_true=a, on_false=col, reduce_op=maximum, reduce_res=col",
+      "range_select dst=a, on_true_tile=a, comp_op0=greater_equal, comp_op1=less, bound0=col, bound1=col, "
+      "reduce_res=col",
+      "tensor_tensor_scan dst=a, data0=a, data1=a, initial=col, op0=add, op1=add",
+      "bn_stats dst=s6, data=a",
+      "bn_aggr dst=c2, data=s6",
+      "reciprocal dst=a, data=a",
+      "max8 dst=a, src=a",
+      "nc_find_index8 dst=u8, data=a, vals=a",
+      "iota dst=i, pattern=[[1, 8]]",
+      "affine_select dst=a, pattern=[[1, 8]], channel_multiplier=0, on_true_tile=a, on_false_value=0",
+      "tensor_partition_reduce dst=r1, op=add, data=a",
+      "nc_transpose dst=p8, data=a",
+      "dma_copy dst=a, src=a",
+      "dma_transpose dst=ht, src=h",
+      "nc_matmul dst=pm, stationary=h4, moving=h",
+      "memset dst=a, value=1",
+  };
+  auto program_of = [&](const std::string& instruction) {
+    return parse_tasm("kernel k\ntarget trn2\n" + pool + instruction + "\n", "case.tasm");
+  };
+  auto interpreter_rejects = [&](const Program& program) {
+    CoreState state(config("trn2").core, program);
+    try {
+      interpret(program, state, config("trn2"));
+    } catch (const IsaError&) {
+      return true;
+    }
+    return false;
+  };
+  size_t mutants = 0, rejected = 0;
+  for (const std::string& baseline : baselines) {
+    Program base = program_of(baseline);
+    ASSERT_THAT(issues(base), ::testing::IsEmpty()) << baseline;
+    ASSERT_FALSE(interpreter_rejects(base)) << baseline;
+    // Tensor operands are "=name" followed by "," or the end.
+    for (size_t at = baseline.find('='); at != std::string::npos; at = baseline.find('=', at + 1)) {
+      size_t end = baseline.find(',', at);
+      if (end == std::string::npos) end = baseline.size();
+      std::string operand = baseline.substr(at + 1, end - at - 1);
+      if (std::find(names.begin(), names.end(), operand) == names.end()) continue;
+      for (const std::string& other : names) {
+        if (other == operand) continue;
+        std::string text = baseline.substr(0, at + 1) + other + baseline.substr(end);
+        Program mutant = program_of(text);
+        ++mutants;
+        if (!interpreter_rejects(mutant)) continue;
+        ++rejected;
+        EXPECT_THAT(issues(mutant), ::testing::Not(::testing::IsEmpty())) << text;
+      }
+    }
+  }
+  EXPECT_GT(mutants, 800u);
+  EXPECT_GT(rejected, 300u);  // the walk met many of the interpreter's rules
 }
 
 }  // namespace
