@@ -112,7 +112,12 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   if (shared_hbm) {
     for (size_t i = 1; i < programs.size(); ++i) check_same_hbm(*programs[0], *programs[i], i);
   }
-  for (uint32_t core : options.cores) {
+  for (size_t i = 0; i < options.cores.size(); ++i) {
+    const uint32_t core = options.cores[i];
+    // One core cannot run two programs (or one program twice) at once.
+    if (std::find(options.cores.begin(), options.cores.begin() + long(i), core) != options.cores.begin() + long(i)) {
+      throw isa::IsaError("core " + std::to_string(core) + " is listed twice");
+    }
     if (core >= config.chip.physical_cores) {
       throw isa::IsaError("core " + std::to_string(core) + " does not exist (the chip has " +
                           std::to_string(config.chip.physical_cores) + ")");

@@ -296,6 +296,7 @@ TEST(SimulationErrors, ThreadErrorsAreRethrownAsIsaError) {
       }
     }
   }
+  EXPECT_THROW(run_unchecked(std::string(kCopyHeader) + "dma_copy dst=s, src=x\n", hw, {1, 0, 1}, true), isa::IsaError);
   SimResult fine = run_unchecked(std::string(kCopyHeader) + "dma_copy dst=s, src=x\n", hw, {0}, true);
   EXPECT_GT(fine.stats.total_ns, 0);
 }
