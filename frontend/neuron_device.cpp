@@ -880,7 +880,7 @@ std::pair<at::Tensor, bool> matmul_operand(const at::Tensor& t) {
 
 // C = A @ B (+ bias[N] or + residual[M, N]) for [M, K] @ [K, N] or batched [B, M, K] @ [B, K, N].
 std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& a_in, const at::Tensor& b_in,
-                                       const at::Tensor* addend) {
+                                       const at::Tensor* addend, bool fp32_result = false) {
   if (!on_neuron(a_in) || !on_neuron(b_in) || a_in.scalar_type() != b_in.scalar_type()) return std::nullopt;
   const std::optional<DType> dt = sim_dtype(a_in.scalar_type());
   if (!dt) return std::nullopt;
@@ -895,7 +895,8 @@ std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& 
   spec.k = k;
   spec.n = n;
   spec.input_dtype = *dt;
-  spec.output_dtype = *dt;
+  spec.output_dtype = fp32_result ? DType::fp32 : *dt;  // the PSUM's fp32, not rounded (an epilogue follows)
+  const at::TensorOptions out_options = fp32_result ? a_in.options().dtype(at::kFloat) : a_in.options();
   at::Tensor bias;
   if (addend) {
     if (!on_neuron(*addend) || addend->scalar_type() != a_in.scalar_type() || batched) return std::nullopt;
@@ -915,11 +916,11 @@ std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& 
   auto [b, b_t] = matmul_operand(b_in);
   spec.a_transposed = a_t;
   spec.b_transposed = b_t;
-  at::Tensor c = batched ? at::empty({spec.batch, m, n}, a_in.options()) : at::empty({m, n}, a_in.options());
+  at::Tensor c = batched ? at::empty({spec.batch, m, n}, out_options) : at::empty({m, n}, out_options);
   const std::string key = op + "|" + std::to_string(spec.batch) + "," + std::to_string(m) + "," + std::to_string(k) +
                           "," + std::to_string(n) + "|" + c10::toString(a_in.scalar_type()) + "|" +
                           std::to_string(a_t) + std::to_string(b_t) + std::to_string(spec.bias) +
-                          std::to_string(spec.residual);
+                          std::to_string(spec.residual) + (fp32_result ? "|fp32" : "");
   std::vector<HostBuffer> inputs = {buffer("a", a), buffer("b", b)};
   if (spec.bias) inputs.push_back(buffer("bias", bias));
   if (spec.residual) inputs.push_back(buffer("residual", bias));
@@ -2030,6 +2031,159 @@ std::optional<at::Tensor> lower_vector_norm(const std::string& op, c10::ArrayRef
   return x_in.scalar_type() == at::kFloat ? r : std::optional<at::Tensor>(r->to(x_in.scalar_type()));
 }
 
+// var / var_mean (correction overloads): two passes as torch, the mean, then the sum of squared
+// deviations over (N - correction), in fp32 (a bf16 input cast on the device, the results rounded once).
+std::optional<std::pair<at::Tensor, at::Tensor>> lower_var_mean(c10::ArrayRef<c10::IValue> args, bool std_dev = false) {
+  const at::Tensor& x = args[0].toTensor();
+  if (!on_neuron(x) || !sim_dtype(x.scalar_type()) || x.numel() == 0) return std::nullopt;
+  const std::vector<int64_t> rdims = int_list(args[1]);
+  const double correction = args[2].isNone() ? 1.0 : args[2].toScalar().toDouble();
+  const bool keepdim = args[3].toBool();
+  c10::DeviceGuard guard(x.device());
+  int64_t n = rdims.empty() ? x.numel() : 1;
+  for (int64_t d : rdims) n *= x.size(c10::maybe_wrap_dim(d, x.dim()));
+  const at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
+  const std::vector<int64_t> all_ones(x.dim(), 1);
+  const at::Tensor mean = rdims.empty() ? at::mean(xf).reshape(all_ones) : at::mean(xf, rdims, true);
+  const at::Tensor dev = at::sub(xf, mean);
+  at::Tensor ss = rdims.empty() ? at::sum(at::mul(dev, dev)) : at::sum(at::mul(dev, dev), rdims, keepdim);
+  if (rdims.empty() && keepdim) ss = ss.reshape(all_ones);
+  at::Tensor var = at::div(ss, std::max(0.0, double(n) - correction));
+  if (std_dev) var = at::sqrt(var);
+  at::Tensor m = keepdim ? mean : rdims.empty() ? mean.reshape({}) : mean.squeeze(rdims);
+  if (x.scalar_type() != at::kFloat) {
+    var = var.to(x.scalar_type());
+    m = m.to(x.scalar_type());
+  }
+  return std::make_pair(var, m);
+}
+
+// A matmul with an empty operand: zeros (k = 0) or an empty result, and addmm's beta * self.
+std::optional<at::Tensor> lower_empty_matmul(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (op != "mm" && op != "bmm" && op != "addmm") return std::nullopt;
+  const bool add = op == "addmm";
+  const at::Tensor &a = args[add ? 1 : 0].toTensor(), &b = args[add ? 2 : 1].toTensor();
+  if (!on_neuron(a) || !on_neuron(b) || a.dim() < 2 || b.dim() < 2 || a.scalar_type() != b.scalar_type()) return std::nullopt;
+  if (a.numel() != 0 && b.numel() != 0) return std::nullopt;
+  if (a.size(-1) != b.size(-2) || (a.dim() == 3 && a.size(0) != b.size(0))) return std::nullopt;  // torch's error
+  c10::DeviceGuard guard(a.device());
+  std::vector<int64_t> shape = dims(a.sizes());
+  shape.back() = b.size(-1);
+  at::Tensor product = at::zeros(shape, a.options());
+  if (!add) return product;
+  const c10::Scalar beta = args[3].toScalar();
+  if (beta.equal(0) || product.numel() == 0) return product;
+  return at::mul(args[0].toTensor(), beta).expand(shape).contiguous();
+}
+
+// Ops that are a few device ops in sequence, each re-dispatched (so each is a lowered kernel, or
+// a counted fallback of its own): clamp with tensor bounds, roll, softplus, var / var_mean,
+// vector products, empty matmuls, adaptive average pooling by whole windows, 1-D nearest
+// upsampling. nullopt leaves the op to the CPU fallback.
+std::optional<at::Tensor> lower_composed(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  auto device_tensor = [](const c10::IValue& v) { return v.isTensor() && on_neuron(v.toTensor()); };
+  if (op == "clamp.Tensor" || op == "clamp_min.Tensor" || op == "clamp_max.Tensor") {
+    at::Tensor x = args[0].toTensor();
+    if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return std::nullopt;
+    const c10::IValue lo = op == "clamp_max.Tensor" ? c10::IValue() : args[1];
+    const c10::IValue hi = op == "clamp.Tensor" ? args[2] : op == "clamp_max.Tensor" ? args[1] : c10::IValue();
+    // torch: min(max(x, lo), hi) in the promoted dtype, NaN in x or a bound propagating.
+    for (const c10::IValue* bound : {&lo, &hi}) {
+      if (bound->isNone()) continue;
+      if (!device_tensor(*bound) && bound->toTensor().dim() != 0) return std::nullopt;
+      std::optional<at::Tensor> r = lower_binary(op, x, bound->toTensor(), bound == &lo ? BinaryOp::maximum : BinaryOp::minimum);
+      if (!r) return std::nullopt;
+      x = *r;
+    }
+    return x;
+  }
+  if (op == "pow.Tensor_Tensor") {
+    // x ** y = exp(y * log(x)) for a positive base (the activation table's exp and log); a zero or
+    // negative base has special cases (0 ** 0, integer exponents of negatives): the CPU's kernel.
+    const at::Tensor &x = args[0].toTensor(), &y = args[1].toTensor();
+    if (!on_neuron(x) || !on_neuron(y) || !sim_dtype(x.scalar_type()) || !sim_dtype(y.scalar_type())) return std::nullopt;
+    if (x.numel() == 0 || !host_alias(x).gt(0).all().item<bool>()) return std::nullopt;
+    const at::ScalarType result = at::result_type(x, y);
+    const at::Tensor xf = x.to(at::kFloat), yf = y.to(at::kFloat);  // torch's opmath: fp32
+    at::Tensor r = at::exp(at::mul(yf, at::log(xf)));
+    return result == at::kFloat ? r : r.to(result);
+  }
+  if (op == "roll") {  // a cat of the two slices along each rolled dim (device copies)
+    const at::Tensor& x = args[0].toTensor();
+    if (!on_neuron(x) || x.numel() == 0) return std::nullopt;
+    const std::vector<int64_t> shifts = args[1].toIntVector(), rdims = args[2].toIntVector();
+    if (rdims.empty()) {
+      if (shifts.size() != 1) return std::nullopt;
+      return at::roll(x.flatten(), shifts, {0}).view(x.sizes());
+    }
+    if (shifts.size() != rdims.size()) return std::nullopt;
+    at::Tensor y = x;
+    for (size_t i = 0; i < rdims.size(); ++i) {
+      const int64_t d = c10::maybe_wrap_dim(rdims[i], x.dim());
+      const int64_t n = x.size(d);
+      const int64_t s = ((shifts[i] % n) + n) % n;
+      if (s == 0) continue;
+      y = at::cat({y.narrow(d, n - s, s), y.narrow(d, 0, n - s)}, d);
+    }
+    return y.is_same(x) ? x.clone() : y;
+  }
+  if (op == "softplus") {  // x > threshold / beta ? x : log(1 + exp(beta x)) / beta
+    const at::Tensor& x = args[0].toTensor();
+    if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return std::nullopt;
+    const double beta = args[1].toScalar().toDouble(), threshold = args[2].toScalar().toDouble();
+    at::Tensor bx = beta == 1.0 ? x : at::mul(x, beta);
+    at::Tensor soft = at::log(at::add(at::exp(bx), 1.0));
+    if (beta != 1.0) soft = at::div(soft, beta);
+    return at::where(at::gt(bx, threshold), x, soft);
+  }
+  if (op == "var.correction" || op == "std.correction") {
+    std::optional<std::pair<at::Tensor, at::Tensor>> vm = lower_var_mean(args, op == "std.correction");
+    return vm ? std::optional<at::Tensor>(vm->first) : std::nullopt;
+  }
+  if (op == "dot" || op == "vdot") {
+    const at::Tensor &a = args[0].toTensor(), &b = args[1].toTensor();
+    if (!on_neuron(a) || !on_neuron(b) || a.dim() != 1 || b.dim() != 1 || !sim_dtype(a.scalar_type())) return std::nullopt;
+    return at::mm(a.view({1, -1}), b.view({-1, 1})).reshape(std::vector<int64_t>{});
+  }
+  if (op == "mv") {
+    const at::Tensor &m = args[0].toTensor(), &v = args[1].toTensor();
+    if (!on_neuron(m) || !on_neuron(v) || m.dim() != 2 || v.dim() != 1 || !sim_dtype(m.scalar_type())) return std::nullopt;
+    return at::mm(m, v.view({-1, 1})).view({-1});
+  }
+  if (op == "addmv") {
+    const at::Tensor &self = args[0].toTensor(), &m = args[1].toTensor(), &v = args[2].toTensor();
+    if (!on_neuron(m) || !on_neuron(v) || m.dim() != 2 || v.dim() != 1 || !sim_dtype(m.scalar_type())) return std::nullopt;
+    at::Tensor col = self.dim() == 1 ? self.view({-1, 1}) : self;
+    return at::addmm(col, m, v.view({-1, 1}), args[3].toScalar(), args[4].toScalar()).view({-1});
+  }
+  if (op == "_adaptive_avg_pool2d" || op == "_adaptive_avg_pool2d_backward") {
+    const bool backward = op.size() > 9 && op.compare(op.size() - 9, 9, "_backward") == 0;
+    const at::Tensor& x = args[backward ? 1 : 0].toTensor();
+    if (!on_neuron(x) || x.dim() < 3) return std::nullopt;
+    const int64_t h = x.size(-2), w = x.size(-1);
+    const at::Tensor& grad = args[0].toTensor();
+    const std::vector<int64_t> out = backward ? std::vector<int64_t>{grad.size(-2), grad.size(-1)} : args[1].toIntVector();
+    if (out.size() != 2 || out[0] <= 0 || out[1] <= 0 || h % out[0] || w % out[1]) return std::nullopt;
+    const std::vector<int64_t> k = {h / out[0], w / out[1]};  // whole windows: an average pool
+    if (!backward) return at::avg_pool2d(x, k, k);
+    return at::avg_pool2d_backward(grad, x, k, k, {0, 0}, false, true, std::nullopt);
+  }
+  if (op == "upsample_nearest1d" || op == "upsample_nearest1d_backward") {
+    const bool backward = op.size() > 9 && op.compare(op.size() - 9, 9, "_backward") == 0;
+    const at::Tensor& x = args[0].toTensor();
+    if (!on_neuron(x) || x.dim() != 3) return std::nullopt;
+    std::optional<double> scale;
+    if (!args[backward ? 3 : 2].isNone()) scale = args[backward ? 3 : 2].toDouble();
+    const std::vector<int64_t> out = args[1].toIntVector();
+    if (out.size() != 1) return std::nullopt;
+    if (!backward) return at::upsample_nearest2d(x.unsqueeze(2), {1, out[0]}, 1.0, scale).squeeze(2);
+    const std::vector<int64_t> in = args[2].toIntVector();
+    if (in.size() != 3) return std::nullopt;
+    return at::upsample_nearest2d_backward(x.unsqueeze(2), {1, out[0]}, {in[0], in[1], 1, in[2]}, 1.0, scale).squeeze(2);
+  }
+  return std::nullopt;
+}
+
 // ATen unary ops that are one kernel of kernels/elementwise.h (their in-place forms, "relu_", too).
 const std::map<std::string, UnaryOp>& unary_ops() {
   static const std::map<std::string, UnaryOp> table = {
@@ -2042,6 +2196,7 @@ const std::map<std::string, UnaryOp>& unary_ops() {
 }
 
 std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  if (auto empty = lower_empty_matmul(op, args)) return empty;
   if (op == "nll_loss_backward")
     return lower_nll_loss_backward(op, args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3],
                                    args[4].toInt(), args[5].toInt(), args[6].toTensor());
@@ -2051,8 +2206,14 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   if (op == "embedding") return lower_embedding(op, args[0].toTensor(), args[1].toTensor(), false);
   if (op == "index_select") {
     const at::Tensor& self = args[0].toTensor();
-    if (self.dim() == 0 || c10::maybe_wrap_dim(args[1].toInt(), self.dim()) != 0) return std::nullopt;
-    return lower_embedding(op, self, args[2].toTensor(), true);
+    if (self.dim() == 0) return std::nullopt;
+    const int64_t d = c10::maybe_wrap_dim(args[1].toInt(), self.dim());
+    if (d == 0) return lower_embedding(op, self, args[2].toTensor(), true);
+    // Another dim: moved to the front (a device permute), gathered as rows, moved back.
+    if (!on_neuron(self)) return std::nullopt;
+    std::optional<at::Tensor> rows = lower_embedding(op, self.movedim(d, 0).contiguous(), args[2].toTensor(), true);
+    if (!rows) return std::nullopt;
+    return rows->movedim(0, d).contiguous();
   }
   if (op == "mm" || op == "bmm") {
     const at::Tensor& a = args[0].toTensor();
@@ -2061,7 +2222,12 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   }
   if (op == "addmm" && is_one(args[3]) && is_one(args[4])) {
     const at::Tensor& bias = args[0].toTensor();
-    return lower_matmul(op, args[1].toTensor(), args[2].toTensor(), &bias);
+    std::optional<at::Tensor> fused = lower_matmul(op, args[1].toTensor(), args[2].toTensor(), &bias);
+    if (fused || !on_neuron(bias) || !sim_dtype(bias.scalar_type())) return fused;
+    // A bias the epilogue does not take (one element, a column): the product, then a broadcast add.
+    std::optional<at::Tensor> product = lower_matmul("mm", args[1].toTensor(), args[2].toTensor(), nullptr);
+    if (!product) return std::nullopt;
+    return lower_binary("add.Tensor", *product, bias, BinaryOp::add);
   }
   if (op == "addmm" || op == "baddbmm") {
     // beta * self + alpha * (a @ b) with other coefficients (baddbmm: attention scores with a
@@ -2076,10 +2242,17 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     if (!args[3].isScalar() || !args[4].isScalar() || a.dim() != (op == "addmm" ? 2 : 3)) return std::nullopt;
     const c10::Scalar beta = args[3].toScalar(), alpha = args[4].toScalar();
     c10::DeviceGuard guard(a.device());
-    at::Tensor product = op == "addmm" ? at::mm(a, b) : at::bmm(a, b);
-    if (!alpha.equal(1)) product = at::mul(product, alpha);
-    if (beta.equal(0)) return product;  // self is ignored, NaNs included, as torch does
-    return at::add(product, beta.equal(1) ? self : at::mul(self, beta));
+    // torch computes beta * self + alpha * (a @ b) in fp32 and rounds once: the product stays in
+    // the PSUM's fp32, self is widened, the epilogue runs in fp32 and only its result is rounded.
+    const bool wide = a.scalar_type() != at::kFloat;
+    std::optional<at::Tensor> product = lower_matmul(op == "addmm" ? "mm" : "bmm", a, b, nullptr, wide);
+    if (!product) return std::nullopt;
+    at::Tensor result = alpha.equal(1) ? *product : at::mul(*product, alpha);
+    if (!beta.equal(0)) {  // beta == 0 ignores self, NaNs included, as torch does
+      const at::Tensor self_wide = wide ? self.to(at::kFloat) : self;
+      result = at::add(result, beta.equal(1) ? self_wide : at::mul(self_wide, beta));
+    }
+    return wide ? result.to(a.scalar_type()) : result;
   }
   if (op == "add.Tensor" || op == "sub.Tensor") {
     std::optional<at::Tensor> other = scaled_by_alpha(op, args[0].toTensor(), args[1].toTensor(), args[2]);
@@ -2124,6 +2297,7 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return target;
   }
   if (auto logical = lower_logical(op, args)) return logical;
+  if (auto composed = lower_composed(op, args)) return composed;
   if (auto hard = lower_hard_activation(op, args)) return hard;
   if (op == "linalg_vector_norm") return lower_vector_norm(op, args);
   if (op == "silu_backward") return lower_silu_backward(args[0].toTensor(), args[1].toTensor());
@@ -2202,6 +2376,10 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     return lower_reduce(op, args[0].toTensor(), {}, false, op == "max" ? ReduceOp::max : ReduceOp::min);
   if (op == "argmax" || op == "argmin") {
     const at::Tensor& x = args[0].toTensor();
+    if (x.dim() == 0 && on_neuron(x)) {  // one element: index 0
+      if (!args[1].isNone()) c10::maybe_wrap_dim(args[1].toInt(), 0);
+      return at::zeros({}, x.options().dtype(at::kLong));
+    }
     const ReduceOp kind = op == "argmax" ? ReduceOp::argmax : ReduceOp::argmin;
     if (!args[1].isNone()) return lower_reduce(op, x, {args[1].toInt()}, args[2].toBool(), kind);
     // dim=None: over the flattened tensor; keepdim keeps every dim as 1.
@@ -2321,7 +2499,11 @@ const std::map<std::string, std::string>& out_variants() {
       {"bitwise_xor.Tensor_out", "bitwise_xor.Tensor"}, {"bitwise_not.out", "bitwise_not"},
       {"logical_not.out", "logical_not"}, {"logical_and.out", "logical_and"}, {"logical_or.out", "logical_or"},
       {"logical_xor.out", "logical_xor"}, {"hardsigmoid.out", "hardsigmoid"}, {"hardswish.out", "hardswish"},
-      {"hardsigmoid_backward.grad_input", "hardsigmoid_backward"}, {"linalg_vector_norm.out", "linalg_vector_norm"}};
+      {"hardsigmoid_backward.grad_input", "hardsigmoid_backward"}, {"linalg_vector_norm.out", "linalg_vector_norm"},
+      {"clamp.Tensor_out", "clamp.Tensor"}, {"clamp_min.Tensor_out", "clamp_min.Tensor"},
+      {"clamp_max.Tensor_out", "clamp_max.Tensor"}, {"softplus.out", "softplus"}, {"pow.Tensor_Tensor_out", "pow.Tensor_Tensor"}, {"mv.out", "mv"},
+      {"addmv.out", "addmv"}, {"upsample_nearest1d.out", "upsample_nearest1d"},
+      {"upsample_nearest1d_backward.grad_input", "upsample_nearest1d_backward"}};
   return table;
 }
 
@@ -2344,8 +2526,14 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const int64_t dim = args[1].toInt();
     const bool keepdim = args[2].toBool();
     const bool is_max = full == "max.dim";
-    indices = lower_reduce(full, x, {dim}, keepdim, is_max ? ReduceOp::argmax : ReduceOp::argmin);
-    if (indices) out = lower_reduce(full, x, {dim}, keepdim, is_max ? ReduceOp::max : ReduceOp::min);
+    if (x.dim() == 0 && on_neuron(x)) {  // one element: itself, at index 0 (torch accepts dim 0 / -1)
+      c10::maybe_wrap_dim(dim, 0);
+      out = x.clone();
+      indices = at::zeros({}, x.options().dtype(at::kLong));
+    } else {
+      indices = lower_reduce(full, x, {dim}, keepdim, is_max ? ReduceOp::argmax : ReduceOp::argmin);
+    }
+    if (indices && !out) out = lower_reduce(full, x, {dim}, keepdim, is_max ? ReduceOp::max : ReduceOp::min);
     if (!out) indices.reset();
   } else if (full == "native_layer_norm" || full == "_fused_rms_norm") {
     const bool ln = full == "native_layer_norm";
@@ -2358,6 +2546,9 @@ void neuron_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     else eps = static_cast<double>(std::numeric_limits<float>::epsilon());
     multi = lower_norm(full, ln ? kernels::NormKind::layernorm : kernels::NormKind::rmsnorm, x,
                        args[1].toIntVector(), args[2], ln ? args[3] : c10::IValue(), eps);
+  } else if (full == "var_mean.correction" || full == "std_mean.correction") {
+    if (std::optional<std::pair<at::Tensor, at::Tensor>> vm = lower_var_mean(args, full == "std_mean.correction"))
+      multi = std::vector<at::Tensor>{vm->first, vm->second};
   } else if (full == "nll_loss_forward") {
     multi = lower_nll_loss(full, args[0].toTensor(), args[1].toTensor(), args[2], args[3].toInt(), args[4].toInt());
   } else if (full == "native_layer_norm_backward") {
@@ -2421,7 +2612,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                          "embedding_dense_backward", "masked_fill_.Scalar", "masked_fill_.Tensor", "masked_fill.Tensor",
                          "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not", "logical_not",
                          "logical_and", "logical_or", "logical_xor", "hardsigmoid", "hardswish", "hardsigmoid_backward",
-                         "hardswish_backward", "linalg_vector_norm"}) {
+                         "hardswish_backward", "linalg_vector_norm", "clamp.Tensor", "clamp_min.Tensor",
+                         "clamp_max.Tensor", "roll", "softplus", "pow.Tensor_Tensor", "var.correction", "var_mean.correction", "std.correction",
+                         "std_mean.correction", "dot", "vdot",
+                         "mv", "addmv", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "upsample_nearest1d",
+                         "upsample_nearest1d_backward"}) {
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&neuron_lowered>());
   }
 }
