@@ -117,7 +117,7 @@ def run(name, mode):
         if isinstance(_RUNS[key], BaseException):
             raise _RUNS[key]
         return _RUNS[key]
-    model, inputs = zoo.build(name)
+    model, inputs = zoo.build(name, low_precision=mode != "fp32")
     if mode == "bf16":
         model, inputs = model.to(torch.bfloat16), low(inputs)
     ref_model = copy.deepcopy(model).float()  # the exact answer (the same weights in fp32)

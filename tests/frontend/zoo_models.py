@@ -64,13 +64,17 @@ def qwen3():
     return tf.Qwen3ForCausalLM(tf.Qwen3Config(**_decoder_kwargs(head_dim=8))), token_inputs(VOCAB, 3)
 
 
-def mixtral():
-    cfg = tf.MixtralConfig(**_decoder_kwargs(num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0))
+EXPERTS = 4
+
+
+def mixtral(top_k=2):
+    cfg = tf.MixtralConfig(**_decoder_kwargs(num_local_experts=EXPERTS, num_experts_per_tok=top_k,
+                                             router_jitter_noise=0.0))
     return tf.MixtralForCausalLM(cfg), token_inputs(VOCAB, 4)
 
 
-def qwen3_moe():
-    cfg = tf.Qwen3MoeConfig(**_decoder_kwargs(head_dim=8, num_experts=4, num_experts_per_tok=2,
+def qwen3_moe(top_k=2):
+    cfg = tf.Qwen3MoeConfig(**_decoder_kwargs(head_dim=8, num_experts=EXPERTS, num_experts_per_tok=top_k,
                                               moe_intermediate_size=32, decoder_sparse_step=1))
     return tf.Qwen3MoeForCausalLM(cfg), token_inputs(VOCAB, 5)
 
@@ -115,10 +119,29 @@ TIED = {"gpt2": ("transformer.wte.weight", "lm_head.weight"),
         "bert": ("bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight")}
 
 
-def build(name, seed=0):
+MOE = {"mixtral", "qwen3_moe"}
+
+
+def build(name, seed=0, low_precision=False):
+    """The model (train mode) and its inputs. MoE models route each token to 2 of 4 experts, except
+    for low-precision runs (`low_precision`), which route to all 4: a random-init router has tokens
+    whose 2nd and 3rd expert are within ~1e-4 of each other, and bf16 rounding (on the CPU as on the
+    device) flips such a choice, which changes that token's output and gradients by O(1); with every
+    expert chosen there is no discrete choice to flip, and the whole routing path (top-k, histc,
+    sort, gather/scatter of the tokens, per-expert matmuls) still runs.
+    ResNet runs in eval mode (BatchNorm on its running statistics) in low precision: with batch
+    statistics over a batch of 2 behind a global average pool, BatchNorm's backward cancels almost
+    all of the gradient, and the CPU's own bf16 gradients are 15-50 % off the fp32 answer (eval
+    mode: <5 %), so nothing could be checked; train-mode BatchNorm is checked in fp32."""
     torch.manual_seed(seed)
-    model, inputs = MODELS[name]()
-    return model.train(), inputs
+    if name in MOE and low_precision:
+        model, inputs = MODELS[name](top_k=EXPERTS)
+    else:
+        model, inputs = MODELS[name]()
+    model.train()
+    if name == "resnet" and low_precision:
+        model.eval()
+    return model, inputs
 
 
 def _tensors(x):
