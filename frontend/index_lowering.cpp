@@ -756,8 +756,10 @@ Results lower_nonzero(const std::string& op, Args a) {
 // ---- topk ----
 
 // topk(self, k, dim, largest, sorted): k <= 8 along any dim (moved last), fp32 / bf16, sorted.
-// A row whose top k holds equal values (or NaN) would get one position twice from
-// nc_find_index8: such a result is checked for and the call handed to the CPU instead.
+// Equal values inside the top k take ascending positions (a second kernel resolves them, only when
+// the first found a repeated position; the CPU orders such ties its own way, so indices may differ
+// from its among equal values only). A tie across the k-th place (which element is in the top k is
+// the CPU's choice) and NaN (which nc_find_index8 cannot find) go to the CPU.
 Results lower_topk(const std::string& op, Args a) {
   const at::Tensor& self = a[0].toTensor();
   const int64_t k = a[1].toInt();
@@ -772,23 +774,35 @@ Results lower_topk(const std::string& op, Args a) {
   std::vector<int64_t> shape = dims(x.sizes());
   shape.back() = k;
   at::Tensor values = at::empty(shape, self.options()), indices = at::empty(shape, self.options().dtype(at::kLong));
-  if (rows == 0) return std::vector<at::Tensor>{values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()};
-  kernels::TopkSpec spec;
-  spec.rows = rows;
-  spec.n = n;
-  spec.k = k;
-  spec.dtype = *accumulate_dtype(self.scalar_type());
-  spec.largest = largest;
-  execute_program(self.device().index(), "topk|" + key_of({rows, n, k, int64_t(spec.dtype), largest}),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::topk_program(spec, hw, core, cores);
-                  },
-                  {*value_buffer("x", x)}, {*value_buffer("values", values), *value_buffer("indices", indices)},
-                  record_for(op, {self}, self.scalar_type()));
+  auto result = [&] {
+    return std::vector<at::Tensor>{values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()};
+  };
+  if (rows == 0) return result();
+  at::Tensor kth = at::empty({rows}, at::kFloat);
+  auto run = [&](bool resolve_ties) {
+    kernels::TopkSpec spec;
+    spec.rows = rows;
+    spec.n = n;
+    spec.k = k;
+    spec.dtype = *accumulate_dtype(self.scalar_type());
+    spec.largest = largest;
+    spec.resolve_ties = resolve_ties;
+    execute_program(self.device().index(), "topk|" + key_of({rows, n, k, int64_t(spec.dtype), largest, resolve_ties}),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                      return kernels::topk_program(spec, hw, core, cores);
+                    },
+                    {*value_buffer("x", x)},
+                    {*value_buffer("values", values), *value_buffer("indices", indices), *value_buffer("kth_count", kth)},
+                    record_for(resolve_ties ? op + ".ties" : op, {self}, self.scalar_type()));
+  };
+  run(false);
+  at::Tensor v = host_alias(values).reshape({rows, k}).to(at::kFloat);
+  if (at::any(at::isnan(v)).item<bool>()) return std::nullopt;
+  const at::Tensor taken = (v == v.narrow(1, k - 1, 1)).sum(1).to(at::kFloat);
+  if (at::any(kth > taken).item<bool>()) return std::nullopt;  // a tie across the k-th place
   at::Tensor found = std::get<0>(host_alias(indices).reshape({rows, k}).sort(-1));
-  const bool distinct = k == 1 || !at::any(found.narrow(1, 1, k - 1) == found.narrow(1, 0, k - 1)).item<bool>();
-  if (!distinct || found.min().item<int64_t>() < 0 || found.max().item<int64_t>() >= n) return std::nullopt;
-  return std::vector<at::Tensor>{values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()};
+  if (k > 1 && at::any(found.narrow(1, 1, k - 1) == found.narrow(1, 0, k - 1)).item<bool>()) run(true);
+  return result();
 }
 
 // ---- sort ----

@@ -28,6 +28,7 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
   uint32_t x = builder.hbm("x", spec.dtype, {R, N}, isa::AllocationRole::input);
   uint32_t values = builder.hbm("values", spec.dtype, {R, K}, isa::AllocationRole::output);
   uint32_t indices = builder.hbm("indices", DType::int32, {R, K, 2}, isa::AllocationRole::output);
+  uint32_t kth = builder.hbm("kth_count", DType::fp32, {R}, isa::AllocationRole::output);
   KernelContext ctx{builder, config, "", core, cores};
   const int64_t P = ctx.partitions();
   // Rows shorter than 8 are padded with -inf, which max8 ranks below every real element (ties with
@@ -39,6 +40,19 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
   detail::Ring where = detail::make_ring(ctx, "topk_idx", DType::uint32, kMax8, 2);
   detail::Ring out_v = detail::make_ring(ctx, "topk_v", spec.dtype, kMax8, 2);
   detail::Ring out_i = detail::make_ring(ctx, "topk_i", DType::int32, 2 * kMax8, 2);
+  detail::Ring eq = detail::make_ring(ctx, "topk_eq", DType::fp32, width, 2);
+  detail::Ring count = detail::make_ring(ctx, "topk_count", DType::fp32, 1, 2);
+  uint32_t work = 0, positions = 0, found = 0;
+  if (spec.resolve_ties) {
+    work = builder.sbuf("topk_work", DType::fp32, {ctx.partitions(), uint32_t(width)});
+    found = builder.sbuf("topk_found", DType::uint32, {ctx.partitions(), uint32_t(kMax8)});
+    const uint32_t ints = builder.sbuf("topk_iota_i", DType::int32, {ctx.partitions(), uint32_t(width)});
+    positions = builder.sbuf("topk_iota", DType::fp32, {ctx.partitions(), uint32_t(width)});
+    ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, ints, P, width)).word(
+        "pattern", "[[1, " + std::to_string(width) + "]]");
+    ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, positions, P, width)).tensor(
+        "src", sb2(ctx, ints, P, width));
+  }
   int64_t slot = 0;
   for (const Range& r : my_share(ctx, tiles(spec.rows, P))) {
     const uint32_t n = uint32_t(r.size);
@@ -60,7 +74,40 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
     const isa::AccessPattern all = sb2(ctx, rows[slot], n, width);
     const isa::AccessPattern top = sb2(ctx, best[slot], n, kMax8), pos = sb2(ctx, where[slot], n, kMax8);
     ctx.builder.emit(isa::Opcode::max8).tensor("dst", top).tensor("src", all);
-    ctx.builder.emit(isa::Opcode::nc_find_index8).tensor("dst", pos).tensor("data", all).tensor("vals", top);
+    if (!spec.resolve_ties) {
+      ctx.builder.emit(isa::Opcode::nc_find_index8).tensor("dst", pos).tensor("data", all).tensor("vals", top);
+    } else {
+      const isa::AccessPattern w = sb2(ctx, work, n, width), f = sb2(ctx, found, n, kMax8);
+      const isa::AccessPattern e = sb2(ctx, eq[slot], n, width);
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", w).tensor("src", all);
+      for (int64_t j = 0; j < spec.k; ++j) {
+        ctx.builder.emit(isa::Opcode::nc_find_index8).tensor("dst", f).tensor("data", w).tensor("vals", top);
+        const isa::AccessPattern fj = sb_ap(ctx, found, n, {{1, 1}}, j);
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb_ap(ctx, where[slot], n, {{1, 1}}, j)).tensor("src", fj);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", e)
+            .tensor("data", sb2(ctx, positions, n, width))
+            .word("op0", "equal")
+            .tensor("operand0", fj);
+        ctx.builder.emit(isa::Opcode::tensor_copy_predicated)
+            .tensor("dst", w)
+            .imm("src", std::numeric_limits<double>::quiet_NaN())
+            .tensor("predicate", e);
+      }
+    }
+    // How many elements equal the k-th value (a tie across the k-th place when more than are taken).
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", sb2(ctx, eq[slot], n, spec.n))
+        .tensor("data", row)
+        .word("op0", "equal")
+        .tensor("operand0", sb_ap(ctx, best[slot], n, {{1, 1}}, spec.k - 1))
+        .on(Engine::gpsimd);
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", sb2(ctx, count[slot], n, 1))
+        .word("op", "add")
+        .tensor("data", sb2(ctx, eq[slot], n, spec.n))
+        .word("axis", "[1]");
+    dma(ctx, hbm_ap(ctx, kth, r.begin, {{1, n}, {1, 1}}), sb2(ctx, count[slot], n, 1), detail::kStoreQueue);
     // Values back in the input's dtype (and sign): exact, they are elements of the row.
     const isa::AccessPattern v = sb2(ctx, out_v[slot], n, spec.k);
     ctx.builder.emit(isa::Opcode::tensor_scalar)

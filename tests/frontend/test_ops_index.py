@@ -442,13 +442,29 @@ def test_topk(shape, k, dim, largest, dtype):
     no_fallback("topk")
 
 
-def test_topk_ties_nan_and_large_k_fall_back_with_cpu_values():
-    for x, k in [(torch.tensor([[1.0, 3.0, 3.0, 0.0]]), 2), (torch.tensor([[1.0, float("nan"), 2.0]]), 2),
-                 (torch.randn(4, 20), 9)]:
+def test_topk_ties_inside_the_top_k_run_on_the_device():
+    # Equal values that are all taken: the same set as the CPU's, equal values at ascending positions
+    # (the CPU orders them its own way, so compare the set and the values).
+    g = torch.Generator().manual_seed(51)
+    x = torch.randint(0, 3, (200, 16), generator=g).float() + torch.arange(16.0) * 10  # ties only below ...
+    x[:, 3] = x[:, 5] = 1000.0  # ... and one tie at the top of every row
+    for k in (2, 3, 8):
+        values, indices = torch.topk(x.to(D), k)
+        expected = torch.topk(x, k)
+        same(values, expected.values)
+        assert torch.equal(indices.cpu().sort(-1).values, expected.indices.sort(-1).values)
+        assert torch.equal(indices.cpu()[:, :2], torch.tensor([[3, 5]]).expand(200, 2))
+        assert torch.equal(torch.gather(x, 1, indices.cpu()), expected.values)
+    no_fallback("topk")
+
+
+def test_topk_boundary_ties_nan_and_large_k_fall_back_with_cpu_values():
+    for x, k in [(torch.tensor([[1.0, 3.0, 3.0, 0.0]]), 1), (torch.tensor([[5.0, 3.0, 3.0, 3.0, 0.0]]), 3),
+                 (torch.tensor([[1.0, float("nan"), 2.0]]), 2), (torch.randn(4, 20), 9)]:
         values, indices = torch.topk(x.to(D), k)
         same(values, torch.topk(x, k).values)
         same(indices, torch.topk(x, k).indices)
-    assert trnsim.fallback_report()["aten::topk"] == 3
+    assert trnsim.fallback_report()["aten::topk"] == 4
 
 
 # ---- sort ----
