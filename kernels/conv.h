@@ -81,7 +81,9 @@ isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config
 //    which is slower than the PE's wasted zero MACs (3/4 of them at s = 2) and keeps one code path.
 //  - grad_weight (and grad_bias): a GEMM over output pixels on partitions: dY^T[pixels, O] is the
 //    stationary, im2col(X)^T[pixels, C*KH*KW] the moving (PE transposes of the forward's input
-//    windows), accumulated in PSUM; grad_bias is one more moving column of ones.
+//    windows), accumulated in PSUM; grad_bias is one more moving column of ones. A dW whose buffers do
+//    not fit SBUF at once (fp32 512x512x3x3) goes in rounds of <= 6 accumulators, each a stream of X and
+//    dY, the rows gathered in SBUF and stored by channel chunk (conv_builder.h).
 struct Conv2dBackwardTensors {
   uint32_t input, weight, grad_output, grad_input, grad_weight;
   int64_t grad_bias = -1;

@@ -60,21 +60,25 @@ void Conv2dBuilder::allocate_grad_weight() {
   constexpr int64_t kAlignSlackBytes = 16 * 64;
   const int64_t avail = detail::sbuf_free_bytes(m_ctx) - kAlignSlackBytes;
   if (s.groups() == 1 && whole > avail) {
-    // Rounds of a O tiles x b column tiles (a b <= the banks), the a rows of dW gathered in fp32 SBUF over
-    // the rounds of their O tiles and stored whole (contiguous in HBM). Per pixel tile a round transposes a
-    // dY chunks and ~4b column chunks, so over all rounds To Tc (1/b + 4/a) transposes: a as large as fits.
+    // Rounds of a O tiles x b column tiles (a b <= the banks) over groups of g channel chunks (columns
+    // chunk-major, see column_of): the a rows' columns of a group gathered in fp32 SBUF over its rounds
+    // and stored per chunk (contiguous in HBM). Per pixel tile a round transposes a dY chunks and ~4b
+    // column chunks, so over all rounds To Tc (1/b + 4/a) transposes: a as large as fits, then g, then b.
     const int64_t o_tiles = int64_t(m_o_chunks.size()), khw = s.kh * s.kw, piece = std::min<int64_t>(s.c, p) * khw;
-    auto bytes = [&](int64_t a, int64_t bc) {
-      const int64_t dy_block = 2 * int64_t(m_chunks.size()) * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
-                               2 * m_wo * a * m_in_bytes;
+    const int64_t chunks = int64_t(m_chunks.size());
+    auto row_cap = [&](int64_t g) { return std::min(m_cols, g * int64_t(p) * khw + 1); };
+    auto bytes = [&](int64_t a, int64_t bc, int64_t g) {
+      const int64_t dy_block = 2 * chunks * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes + 2 * m_wo * a * m_in_bytes;
       return kRingSlots * (std::min(m_ostride, a * int64_t(p)) + std::min(m_cstride, bc * bank + 2 * 128)) * m_in_bytes +
-             a * m_cols * 4 + 2 * piece * out_bytes + dy_block;
+             a * row_cap(g) * 4 + 2 * piece * out_bytes + dy_block;
     };
-    int64_t a = std::min(kGradAccBanks, o_tiles), bc = kGradAccBanks / a;
-    while (bytes(a, bc) > avail && (a > 1 || bc > 1)) {
+    int64_t a = std::min(kGradAccBanks, o_tiles), bc = kGradAccBanks / a, g = chunks;
+    while (bytes(a, bc, g) > avail && (a > 1 || g > 1 || bc > 1)) {
       if (a > 1) {
         --a;
         bc = kGradAccBanks / a;
+      } else if (g > 1) {
+        g = ceil_div(g, 2);
       } else {
         --bc;
       }
@@ -84,10 +88,12 @@ void Conv2dBuilder::allocate_grad_weight() {
     m_ostride = std::min(m_ostride, a * int64_t(p));
     // A round's transposes cover its columns and at most one cut chunk (< 128 columns) at either end.
     m_cstride = std::min(m_cstride, bc * bank + 2 * 128);
-    m_row_cols = a * m_cols;
+    m_row_cols = row_cap(g);
     dy_chunks = a;
-    round_accs = std::min(a, o_tiles) * std::min(bc, ceil_div(m_cols, bank));
-    plan_grad_weight_rounds(a, bc);
+    round_accs = std::min(a, o_tiles) * std::min(bc, ceil_div(m_row_cols, bank));
+    plan_grad_weight_rounds(a, bc, g);
+    m_row_cap = m_row_cols;
+    m_row_cols *= a;
   } else {
     plan_grad_weight_split();
   }
@@ -119,28 +125,47 @@ void Conv2dBuilder::allocate_grad_weight() {
 }
 
 // Rounds: this core's O tiles (a contiguous share, balanced by count: whole rows, nothing cut) in groups
-// of a, each group's columns in rounds of b column tiles. Every accumulator sums all pixel tiles in PSUM
-// whatever the grouping, so the values do not depend on the number of cores.
-void Conv2dBuilder::plan_grad_weight_rounds(int64_t o_tiles_per_round, int64_t col_tiles_per_round) {
-  const int64_t o_tiles = int64_t(m_o_chunks.size()), col_tiles = int64_t(m_accs.size()) / o_tiles;
+// of a, each group's columns by groups of g channel chunks (the last with the ones column), in rounds of
+// b 512-column accumulators. Every accumulator sums all pixel tiles in PSUM whatever the grouping, so the
+// values do not depend on the number of cores.
+void Conv2dBuilder::plan_grad_weight_rounds(int64_t o_tiles_per_round, int64_t col_tiles_per_round,
+                                            int64_t chunks_per_group) {
+  const int64_t p = m_ctx.partitions(), khw = m_s.kh * m_s.kw, bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
+  const int64_t o_tiles = int64_t(m_o_chunks.size()), chunks = int64_t(m_chunks.size());
   const int64_t cores = int64_t(m_ctx.cores), core = int64_t(m_ctx.core);
   const int64_t i_begin = core * o_tiles / cores, i_end = (core + 1) * o_tiles / cores;
-  m_my_rounds.clear();
-  m_round_groups.clear();
+  m_row_groups.clear();
   for (int64_t i0 = i_begin; i0 < i_end; i0 += o_tiles_per_round) {
     const int64_t i1 = std::min(i_end, i0 + o_tiles_per_round);
-    m_round_groups.push_back({i0 * int64_t(m_ctx.partitions()), std::min(m_s.o, i1 * int64_t(m_ctx.partitions())) -
-                                                                     i0 * int64_t(m_ctx.partitions())});
-    for (int64_t j0 = 0; j0 < col_tiles; j0 += col_tiles_per_round) {
-      std::vector<Accumulator> r;
-      for (int64_t i = i0; i < i1; ++i) {
-        for (int64_t j = j0; j < std::min(col_tiles, j0 + col_tiles_per_round); ++j) r.push_back(m_accs[size_t(i * col_tiles + j)]);
+    const Range o{i0 * p, std::min(m_s.o, i1 * p) - i0 * p};
+    for (int64_t c0 = 0; c0 < chunks; c0 += chunks_per_group) {
+      const int64_t c1 = std::min(chunks, c0 + chunks_per_group);
+      const int64_t begin = m_chunks[size_t(c0)].begin * khw;
+      const int64_t end = c1 == chunks ? m_cols : m_chunks[size_t(c1)].begin * khw;
+      RowGroup group{o, {begin, end - begin}, {}};
+      const std::vector<Range> cols = tiles(end - begin, bank);
+      for (size_t j0 = 0; j0 < cols.size(); j0 += size_t(col_tiles_per_round)) {
+        std::vector<Accumulator> r;
+        for (int64_t i = i0; i < i1; ++i) {
+          for (size_t j = j0; j < std::min(cols.size(), j0 + size_t(col_tiles_per_round)); ++j) {
+            r.push_back({m_o_chunks[size_t(i)], {begin + cols[j].begin, cols[j].size}});
+          }
+        }
+        group.rounds.push_back(std::move(r));
       }
-      m_my_rounds.push_back(std::move(r));
+      m_row_groups.push_back(std::move(group));
     }
   }
   m_grouped_passes = false;
   m_my_accs.clear();
+}
+
+// dW's column of channel chunk `ch` at tap `tap` (the first of cr.size): tap-major (tap * C + c) for the
+// whole dW, so a transpose's copy-out is one run and an O tile's row one permute; chunk-major
+// (c0 * taps + tap * chunk + c - c0) in rounds, so a group of chunks is a contiguous run of HBM per row.
+int64_t Conv2dBuilder::column_of(int64_t tap, size_t ch) const {
+  const Range& cr = m_chunks[ch];
+  return m_rounds ? cr.begin * m_s.kh * m_s.kw + tap * cr.size : tap * m_s.c + cr.begin;
 }
 
 // The buffers of a round start at its first O channel and at the first column its transposes write.
@@ -150,8 +175,8 @@ void Conv2dBuilder::set_round(const std::vector<Accumulator>& accs) {
   m_k_base = m_o_base / m_ctx.partitions();
   m_col_base = m_ckk;
   for (int64_t tap = 0; tap < m_s.kh * m_s.kw; ++tap) {
-    for (const Range& cr : m_chunks) {
-      if (needs_columns(tap * m_s.c + cr.begin, cr.size)) m_col_base = std::min(m_col_base, tap * m_s.c + cr.begin);
+    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+      if (needs_columns(column_of(tap, ch), m_chunks[ch].size)) m_col_base = std::min(m_col_base, column_of(tap, ch));
     }
   }
   for (const Accumulator& a : accs) {
@@ -267,7 +292,7 @@ bool Conv2dBuilder::o_chunk_needed(const Range& oc) const {
 bool Conv2dBuilder::chunk_needed(size_t ch) const {
   if (m_mode != ConvMode::grad_weight) return true;
   for (int64_t tap = 0; tap < m_s.kh * m_s.kw; ++tap) {
-    if (needs_columns(tap * m_s.c + m_chunks[ch].begin, m_chunks[ch].size)) return true;
+    if (needs_columns(column_of(tap, ch), m_chunks[ch].size)) return true;
   }
   return false;
 }
@@ -323,12 +348,13 @@ void Conv2dBuilder::transpose_tile(const Block& blk, int64_t index, const PixelT
     const Range& cr = m_chunks[ch];
     for (int64_t kh = 0; kh < s.kh; ++kh) {
       for (int64_t kw = 0; kw < s.kw; ++kw) {
-        if (!needs_columns((kh * s.kw + kw) * s.c + cr.begin, cr.size)) continue;  // another core's columns
+        const int64_t column = column_of(kh * s.kw + kw, ch);
+        if (!needs_columns(column, cr.size)) continue;  // another core's (round's) columns
         const int64_t row = (int64_t(ch) * m_nb + t.n) * m_rows_in + t.row * s.stride_h + kh * s.dilation_h;
         const int64_t offset = row * m_wb + t.col * s.stride_w + kw * s.dilation_w;
         transpose(ap(buf, offset,
                      {{0, uint32_t(cr.size)}, {m_rows_in * m_wb, nc}, {s.stride_h * m_wb, rc}, {s.stride_w, cc}}),
-                  uint32_t(cr.size), m_colt, slot * m_cstride + (kh * s.kw + kw) * s.c + cr.begin - m_col_base, 1);
+                  uint32_t(cr.size), m_colt, slot * m_cstride + column - m_col_base, 1);
       }
     }
   }
@@ -471,27 +497,31 @@ void Conv2dBuilder::store_grad_weight() {
   }
 }
 
-// Rounds: the gathered fp32 rows of a group of O tiles, permuted to the HBM order (c, kh, kw) with the
-// output cast in pieces of <= 128 channels (two stage halves, so a piece's copy overlaps the last one's
-// store), each piece one contiguous run per row in HBM; grad_bias from the ones column.
-void Conv2dBuilder::store_grad_weight_rows(const Range& group) {
+// Rounds: the gathered fp32 rows of a group (O tiles x channel chunks), each chunk [c, taps] permuted to the
+// HBM order (c, kh, kw) with the output cast (two stage halves, so a piece's copy overlaps the last one's
+// store), one contiguous run per row in HBM; grad_bias from the ones column of the last group.
+void Conv2dBuilder::store_grad_weight_rows(const RowGroup& group) {
   isa::ProgramBuilder& b = m_ctx.builder;
   const ConvGeometry& s = m_s;
   const int64_t p = m_ctx.partitions(), khw = s.kh * s.kw, half = std::min<int64_t>(s.c, p) * khw;
+  const int64_t row_cap = m_row_cap;
   int64_t step = 0;
-  for (const Range& ot : tiles(group.size, p)) {
+  for (const Range& ot : tiles(group.o.size, p)) {
     const uint32_t on = uint32_t(ot.size);
-    const int64_t row = ot.begin / p * m_cols, o = group.begin + ot.begin;
-    for (const Range& cr : tiles(s.c, p)) {
+    const int64_t row = ot.begin / p * row_cap - group.cols.begin, o = group.o.begin + ot.begin;
+    for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
+      const Range& cr = m_chunks[ch];
+      const int64_t first = column_of(0, ch);
+      if (first < group.cols.begin || first >= group.cols.begin + group.cols.size) continue;
       const int64_t at = (step++ % 2) * half;
       const isa::AccessPattern stage = ap(m_stage, at, {{0, on}, {1, uint32_t(cr.size * khw)}});
       evacuate(b, ap(m_stage, at, {{0, on}, {khw, uint32_t(cr.size)}, {1, uint32_t(khw)}}),
-               ap(m_wrow, row + cr.begin, {{0, on}, {1, uint32_t(cr.size)}, {s.c, uint32_t(khw)}}), nullptr,
+               ap(m_wrow, row + first, {{0, on}, {1, uint32_t(cr.size)}, {cr.size, uint32_t(khw)}}), nullptr,
                step % 2 ? Engine::vector : Engine::scalar);
       dma_emit(ap(m_t.grad_weight, s.w_off + o * s.w_row + cr.begin * khw, {{s.w_row, on}, {1, uint32_t(cr.size * khw)}}),
                stage, kGradStoreQueue);
     }
-    if (m_t.grad_bias >= 0) {
+    if (m_t.grad_bias >= 0 && group.cols.begin + group.cols.size > m_ckk) {
       isa::AccessPattern db = ap(m_stage, (step++ % 2) * half, {{0, on}, {1, 1}});
       evacuate(b, db, ap(m_wrow, row + m_ckk, {{0, on}, {1, 1}}), nullptr, Engine::scalar);
       dma_emit(ap(uint32_t(m_t.grad_bias), s.out_c0 + o, {{1, on}, {1, 1}}), db, kGradStoreQueue + 1);
@@ -555,19 +585,19 @@ void Conv2dBuilder::emit_grad_weight() {
   int64_t block_index = 0;
   if (m_rounds) {
     const int64_t bank = int64_t(m_ctx.config.core.psum.bank_bytes / 4);
-    size_t next = 0;
-    for (const Range& group : m_round_groups) {
-      for (; next < m_my_rounds.size() && m_my_rounds[next].front().o.begin < group.begin + group.size; ++next) {
-        const std::vector<Accumulator>& round = m_my_rounds[next];
+    const int64_t row_cap = m_row_cap;
+    for (const RowGroup& group : m_row_groups) {
+      for (const std::vector<Accumulator>& round : group.rounds) {
         set_round(round);
-        m_o_base = group.begin;
-        m_k_base = group.begin / p;
+        m_o_base = group.o.begin;
+        m_k_base = group.o.begin / p;
         if (m_s.bias && round.back().cols.begin + round.back().cols.size > m_ckk) ones();
         stream_grad_weight(block_index);
         for (size_t a = 0; a < round.size(); ++a) {  // into the group's rows
           const std::vector<isa::ApDim> d = {{0, uint32_t(round[a].o.size)}, {1, uint32_t(round[a].cols.size)}};
-          evacuate(m_ctx.builder, ap(m_wrow, (round[a].o.begin - group.begin) / p * m_cols + round[a].cols.begin, d),
-                   ap(m_acc, int64_t(a) * bank, d), nullptr, m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
+          const int64_t at = (round[a].o.begin - group.o.begin) / p * row_cap + round[a].cols.begin - group.cols.begin;
+          evacuate(m_ctx.builder, ap(m_wrow, at, d), ap(m_acc, int64_t(a) * bank, d), nullptr,
+                   m_evac_step++ % 2 ? Engine::scalar : Engine::vector);
         }
       }
       store_grad_weight_rows(group);

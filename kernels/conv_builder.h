@@ -139,10 +139,10 @@ class Conv2dBuilder {
   void grad_weight_matmuls(const PixelTile& t, int64_t slot, int64_t pass, bool first, bool last);
   void flush_grad_weight(int64_t pass, bool first_block);
   void store_grad_weight();
-  void store_grad_weight_rows(const Range& group);
   void stream_grad_weight(int64_t& block_index);
   void emit_grad_weight();
-  void plan_grad_weight_rounds(int64_t o_tiles_per_round, int64_t col_tiles_per_round);
+  void plan_grad_weight_rounds(int64_t o_tiles_per_round, int64_t col_tiles_per_round, int64_t chunks_per_group);
+  int64_t column_of(int64_t tap, size_t chunk) const;
 
   const KernelContext& m_ctx;
   const ConvGeometry m_s;
@@ -172,12 +172,18 @@ class Conv2dBuilder {
   bool m_grouped_passes = false;       // partials through m_wacc (decided on the whole dW: same sums)
   // Rounds, when the whole dW's buffers do not fit SBUF: rectangles [O tiles x column tiles] of at most
   // kGradAccBanks accumulators, each accumulated in PSUM over one full stream of X and dY (decided on the
-  // whole dW, so the sums are the same on any number of cores). The transposes, dY buffers and the row of
-  // the store hold one round, indexed from its first O channel / transposed column (m_o_base, m_col_base).
+  // whole dW, so the sums are the same on any number of cores). The transposes and dY buffers hold one
+  // round, indexed from its group's first O channel and its first transposed column (m_o_base, m_col_base);
+  // m_wrow holds a group's rows (columns chunk-major: column_of) until its rounds are done.
   bool m_rounds = false;
-  std::vector<std::vector<Accumulator>> m_my_rounds;
-  std::vector<Range> m_round_groups;  // this core's groups of O tiles (O channels)
-  int64_t m_o_base = 0, m_k_base = 0, m_col_base = 0, m_row_cols = 0;
+  // This core's groups of O channels x (chunk-major) columns, each gathered in m_wrow over its rounds.
+  struct RowGroup {
+    Range o, cols;
+    std::vector<std::vector<Accumulator>> rounds;
+  };
+  std::vector<RowGroup> m_row_groups;
+  void store_grad_weight_rows(const RowGroup& group);
+  int64_t m_o_base = 0, m_k_base = 0, m_col_base = 0, m_row_cols = 0, m_row_cap = 0;  // m_row_cap: one O tile's
   int64_t m_ckk = 0, m_cols = 0, m_passes = 1, m_slots = 1, m_tslots = 8, m_tile_step = 0;
   int64_t m_ostride = 0, m_cstride = 0;
   uint32_t m_dy[2] = {0, 0}, m_dyt = 0, m_colt = 0, m_wacc = 0, m_tps = 0, m_wrow = 0;

@@ -235,6 +235,7 @@ def test_conv2d_backward_bf16_grads_dilation_and_bands(run_trnsim, tmp_path):
     (2, 512, 2, 2, 512, 3, 1, 1, True, "fp32"),
     (1, 1030, 3, 2, 140, 3, 2, 1, True, "bf16"),
     (1, 2048, 2, 3, 130, 2, 1, 0, True, "fp32"),
+    (1, 2048, 5, 6, 3, 5, 1, 1, True, "fp32"),  # one row (51201 fp32 columns) too large: groups of chunks
 ])
 def test_conv2d_backward_large_weights_in_rounds(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias, dtype):
     run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
@@ -394,6 +395,7 @@ SPLIT_CASES = [
     (2, 512, 2, 2, 512, 3, 1, 1, True, 1, "fp32"),
     (1, 1030, 2, 2, 40, 3, 2, 1, False, 1, "bf16"),
     (1, 2048, 1, 2, 300, 3, 1, 1, True, 1, "bf16"),
+    (1, 2048, 3, 3, 200, 5, 1, 1, True, 1, "fp32"),
 ]
 
 
