@@ -99,60 +99,23 @@ detail::Ring stat_ring(const KernelContext& ctx, const std::string& name, int64_
   return detail::make_ring(ctx, name, DType::fp32, std::max(width, kGranuleFloats), depth);
 }
 
-// rstd = rsqrt(var + eps) from bn_aggr's [mean, var] columns. The CPU's Welford statistics (torch's
-// RowwiseMoments) turn a mean whose square overflows fp32 (|mean| > 1.8e19, e.g. a row of 1e30) into a
-// NaN variance (its first combine multiplies mean^2 = inf by a count of 0), so the row is NaN there; a
-// finite bn_aggr variance would give 0 or finite values instead. mean * mean * 0 (0, or NaN exactly when
-// mean^2 overflows or mean is NaN) added to the variance gives the CPU's NaN rows for two [P, 1] ops.
-// A variance that overflows by itself stays inf: rstd 0 and y = 0, as on the CPU.
+// rstd = rsqrt(var + eps) from bn_aggr's [mean, var] columns (`nan_term` a [P, 1] scratch). The CPU's Welford
+// statistics (torch's RowwiseMoments) turn a mean whose square overflows fp32 (|mean| > 1.8e19, e.g. a row
+// of 1e30) into a NaN variance (its first combine multiplies mean^2 = inf by a count of 0), so the row is
+// NaN there; a finite bn_aggr variance would give 0 or finite values instead. mean * mean * 0 (0, or NaN
+// exactly when mean^2 overflows or mean is NaN) added under the rsqrt gives the CPU's NaN rows; it is
+// formed beside var + eps, so the chain to rstd stays two dependent instructions. A variance that
+// overflows by itself stays inf: rstd 0 and y = 0, as on the CPU.
 void emit_rstd(const KernelContext& ctx, const isa::AccessPattern& mean, const isa::AccessPattern& var,
-               const isa::AccessPattern& rstd, double eps) {
+               const isa::AccessPattern& rstd, const isa::AccessPattern& nan_term, double eps) {
   ctx.builder.emit(isa::Opcode::tensor_scalar)
-      .tensor("dst", rstd).tensor("data", mean).word("op0", "multiply").tensor("operand0", mean)
+      .tensor("dst", nan_term).tensor("data", mean).word("op0", "multiply").tensor("operand0", mean)
       .word("op1", "multiply").imm("operand1", 0.0);
   ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-      .tensor("dst", rstd).tensor("data", rstd).word("op0", "add").imm("operand0", eps)
-      .word("op1", "add").tensor("operand1", var);
+      .tensor("dst", rstd).tensor("data", var).word("op0", "add").imm("operand0", eps)
+      .word("op1", "add").tensor("operand1", nan_term);
   ctx.builder.emit(isa::Opcode::tensor_scalar)
       .tensor("dst", rstd).tensor("data", rstd).word("op0", "rsqrt").imm("operand0", 0.0);
-}
-
-// xhat = (x - mean) * rstd, the subtraction first: torch's fp32 x * rstd - mean * rstd cancels (an ulp of
-// x * rstd: 1e-3 at x = 1e4 with rstd = 1), x - mean is exact near the mean. Two Scalar passes (the
-// activation's func(x * scale + bias) scales before it adds, and the engine's tensor_scalar runs only
-// multiply-then-add): d = x + (-mean), then d * rstd. Scalar has the room (the layernorm forward is
-// GpSimd-bound: * w and + b). With `corrected` (a row in one SBUF tile) the first pass also sums d in
-// its accumulator, and the second subtracts mean(d) (d * rstd - mean(d) * rstd, no cancellation left:
-// d is centred): the corrected two-pass mean, as exact as torch's Welford mean (bn_stats' fp32 sums
-// leave a few ulps of a large mean, 1e-3 at 1e4, and y = b for a constant row needs the exact mean).
-// `mean` then holds the corrected mean (what save_stats stores, when `store_mean`). The [P, 1] work
-// between the passes stays on Scalar (-rstd / C from Vector beforehand), so Vector never waits on Scalar.
-struct CenterColumns {
-  isa::AccessPattern mean, neg_mean, rstd, dsum, corr, nrc;
-};
-void emit_centered(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& x,
-                   const CenterColumns& c, int64_t cols, bool corrected, bool store_mean = false) {
-  const double inv_cols = 1.0 / double(cols);
-  ctx.builder.emit(isa::Opcode::tensor_scalar)
-      .tensor("dst", c.neg_mean).tensor("data", c.mean).word("op0", "multiply").imm("operand0", -1.0);
-  if (corrected) {
-    ctx.builder.emit(isa::Opcode::tensor_scalar)
-        .tensor("dst", c.nrc).tensor("data", c.rstd).word("op0", "multiply").imm("operand0", -inv_cols);
-  }
-  auto first = ctx.builder.emit(isa::Opcode::activation);
-  first.tensor("dst", dst).word("op", "copy").tensor("data", x).tensor("bias", c.neg_mean);
-  if (corrected) {
-    first.word("reduce_op", "add").tensor("reduce_res", c.dsum);
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", c.corr).word("op", "copy").tensor("data", c.dsum).tensor("scale", c.nrc);
-  }
-  auto second = ctx.builder.emit(isa::Opcode::activation);
-  second.tensor("dst", dst).word("op", "copy").tensor("data", dst).tensor("scale", c.rstd);
-  if (corrected) second.tensor("bias", c.corr);
-  if (corrected && store_mean) {
-    ctx.builder.emit(isa::Opcode::activation)
-        .tensor("dst", c.mean).word("op", "copy").tensor("data", c.dsum).imm("scale", inv_cols).tensor("bias", c.mean);
-  }
 }
 
 }  // namespace
@@ -383,7 +346,7 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
   // (+ layernorm's corrected-mean rings: K, -K and the mean per group slot, and the chunk sums of x - K.)
   const int64_t stats_bytes = rms ? 2 * 256
                                   : 2 * std::max<int64_t>(256, pieces_bound * kBnStatsValues * 4) +
-                                        3 * 2 * kNormGroup * 256 + 2 * std::max<int64_t>(256, 4 * ceil_div(r.cols, 64));
+                                        3 * 2 * kNormGroup * 256 + 2 * 256 + 2 * std::max<int64_t>(256, 4 * ceil_div(r.cols, 64));
   // Loads run depth - 1 steps ahead, which may cross that many param chunks (groups of one tile).
   const int param_depth = depth;
   const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b,
@@ -408,7 +371,8 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
   detail::Ring kmv = rms ? detail::Ring{} : stat_ring(ctx, "nc_kmv", 2, 2 * kNormGroup),
                nk = rms ? detail::Ring{} : stat_ring(ctx, "nc_nk", 1, 2 * kNormGroup),
                dsum = rms ? detail::Ring{} : stat_ring(ctx, "nc_dsum", n, 2),
-               macc = rms ? detail::Ring{} : stat_ring(ctx, "nc_mean", 1, 2 * kNormGroup);
+               macc = rms ? detail::Ring{} : stat_ring(ctx, "nc_mean", 1, 2 * kNormGroup),
+               nan_term = rms ? detail::Ring{} : stat_ring(ctx, "nc_nan", 1, 2);
   const double inv_cols = 1.0 / double(r.cols);
 
   struct Step {
@@ -493,7 +457,7 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
         } else {
           ctx.builder.emit(isa::Opcode::bn_aggr)
               .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, acc[t], p, pieces * kBnStatsValues));
-          emit_rstd(ctx, one(mv, 0), one(mv, 1), one(rstd), spec.eps);
+          emit_rstd(ctx, one(mv, 0), one(mv, 1), one(rstd), one(nan_term), spec.eps);
           // Scalar: mean = K + sum(dsum) / C (the chunk sums summed in place).
           ctx.builder.emit(isa::Opcode::activation)
               .tensor("dst", sb2(ctx, dsum[t], p, n)).word("op", "copy").tensor("data", sb2(ctx, dsum[t], p, n))
@@ -539,6 +503,118 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
   });
 }
 
+// The layernorm row loop for rows in SBUF, per tile: Vector bn_stats / bn_aggr, rstd (emit_rstd), -mean
+// and -rstd / C; Scalar d = x - mean with sum(d) in its accumulator, then d * rstd - mean(d) * rstd (the
+// corrected two-pass mean: no cancellation, d is centred, and as exact as torch's Welford mean, where
+// bn_stats' fp32 sums leave a few ulps of a large mean: 1e-3 at 1e4, and y = b for a constant row needs
+// it exact; torch's fp32 x * rstd - mean * rstd loses an ulp of x * rstd besides); GpSimd * w, + b.
+// Two Scalar passes (with both w and b; otherwise pass 2 on GpSimd) because the activation's
+// func(x * scale + bias) scales before it adds and the engine's tensor_scalar runs only multiply-then-
+// add; Scalar has the room (GpSimd's * w and + b bound the kernel). The Scalar work is skewed by one tile (pass 1 of tile t, pass 2 of tile t - 1, then the
+// [P, 1] mean(d) * rstd of tile t), so no Scalar instruction waits on the one before it.
+void build_layernorm_rows(const KernelContext& ctx, const NormSpec& spec, const Rows& r, uint32_t x, uint32_t y,
+                          int64_t mean_out, int64_t rstd_out, const std::optional<uint32_t>& w_sb,
+                          const std::optional<uint32_t>& b_sb, const detail::Ring& in, const detail::Ring& out,
+                          const detail::Ring& tmp) {
+  const int64_t chunks = ceil_div(r.cols, kBnStatsMaxFree);
+  detail::Ring stats = stat_ring(ctx, "norm_stats", chunks * kBnStatsValues);
+  detail::Ring mv = stat_ring(ctx, "norm_mv", 2), rstd = stat_ring(ctx, "norm_rstd"), nmean = stat_ring(ctx, "norm_nmean"),
+               dsum = stat_ring(ctx, "norm_dsum"), corr = stat_ring(ctx, "norm_corr"), nrc = stat_ring(ctx, "norm_nrc");
+  const double inv_cols = 1.0 / double(r.cols);
+  const bool has_w = w_sb.has_value(), has_b = b_sb.has_value();
+  // fp32 x gets the exact form; 16-bit x keeps torch's x * rstd - mean * rstd in one Scalar pass: its fp32
+  // cancellation (2^-24 |x| rstd) and bn_stats' mean (a few fp32 ulps) are far below x's own rounding
+  // (2^-9 |x|), and the second pass would make one engine do two (+22% for bf16 [8192, 4096] with w only).
+  const bool exact = spec.input_dtype == DType::fp32;
+  const std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));
+  auto s = [&](const detail::Ring& ring, int64_t t, int64_t offset = 0) {
+    return sb2(ctx, ring[t], row_tiles[size_t(t)].size, 1, offset);
+  };
+  auto full = [&](const detail::Ring& ring, int64_t t) { return sb2(ctx, ring[t], row_tiles[size_t(t)].size, r.cols); };
+  // Pass 1 writes d where the normalised row goes before * w / + b.
+  auto norm_dst = [&](int64_t t) { return has_w || has_b ? full(tmp, t) : full(out, t); };
+  auto load = [&](size_t t) {
+    const Range& rt = row_tiles[t];
+    dma(ctx, full(in, int64_t(t)), rows_hbm(ctx, x, r, rt.begin, rt.size), detail::kLoadQueue);
+  };
+  auto stage_stats = [&](int64_t t) {  // Vector statistics, Scalar pass 1
+    const int64_t p = row_tiles[size_t(t)].size;
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t c0 = c * kBnStatsMaxFree, f = std::min(kBnStatsMaxFree, r.cols - c0);
+      ctx.builder.emit(isa::Opcode::bn_stats)
+          .tensor("dst", sb2(ctx, stats[t], p, kBnStatsValues, c * kBnStatsValues))
+          .tensor("data", detail::sb_ap(ctx, in[t], uint32_t(p), {{1, uint32_t(f)}}, c0));
+    }
+    ctx.builder.emit(isa::Opcode::bn_aggr)
+        .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, stats[t], p, chunks * kBnStatsValues));
+    emit_rstd(ctx, s(mv, t, 0), s(mv, t, 1), s(rstd, t), s(corr, t), spec.eps);
+    store_row_stat(ctx, rstd_out, row_tiles[size_t(t)].begin, p, rstd[t]);
+    if (!exact) {  // 16-bit x: y = x * rstd + (-mean * rstd), one Scalar pass
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", s(nmean, t)).tensor("data", s(mv, t, 0)).word("op0", "multiply").imm("operand0", -1.0)
+          .word("op1", "multiply").tensor("operand1", s(rstd, t));
+      return;
+    }
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", s(nmean, t)).tensor("data", s(mv, t, 0)).word("op0", "multiply").imm("operand0", -1.0);
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", s(nrc, t)).tensor("data", s(rstd, t)).word("op0", "multiply").imm("operand0", -inv_cols);
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", norm_dst(t)).word("op", "copy").tensor("data", full(in, t)).tensor("bias", s(nmean, t))
+        .word("reduce_op", "add").tensor("reduce_res", s(dsum, t));
+  };
+  auto stage_corr = [&](int64_t t) {  // Scalar [P, 1]: -mean(d) * rstd, and the corrected mean
+    if (!exact) {
+      store_row_stat(ctx, mean_out, row_tiles[size_t(t)].begin, row_tiles[size_t(t)].size, mv[t], 0);
+      return;
+    }
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", s(corr, t)).word("op", "copy").tensor("data", s(dsum, t)).tensor("scale", s(nrc, t));
+    if (mean_out < 0) return;
+    ctx.builder.emit(isa::Opcode::activation)
+        .tensor("dst", s(mv, t, 0)).word("op", "copy").tensor("data", s(dsum, t)).imm("scale", inv_cols)
+        .tensor("bias", s(mv, t, 0));
+    store_row_stat(ctx, mean_out, row_tiles[size_t(t)].begin, row_tiles[size_t(t)].size, mv[t], 0);
+  };
+  auto stage_norm = [&](int64_t t) {  // Scalar pass 2, GpSimd * w and + b, the store
+    const Range& rt = row_tiles[size_t(t)];
+    const isa::AccessPattern tt = full(tmp, t), yt = full(out, t);
+    if (!exact) {
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", norm_dst(t)).word("op", "copy").tensor("data", full(in, t)).tensor("scale", s(rstd, t))
+          .tensor("bias", s(nmean, t));
+    } else if (has_w) {
+      ctx.builder.emit(isa::Opcode::activation)
+          .tensor("dst", norm_dst(t)).word("op", "copy").tensor("data", norm_dst(t)).tensor("scale", s(rstd, t))
+          .tensor("bias", s(corr, t));
+    } else {  // GpSimd has a pass to spare without w: pass 2 goes there
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", norm_dst(t)).tensor("data", norm_dst(t)).word("op0", "multiply").tensor("operand0", s(rstd, t))
+          .word("op1", "add").tensor("operand1", s(corr, t)).on(Engine::gpsimd);
+    }
+    if (has_w) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", sb2(ctx, *w_sb, rt.size, r.cols))
+          .word("op", "multiply").on(Engine::gpsimd);
+    }
+    if (has_b) {
+      ctx.builder.emit(isa::Opcode::tensor_tensor)
+          .tensor("dst", yt).tensor("data1", tt).tensor("data2", sb2(ctx, *b_sb, rt.size, r.cols)).word("op", "add")
+          .on(Engine::gpsimd);
+    }
+    dma(ctx, rows_hbm(ctx, y, r, rt.begin, rt.size), yt, detail::kStoreQueue);
+  };
+  const int64_t n = int64_t(row_tiles.size());
+  detail::pipelined(size_t(n), kRowDepth - 1, load, [&](size_t k) {
+    const int64_t t = int64_t(k);
+    stage_stats(t);
+    if (!exact) stage_norm(t);  // one Scalar pass: nothing to skew
+    if (exact && t > 0) stage_norm(t - 1);
+    stage_corr(t);
+  });
+  if (exact && n > 0) stage_norm(n - 1);
+}
+
 }  // namespace
 
 void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int64_t w, int64_t b, uint32_t y,
@@ -562,18 +638,19 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
   detail::Ring out = detail::make_ring(ctx, "norm_out", spec.output_dtype, r.cols, kRowDepth);
   detail::Ring tmp = detail::make_ring(ctx, "norm_tmp", DType::fp32, r.cols, kRowDepth);
   detail::Ring scratch = detail::make_ring(ctx, "norm_sq", DType::bf16, r.cols, 1);  // discarded squares
-  const int64_t chunks = ceil_div(r.cols, kBnStatsMaxFree);
-  detail::Ring stats = stat_ring(ctx, "norm_stats", chunks * kBnStatsValues);
-  detail::Ring mv = stat_ring(ctx, "norm_mv", 2), rstd = stat_ring(ctx, "norm_rstd"), nmean = stat_ring(ctx, "norm_nmean"),
-               dsum = stat_ring(ctx, "norm_dsum"), corr = stat_ring(ctx, "norm_corr"), nrc = stat_ring(ctx, "norm_nrc");
+  detail::Ring rstd = rms ? stat_ring(ctx, "norm_rstd") : detail::Ring{};
   const double inv_cols = 1.0 / double(r.cols);
   const std::vector<Range> row_tiles = my_share(ctx, tiles(r.rows, ctx.partitions()));  // row_loop's tiles
 
+  if (!rms) {
+    build_layernorm_rows(ctx, spec, r, x, y, mean_out, rstd_out, w_sb, b_sb, in, out, tmp);
+    return;
+  }
   row_loop(ctx, r, x, y, in, [&](const isa::AccessPattern& xt, int64_t t, int64_t p) {
     auto s = [&](const detail::Ring& ring, int64_t offset = 0) { return sb2(ctx, ring[t], p, 1, offset); };
     const int64_t r0 = row_tiles[size_t(t)].begin;
     isa::AccessPattern yt = sb2(ctx, out[t], p, r.cols), tt = sb2(ctx, tmp[t], p, r.cols);
-    if (rms) {
+    {
       // Scalar: sum of squares in the activation's fp32 accumulator; the squares themselves are
       // written to a bf16 scratch nobody reads.
       ctx.builder.emit(isa::Opcode::activation)
@@ -598,33 +675,6 @@ void build_norm(const KernelContext& ctx, const NormSpec& spec, uint32_t x, int6
           .tensor("dst", yt).tensor("data", scaled_src).word("op0", "multiply").tensor("operand0", s(rstd));
       return yt;
     }
-    // layernorm: mean and variance from bn_stats over <= 512-element chunks, aggregated.
-    for (int64_t c = 0; c < chunks; ++c) {
-      int64_t c0 = c * kBnStatsMaxFree, f = std::min(kBnStatsMaxFree, r.cols - c0);
-      ctx.builder.emit(isa::Opcode::bn_stats)
-          .tensor("dst", sb2(ctx, stats[t], p, kBnStatsValues, c * kBnStatsValues))
-          .tensor("data", detail::sb_ap(ctx, in[t], uint32_t(p), {{1, uint32_t(f)}}, c0));
-    }
-    ctx.builder.emit(isa::Opcode::bn_aggr)
-        .tensor("dst", sb2(ctx, mv[t], p, 2)).tensor("data", sb2(ctx, stats[t], p, chunks * kBnStatsValues));
-    emit_rstd(ctx, s(mv, 0), s(mv, 1), s(rstd), spec.eps);
-    store_row_stat(ctx, rstd_out, r0, p, rstd[t]);
-    // Scalar: (x - mean) * rstd, the normalised row, with the corrected mean.
-    isa::AccessPattern norm_dst = has_w || has_b ? tt : yt;
-    emit_centered(ctx, norm_dst, xt, {s(mv, 0), s(nmean), s(rstd), s(dsum), s(corr), s(nrc)}, r.cols, true,
-                  mean_out >= 0);
-    store_row_stat(ctx, mean_out, r0, p, mv[t], 0);
-    if (has_w) {
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", has_b ? tt : yt).tensor("data1", tt).tensor("data2", sb2(ctx, *w_sb, p, r.cols))
-          .word("op", "multiply").on(Engine::gpsimd);
-    }
-    if (has_b) {
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", yt).tensor("data1", tt).tensor("data2", sb2(ctx, *b_sb, p, r.cols)).word("op", "add")
-          .on(Engine::gpsimd);
-    }
-    return yt;
   });
 }
 
