@@ -27,8 +27,9 @@
 // full-width passes over the three engines so that none exceeds the DMA time of a tile:
 //   rmsnorm:    Scalar square + row sum (activation reduce), GpSimd x * w (exact in fp32 for bf16
 //               inputs), Vector (x * w) * rstd -> output dtype.
-//   layernorm:  Vector bn_stats/bn_aggr, Scalar d = x - mean (with sum(d): the corrected two-pass mean)
-//               and d * rstd - mean(d) * rstd, GpSimd * w and + b.
+//   layernorm:  Vector bn_stats/bn_aggr, GpSimd * w and + b; Scalar x * rstd - mean * rstd (16-bit x) or,
+//               for fp32 x, d = x - mean (with sum(d): the corrected two-pass mean) and d * rstd -
+//               mean(d) * rstd (on GpSimd without w).
 //   softmax:    Vector row max, Scalar exp with the row sum, GpSimd * 1/sum.
 //   log_softmax: Vector row max, Scalar exp with the row sum, GpSimd (x - max) - log(sum).
 // Numerics follow torch's fp32 CPU kernels where those are exact and do better where they cancel: the max
