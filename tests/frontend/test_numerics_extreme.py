@@ -213,6 +213,15 @@ def test_layer_norm_overflow_rows_nan_as_cpu():
     close(F.layer_norm(x.to("neuron"), (64,)), F.layer_norm(x, (64,)))
     w, b = torch.randn(64), torch.randn(64)
     close(F.layer_norm(x.to("neuron"), (64,), w.to("neuron"), b.to("neuron")), F.layer_norm(x, (64,), w, b))
+    # The backward from those statistics: NaN rows (and NaN dw / db) where the CPU has them.
+    dy = torch.randn(8, 64)
+    grads = []
+    for dev in ("cpu", "neuron"):
+        leaves = [t.detach().clone().to(dev).requires_grad_(True) for t in (x, w, b)]
+        F.layer_norm(leaves[0], (64,), leaves[1], leaves[2]).backward(dy.to(dev))
+        grads.append([t.grad for t in leaves])
+    for d, c in zip(grads[1], grads[0]):
+        close(d, c)
 
 
 @pytest.mark.parametrize("offset", [1e4, 1e6])
