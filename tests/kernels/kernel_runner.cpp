@@ -23,6 +23,7 @@
 #include "kernels/conv.h"
 #include "kernels/data_movement.h"
 #include "kernels/reduction.h"
+#include "kernels/scan.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
 #include "kernels/normalization.h"
@@ -284,6 +285,18 @@ int main(int argc, char** argv) try {
         EmbeddingSpec spec{std::stoll(get("num_ids")), std::stoll(get("vocab")), std::stoll(get("dim")),
                            dtype_of(kv, "dtype", "fp32"), dtype_of(kv, "index_dtype", "int32")};
         program = embedding_program(spec, hw, core, cores);
+      }
+    } else if (kernel == "scan" || kernel == "prod") {
+      // scan shape=RxC op=sum|prod dtype out_dtype; prod shape=RxC dtype out_dtype (over the last dim)
+      const std::vector<int64_t> shape = parse_shape(get("shape"));
+      if (shape.size() != 2) throw std::invalid_argument(kernel + ": shape must be RxC");
+      if (kernel == "scan") {
+        ScanSpec spec{shape[0], shape[1], enum_of<ScanOp>(get("op", "sum"), {{"sum", ScanOp::sum}, {"prod", ScanOp::prod}}),
+                      dtype_of(kv, "dtype", "fp32"), dtype_of(kv, "out_dtype", dtype)};
+        program = scan_program(spec, hw, core, cores);
+      } else {
+        ProdSpec spec{shape[0], shape[1], dtype_of(kv, "dtype", "fp32"), dtype_of(kv, "out_dtype", dtype)};
+        program = prod_program(spec, hw, core, cores);
       }
     } else {
       throw std::invalid_argument("unknown kernel " + kernel);

@@ -1,0 +1,272 @@
+// Scans (cumsum / cumprod) and the product over the last dim (see scan.h for the layouts).
+#include "kernels/scan.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/tile_pipeline.h"
+
+namespace trnsim::kernels {
+
+using detail::dma;
+using detail::hbm_ap;
+using detail::sb2;
+
+namespace {
+
+constexpr int64_t kMaxApSize = 65535;  // largest size of one access-pattern dim
+// Below this many rows a prod whose row holds at least kSpreadMinCols elements is spread over all
+// partitions: with few rows most partitions and DMA engines would sit idle.
+constexpr int64_t kSpreadMaxRows = 64;
+constexpr int64_t kSpreadMinCols = 4 * 128;
+
+void check_shape(const char* kernel, int64_t rows, int64_t cols) {
+  if (rows < 1 || cols < 1) {
+    throw std::invalid_argument(std::string(kernel) + ": rows and cols must be >= 1, got [" + std::to_string(rows) +
+                                ", " + std::to_string(cols) + "]");
+  }
+}
+
+// Columns per chunk: ~kTargetDmaBytesPerPartition of input per DMA, bounded by what the rings
+// (`bytes_per_column` bytes per column, every ring slot included) leave free in SBUF.
+int64_t chunk_columns(const KernelContext& ctx, int64_t cols, DType input_dtype, int64_t bytes_per_column) {
+  const int64_t target = detail::kTargetDmaBytesPerPartition / dtype_size_bytes(input_dtype);
+  constexpr int64_t kRoundingBytes = 16 * 256;  // granule_ring rounds each of <= 16 slots up to 256 bytes
+  const int64_t fits = (detail::sbuf_free_bytes(ctx) - kRoundingBytes) / bytes_per_column;
+  if (fits < 1) throw std::invalid_argument("scan: no SBUF left for the kernel's buffers");
+  return std::min({cols, target, fits, kMaxApSize});
+}
+
+// A ring whose slots each cover whole 256-byte dependency granules (sizes rounded up), so that two
+// slots never share one: the timing model's dependencies are per granule, and the small per-row
+// partials of neighbouring slots would otherwise make the engines writing them wait on each other.
+detail::Ring granule_ring(const KernelContext& ctx, const std::string& name, DType dtype, int64_t free, int depth) {
+  constexpr int64_t kGranuleBytes = 256;  // sim/base/dependency_tracker: SBUF granule = quadrant x 256 B
+  const int64_t per_granule = kGranuleBytes / dtype_size_bytes(dtype);
+  detail::align_sbuf_to_granule(ctx, name + "pad");
+  return detail::make_ring(ctx, name, dtype, ceil_div(free, per_granule) * per_granule, depth);
+}
+
+// Loads alternate two DMA queues: a queue serves its transfers one after another, so the fixed
+// start-up and descriptor time of one load overlaps the data of the other queue's load.
+int64_t load_queue(size_t step) { return step % 2 == 0 ? detail::kLoadQueue : detail::kConstQueue; }
+
+// dst = src rounded to dst's dtype, on the Scalar engine (the Vector engine is the scan's bottleneck).
+void emit_cast(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& src) {
+  ctx.builder.emit(isa::Opcode::activation).tensor("dst", dst).word("op", "copy").tensor("data", src);
+}
+
+}  // namespace
+
+// ---- scan ----
+
+void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y) {
+  check_shape("scan", spec.rows, spec.cols);
+  const int64_t P = ctx.partitions();
+  const bool cast = spec.output_dtype != DType::fp32;
+  const int64_t depth = detail::kRingDepth;
+  const int64_t per_column =
+      depth * (dtype_size_bytes(spec.input_dtype) + 4 + (cast ? dtype_size_bytes(spec.output_dtype) : 0));
+  const int64_t width = chunk_columns(ctx, spec.cols, spec.input_dtype, per_column);
+  detail::Ring in = granule_ring(ctx, "scan_in", spec.input_dtype, width, depth);
+  detail::Ring acc = granule_ring(ctx, "scan_acc", DType::fp32, width, depth);
+  detail::Ring out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, width, depth) : acc;
+  const char* op = spec.op == ScanOp::sum ? "add" : "multiply";
+  const double identity = spec.op == ScanOp::sum ? 0.0 : 1.0;
+
+  struct Chunk {
+    Range rows, cols;
+  };
+  std::vector<Chunk> chunks;
+  for (const Range& r : my_share(ctx, tiles(spec.rows, P))) {  // split across cores by row tiles
+    for (const Range& c : tiles(spec.cols, width)) chunks.push_back({r, c});
+  }
+  detail::pipelined(
+      chunks.size(), size_t(depth - 1),
+      [&](size_t k) {
+        const Chunk& ch = chunks[k];
+        dma(ctx, sb2(ctx, in[int64_t(k)], ch.rows.size, ch.cols.size),
+            hbm_ap(ctx, x, ch.rows.begin * spec.cols + ch.cols.begin,
+                   {{spec.cols, uint32_t(ch.rows.size)}, {1, uint32_t(ch.cols.size)}}),
+            load_queue(k));
+      },
+      [&](size_t k) {
+        const Chunk& ch = chunks[k];
+        const int64_t p = ch.rows.size, w = ch.cols.size;
+        const isa::AccessPattern data = sb2(ctx, in[int64_t(k)], p, w);
+        isa::InstructionBuilder scan = ctx.builder.emit(isa::Opcode::tensor_tensor_scan);
+        // (x op carried) bypass x: the second operator passes the first result through unchanged.
+        scan.tensor("dst", sb2(ctx, acc[int64_t(k)], p, w)).tensor("data0", data).tensor("data1", data)
+            .word("op0", op).word("op1", "bypass");
+        if (ch.cols.begin == 0) {
+          // torch starts from the identity too (so a leading -0.0 sums to +0.0, as on the CPU).
+          scan.imm("initial", identity);
+        } else {
+          scan.tensor("initial", sb2(ctx, acc[int64_t(k) - 1], p, 1, width - 1));  // the previous chunk's last column
+        }
+        if (cast) emit_cast(ctx, sb2(ctx, out[int64_t(k)], p, w), sb2(ctx, acc[int64_t(k)], p, w));
+        dma(ctx, hbm_ap(ctx, y, ch.rows.begin * spec.cols + ch.cols.begin, {{spec.cols, uint32_t(p)}, {1, uint32_t(w)}}),
+            sb2(ctx, out[int64_t(k)], p, w), detail::kStoreQueue);
+      });
+}
+
+isa::Program scan_program(const ScanSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  check_shape("scan", spec.rows, spec.cols);
+  isa::ProgramBuilder builder(spec.op == ScanOp::sum ? "cumsum" : "cumprod", config.generation);
+  const std::vector<uint32_t> shape{uint32_t(spec.rows), uint32_t(spec.cols)};
+  uint32_t x = builder.hbm("x", spec.input_dtype, shape, isa::AllocationRole::input);
+  uint32_t y = builder.hbm("y", spec.output_dtype, shape, isa::AllocationRole::output);
+  build_scan(KernelContext{builder, config, "", core, cores}, spec, x, y);
+  return builder.finish();
+}
+
+// ---- prod ----
+
+namespace {
+
+// partial[:, 0] = product of data's free elements, on the Vector engine or (odd `slot`) the Scalar
+// engine's accumulator (a copy in place), so the two engines share the chunks.
+void emit_product(const KernelContext& ctx, const isa::AccessPattern& partial, const isa::AccessPattern& data,
+                  int64_t slot) {
+  if (slot % 2 == 1) {
+    ctx.builder.emit(isa::Opcode::activation_reduce)
+        .tensor("dst", data).word("op", "copy").tensor("data", data).word("reduce_op", "multiply")
+        .tensor("reduce_res", partial);
+  } else {
+    ctx.builder.emit(isa::Opcode::tensor_reduce)
+        .tensor("dst", partial).word("op", "multiply").tensor("data", data).word("axis", "[1]");
+  }
+}
+
+// Rows on partitions, chunks of columns; the chunk partials multiplied once per row tile.
+void prod_rows(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint32_t y) {
+  const int64_t P = ctx.partitions();
+  const int64_t width = chunk_columns(ctx, spec.cols, spec.input_dtype,
+                                      detail::kRingDepth * dtype_size_bytes(spec.input_dtype));
+  const int64_t chunks = ceil_div(spec.cols, width);
+  detail::Ring in = granule_ring(ctx, "prod_in", spec.input_dtype, width, detail::kRingDepth);
+  detail::Ring part = granule_ring(ctx, "prod_part", DType::fp32, chunks, 2);
+  detail::Ring fin = granule_ring(ctx, "prod_fin", DType::fp32, 1, 2);
+  detail::Ring res = granule_ring(ctx, "prod_res", spec.output_dtype, 1, 2);
+  struct Chunk {
+    Range rows;
+    int64_t tile, chunk;
+  };
+  std::vector<Chunk> steps;
+  int64_t tile = 0;
+  for (const Range& r : my_share(ctx, tiles(spec.rows, P))) {  // split across cores by row tiles
+    for (int64_t c = 0; c < chunks; ++c) steps.push_back({r, tile, c});
+    ++tile;
+  }
+  detail::pipelined(
+      steps.size(), detail::kRingDepth - 1,
+      [&](size_t k) {
+        const Chunk& s = steps[k];
+        const int64_t c0 = s.chunk * width, w = std::min(width, spec.cols - c0);
+        dma(ctx, sb2(ctx, in[int64_t(k)], s.rows.size, w),
+            hbm_ap(ctx, x, s.rows.begin * spec.cols + c0, {{spec.cols, uint32_t(s.rows.size)}, {1, uint32_t(w)}}),
+            load_queue(k));
+      },
+      [&](size_t k) {
+        const Chunk& s = steps[k];
+        const int64_t p = s.rows.size, c0 = s.chunk * width, w = std::min(width, spec.cols - c0);
+        emit_product(ctx, sb2(ctx, part[s.tile], p, 1, s.chunk), sb2(ctx, in[int64_t(k)], p, w), int64_t(k));
+        if (s.chunk + 1 < chunks) return;
+        isa::AccessPattern total = sb2(ctx, part[s.tile], p, 1);
+        if (chunks > 1) {
+          total = sb2(ctx, fin[s.tile], p, 1);
+          emit_product(ctx, total, sb2(ctx, part[s.tile], p, chunks), 0);
+        }
+        const isa::AccessPattern result = sb2(ctx, res[s.tile], p, 1);
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", result).tensor("src", total);
+        dma(ctx, hbm_ap(ctx, y, s.rows.begin, {{1, uint32_t(p)}, {1, 1}}), result, detail::kStoreQueue);
+      });
+}
+
+// Few long rows: row a as [128, cols/128] (partition q takes a contiguous stretch) + a [1, cols%128]
+// tail; each partition's product is folded across partitions by GpSimd once per row.
+void prod_spread(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint32_t y) {
+  const int64_t P = ctx.partitions();
+  const int64_t per_partition = spec.cols / P, rem = spec.cols % P;
+  const int64_t width = chunk_columns(ctx, per_partition, spec.input_dtype,
+                                      detail::kRingDepth * dtype_size_bytes(spec.input_dtype));
+  const int64_t chunks = ceil_div(per_partition, width);
+  detail::Ring in = granule_ring(ctx, "prod_in", spec.input_dtype, std::max(width, rem), detail::kRingDepth);
+  detail::Ring part = granule_ring(ctx, "prod_part", DType::fp32, chunks, 2);
+  detail::Ring fin = granule_ring(ctx, "prod_fin", DType::fp32, 1, 2);
+  const uint32_t n = uint32_t(spec.rows);
+  uint32_t tail = ctx.builder.sbuf(ctx.name("prod_tail"), DType::fp32, {1, n});
+  uint32_t acc = ctx.builder.sbuf(ctx.name("prod_acc"), DType::fp32, {1, n});
+  uint32_t res = ctx.builder.sbuf(ctx.name("prod_res"), spec.output_dtype, {1, n});
+  const Range mine = ctx.share(spec.rows);  // split across cores by rows
+  if (mine.size == 0) return;
+  struct Step {
+    int64_t row, chunk;  // chunk == chunks: the tail
+  };
+  std::vector<Step> steps;
+  for (int64_t a = mine.begin; a < mine.begin + mine.size; ++a) {
+    for (int64_t c = 0; c < chunks; ++c) steps.push_back({a, c});
+    if (rem > 0) steps.push_back({a, chunks});
+  }
+  detail::pipelined(
+      steps.size(), detail::kRingDepth - 1,
+      [&](size_t k) {
+        const Step& s = steps[k];
+        const int64_t base = s.row * spec.cols;
+        if (s.chunk == chunks) {
+          dma(ctx, sb2(ctx, in[int64_t(k)], 1, rem), hbm_ap(ctx, x, base + P * per_partition, {{0, 1}, {1, uint32_t(rem)}}),
+              load_queue(k));
+          return;
+        }
+        const int64_t c0 = s.chunk * width, w = std::min(width, per_partition - c0);
+        dma(ctx, sb2(ctx, in[int64_t(k)], P, w),
+            hbm_ap(ctx, x, base + c0, {{per_partition, uint32_t(P)}, {1, uint32_t(w)}}), load_queue(k));
+      },
+      [&](size_t k) {
+        const Step& s = steps[k];
+        const isa::AccessPattern row_acc = sb2(ctx, acc, 1, 1, s.row);
+        if (s.chunk == chunks) {
+          const isa::AccessPattern t = sb2(ctx, tail, 1, 1, s.row);
+          emit_product(ctx, t, sb2(ctx, in[int64_t(k)], 1, rem), 0);
+          ctx.builder.emit(isa::Opcode::tensor_tensor)
+              .tensor("dst", row_acc).tensor("data1", row_acc).tensor("data2", t).word("op", "multiply");
+          return;
+        }
+        const int64_t c0 = s.chunk * width, w = std::min(width, per_partition - c0);
+        emit_product(ctx, sb2(ctx, part[s.row], P, 1, s.chunk), sb2(ctx, in[int64_t(k)], P, w), int64_t(k));
+        if (s.chunk + 1 < chunks) return;
+        isa::AccessPattern total = sb2(ctx, part[s.row], P, 1);
+        if (chunks > 1) {
+          total = sb2(ctx, fin[s.row], P, 1);
+          emit_product(ctx, total, sb2(ctx, part[s.row], P, chunks), 0);
+        }
+        ctx.builder.emit(isa::Opcode::tensor_partition_reduce)
+            .tensor("dst", row_acc).word("op", "multiply").tensor("data", total);
+      });
+  const isa::AccessPattern out = sb2(ctx, res, 1, mine.size, mine.begin);
+  ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", out).tensor("src", sb2(ctx, acc, 1, mine.size, mine.begin));
+  dma(ctx, hbm_ap(ctx, y, mine.begin, {{0, 1}, {1, uint32_t(mine.size)}}), out, detail::kStoreQueue);
+}
+
+}  // namespace
+
+void build_prod(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint32_t y) {
+  check_shape("prod", spec.rows, spec.cols);
+  if (spec.rows < kSpreadMaxRows && spec.cols >= kSpreadMinCols) {
+    prod_spread(ctx, spec, x, y);
+  } else {
+    prod_rows(ctx, spec, x, y);
+  }
+}
+
+isa::Program prod_program(const ProdSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  check_shape("prod", spec.rows, spec.cols);
+  isa::ProgramBuilder builder("prod", config.generation);
+  uint32_t x = builder.hbm("x", spec.input_dtype, {uint32_t(spec.rows), uint32_t(spec.cols)}, isa::AllocationRole::input);
+  uint32_t y = builder.hbm("y", spec.output_dtype, {uint32_t(spec.rows), 1}, isa::AllocationRole::output);
+  build_prod(KernelContext{builder, config, "", core, cores}, spec, x, y);
+  return builder.finish();
+}
+
+}  // namespace trnsim::kernels
