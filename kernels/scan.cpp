@@ -61,8 +61,119 @@ void emit_cast(const KernelContext& ctx, const isa::AccessPattern& dst, const is
 
 // ---- scan ----
 
+namespace {
+
+// Few long rows: a row in one partition scans at 2 Vector cycles per element; spread over 128
+// partitions it takes 1/128 of that plus a chain of small instructions per block (~3 us).
+// Integer inputs stay on the sequential path: a segment's local sum may leave +-2^24 even where
+// every prefix sum (what the caller checks) is inside it.
+constexpr int64_t kSpreadScanMinCols = 8192;
+
+bool spread_scan(const ScanSpec& spec) {
+  return spec.rows < kSpreadMaxRows && spec.cols >= kSpreadScanMinCols && dtype_info(spec.input_dtype).is_float;
+}
+
+// Row a as blocks of 128 x w consecutive elements (partition q takes the q-th stretch of w) plus a
+// [1, cols % 128] tail. Per block: the local scan of each partition (Vector); its last column, the
+// partition totals, PE-transposed to one partition and scanned there from the carry into the
+// block, so column q + 1 of that [1, 129] buffer is the carry through partition q and columns
+// 0..127 are each partition's exclusive prefix; those PE-transposed back and applied to the local
+// scans on the Scalar engine (bias for a sum, scale for a product), which also rounds to the output
+// dtype. Column 128 carries into the next block. The order of the operations differs from a
+// sequential scan (a prefix op a local scan), so values agree with it to fp32 rounding.
+void scan_spread(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y) {
+  const int64_t P = ctx.partitions();
+  const int64_t per_partition = spec.cols / P, rem = spec.cols % P;
+  const bool cast = spec.output_dtype != DType::fp32;
+  const int64_t depth = detail::kRingDepth;
+  const int64_t per_column =
+      depth * (dtype_size_bytes(spec.input_dtype) + 4 + (cast ? dtype_size_bytes(spec.output_dtype) : 0));
+  const int64_t width = std::max(chunk_columns(ctx, per_partition, spec.input_dtype, per_column), rem);
+  detail::Ring in = granule_ring(ctx, "scan_in", spec.input_dtype, width, int(depth));
+  detail::Ring acc = granule_ring(ctx, "scan_acc", DType::fp32, width, int(depth));
+  detail::Ring out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, width, int(depth)) : acc;
+  detail::Ring carry = granule_ring(ctx, "scan_carry", DType::fp32, P + 1, 2);
+  std::vector<uint32_t> totals_t, prefix_t;  // PSUM: the partition totals as a row, the prefixes as a column
+  for (int i = 0; i < 2; ++i) {
+    totals_t.push_back(ctx.builder.psum(ctx.name("scan_totals" + std::to_string(i)), DType::fp32, {1, uint32_t(P)}));
+    prefix_t.push_back(ctx.builder.psum(ctx.name("scan_prefix" + std::to_string(i)), DType::fp32, {uint32_t(P), 1}));
+  }
+  const bool sum = spec.op == ScanOp::sum;
+  const char* op = sum ? "add" : "multiply";
+  const double identity = sum ? 0.0 : 1.0;
+  struct Step {
+    int64_t row;
+    Range block;  // per-partition columns [begin, begin + size) of the row's 128 x per_partition body
+    bool tail, first;
+  };
+  std::vector<Step> steps;
+  const Range mine = ctx.share(spec.rows);  // split across cores by rows
+  for (int64_t a = mine.begin; a < mine.begin + mine.size; ++a) {
+    bool first = true;
+    for (const Range& b : tiles(per_partition, width)) {
+      steps.push_back({a, b, false, first});
+      first = false;
+    }
+    if (rem > 0) steps.push_back({a, {0, rem}, true, false});
+  }
+  auto scan = [&](const isa::AccessPattern& dst, const isa::AccessPattern& data) -> isa::InstructionBuilder {
+    isa::InstructionBuilder b = ctx.builder.emit(isa::Opcode::tensor_tensor_scan);
+    b.tensor("dst", dst).tensor("data0", data).tensor("data1", data).word("op0", op).word("op1", "bypass");
+    return b;
+  };
+  detail::pipelined(
+      steps.size(), size_t(depth - 1),
+      [&](size_t k) {
+        const Step& s = steps[k];
+        const int64_t base = s.row * spec.cols;
+        if (s.tail) {
+          dma(ctx, sb2(ctx, in[int64_t(k)], 1, rem), hbm_ap(ctx, x, base + P * per_partition, {{0, 1}, {1, uint32_t(rem)}}),
+              load_queue(k));
+        } else {
+          dma(ctx, sb2(ctx, in[int64_t(k)], P, s.block.size),
+              hbm_ap(ctx, x, base + P * s.block.begin, {{s.block.size, uint32_t(P)}, {1, uint32_t(s.block.size)}}),
+              load_queue(k));
+        }
+      },
+      [&](size_t k) {
+        const Step& s = steps[k];
+        const int64_t base = s.row * spec.cols, w = s.block.size;
+        const isa::AccessPattern carry_in = sb2(ctx, carry[int64_t(k) - 1], 1, 1, P);  // the previous block's column 128
+        if (s.tail) {
+          scan(sb2(ctx, acc[int64_t(k)], 1, rem), sb2(ctx, in[int64_t(k)], 1, rem)).tensor("initial", carry_in);
+          if (cast) emit_cast(ctx, sb2(ctx, out[int64_t(k)], 1, rem), sb2(ctx, acc[int64_t(k)], 1, rem));
+          dma(ctx, hbm_ap(ctx, y, base + P * per_partition, {{0, 1}, {1, uint32_t(rem)}}), sb2(ctx, out[int64_t(k)], 1, rem),
+              detail::kStoreQueue);
+          return;
+        }
+        const isa::AccessPattern local = sb2(ctx, acc[int64_t(k)], P, w);
+        scan(local, sb2(ctx, in[int64_t(k)], P, w)).imm("initial", identity);
+        const uint32_t c = carry[int64_t(k)], tt = totals_t[k % 2], pt = prefix_t[k % 2];
+        if (s.first) {
+          ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, c, 1, 1)).imm("value", identity);
+        } else {
+          ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, c, 1, 1)).tensor("src", carry_in);
+        }
+        ctx.builder.emit(isa::Opcode::nc_transpose)
+            .tensor("dst", sb2(ctx, tt, 1, P)).tensor("data", sb2(ctx, acc[int64_t(k)], P, 1, w - 1));
+        scan(sb2(ctx, c, 1, P, 1), sb2(ctx, tt, 1, P)).tensor("initial", sb2(ctx, c, 1, 1));
+        ctx.builder.emit(isa::Opcode::nc_transpose).tensor("dst", sb2(ctx, pt, P, 1)).tensor("data", sb2(ctx, c, 1, P));
+        const isa::AccessPattern result = sb2(ctx, out[int64_t(k)], P, w);
+        ctx.builder.emit(isa::Opcode::activation)
+            .tensor("dst", result).word("op", "copy").tensor("data", local)
+            .tensor(sum ? "bias" : "scale", sb2(ctx, pt, P, 1));
+        dma(ctx, hbm_ap(ctx, y, base + P * s.block.begin, {{w, uint32_t(P)}, {1, uint32_t(w)}}), result, detail::kStoreQueue);
+      });
+}
+
+}  // namespace
+
 void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y) {
   check_shape("scan", spec.rows, spec.cols);
+  if (spread_scan(spec)) {
+    scan_spread(ctx, spec, x, y);
+    return;
+  }
   const int64_t P = ctx.partitions();
   const bool cast = spec.output_dtype != DType::fp32;
   const int64_t depth = detail::kRingDepth;
