@@ -825,16 +825,36 @@ Results lower_sort(const std::string& op, Args a) {
   at::Tensor x = self.movedim(dim, -1).contiguous();
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   if (rows * n >= (int64_t{1} << 24)) return std::nullopt;
+  int64_t lo = 0, hi = 0;
   if (rows * n > 0) {
     at::Tensor h = host_alias(x);
     if (at::isFloatingType(t)) {
       if (at::any(at::isnan(h)).item<bool>()) return std::nullopt;
-    } else if (h.min().item<int64_t>() <= -(int64_t{1} << 24) || h.max().item<int64_t>() >= (int64_t{1} << 24)) {
-      return std::nullopt;
+    } else {
+      lo = h.min().item<int64_t>();
+      hi = h.max().item<int64_t>();
+      if (lo <= -(int64_t{1} << 24) || hi >= (int64_t{1} << 24)) return std::nullopt;
     }
   }
+  // Integer keys over a short range (expert ids): the counting sort, O(n * keys) not O(n^2).
+  const bool counting = !at::isFloatingType(t) && hi - lo + 1 <= 512;
   at::Tensor values = at::empty(x.sizes(), self.options()), indices = at::empty(x.sizes(), self.options().dtype(at::kLong));
-  if (rows * n > 0) {
+  if (rows * n > 0 && counting) {
+    kernels::CountingSortSpec spec;
+    spec.rows = rows;
+    spec.n = n;
+    spec.key_min = lo;
+    spec.keys = hi - lo + 1;
+    spec.pairs = t == at::kLong;
+    spec.descending = descending;
+    execute_program(self.device().index(),
+                    "counting_sort|" + key_of({rows, n, lo, spec.keys, spec.pairs, descending}),
+                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
+                      return kernels::counting_sort_program(spec, hw, core, cores);
+                    },
+                    {*value_buffer("x", x)}, {*value_buffer("values", values), *value_buffer("indices", indices)},
+                    record_for(op, {self}, t));
+  } else if (rows * n > 0) {
     kernels::SortSpec spec;
     spec.rows = rows;
     spec.n = n;

@@ -232,4 +232,156 @@ isa::Program sort_program(const SortSpec& spec, const HardwareConfig& config, ui
   return builder.finish();
 }
 
+isa::Program counting_sort_program(const CountingSortSpec& spec, const HardwareConfig& config, uint32_t core,
+                                   uint32_t cores) {
+  constexpr int64_t kMaxKeys = 512;  // one PSUM bank of fp32 counts per partition
+  if (spec.rows < 1 || spec.n < 1 || spec.keys < 1 || spec.keys > kMaxKeys) {
+    throw std::invalid_argument("counting_sort: needs rows, n >= 1 and 1 <= keys <= 512");
+  }
+  if (spec.rows * spec.n >= (int64_t{1} << 24)) throw std::invalid_argument("counting_sort: more than 2^24 elements");
+  isa::ProgramBuilder builder("counting_sort", config.generation);
+  const uint32_t R = uint32_t(spec.rows), N = uint32_t(spec.n), K = uint32_t(spec.keys);
+  const int64_t per = spec.pairs ? 2 : 1, n = spec.n;
+  uint32_t x = spec.pairs ? builder.hbm("x", DType::int32, {R, N, 2}, isa::AllocationRole::input)
+                          : builder.hbm("x", DType::int32, {R, N}, isa::AllocationRole::input);
+  uint32_t values = spec.pairs ? builder.hbm("values", DType::int32, {R * N, 2}, isa::AllocationRole::output)
+                               : builder.hbm("values", DType::int32, {R * N, 1}, isa::AllocationRole::output);
+  uint32_t indices = builder.hbm("indices", DType::int32, {R * N, 2}, isa::AllocationRole::output);
+  KernelContext ctx{builder, config, "", core, cores};
+  const uint32_t P = ctx.partitions();
+  // Constants: key ids along the free dim, ones, strict[q, p] = 1 where q < p.
+  const uint32_t key_ids_i = builder.sbuf("cs_keys_i", DType::int32, {P, K});
+  const uint32_t key_ids = builder.sbuf("cs_keys", DType::fp32, {P, K});
+  const uint32_t wide = std::max(P, K);
+  const uint32_t ones = builder.sbuf("cs_ones", DType::bf16, {P, wide});
+  const uint32_t strict = builder.sbuf("cs_strict", DType::bf16, {P, P});
+  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, key_ids_i, P, K)).word("pattern", "[[1, " + std::to_string(K) + "]]");
+  ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, key_ids, P, K)).tensor("src", sb2(ctx, key_ids_i, P, K));
+  ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, ones, P, wide)).imm("value", 1).on(Engine::gpsimd);
+  ctx.builder.emit(isa::Opcode::affine_select)
+      .tensor("dst", sb2(ctx, strict, P, P))
+      .word("pattern", "[[1, " + std::to_string(P) + "]]")
+      .imm("channel_multiplier", -1)
+      .imm("offset", 0)
+      .tensor("on_true_tile", sb2(ctx, ones, P, P))
+      .imm("on_false_value", 0)
+      .word("cmp_op", "greater");
+  const uint32_t totals = builder.psum("cs_totals", DType::fp32, {P, K});
+  const uint32_t before = builder.psum("cs_before", DType::fp32, {P, K});
+  const uint32_t start = builder.sbuf("cs_start", DType::fp32, {P, K});
+  const uint32_t running = builder.sbuf("cs_running", DType::fp32, {P, K});
+  detail::Ring own = detail::make_ring(ctx, "cs_x", DType::int32, per, 2);
+  detail::Ring key = detail::make_ring(ctx, "cs_key", DType::fp32, 1, 2);
+  detail::Ring onehot = detail::make_ring(ctx, "cs_onehot", DType::bf16, K, 2);
+  detail::Ring work = detail::make_ring(ctx, "cs_work", DType::fp32, K, 2);
+  detail::Ring dest = detail::make_ring(ctx, "cs_dest", DType::int32, 1, 2);
+  detail::Ring position = detail::make_ring(ctx, "cs_pos", DType::int32, 2, 2);
+  int64_t slot = 0;
+  const std::vector<Range> row_tiles = tiles(n, P);
+  // The key of this tile's elements (0 .. K-1; descending: reversed), fp32 [m, 1], and its one-hot row.
+  auto load = [&](int64_t r, const Range& t) {
+    const uint32_t m = uint32_t(t.size);
+    const isa::AccessPattern o = sb2(ctx, own[slot], m, per);
+    dma(ctx, o, hbm_ap(ctx, x, (r * n + t.begin) * per, {{per, m}, {1, uint32_t(per)}}), detail::kLoadQueue);
+    const isa::AccessPattern low = spec.pairs ? sb_ap(ctx, own[slot], m, {{1, 1}}) : o;
+    const isa::AccessPattern k = sb2(ctx, key[slot], m, 1);
+    if (spec.descending) {
+      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", k).tensor("data", low).word("op0", "subtract")
+          .imm("operand0", double(spec.key_min + spec.keys - 1)).word("op1", "multiply").imm("operand1", -1.0);
+    } else {
+      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", k).tensor("data", low).word("op0", "subtract").imm(
+          "operand0", double(spec.key_min));
+    }
+    ctx.builder.emit(isa::Opcode::tensor_scalar)
+        .tensor("dst", sb2(ctx, onehot[slot], m, K))
+        .tensor("data", sb2(ctx, key_ids, m, K))
+        .word("op0", "equal")
+        .tensor("operand0", k);
+    return o;
+  };
+  const Range mine_rows = ctx.share(spec.rows);
+  for (int64_t r = mine_rows.begin; r < mine_rows.begin + mine_rows.size; ++r) {
+    // Pass 1: the count of every key, in every partition (PSUM accumulation over the tiles).
+    for (size_t i = 0; i < row_tiles.size(); ++i) {
+      const uint32_t m = uint32_t(row_tiles[i].size);
+      load(r, row_tiles[i]);
+      ctx.builder.emit(isa::Opcode::nc_matmul)
+          .tensor("dst", sb2(ctx, totals, P, K))
+          .tensor("stationary", sb2(ctx, ones, m, P))
+          .tensor("moving", sb2(ctx, onehot[slot], m, K))
+          .word("accumulate", i == 0 ? "false" : "true");
+      ++slot;
+    }
+    // Where each key's run starts: the exclusive prefix of the counts, plus the row's offset.
+    const isa::AccessPattern st = sb2(ctx, start, P, K), tot = sb2(ctx, totals, P, K);
+    ctx.builder.emit(isa::Opcode::tensor_tensor_scan)
+        .tensor("dst", st)
+        .tensor("data0", sb2(ctx, ones, P, K))
+        .tensor("data1", tot)
+        .imm("initial", 0)
+        .word("op0", "multiply")
+        .word("op1", "add");
+    ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+        .tensor("dst", st)
+        .tensor("data", st)
+        .word("op0", "add")
+        .imm("operand0", double(r * n))
+        .word("op1", "subtract")
+        .tensor("operand1", tot);
+    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, running, P, K)).imm("value", 0);
+    // Pass 2: each element's place = start[key] + equal keys before it (this tile, earlier tiles).
+    for (size_t i = 0; i < row_tiles.size(); ++i) {
+      const Range& t = row_tiles[i];
+      const uint32_t m = uint32_t(t.size);
+      const isa::AccessPattern o = load(r, t);
+      const isa::AccessPattern oh = sb2(ctx, onehot[slot], m, K), w = sb2(ctx, work[slot], m, K);
+      ctx.builder.emit(isa::Opcode::nc_matmul)
+          .tensor("dst", sb2(ctx, before, m, K))
+          .tensor("stationary", sb2(ctx, strict, m, m))
+          .tensor("moving", oh)
+          .word("accumulate", "false");
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", sb2(ctx, before, m, K)).tensor(
+          "data2", sb2(ctx, running, m, K)).word("op", "add");
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", w).tensor("data2", sb2(ctx, start, m, K))
+          .word("op", "add");
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", w).tensor("data2", oh).word(
+          "op", "multiply");
+      const isa::AccessPattern d = sb2(ctx, dest[slot], m, 1);
+      ctx.builder.emit(isa::Opcode::tensor_reduce).tensor("dst", d).word("op", "add").tensor("data", w).word("axis", "[1]");
+      if (i + 1 < row_tiles.size()) {
+        // running += this tile's counts (every partition), for the tiles after it.
+        ctx.builder.emit(isa::Opcode::nc_matmul)
+            .tensor("dst", sb2(ctx, totals, P, K))
+            .tensor("stationary", sb2(ctx, ones, m, P))
+            .tensor("moving", oh)
+            .word("accumulate", "false");
+        ctx.builder.emit(isa::Opcode::tensor_tensor)
+            .tensor("dst", sb2(ctx, running, P, K))
+            .tensor("data1", sb2(ctx, running, P, K))
+            .tensor("data2", sb2(ctx, totals, P, K))
+            .word("op", "add");
+      }
+      ctx.builder.emit(isa::Opcode::dma_scatter)
+          .tensor("dst", hbm_ap(ctx, values, 0, {{per, uint32_t(spec.rows * n)}, {1, uint32_t(per)}}))
+          .tensor("src", o)
+          .tensor("indices", d)
+          .imm("queue", double(detail::kStoreQueue));
+      const isa::AccessPattern pos = sb2(ctx, position[slot], m, 2);
+      ctx.builder.emit(isa::Opcode::memset).tensor("dst", pos).imm("value", 0).on(Engine::gpsimd);
+      ctx.builder.emit(isa::Opcode::iota)
+          .tensor("dst", sb_ap(ctx, position[slot], m, {{1, 1}}))
+          .word("pattern", "[[0, 1]]")
+          .imm("offset", double(t.begin))
+          .imm("channel_multiplier", 1);
+      ctx.builder.emit(isa::Opcode::dma_scatter)
+          .tensor("dst", hbm_ap(ctx, indices, 0, {{2, uint32_t(spec.rows * n)}, {1, 2}}))
+          .tensor("src", pos)
+          .tensor("indices", d)
+          .imm("queue", double(detail::kStoreQueue + 3));
+      ++slot;
+    }
+  }
+  return builder.finish();
+}
+
 }  // namespace trnsim::kernels

@@ -10,6 +10,14 @@
 // for fp32 / bf16 and for integers below 2^24 (the lowering's bound); NaN (which no comparison
 // ranks) is left to the CPU by the lowering. Values move as bytes; indices are int64 pairs.
 //
+// Sort of integer keys over a small range (K = max - min + 1 <= 512, e.g. MoE expert ids): a stable
+// counting sort. Per row, pass 1 counts each key (one-hot [128, K] per 128 elements, summed into
+// PSUM by an all-ones matmul, so every partition holds the counts) and their exclusive prefix
+// (tensor_tensor_scan) is where each key's run starts; pass 2 adds, per element, the equal keys
+// before it (a strictly-triangular matmul within the tile, a running count across tiles) and
+// scatters the element and its position there. O(n K / 128) element operations instead of the rank
+// sort's O(n^2 / 128).
+//
 // Top-k along the last dim (torch.topk, k <= 8): rows on partitions, the Vector engine's max8 (the
 // 8 largest values of each partition, descending) and nc_find_index8 (the first position of each),
 // so a row costs two passes over its elements. The smallest k are the largest of -x (negation is
@@ -44,5 +52,15 @@ struct SortSpec {
 };
 // X [rows, n] (int32 [rows, n, 2] with pairs); values like x, indices int32 [rows, n, 2]. Rows split across cores.
 isa::Program sort_program(const SortSpec& spec, const HardwareConfig& config, uint32_t core = 0, uint32_t cores = 1);
+
+struct CountingSortSpec {
+  int64_t rows = 0, n = 0;
+  int64_t key_min = 0, keys = 1;  // every value in [key_min, key_min + keys), keys <= 512, |values| < 2^24
+  bool pairs = false;             // int64 (int32 pairs) or int32
+  bool descending = false;
+};
+// Same tensors as sort_program. Rows split across cores.
+isa::Program counting_sort_program(const CountingSortSpec& spec, const HardwareConfig& config, uint32_t core = 0,
+                                   uint32_t cores = 1);
 
 }  // namespace trnsim::kernels

@@ -470,22 +470,27 @@ def test_topk_boundary_ties_nan_and_large_k_fall_back_with_cpu_values():
 # ---- sort ----
 
 
-def sort_input(shape, dtype, seed):
+def sort_input(shape, dtype, seed, wide=False):
     g = torch.Generator().manual_seed(seed)
+    if wide and not dtype.is_floating_point:  # a key range beyond the counting sort's 512: the rank sort
+        return torch.randint(-(2**23) + 1, 2**23, shape, generator=g).to(dtype) // 64
     if dtype.is_floating_point:
         x = torch.randn(shape, generator=g) * 4
         x.view(-1)[::7] = 1.5  # ties: a stable sort keeps their order
         x.view(-1)[::11] = -0.0
         x.view(-1)[::13] = float("inf")
         return x.to(dtype)
-    return torch.randint(-(2**23), 2**23, shape, generator=g).to(dtype) // (2**20)  # many ties, negatives
+    return torch.randint(-(2**23), 2**23, shape, generator=g).to(dtype) // (2**20)  # 16 keys: the counting sort
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32])
 @pytest.mark.parametrize("shape,dim,descending", [((3, 300), -1, False), ((200,), 0, True), ((5, 7, 4), 1, False),
                                                   ((1,), 0, True), ((2, 129), 1, True)])
-def test_sort_stable_values_and_int64_indices(shape, dim, descending, dtype):
-    x = sort_input(shape, dtype, 60)
+@pytest.mark.parametrize("wide", [False, True])
+def test_sort_stable_values_and_int64_indices(shape, dim, descending, dtype, wide):
+    if wide and dtype.is_floating_point:
+        pytest.skip("key range applies to integers")
+    x = sort_input(shape, dtype, 60, wide)
     expected = torch.sort(x, dim=dim, descending=descending, stable=True)
     for stable in (True, False):  # the device's sort is always stable (a valid unstable sort, as on CUDA)
         values, indices = torch.sort(x.to(D), dim=dim, descending=descending, stable=stable)
