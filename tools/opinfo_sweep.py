@@ -4,6 +4,9 @@ for every op, on the device "neuron" against the CPU.
 
 For each op: the first --samples samples that the CPU accepts, forward in each of --dtypes, and
 the backward (autograd.grad with seeded random cotangents) in fp32 where the op supports autograd.
+As in PyTorch's test_compare_cpu, the samples are made for the device (sample_inputs("neuron", ...),
+seeded) and copied to the CPU for the reference; where making them on the device fails, they are
+made on the CPU and copied to the device.
 Every sample gets one class:
   pass-native    ran on the device, matches the CPU, nothing fell back to the CPU
   pass-fallback  ran and matches, but the counted CPU fallback ran (trnsim.fallback_report() delta)
