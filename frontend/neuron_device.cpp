@@ -1017,6 +1017,8 @@ bool exact_in_fp32(BinaryOp kind, const BinaryOperand& a, const BinaryOperand& b
   double bound = std::max(a.max_abs, b.max_abs);
   if (kind == BinaryOp::add || kind == BinaryOp::subtract) bound = a.max_abs + b.max_abs;
   if (kind == BinaryOp::multiply) bound = a.max_abs * b.max_abs;
+  // and / or / xor of two's-complement values below 2^k stay below 2^(k+1) in magnitude
+  if (kind == BinaryOp::bitwise_and || kind == BinaryOp::bitwise_or || kind == BinaryOp::bitwise_xor) bound *= 2;
   if (bound > kExactIntegerBound) return false;
   const bool produces_value = kind == BinaryOp::add || kind == BinaryOp::subtract || kind == BinaryOp::multiply;
   if (!produces_value) return true;
@@ -1175,15 +1177,19 @@ std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& 
 // sum of an integer or bool tensor (torch's result: int64): cast to fp32 on the device, the fp32
 // reduction, the (integral) result converted on the host. Exact while sum |x| <= 2^24 (every
 // partial sum is then exact in fp32); beyond that the CPU's kernel.
+// amax / amin / max / min the same way (exact while max |x| <= 2^24; the result keeps x's dtype).
 std::optional<at::Tensor> lower_integer_sum(const std::string& op, const at::Tensor& x, const std::vector<int64_t>& rdims,
-                                            bool keepdim, const c10::IValue& dtype_arg) {
-  const at::ScalarType result = dtype_arg.isNone() ? at::kLong : static_cast<at::ScalarType>(dtype_arg.toInt());
-  if (!on_neuron(x) || x.numel() == 0 || !at::isIntegralType(result, true) || result == at::kBool) return std::nullopt;
-  if (host_alias(x).to(at::kDouble).abs().sum().item<double>() > kExactIntegerBound) return std::nullopt;
+                                            bool keepdim, const c10::IValue& dtype_arg, ReduceOp kind = ReduceOp::sum) {
+  const at::ScalarType result = kind != ReduceOp::sum ? x.scalar_type()
+                                : dtype_arg.isNone() ? at::kLong : static_cast<at::ScalarType>(dtype_arg.toInt());
+  if (!on_neuron(x) || x.numel() == 0 || !at::isIntegralType(result, true) || (result == at::kBool) != (x.scalar_type() == at::kBool && kind != ReduceOp::sum))
+    return std::nullopt;
+  const at::Tensor magnitudes = host_alias(x).to(at::kDouble).abs();
+  if ((kind == ReduceOp::sum ? magnitudes.sum() : magnitudes.max()).item<double>() > kExactIntegerBound) return std::nullopt;
   c10::DeviceGuard guard(x.device());
   at::Tensor xf = at::empty(x.sizes(), x.options().dtype(at::kFloat));
   if (!integer_to_float_kernel(x.contiguous(), xf)) return std::nullopt;
-  std::optional<at::Tensor> r = lower_reduce(op, xf, rdims, keepdim, ReduceOp::sum);
+  std::optional<at::Tensor> r = lower_reduce(op, xf, rdims, keepdim, kind);
   if (!r) return std::nullopt;
   at::Tensor y = at::empty(r->sizes(), x.options().dtype(result));
   host_alias(y).copy_(host_alias(*r));
@@ -1944,6 +1950,11 @@ std::optional<at::Tensor> lower_triangle(const std::string& op, const at::Tensor
   return y;
 }
 
+// A Scalar argument as the 0-dim operand torch's promotion sees (an integer stays an integer).
+at::Tensor scalar_operand(const c10::Scalar& v) {
+  return at::scalar_tensor(v, v.isFloatingPoint() ? at::kDouble : v.isBoolean() ? at::kBool : at::kLong);
+}
+
 // Bitwise ops on bool tensors and the logical ops on any tensor: truth values as 1 / 0, and is
 // minimum, or is maximum, xor is not_equal, not is == 0. Bitwise ops on integers fall back (the
 // kernels compute in fp32).
@@ -1961,11 +1972,25 @@ std::optional<at::Tensor> lower_logical(const std::string& op, c10::ArrayRef<c10
     if (op == "bitwise_not" && x.scalar_type() != at::kBool) return std::nullopt;
     return lower_binary(op, x, at::scalar_tensor(0.0, at::kDouble), BinaryOp::equal, true);
   }
+  static const std::map<std::string, BinaryOp> integer_bitwise = {
+      {"bitwise_and.Tensor", BinaryOp::bitwise_and}, {"bitwise_or.Tensor", BinaryOp::bitwise_or},
+      {"bitwise_xor.Tensor", BinaryOp::bitwise_xor}, {"bitwise_and.Scalar", BinaryOp::bitwise_and},
+      {"bitwise_or.Scalar", BinaryOp::bitwise_or}, {"bitwise_xor.Scalar", BinaryOp::bitwise_xor}};
+  const bool bitwise = op.rfind("bitwise", 0) == 0;
+  if (bitwise) {
+    const at::Tensor& a = args[0].toTensor();
+    const at::Tensor b = args[1].isTensor() ? args[1].toTensor() : scalar_operand(args[1].toScalar());
+    if (!at::isIntegralType(a.scalar_type(), true) || !at::isIntegralType(b.scalar_type(), true)) return std::nullopt;
+    if (a.scalar_type() != at::kBool || b.scalar_type() != at::kBool) {
+      // integers (or a bool with an integer): the ALU's bitvec ops on the two's-complement values
+      auto ib = integer_bitwise.find(op);
+      if (ib == integer_bitwise.end()) return std::nullopt;
+      return lower_binary(op, a, b, ib->second);
+    }
+  }
   auto it = binary.find(op);
   if (it == binary.end()) return std::nullopt;
   const at::Tensor &a = args[0].toTensor(), &b = args[1].toTensor();
-  const bool bitwise = op.rfind("bitwise", 0) == 0;
-  if (bitwise && (a.scalar_type() != at::kBool || b.scalar_type() != at::kBool)) return std::nullopt;
   if (!on_neuron(a) || !on_neuron(b)) return std::nullopt;
   std::optional<at::Tensor> ta = truth(a), tb = truth(b);
   if (!ta || !tb) return std::nullopt;
@@ -2097,6 +2122,61 @@ std::optional<at::Tensor> lower_composed(const std::string& op, c10::ArrayRef<c1
     }
     return x;
   }
+  if (op == "fmod.Tensor" || op == "fmod.Scalar" || op == "remainder.Tensor" || op == "remainder.Scalar" ||
+      op == "floor_divide" || op == "floor_divide.Scalar" || op == "div.Tensor_mode" || op == "div.Scalar_mode") {
+    // The ALU's mod is C fmod (exact). remainder takes the divisor's sign: fmod + b where the signs
+    // differ (torch's own formula, so floats match bit for bit). Integer floor / trunc division:
+    // (a - fmod(a, b)) / b is an exact integer quotient, floored where the signs differ.
+    const at::Tensor& a = args[0].toTensor();
+    const at::Tensor b = args[1].isTensor() ? args[1].toTensor() : scalar_operand(args[1].toScalar());
+    if (!on_neuron(a)) return std::nullopt;
+    const at::ScalarType type = at::result_type(a, b);
+    const bool integral = at::isIntegralType(type, /*includeBool=*/false);
+    std::string mode = op.rfind("floor_divide", 0) == 0 ? "floor" : "";
+    if (op.rfind("div.", 0) == 0) {
+      if (args[2].isNone()) return std::nullopt;
+      mode = std::string(args[2].toStringRef());
+    }
+    if (!mode.empty() && !integral) return std::nullopt;  // float floor/trunc division rounds a/b first
+    if (integral && b.dim() == 0 && !on_neuron(b) && b.item<double>() == 0) return std::nullopt;  // torch raises
+    if (integral && on_neuron(b) && host_alias(b).eq(0).any().item<bool>()) return std::nullopt;
+    std::optional<at::Tensor> r = lower_binary(op + ".fmod", a, b, BinaryOp::mod);
+    if (!r) return std::nullopt;
+    auto cmp = [&](const at::Tensor& x, double v, BinaryOp k) {
+      return lower_binary(op + ".sign", x, at::scalar_tensor(v, at::kDouble), k, true);
+    };
+    // where r != 0 and sign(r) != sign(b)
+    std::optional<at::Tensor> r_neg = cmp(*r, 0.0, BinaryOp::less), b_neg = cmp(b.dim() == 0 && !on_neuron(b) ? b.to(a.device()) : b, 0.0, BinaryOp::less),
+                              r_nz = cmp(*r, 0.0, BinaryOp::not_equal);
+    if (!r_neg || !b_neg || !r_nz) return std::nullopt;
+    std::optional<at::Tensor> differ = lower_binary(op + ".differ", *r_neg, *b_neg, BinaryOp::not_equal, true);
+    if (!differ) return std::nullopt;
+    std::optional<at::Tensor> fix = lower_binary(op + ".fix", *differ, *r_nz, BinaryOp::minimum);
+    if (!fix) return std::nullopt;
+    if (op.rfind("fmod", 0) == 0) return r;
+    if (op.rfind("remainder", 0) == 0) {
+      std::optional<at::Tensor> shifted = lower_binary(op + ".shift", *r, b, BinaryOp::add);
+      if (!shifted) return std::nullopt;
+      return lower_where(op, *fix, *shifted, std::nullopt, *r, std::nullopt, type);
+    }
+    std::optional<at::Tensor> exact = lower_binary(op + ".sub", a, *r, BinaryOp::subtract);
+    if (!exact) return std::nullopt;
+    std::optional<at::Tensor> q = lower_binary(op + ".div", *exact, b, BinaryOp::divide);  // exact: an integer quotient
+    if (!q) return std::nullopt;
+    if (mode == "floor") q = lower_binary(op + ".floor", *q, *fix, BinaryOp::subtract);
+    if (!q) return std::nullopt;
+    at::Tensor out = at::empty(q->sizes(), q->options().dtype(type));
+    host_alias(out).copy_(host_alias(*q));  // integral values: the conversion back is exact
+    return out;
+  }
+  if (op == "isin.Tensor_Tensor") {  // any(elements[..., None] == test_elements.flatten()) over the last dim
+    const at::Tensor &x = args[0].toTensor(), &t = args[1].toTensor();
+    if (!on_neuron(x) || !on_neuron(t) || x.numel() == 0 || t.numel() == 0) return std::nullopt;
+    std::optional<at::Tensor> eq = lower_binary(op + ".eq", x.unsqueeze(-1), t.flatten(), BinaryOp::equal, true);
+    if (!eq) return std::nullopt;
+    at::Tensor hit = at::any(*eq, -1);
+    return args[3].toBool() ? at::logical_not(hit) : hit;
+  }
   if (op == "pow.Tensor_Tensor") {
     // x ** y = exp(y * log(x)) for a positive base (the activation table's exp and log); a zero or
     // negative base has special cases (0 ** 0, integer exponents of negatives): the CPU's kernel.
@@ -2127,14 +2207,16 @@ std::optional<at::Tensor> lower_composed(const std::string& op, c10::ArrayRef<c1
     }
     return y.is_same(x) ? x.clone() : y;
   }
-  if (op == "softplus") {  // x > threshold / beta ? x : log(1 + exp(beta x)) / beta
-    const at::Tensor& x = args[0].toTensor();
-    if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return std::nullopt;
+  if (op == "softplus") {  // x > threshold / beta ? x : log(1 + exp(beta x)) / beta, in fp32 as torch's opmath
+    const at::Tensor& x_in = args[0].toTensor();
+    if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type())) return std::nullopt;
     const double beta = args[1].toScalar().toDouble(), threshold = args[2].toScalar().toDouble();
+    const at::Tensor x = x_in.scalar_type() == at::kFloat ? x_in : x_in.to(at::kFloat);
     at::Tensor bx = beta == 1.0 ? x : at::mul(x, beta);
     at::Tensor soft = at::log(at::add(at::exp(bx), 1.0));
     if (beta != 1.0) soft = at::div(soft, beta);
-    return at::where(at::gt(bx, threshold), x, soft);
+    at::Tensor y = at::where(at::gt(bx, threshold), x, soft);
+    return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
   }
   if (op == "var.correction" || op == "std.correction") {
     std::optional<std::pair<at::Tensor, at::Tensor>> vm = lower_var_mean(args, op == "std.correction");
@@ -2370,10 +2452,14 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     if (!same_dtype_arg(args[1], x)) return std::nullopt;
     return lower_reduce(op, x, {}, false, op == "sum" ? ReduceOp::sum : ReduceOp::mean);
   }
-  if (op == "amax" || op == "amin")
-    return lower_reduce(op, args[0].toTensor(), int_list(args[1]), args[2].toBool(), op == "amax" ? ReduceOp::max : ReduceOp::min);
-  if (op == "max" || op == "min")
-    return lower_reduce(op, args[0].toTensor(), {}, false, op == "max" ? ReduceOp::max : ReduceOp::min);
+  if (op == "amax" || op == "amin" || op == "max" || op == "min") {
+    const at::Tensor& x = args[0].toTensor();
+    const ReduceOp kind = op == "amax" || op == "max" ? ReduceOp::max : ReduceOp::min;
+    const std::vector<int64_t> rdims = op.size() == 4 ? int_list(args[1]) : std::vector<int64_t>{};
+    const bool keepdim = op.size() == 4 && args[2].toBool();
+    if (at::isIntegralType(x.scalar_type(), true)) return lower_integer_sum(op, x, rdims, keepdim, c10::IValue(), kind);
+    return lower_reduce(op, x, rdims, keepdim, kind);
+  }
   if (op == "argmax" || op == "argmin") {
     const at::Tensor& x = args[0].toTensor();
     if (x.dim() == 0 && on_neuron(x)) {  // one element: index 0
@@ -2501,7 +2587,11 @@ const std::map<std::string, std::string>& out_variants() {
       {"logical_xor.out", "logical_xor"}, {"hardsigmoid.out", "hardsigmoid"}, {"hardswish.out", "hardswish"},
       {"hardsigmoid_backward.grad_input", "hardsigmoid_backward"}, {"linalg_vector_norm.out", "linalg_vector_norm"},
       {"clamp.Tensor_out", "clamp.Tensor"}, {"clamp_min.Tensor_out", "clamp_min.Tensor"},
-      {"clamp_max.Tensor_out", "clamp_max.Tensor"}, {"softplus.out", "softplus"}, {"pow.Tensor_Tensor_out", "pow.Tensor_Tensor"}, {"mv.out", "mv"},
+      {"clamp_max.Tensor_out", "clamp_max.Tensor"}, {"softplus.out", "softplus"}, {"pow.Tensor_Tensor_out", "pow.Tensor_Tensor"},
+      {"fmod.Tensor_out", "fmod.Tensor"}, {"remainder.Tensor_out", "remainder.Tensor"}, {"floor_divide.out", "floor_divide"},
+      {"div.out_mode", "div.Tensor_mode"}, {"isin.Tensor_Tensor_out", "isin.Tensor_Tensor"},
+      {"bitwise_and.Scalar_out", "bitwise_and.Scalar"}, {"bitwise_or.Scalar_out", "bitwise_or.Scalar"},
+      {"bitwise_xor.Scalar_out", "bitwise_xor.Scalar"}, {"mv.out", "mv"},
       {"addmv.out", "addmv"}, {"upsample_nearest1d.out", "upsample_nearest1d"},
       {"upsample_nearest1d_backward.grad_input", "upsample_nearest1d_backward"}};
   return table;
@@ -2613,7 +2703,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                          "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not", "logical_not",
                          "logical_and", "logical_or", "logical_xor", "hardsigmoid", "hardswish", "hardsigmoid_backward",
                          "hardswish_backward", "linalg_vector_norm", "clamp.Tensor", "clamp_min.Tensor",
-                         "clamp_max.Tensor", "roll", "softplus", "pow.Tensor_Tensor", "var.correction", "var_mean.correction", "std.correction",
+                         "clamp_max.Tensor", "roll", "softplus", "pow.Tensor_Tensor", "fmod.Tensor", "fmod.Scalar",
+                         "remainder.Tensor", "remainder.Scalar", "floor_divide", "floor_divide.Scalar", "div.Tensor_mode",
+                         "div.Scalar_mode", "isin.Tensor_Tensor", "bitwise_and.Scalar", "bitwise_or.Scalar",
+                         "bitwise_xor.Scalar", "var.correction", "var_mean.correction", "std.correction",
                          "std_mean.correction", "dot", "vdot",
                          "mv", "addmv", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "upsample_nearest1d",
                          "upsample_nearest1d_backward"}) {

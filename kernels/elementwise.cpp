@@ -194,7 +194,8 @@ void set_scalar_operand(isa::InstructionBuilder& inst, const std::string& name, 
 
 std::string binary_alu_name(BinaryOp op) {
   static const char* names[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
-                                "equal", "not_equal", "greater", "greater_equal", "less", "less_equal"};
+                                "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+                                "bitwise_and", "bitwise_or", "bitwise_xor", "mod"};
   return names[int(op)];
 }
 

@@ -49,6 +49,8 @@ isa::Program unary_program(const UnarySpec& spec, const HardwareConfig& config, 
 enum class BinaryOp {
   add, subtract, multiply, divide, maximum, minimum,
   equal, not_equal, greater, greater_equal, less, less_equal,  // 1 / 0 in the output dtype (uint8 or float)
+  bitwise_and, bitwise_or, bitwise_xor,  // on the two's-complement integer value (the ALU's bitvec ops)
+  mod,  // C fmod: the remainder with the dividend's sign
 };
 
 struct BinarySpec {

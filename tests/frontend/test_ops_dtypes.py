@@ -242,3 +242,45 @@ def test_channels_last_cat_stays_channels_last():
         assert got.stride() == expected.stride()
         torch.testing.assert_close(got.cpu(), expected)
     no_fallback("cat")
+
+
+SIGNED = torch.randint(1, 9, (6, 37), generator=g) * torch.where(torch.rand(6, 37, generator=g) > 0.5, 1, -1)
+INTEGER_OPS = {
+    "bitwise_and_int64": (lambda a, b: a & b, (INT, SIGNED), "bitwise_and"),
+    "bitwise_or_int64": (lambda a, b: a | b, (INT, SIGNED), "bitwise_or"),
+    "bitwise_xor_int64": (lambda a, b: a ^ b, (INT, SIGNED), "bitwise_xor"),
+    "bitwise_and_bool_int64": (lambda a, b: a & b, (BOOL, INT), "bitwise_and"),
+    "bitwise_and_scalar": (lambda a: a & 6, (INT,), "bitwise_and"),
+    "floor_divide_int64": (lambda a, b: torch.floor_divide(a, b), (INT, SIGNED), "floor_divide"),
+    "floor_divide_scalar": (lambda a: a // 4, (INT,), "floor_divide"),
+    "div_trunc_int64": (lambda a, b: torch.div(a, b, rounding_mode="trunc"), (INT, SIGNED), "div"),
+    "div_floor_int64": (lambda a, b: torch.div(a, b, rounding_mode="floor"), (INT, SIGNED), "div"),
+    "remainder_int64": (lambda a, b: torch.remainder(a, b), (INT, SIGNED), "remainder"),
+    "remainder_scalar": (lambda a: a % 3, (INT,), "remainder"),
+    "remainder_float": (lambda a, b: torch.remainder(a, b), (FP32 * 10, FP32.flip(0) * 3), "remainder"),
+    "fmod_int64": (lambda a, b: torch.fmod(a, b), (INT, SIGNED), "fmod"),
+    "fmod_float": (lambda a, b: torch.fmod(a, b), (FP32 * 10, FP32.flip(0) * 3), "fmod"),
+    "isin": (lambda a, t: torch.isin(a, t), (INT % 10, torch.tensor([3, -7, 1])), "isin"),
+    "isin_invert": (lambda a, t: torch.isin(a, t, invert=True), (INT % 10, torch.tensor([3])), "isin"),
+    "max_int64": (lambda a: a.max(), (INT,), "max"),
+    "amin_int64_dim": (lambda a: a.amin(1), (INT,), "amin"),
+    "amax_bool": (lambda a: a.amax(0), (BOOL,), "amax"),
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGER_OPS))
+def test_integer_division_remainder_bitwise_and_reductions(name):
+    fn, inputs, op = INTEGER_OPS[name]
+    expected = fn(*inputs)
+    got = fn(*[t.to("neuron") for t in inputs])
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if expected.dtype.is_floating_point:
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-6, atol=1e-6)  # fmod is exact, remainder torch's formula
+    else:
+        assert torch.equal(got.cpu(), expected)
+    no_fallback(op)
+
+
+def test_integer_division_by_zero_is_the_cpus_error():
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.floor_divide(INT.to("neuron"), torch.zeros_like(INT).to("neuron"))
