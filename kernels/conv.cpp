@@ -213,11 +213,12 @@ void Conv2dBuilder::plan() {
   m_o_block = s.o;
   if (bytes(m_o_block) > weight_budget) {
     m_o_block = p;
-    if (bytes(m_o_block) > weight_budget && !direct_weights() && s.groups() == 1) {
+    if (bytes(m_o_block) > weight_budget && s.groups() == 1) {
       // Large C * KH * KW (fp32 512 x 5x5: 100 KiB a partition for one O tile): the raw rows go one
-      // channel chunk at a time through two slots, and the O blocks narrow to 64 or 32 channels if W^T
-      // alone is still too large (the PE then fills only part of its columns, but nothing falls back).
-      m_raw_by_chunk = true;
+      // channel chunk at a time through two slots (dense dX's are per O block already), and the O blocks
+      // narrow to 64 or 32 channels if W^T alone is still too large (the PE then fills only part of its
+      // columns, but nothing falls back).
+      m_raw_by_chunk = !direct_weights();
       while (m_o_block > 32 && bytes(m_o_block) > weight_budget) m_o_block /= 2;
     }
     while (m_o_block >= p && bytes(m_o_block + p) <= weight_budget) m_o_block += p;

@@ -77,3 +77,40 @@ def test_large_weight_conv_forward_runs_on_the_device():
     compare_with_cpu(1030, 70, 5, n=1, h=5, w=6, padding=1, seed=4)
     report = trnsim.fallback_report()
     assert not any("convolution" in op for op in report), report
+
+
+# A fixed sample of the grid swept for issue 10.2 (channels around multiples of 512, kernels 1x1 to 5x5, strides,
+# padding, batch, spatial sizes, groups): every output and gradient against the CPU on the 2-core device.
+GRID = [
+    # c, o, k, n, h, w, stride, padding, groups
+    (513, 129, 1, 2, 3, 2, 1, 0, 1),
+    (1030, 96, 3, 1, 3, 4, 2, 1, 1),
+    (1536, 320, 1, 1, 2, 2, 1, 0, 1),
+    (700, 160, (1, 3), 2, 3, 5, 1, 1, 1),
+    (1024, 64, 2, 1, 4, 3, 2, 1, 2),
+    (2048, 256, 1, 1, 1, 3, 1, 0, 4),
+    (576, 576, 3, 1, 3, 3, 1, 1, 576),
+    (130, 1100, 3, 2, 5, 4, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("c,o,k,n,h,w,stride,padding,groups", GRID)
+def test_conv_grid_matches_cpu(c, o, k, n, h, w, stride, padding, groups):
+    compare_with_cpu_general(c, o, k, n, h, w, stride, padding, groups)
+
+
+def compare_with_cpu_general(c, o, k, n, h, w, stride, padding, groups, seed=5):
+    torch.manual_seed(seed)
+    cpu = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding, groups=groups)
+    x = torch.randn(n, c, h, w)
+    with torch.no_grad():
+        dy = torch.randn(cpu(x).shape)
+    expected = conv_grads(cpu, x, dy)
+    dev = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding, groups=groups)
+    dev.load_state_dict(cpu.state_dict())
+    got = conv_grads(dev.to("neuron"), x.to("neuron"), dy.to("neuron"))
+    no_fallback("convolution", "convolution_backward")
+    for name, g, e in zip(["output", "grad_input", "grad_weight", "grad_bias"], got, expected):
+        assert g.shape == e.shape, name
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=2e-5 * (float(e.abs().max()) + 1),
+                                   msg=lambda m: f"{name}: {m}")

@@ -241,12 +241,13 @@ def test_conv2d_backward_large_weights_in_rounds(run_trnsim, tmp_path, n, c, h, 
     run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias=bias, dtype=dtype)
 
 
-# Forward weights too large to keep raw and transposed for one 128-channel O tile (fp32 512 x 5x5: ~100 KiB a
+# Weights too large to keep raw and transposed for one 128-channel O tile (fp32 512 x 5x5: ~100 KiB a
 # partition; the device fell back to the CPU): the raw rows one channel chunk at a time, O blocks of 128, or
-# of 32 (1030 x 5x5: three O blocks, the last of 6 channels, each with its bias column).
+# of 32 (1030 x 5x5: three O blocks, the last of 6 channels, each with its bias column); dX likewise.
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias,dtype", [
     (1, 512, 6, 5, 200, 5, 1, 2, True, "fp32"),
     (1, 1030, 5, 5, 70, 5, 1, 1, True, "fp32"),
+    (2, 130, 5, 4, 1100, 3, 1, 1, True, "fp32"),  # dX's weights (1100 x 9 per partition) in O blocks of 64
 ])
 def test_conv2d_large_weights_forward_and_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride, padding, bias,
                                                    dtype):
