@@ -52,6 +52,25 @@ detail::Ring granule_ring(const KernelContext& ctx, const std::string& name, DTy
 // start-up and descriptor time of one load overlaps the data of the other queue's load.
 int64_t load_queue(size_t step) { return step % 2 == 0 ? detail::kLoadQueue : detail::kConstQueue; }
 
+// Row tiles. Short rows are packed `per_partition` to a partition (partition p of a block takes
+// rows row0 + p * per_partition ..., one contiguous stretch of HBM), so a tile moves ~width elements
+// per partition instead of one short row: a DMA pays a fixed start-up and one descriptor per
+// partition, which bounded a [100000, 7] prod at 2% of the HBM share. The rows left over after
+// the packed blocks go in tiles of <= 128 one row per partition. The blocks depend only on the
+// shape, so a split across cores (whole blocks per core) leaves every row's arithmetic unchanged.
+struct RowBlock {
+  int64_t row0, partitions, per_partition;
+};
+std::vector<RowBlock> row_blocks(int64_t rows, int64_t cols, int64_t width, int64_t P) {
+  constexpr int64_t kMinBlocks = 4;  // enough tiles for the loads to run ahead of the compute
+  const int64_t k = std::min(width / cols, rows / (P * kMinBlocks));
+  std::vector<RowBlock> out;
+  int64_t r0 = 0;
+  for (; k >= 2 && rows - r0 >= P * k; r0 += P * k) out.push_back({r0, P, k});
+  for (const Range& t : tiles(rows - r0, P)) out.push_back({r0 + t.begin, t.size, 1});
+  return out;
+}
+
 // dst = src rounded to dst's dtype, on the Scalar engine (the Vector engine is the scan's bottleneck).
 void emit_cast(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& src) {
   ctx.builder.emit(isa::Opcode::activation).tensor("dst", dst).word("op", "copy").tensor("data", src);
@@ -179,46 +198,63 @@ void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint
   const int64_t depth = detail::kRingDepth;
   const int64_t per_column =
       depth * (dtype_size_bytes(spec.input_dtype) + 4 + (cast ? dtype_size_bytes(spec.output_dtype) : 0));
-  const int64_t width = chunk_columns(ctx, spec.cols, spec.input_dtype, per_column);
-  detail::Ring in = granule_ring(ctx, "scan_in", spec.input_dtype, width, depth);
-  detail::Ring acc = granule_ring(ctx, "scan_acc", DType::fp32, width, depth);
-  detail::Ring out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, width, depth) : acc;
+  const int64_t budget = chunk_columns(ctx, kMaxApSize, spec.input_dtype, per_column);  // elements per partition
+  const int64_t width = std::min(spec.cols, budget);
+  const std::vector<RowBlock> blocks = row_blocks(spec.rows, spec.cols, budget, P);
+  const int64_t slot = width * blocks.front().per_partition;
+  detail::Ring in = granule_ring(ctx, "scan_in", spec.input_dtype, slot, depth);
+  detail::Ring acc = granule_ring(ctx, "scan_acc", DType::fp32, slot, depth);
+  detail::Ring out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, slot, depth) : acc;
   const char* op = spec.op == ScanOp::sum ? "add" : "multiply";
   const double identity = spec.op == ScanOp::sum ? 0.0 : 1.0;
 
   struct Chunk {
-    Range rows, cols;
+    RowBlock rows;
+    Range cols;  // of each row
   };
   std::vector<Chunk> chunks;
-  for (const Range& r : my_share(ctx, tiles(spec.rows, P))) {  // split across cores by row tiles
+  for (const RowBlock& r : my_share(ctx, blocks)) {  // split across cores by row blocks
     for (const Range& c : tiles(spec.cols, width)) chunks.push_back({r, c});
   }
+  // [partitions, per_partition * w] of the chunk's rows in HBM (per_partition > 1: whole rows).
+  auto hbm_rows = [&](uint32_t tensor, const Chunk& ch) {
+    const int64_t run = ch.rows.per_partition * ch.cols.size;
+    return hbm_ap(ctx, tensor, ch.rows.row0 * spec.cols + ch.cols.begin,
+                  {{ch.rows.per_partition * spec.cols, uint32_t(ch.rows.partitions)}, {1, uint32_t(run)}});
+  };
   detail::pipelined(
       chunks.size(), size_t(depth - 1),
       [&](size_t k) {
         const Chunk& ch = chunks[k];
-        dma(ctx, sb2(ctx, in[int64_t(k)], ch.rows.size, ch.cols.size),
-            hbm_ap(ctx, x, ch.rows.begin * spec.cols + ch.cols.begin,
-                   {{spec.cols, uint32_t(ch.rows.size)}, {1, uint32_t(ch.cols.size)}}),
-            load_queue(k));
+        dma(ctx, sb2(ctx, in[int64_t(k)], ch.rows.partitions, ch.rows.per_partition * ch.cols.size),
+            hbm_rows(x, ch), load_queue(k));
       },
       [&](size_t k) {
         const Chunk& ch = chunks[k];
-        const int64_t p = ch.rows.size, w = ch.cols.size;
-        const isa::AccessPattern data = sb2(ctx, in[int64_t(k)], p, w);
-        isa::InstructionBuilder scan = ctx.builder.emit(isa::Opcode::tensor_tensor_scan);
-        // (x op carried) bypass x: the second operator passes the first result through unchanged.
-        scan.tensor("dst", sb2(ctx, acc[int64_t(k)], p, w)).tensor("data0", data).tensor("data1", data)
-            .word("op0", op).word("op1", "bypass");
-        if (ch.cols.begin == 0) {
-          // torch starts from the identity too (so a leading -0.0 sums to +0.0, as on the CPU).
-          scan.imm("initial", identity);
-        } else {
-          scan.tensor("initial", sb2(ctx, acc[int64_t(k) - 1], p, 1, width - 1));  // the previous chunk's last column
+        const int64_t p = ch.rows.partitions, w = ch.cols.size;
+        // One scan per row of the partition, in an order where consecutive scans write different
+        // 256-byte dependency granules of acc (rows `stride` apart), so none waits for the one before.
+        std::vector<int64_t> order;
+        const int64_t n = ch.rows.per_partition, stride = std::min(n, ceil_div(256, 4 * w) + 1);
+        for (int64_t phase = 0; phase < stride; ++phase) {
+          for (int64_t j = phase; j < n; j += stride) order.push_back(j);
         }
-        if (cast) emit_cast(ctx, sb2(ctx, out[int64_t(k)], p, w), sb2(ctx, acc[int64_t(k)], p, w));
-        dma(ctx, hbm_ap(ctx, y, ch.rows.begin * spec.cols + ch.cols.begin, {{spec.cols, uint32_t(p)}, {1, uint32_t(w)}}),
-            sb2(ctx, out[int64_t(k)], p, w), detail::kStoreQueue);
+        for (const int64_t j : order) {
+          const isa::AccessPattern data = sb2(ctx, in[int64_t(k)], p, w, j * w);
+          isa::InstructionBuilder scan = ctx.builder.emit(isa::Opcode::tensor_tensor_scan);
+          // (x op carried) bypass x: the second operator passes the first result through unchanged.
+          scan.tensor("dst", sb2(ctx, acc[int64_t(k)], p, w, j * w)).tensor("data0", data).tensor("data1", data)
+              .word("op0", op).word("op1", "bypass");
+          if (ch.cols.begin == 0) {
+            // torch starts from the identity too (so a leading -0.0 sums to +0.0, as on the CPU).
+            scan.imm("initial", identity);
+          } else {
+            scan.tensor("initial", sb2(ctx, acc[int64_t(k) - 1], p, 1, width - 1));  // the previous chunk's last column
+          }
+        }
+        const int64_t run = ch.rows.per_partition * w;
+        if (cast) emit_cast(ctx, sb2(ctx, out[int64_t(k)], p, run), sb2(ctx, acc[int64_t(k)], p, run));
+        dma(ctx, hbm_rows(y, ch), sb2(ctx, out[int64_t(k)], p, run), detail::kStoreQueue);
       });
 }
 
@@ -253,20 +289,27 @@ void emit_product(const KernelContext& ctx, const isa::AccessPattern& partial, c
 // Rows on partitions, chunks of columns; the chunk partials multiplied once per row tile.
 void prod_rows(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint32_t y) {
   const int64_t P = ctx.partitions();
-  const int64_t width = chunk_columns(ctx, spec.cols, spec.input_dtype,
-                                      detail::kRingDepth * dtype_size_bytes(spec.input_dtype));
-  const int64_t chunks = ceil_div(spec.cols, width);
-  detail::Ring in = granule_ring(ctx, "prod_in", spec.input_dtype, width, detail::kRingDepth);
-  detail::Ring part = granule_ring(ctx, "prod_part", DType::fp32, chunks, 2);
+  const int64_t budget = chunk_columns(ctx, kMaxApSize, spec.input_dtype,
+                                       detail::kRingDepth * dtype_size_bytes(spec.input_dtype));
+  const int64_t width = std::min(spec.cols, budget), chunks = ceil_div(spec.cols, width);
+  // Packed tiles reduce on the Vector engine alone (the Scalar accumulator gives one value per
+  // partition), which bounds a bf16 product below the DMA rate; only rows short enough that their
+  // DMAs would be overhead-bound are packed.
+  constexpr int64_t kPackMaxCols = 512;
+  const std::vector<RowBlock> blocks =
+      row_blocks(spec.rows, spec.cols, spec.cols <= kPackMaxCols ? budget : spec.cols, P);
+  const int64_t packed = blocks.front().per_partition;  // the most rows per partition
+  detail::Ring in = granule_ring(ctx, "prod_in", spec.input_dtype, width * packed, detail::kRingDepth);
+  detail::Ring part = granule_ring(ctx, "prod_part", DType::fp32, std::max(chunks, packed), 2);
   detail::Ring fin = granule_ring(ctx, "prod_fin", DType::fp32, 1, 2);
-  detail::Ring res = granule_ring(ctx, "prod_res", spec.output_dtype, 1, 2);
+  detail::Ring res = granule_ring(ctx, "prod_res", spec.output_dtype, packed, 2);
   struct Chunk {
-    Range rows;
+    RowBlock rows;
     int64_t tile, chunk;
   };
   std::vector<Chunk> steps;
   int64_t tile = 0;
-  for (const Range& r : my_share(ctx, tiles(spec.rows, P))) {  // split across cores by row tiles
+  for (const RowBlock& r : my_share(ctx, blocks)) {  // split across cores by row blocks
     for (int64_t c = 0; c < chunks; ++c) steps.push_back({r, tile, c});
     ++tile;
   }
@@ -274,24 +317,34 @@ void prod_rows(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint3
       steps.size(), detail::kRingDepth - 1,
       [&](size_t k) {
         const Chunk& s = steps[k];
-        const int64_t c0 = s.chunk * width, w = std::min(width, spec.cols - c0);
-        dma(ctx, sb2(ctx, in[int64_t(k)], s.rows.size, w),
-            hbm_ap(ctx, x, s.rows.begin * spec.cols + c0, {{spec.cols, uint32_t(s.rows.size)}, {1, uint32_t(w)}}),
+        const int64_t c0 = s.chunk * width, w = std::min(width, spec.cols - c0), run = s.rows.per_partition * w;
+        dma(ctx, sb2(ctx, in[int64_t(k)], s.rows.partitions, run),
+            hbm_ap(ctx, x, s.rows.row0 * spec.cols + c0,
+                   {{s.rows.per_partition * spec.cols, uint32_t(s.rows.partitions)}, {1, uint32_t(run)}}),
             load_queue(k));
       },
       [&](size_t k) {
         const Chunk& s = steps[k];
-        const int64_t p = s.rows.size, c0 = s.chunk * width, w = std::min(width, spec.cols - c0);
-        emit_product(ctx, sb2(ctx, part[s.tile], p, 1, s.chunk), sb2(ctx, in[int64_t(k)], p, w), int64_t(k));
+        const int64_t p = s.rows.partitions, c0 = s.chunk * width, w = std::min(width, spec.cols - c0);
+        const int64_t n = s.rows.per_partition;  // rows per partition (> 1 only when a row is one chunk)
+        if (n > 1) {
+          // The tile is [p, n, w]: one product per row, along the innermost view dim.
+          ctx.builder.emit(isa::Opcode::tensor_reduce)
+              .tensor("dst", sb2(ctx, part[s.tile], p, n)).word("op", "multiply")
+              .tensor("data", detail::sb_ap(ctx, in[int64_t(k)], uint32_t(p), {{w, uint32_t(n)}, {1, uint32_t(w)}}))
+              .word("axis", "[2]");
+        } else {
+          emit_product(ctx, sb2(ctx, part[s.tile], p, 1, s.chunk), sb2(ctx, in[int64_t(k)], p, w), int64_t(k));
+        }
         if (s.chunk + 1 < chunks) return;
-        isa::AccessPattern total = sb2(ctx, part[s.tile], p, 1);
+        isa::AccessPattern total = sb2(ctx, part[s.tile], p, n);
         if (chunks > 1) {
           total = sb2(ctx, fin[s.tile], p, 1);
           emit_product(ctx, total, sb2(ctx, part[s.tile], p, chunks), 0);
         }
-        const isa::AccessPattern result = sb2(ctx, res[s.tile], p, 1);
+        const isa::AccessPattern result = sb2(ctx, res[s.tile], p, n);
         ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", result).tensor("src", total);
-        dma(ctx, hbm_ap(ctx, y, s.rows.begin, {{1, uint32_t(p)}, {1, 1}}), result, detail::kStoreQueue);
+        dma(ctx, hbm_ap(ctx, y, s.rows.row0, {{n, uint32_t(p)}, {1, uint32_t(n)}}), result, detail::kStoreQueue);
       });
 }
 

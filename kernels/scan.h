@@ -29,8 +29,14 @@
 // the exact 0.338 for 300 factors in [0.75, 1.25]); this kernel returns the fp32-accumulated product
 // rounded once (torch's bf16 cumprod does accumulate in fp32, and the scan matches it exactly).
 //
-// Split across cores (core / cores): each core takes a contiguous share of the row tiles (spread
-// prod: of the rows); no partial result crosses cores, so values equal the one-core values.
+// Short rows are packed several to a partition (a block of 128 x k consecutive rows, partition p
+// taking k of them: one contiguous DMA run each), so the DMAs are not overhead-bound; the scan then
+// issues one tensor_tensor_scan per row of a partition (bound by the Vector MIN_II below 32 columns:
+// [100000, 7] bf16 56 us, was 200 us), the prod one tensor_reduce over a [128, k, cols] view (rows of
+// <= 512 columns only: that one runs on Vector alone; [100000, 7] bf16 8.9 us, was 197 us).
+//
+// Split across cores (core / cores): each core takes a contiguous share of the row blocks (spread
+// layouts: of the rows); no partial result crosses cores, so values equal the one-core values.
 #pragma once
 
 #include <cstdint>

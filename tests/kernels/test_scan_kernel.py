@@ -26,7 +26,9 @@ SUM_SHAPES = [(1, 1), (1, 7), (1, 70000), (127, 513), (129, 5000), (300, 7), (30
               (300, 5000),
               # spread over the partitions: a tail of cols % 128, several 128 x w blocks per row (fp32: 4096
               # columns per partition per block, bf16: 8192), the split by rows
-              (3, 20000), (1, 600000), (2, 1100000), (63, 8192)]
+              (3, 20000), (1, 600000), (2, 1100000), (63, 8192),
+              # short rows packed several to a partition (blocks of 128 x k rows, then the rest)
+              (3000, 7), (100000, 7), (20000, 300)]
 
 
 def spreads(shape):
@@ -119,7 +121,7 @@ def test_cumprod(run_trnsim, tmp_path, shape, dtype):
 
 
 PROD_SHAPES = [(1, 1), (1, 7), (1, 70000), (3, 5000), (63, 700), (127, 513), (129, 5000), (300, 7), (64, 600),
-               (2, 200000)]
+               (2, 200000), (3000, 7), (100000, 7), (20000, 300)]
 
 
 @pytest.mark.parametrize("shape", PROD_SHAPES)
