@@ -277,9 +277,13 @@ std::optional<AdvancedIndex> advanced_index(const at::Tensor& self, const c10::I
   if (r.rows == 0 || c10::multiply_integers(r.out_shape) == 0) return r;
   if (!fits_int32(r.rows)) return std::nullopt;
   if (direct_ok) {
-    at::Tensor idx = direct.contiguous();
+    // A CPU index goes to the device first (charged to the host link), as CUDA copies it.
+    at::Tensor idx = direct.is_cpu() ? direct.to(self.device()) : direct.contiguous();
     r.ids = Ids{idx, direct.scalar_type() == at::kLong ? IndexWidth::int64 : IndexWidth::int32, negative};
-    if (negative && r.rows >= (int64_t{1} << 24)) r.ids = host_ids(at::where(host_alias(idx) < 0, host_alias(idx) + r.rows, host_alias(idx)).to(at::kLong));
+    if (negative && r.rows >= (int64_t{1} << 24)) {  // beyond the device's exact fp32 wrap: wrapped here
+      const at::Tensor h = host_alias(idx).to(at::kLong);
+      r.ids = host_ids(at::where(h < 0, h + r.rows, h));
+    }
     return r;
   }
   // Row offsets (in rows of `post` elements) of self, contiguous: stride(d) / post.
@@ -440,7 +444,8 @@ Results lower_scatter_max(const std::string& op, Args a, bool inplace) {
   spec.dtype = *accumulate_dtype(self.scalar_type());
   spec.maximum = maximum;
   spec.include_self = include_self;
-  execute_program(self.device().index(), "scatter_max|" + key_of({rows, S, J, int64_t(spec.dtype), maximum, include_self}),
+  const std::string key = "scatter_max|" + key_of({rows, S, J, int64_t(spec.dtype), maximum, include_self});
+  execute_program(self.device().index(), key,
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
                     return kernels::scatter_max_program(spec, hw, core, cores);
                   },
@@ -471,7 +476,8 @@ Results lower_scatter(const std::string& op, Args a) {
   at::Tensor src;
   if (!is_value) {
     src = a[3].toTensor();
-    if (!on_neuron(src) || src.device() != self.device() || src.scalar_type() != self.scalar_type()) return std::nullopt;
+    if (!on_neuron(src) || src.device() != self.device() || src.scalar_type() != self.scalar_type())
+      return std::nullopt;
   }
   std::optional<at::Tensor> off = element_offsets(self, dim, index, is_value ? nullptr : &src);
   if (!off) return std::nullopt;
@@ -533,8 +539,9 @@ Results lower_index_add(const std::string& op, Args a) {
   at::Tensor src = source.contiguous();
   Ids ids;
   if (pre == 1) {
-    ids = Ids{index.reshape({-1}).contiguous(), index.scalar_type() == at::kLong ? IndexWidth::int64 : IndexWidth::int32,
-              false};
+    const at::Tensor on_device = index.is_cpu() ? index.to(self.device()) : index;  // as CUDA copies it
+    ids = Ids{on_device.reshape({-1}).contiguous(),
+              index.scalar_type() == at::kLong ? IndexWidth::int64 : IndexWidth::int32, false};
   } else {
     ids = host_ids(at::arange(pre, at::kLong).reshape({pre, 1}) * S + idx.to(at::kLong).reshape({1, n}));
   }
@@ -613,7 +620,8 @@ Results lower_bincount(const std::string& op, Args a) {
   const int64_t minlength = a[2].toInt();
   if (!on_neuron(self) || !is_index_dtype(self) || self.dim() != 1 || minlength < 0) return std::nullopt;
   if (weights.defined() && (!on_neuron(weights) || weights.device() != self.device() ||
-                            weights.scalar_type() != at::kFloat || weights.dim() != 1 || weights.size(0) != self.size(0)))
+                            weights.scalar_type() != at::kFloat || weights.dim() != 1 ||
+                            weights.size(0) != self.size(0)))
     return std::nullopt;
   c10::DeviceGuard guard(self.device());
   at::Tensor x = self.contiguous();
@@ -792,7 +800,8 @@ Results lower_topk(const std::string& op, Args a) {
                       return kernels::topk_program(spec, hw, core, cores);
                     },
                     {*value_buffer("x", x)},
-                    {*value_buffer("values", values), *value_buffer("indices", indices), *value_buffer("kth_count", kth)},
+                    {*value_buffer("values", values), *value_buffer("indices", indices),
+                     *value_buffer("kth_count", kth)},
                     record_for(resolve_ties ? op + ".ties" : op, {self}, self.scalar_type()));
   };
   run(false);
@@ -838,7 +847,8 @@ Results lower_sort(const std::string& op, Args a) {
   }
   // Integer keys over a short range (expert ids): the counting sort, O(n * keys) not O(n^2).
   const bool counting = !at::isFloatingType(t) && hi - lo + 1 <= 512;
-  at::Tensor values = at::empty(x.sizes(), self.options()), indices = at::empty(x.sizes(), self.options().dtype(at::kLong));
+  at::Tensor values = at::empty(x.sizes(), self.options());
+  at::Tensor indices = at::empty(x.sizes(), self.options().dtype(at::kLong));
   if (rows * n > 0 && counting) {
     kernels::CountingSortSpec spec;
     spec.rows = rows;

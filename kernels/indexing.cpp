@@ -66,7 +66,8 @@ struct IdRings {
 };
 IdRings make_id_rings(const KernelContext& ctx, const std::string& name, IndexWidth width) {
   return {detail::make_ring(ctx, name + "_ids", DType::int32, width == IndexWidth::int64 ? 2 : 1),
-          detail::make_ring(ctx, name + "_neg", DType::fp32, 1), detail::make_ring(ctx, name + "_wrapped", DType::int32, 1)};
+          detail::make_ring(ctx, name + "_neg", DType::fp32, 1),
+          detail::make_ring(ctx, name + "_wrapped", DType::int32, 1)};
 }
 
 int64_t row_chunk(DType dtype, int64_t row_elements) {
@@ -387,7 +388,8 @@ isa::Program scatter_max_program(const ScatterMaxSpec& spec, const HardwareConfi
   uint32_t y = builder.hbm("y", spec.dtype, {R, S}, isa::AllocationRole::output);
   KernelContext ctx{builder, config, "", core, cores};
   const char* op = spec.maximum ? "maximum" : "minimum";
-  const double identity = spec.maximum ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double identity = spec.maximum ? -inf : inf;
   detail::Ring idx = detail::make_ring(ctx, "smax_idx", DType::int32, 2 * spec.per_row, 2);
   detail::Ring vals = detail::make_ring(ctx, "smax_src", spec.dtype, spec.per_row, 2);
   detail::Ring base = detail::make_ring(ctx, "smax_self", spec.dtype, spec.targets, 2);
@@ -492,7 +494,8 @@ isa::Program nonzero_program(const NonzeroSpec& spec, const HardwareConfig& conf
       const isa::AccessPattern mk = sb2(ctx, mask[slot], m, 1), tv = sb2(ctx, tmp[slot], m, 1);
       if (spec.pairs) {
         // Nonzero when either word is: (lo != 0) max (hi != 0).
-        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv).tensor("data", sb_ap(ctx, xs[slot], m, {{1, 1}}, 1))
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv)
+            .tensor("data", sb_ap(ctx, xs[slot], m, {{1, 1}}, 1))
             .word("op0", "not_equal").imm("operand0", 0);
         ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
             .tensor("dst", mk)

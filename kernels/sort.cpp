@@ -68,8 +68,11 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
     } else {
       const isa::AccessPattern loaded = sb2(ctx, raw[slot], n, spec.n);
       dma(ctx, loaded, hbm_ap(ctx, x, r.begin * spec.n, {{spec.n, n}, {1, N}}), detail::kLoadQueue);
-      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", row).tensor("data", loaded).word("op0", "multiply").imm(
-          "operand0", -1.0);
+      ctx.builder.emit(isa::Opcode::tensor_scalar)
+          .tensor("dst", row)
+          .tensor("data", loaded)
+          .word("op0", "multiply")
+          .imm("operand0", -1.0);
     }
     const isa::AccessPattern all = sb2(ctx, rows[slot], n, width);
     const isa::AccessPattern top = sb2(ctx, best[slot], n, kMax8), pos = sb2(ctx, where[slot], n, kMax8);
@@ -83,7 +86,8 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
       for (int64_t j = 0; j < spec.k; ++j) {
         ctx.builder.emit(isa::Opcode::nc_find_index8).tensor("dst", f).tensor("data", w).tensor("vals", top);
         const isa::AccessPattern fj = sb_ap(ctx, found, n, {{1, 1}}, j);
-        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb_ap(ctx, where[slot], n, {{1, 1}}, j)).tensor("src", fj);
+        ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb_ap(ctx, where[slot], n, {{1, 1}}, j))
+            .tensor("src", fj);
         ctx.builder.emit(isa::Opcode::tensor_scalar)
             .tensor("dst", e)
             .tensor("data", sb2(ctx, positions, n, width))
@@ -122,7 +126,8 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
     ctx.builder.emit(isa::Opcode::tensor_copy)
         .tensor("dst", sb_ap(ctx, out_i[slot], n, {{2, K}}))
         .tensor("src", sb2(ctx, where[slot], n, spec.k));
-    dma(ctx, hbm_ap(ctx, indices, 2 * r.begin * spec.k, {{2 * spec.k, n}, {1, 2 * K}}), sb2(ctx, out_i[slot], n, 2 * spec.k),
+    dma(ctx, hbm_ap(ctx, indices, 2 * r.begin * spec.k, {{2 * spec.k, n}, {1, 2 * K}}),
+        sb2(ctx, out_i[slot], n, 2 * spec.k),
         detail::kStoreQueue);
     ++slot;
   }
@@ -255,8 +260,10 @@ isa::Program counting_sort_program(const CountingSortSpec& spec, const HardwareC
   const uint32_t wide = std::max(P, K);
   const uint32_t ones = builder.sbuf("cs_ones", DType::bf16, {P, wide});
   const uint32_t strict = builder.sbuf("cs_strict", DType::bf16, {P, P});
-  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, key_ids_i, P, K)).word("pattern", "[[1, " + std::to_string(K) + "]]");
-  ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, key_ids, P, K)).tensor("src", sb2(ctx, key_ids_i, P, K));
+  ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, key_ids_i, P, K))
+      .word("pattern", "[[1, " + std::to_string(K) + "]]");
+  ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", sb2(ctx, key_ids, P, K))
+      .tensor("src", sb2(ctx, key_ids_i, P, K));
   ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, ones, P, wide)).imm("value", 1).on(Engine::gpsimd);
   ctx.builder.emit(isa::Opcode::affine_select)
       .tensor("dst", sb2(ctx, strict, P, P))
@@ -342,12 +349,14 @@ isa::Program counting_sort_program(const CountingSortSpec& spec, const HardwareC
           .word("accumulate", "false");
       ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", sb2(ctx, before, m, K)).tensor(
           "data2", sb2(ctx, running, m, K)).word("op", "add");
-      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", w).tensor("data2", sb2(ctx, start, m, K))
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", w)
+          .tensor("data2", sb2(ctx, start, m, K))
           .word("op", "add");
       ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", w).tensor("data1", w).tensor("data2", oh).word(
           "op", "multiply");
       const isa::AccessPattern d = sb2(ctx, dest[slot], m, 1);
-      ctx.builder.emit(isa::Opcode::tensor_reduce).tensor("dst", d).word("op", "add").tensor("data", w).word("axis", "[1]");
+      ctx.builder.emit(isa::Opcode::tensor_reduce).tensor("dst", d).word("op", "add").tensor("data", w)
+          .word("axis", "[1]");
       if (i + 1 < row_tiles.size()) {
         // running += this tile's counts (every partition), for the tiles after it.
         ctx.builder.emit(isa::Opcode::nc_matmul)

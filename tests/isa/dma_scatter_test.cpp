@@ -78,8 +78,10 @@ TEST(DmaScatter, AddSumsRepeatsInPartitionOrderRoundingEachStep) {
   Scatter s = make_scatter(2, 1, 3, DType::bf16, true);
   CoreState state(trn2().core, s.program);
   std::vector<float> base = {256, 7}, rows = {1, 1, 2};
-  numerics::convert_from_fp32(DType::bf16, base.data(), state.hbm(s.base).data(), 2, numerics::RoundingMode::nearest_even);
-  numerics::convert_from_fp32(DType::bf16, rows.data(), state.hbm(s.rows).data(), 3, numerics::RoundingMode::nearest_even);
+  numerics::convert_from_fp32(DType::bf16, base.data(), state.hbm(s.base).data(), 2,
+                              numerics::RoundingMode::nearest_even);
+  numerics::convert_from_fp32(DType::bf16, rows.data(), state.hbm(s.rows).data(), 3,
+                              numerics::RoundingMode::nearest_even);
   store<int32_t>(state, s.ids, {0, 0, 1});
   interpret(s.program, state, trn2());
   // bf16 has 8 significant bits: 256 + 1 rounds to 256 (ties to even) twice, as a sequential
@@ -121,8 +123,10 @@ TEST(DmaScatter, LegalityRules) {
   uint32_t rows = b.sbuf("rows", DType::fp32, {4, 8});
   uint32_t hbm_rows = b.hbm("hbm_rows", DType::fp32, {4, 8});
   // dst in SBUF, src in HBM, too few indices, row-size mismatch: one rule each.
-  b.emit(Opcode::dma_scatter).tensor("dst", b.view(sb_table)).tensor("src", b.view(rows)).tensor("indices", b.view(idx));
-  b.emit(Opcode::dma_scatter).tensor("dst", b.view(table)).tensor("src", b.view(hbm_rows)).tensor("indices", b.view(idx));
+  b.emit(Opcode::dma_scatter).tensor("dst", b.view(sb_table)).tensor("src", b.view(rows))
+      .tensor("indices", b.view(idx));
+  b.emit(Opcode::dma_scatter).tensor("dst", b.view(table)).tensor("src", b.view(hbm_rows))
+      .tensor("indices", b.view(idx));
   b.emit(Opcode::dma_scatter)
       .tensor("dst", b.view(table))
       .tensor("src", b.view(rows))
