@@ -6,6 +6,7 @@
 //    element-wise kernels, and `_fused_adamw_` on the fused AdamW kernel (kernels/optimizer.h).
 // Whatever a lowering does not take goes through the counted CPU fallback before anything is written.
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <optional>
@@ -829,6 +830,31 @@ void neuron_batch_norm_backward(const c10::OperatorHandle& op, torch::jit::Stack
 // differentiates the composed device ops (layer norm backward, element-wise), so the backward runs on
 // the device too (torch's own decomposition goes through var_mean, and its backward has no neuron
 // kernel).
+// native_group_norm's mean and rstd are differentiable outputs on the CPU (its backward takes their
+// gradients too). The layer norm computes them already; this node gives them their gradient without
+// recomputing anything in the forward: d mean / dx = 1 / n, d rstd / dx = -rstd^3 (x - mean) / n
+// over each (sample, group) of n elements, as device ops when a backward asks for it.
+struct GroupNormStatistics : public torch::autograd::Function<GroupNormStatistics> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& grouped,
+                                                const at::Tensor& mean, const at::Tensor& rstd) {
+    ctx->save_for_backward({grouped, mean, rstd});
+    return {mean.clone(), rstd.clone()};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2];  // [N, G, n], [N, G, 1] twice
+    const double n = static_cast<double>(x.size(-1));
+    at::Tensor dx;
+    if (grads[0].defined()) dx = (grads[0] / n).expand(x.sizes());
+    if (grads[1].defined()) {
+      const at::Tensor term = (x - mean) * (rstd * rstd * rstd * grads[1] * (-1.0 / n));
+      dx = dx.defined() ? dx + term : term;
+    }
+    return {dx, at::Tensor(), at::Tensor()};
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_composed(const at::Tensor& input,
                                                                   const std::optional<at::Tensor>& weight,
                                                                   const std::optional<at::Tensor>& bias, c10::SymInt n,
@@ -843,7 +869,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_composed(const at::Ten
   if (input.dim() > 1) channel_shape[1] = C;
   if (weight && weight->defined()) y = y * weight->reshape(channel_shape);
   if (bias && bias->defined()) y = y + bias->reshape(channel_shape);
-  return {y, mean.reshape({N, groups}).detach(), rstd.reshape({N, groups}).detach()};
+  if (!input.requires_grad() || !at::GradMode::is_enabled())
+    return {y, mean.reshape({N, groups}).detach(), rstd.reshape({N, groups}).detach()};
+  torch::autograd::variable_list stats = GroupNormStatistics::apply(grouped, mean.detach(), rstd.detach());
+  return {y, stats[0].reshape({N, groups}), stats[1].reshape({N, groups})};
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {

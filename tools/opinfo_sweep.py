@@ -347,6 +347,12 @@ def run_forward(torch, trnsim, op, sample, dtype, policy, on_device):
         if errs:
             rec["error"] = f"vs fp32: device err {errs[0]:.3g}, CPU err {errs[1]:.3g} | " + rec["error"]
             rec["device_closer"] = errs[0] <= errs[1]
+            # In bf16 / fp16 the CPU is no reference to a rounding error: both are judged against the
+            # op in fp32 on the same inputs, and the device passes when its error is at most twice the
+            # CPU's (the model-zoo tier's rule). Counted apart in the summary, never hidden.
+            if errs[0] <= 2 * errs[1] + 1e-6:
+                rec["class"] = classify(None, fallbacks)
+                rec["within_cpu_rounding"] = True
     return rec
 
 
@@ -591,6 +597,7 @@ def summarize(records, op_errors, ops, common, elapsed, args):
                                 "fell_back": sum(bool(r["fallbacks"]) for r in mism)}
     low = [r for r in judged if r["class"] == "mismatch" and "device_closer" in r]
     summary["low_precision_mismatches"] = {"total": len(low), "device_closer_to_fp32": sum(r["device_closer"] for r in low)}
+    summary["low_precision_within_cpu_rounding"] = sum(1 for r in judged if r.get("within_cpu_rounding"))
     summary["native_mismatches"] = sum(1 for r in judged if r["class"] == "mismatch" and not r["fallbacks"])
     fb = collections.Counter(f for r in judged if r["class"] == "pass-fallback" for f in r["fallbacks"])
     summary["top_fallbacks"] = fb.most_common(40)
@@ -615,7 +622,9 @@ def markdown(summary):
               f"mismatches on ops PyTorch's own test_compare_cpu expects to fail: {summary['mismatch_tags']['pytorch_xfail']}, "
               f"in the order of tied values: {summary['mismatch_tags']['ties']}. "
               f"Low-precision mismatches: {summary['low_precision_mismatches']['total']}, of which the device is closer "
-              f"to the fp32 answer than the CPU in {summary['low_precision_mismatches']['device_closer_to_fp32']}. "
+              f"to the fp32 answer than the CPU in {summary['low_precision_mismatches']['device_closer_to_fp32']}; "
+              f"bf16/fp16 samples outside assert_close's defaults but within twice the CPU's own error against the "
+              f"fp32 answer (counted as passes): {summary.get('low_precision_within_cpu_rounding', 0)}. "
               f"Samples with a sparse layout (no sparse kernels on the device): "
               + ", ".join(f"{k} {v}" for k, v in summary["sparse_samples"].items()) + ".", ""]
     for scope, label in (("all", "all ops"), ("common", f"the {summary['common_ops_run']} common ops (test_opinfo.py)")):

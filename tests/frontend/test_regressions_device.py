@@ -141,3 +141,21 @@ def test_negative_view_copy():
     x = torch.randn(4, dtype=torch.cfloat)
     y = x.to("neuron").conj().imag  # a view with the negative bit
     torch.testing.assert_close(y.clone().cpu(), x.conj().imag.clone())
+
+
+def test_native_group_norm_statistics_are_differentiable_like_the_cpu():
+    """The OpInfo sweep found the device's mean / rstd outputs detached (the CPU's backward takes
+    their gradients too)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 6, 5, 4, generator=g), torch.randn(6, generator=g), torch.randn(6, generator=g)
+
+    def run(device):
+        leaves = [t.to(device).requires_grad_() for t in (x, w, b)]
+        outs = torch.native_group_norm(*leaves, 2, 6, 20, 3, 1e-5)
+        assert all(o.requires_grad for o in outs)
+        cot = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(device) for i, o in enumerate(outs)]
+        return [t.cpu() for t in (*outs, *torch.autograd.grad(outs, leaves, cot))]
+
+    for got, expected in zip(run("neuron"), run("cpu")):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
