@@ -8,9 +8,10 @@ from test_ops import strict_lowering, trnsim  # noqa: F401
 
 common_methods_invocations = pytest.importorskip("torch.testing._internal.common_methods_invocations")
 
-OPS = ["add", "sub", "mul", "div", "exp", "log", "sin", "cos", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid",
+OPS = ["add", "sub", "mul", "div.no_rounding_mode", "div.trunc_rounding", "div.floor_rounding", "exp", "log", "sin", "cos", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid",
        "tanh", "erf", "sign", "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "softmax",
-       "log_softmax", "sum", "mean", "amax", "amin", "argmax", "argmin", "max", "min", "mm", "bmm", "addmm", "baddbmm",
+       "log_softmax", "sum", "mean", "amax", "amin", "argmax", "argmin", "max.reduction_no_dim", "max.reduction_with_dim", "max.binary",
+       "min.reduction_no_dim", "min.reduction_with_dim", "min.binary", "mm", "bmm", "addmm", "baddbmm",
        "matmul", "cat", "stack", "where", "clamp", "clamp_min", "clamp_max", "masked_fill", "pow", "maximum", "minimum",
        "nn.functional.layer_norm", "nn.functional.embedding", "index_select", "eq", "ne", "lt", "gt", "le", "ge",
        "isnan", "isinf", "all", "any", "lerp", "addcmul", "addcdiv", "nn.functional.cross_entropy",
