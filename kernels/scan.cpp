@@ -88,8 +88,12 @@ namespace {
 // every prefix sum (what the caller checks) is inside it.
 constexpr int64_t kSpreadScanMinCols = 8192;
 
-bool spread_scan(const ScanSpec& spec) {
-  return spec.rows < kSpreadMaxRows && spec.cols >= kSpreadScanMinCols && dtype_info(spec.input_dtype).is_float;
+// The rows spread over the partitions: all of few rows, or the < 64 rows left after the full row
+// tiles (a one-row tile of 70000 columns would take as long as the full tile before it).
+Range spread_rows(const ScanSpec& spec, int64_t P) {
+  if (spec.cols < kSpreadScanMinCols || !dtype_info(spec.input_dtype).is_float) return {spec.rows, 0};
+  const int64_t rest = spec.rows < kSpreadMaxRows ? spec.rows : spec.rows % P;
+  return rest < kSpreadMaxRows ? Range{spec.rows - rest, rest} : Range{spec.rows, 0};
 }
 
 // Row a as blocks of 128 x w consecutive elements (partition q takes the q-th stretch of w) plus a
@@ -100,17 +104,18 @@ bool spread_scan(const ScanSpec& spec) {
 // scans on the Scalar engine (bias for a sum, scale for a product), which also rounds to the output
 // dtype. Column 128 carries into the next block. The order of the operations differs from a
 // sequential scan (a prefix op a local scan), so values agree with it to fp32 rounding.
-void scan_spread(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y) {
+struct ScanRings {
+  detail::Ring in, acc, out;  // out == acc for an fp32 output
+};
+
+void scan_spread(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y, Range rows,
+                 const ScanRings& rings, int64_t budget) {
   const int64_t P = ctx.partitions();
   const int64_t per_partition = spec.cols / P, rem = spec.cols % P;
   const bool cast = spec.output_dtype != DType::fp32;
   const int64_t depth = detail::kRingDepth;
-  const int64_t per_column =
-      depth * (dtype_size_bytes(spec.input_dtype) + 4 + (cast ? dtype_size_bytes(spec.output_dtype) : 0));
-  const int64_t width = std::max(chunk_columns(ctx, per_partition, spec.input_dtype, per_column), rem);
-  detail::Ring in = granule_ring(ctx, "scan_in", spec.input_dtype, width, int(depth));
-  detail::Ring acc = granule_ring(ctx, "scan_acc", DType::fp32, width, int(depth));
-  detail::Ring out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, width, int(depth)) : acc;
+  const int64_t width = std::min(per_partition, budget);
+  const detail::Ring &in = rings.in, &acc = rings.acc, &out = rings.out;
   detail::Ring carry = granule_ring(ctx, "scan_carry", DType::fp32, P + 1, 2);
   std::vector<uint32_t> totals_t, prefix_t;  // PSUM: the partition totals as a row, the prefixes as a column
   for (int i = 0; i < 2; ++i) {
@@ -126,8 +131,8 @@ void scan_spread(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uin
     bool tail, first;
   };
   std::vector<Step> steps;
-  const Range mine = ctx.share(spec.rows);  // split across cores by rows
-  for (int64_t a = mine.begin; a < mine.begin + mine.size; ++a) {
+  const Range share = ctx.share(rows.size);  // split across cores by rows
+  for (int64_t a = rows.begin + share.begin; a < rows.begin + share.begin + share.size; ++a) {
     bool first = true;
     for (const Range& b : tiles(per_partition, width)) {
       steps.push_back({a, b, false, first});
@@ -189,10 +194,6 @@ void scan_spread(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uin
 
 void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y) {
   check_shape("scan", spec.rows, spec.cols);
-  if (spread_scan(spec)) {
-    scan_spread(ctx, spec, x, y);
-    return;
-  }
   const int64_t P = ctx.partitions();
   const bool cast = spec.output_dtype != DType::fp32;
   const int64_t depth = detail::kRingDepth;
@@ -200,11 +201,15 @@ void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint
       depth * (dtype_size_bytes(spec.input_dtype) + 4 + (cast ? dtype_size_bytes(spec.output_dtype) : 0));
   const int64_t budget = chunk_columns(ctx, kMaxApSize, spec.input_dtype, per_column);  // elements per partition
   const int64_t width = std::min(spec.cols, budget);
-  const std::vector<RowBlock> blocks = row_blocks(spec.rows, spec.cols, budget, P);
-  const int64_t slot = width * blocks.front().per_partition;
-  detail::Ring in = granule_ring(ctx, "scan_in", spec.input_dtype, slot, depth);
-  detail::Ring acc = granule_ring(ctx, "scan_acc", DType::fp32, slot, depth);
-  detail::Ring out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, slot, depth) : acc;
+  const Range spread = spread_rows(spec, P);
+  const std::vector<RowBlock> blocks =
+      spread.begin > 0 ? row_blocks(spread.begin, spec.cols, budget, P) : std::vector<RowBlock>{};
+  const int64_t slot = width * (blocks.empty() ? 1 : blocks.front().per_partition);
+  // Both layouts share the rings (the spread rows run after the row tiles).
+  ScanRings rings{granule_ring(ctx, "scan_in", spec.input_dtype, slot, depth),
+                  granule_ring(ctx, "scan_acc", DType::fp32, slot, depth), {}};
+  rings.out = cast ? granule_ring(ctx, "scan_out", spec.output_dtype, slot, depth) : rings.acc;
+  const detail::Ring &in = rings.in, &acc = rings.acc, &out = rings.out;
   const char* op = spec.op == ScanOp::sum ? "add" : "multiply";
   const double identity = spec.op == ScanOp::sum ? 0.0 : 1.0;
 
@@ -256,6 +261,7 @@ void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint
         if (cast) emit_cast(ctx, sb2(ctx, out[int64_t(k)], p, run), sb2(ctx, acc[int64_t(k)], p, run));
         dma(ctx, hbm_rows(y, ch), sb2(ctx, out[int64_t(k)], p, run), detail::kStoreQueue);
       });
+  if (spread.size > 0) scan_spread(ctx, spec, x, y, spread, rings, budget);
 }
 
 isa::Program scan_program(const ScanSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {

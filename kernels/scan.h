@@ -12,7 +12,8 @@
 // [4096, 4096], one core): bf16 by the Vector engine (the scan costs 2N cycles per partition,
 // ISA-COST): 282 us, 238 GB/s = 66% of the core's 362.5 GB/s HBM share, Vector 97% busy; fp32 by
 // the DMA engines: 309 us, 434 GB/s (the 16 engines x 27.2 GB/s). Few long rows of a float dtype
-// (< 64 rows of >= 8192 columns, e.g. a 1-D cumsum) are spread over the partitions instead: blocks
+// (< 64 rows of >= 8192 columns, e.g. a 1-D cumsum, or the < 64 rows left after the full 128-row
+// tiles: [129, 70000] bf16 161 us instead of 292 us) are spread over the partitions instead: blocks
 // of 128 x w consecutive elements scanned per partition, the partition totals scanned on one
 // partition (PE transposes there and back) into each partition's prefix, applied by the Scalar
 // engine; the order of operations differs from a sequential scan, so values agree to fp32 rounding
