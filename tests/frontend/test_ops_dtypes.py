@@ -48,19 +48,25 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_elementwise_promotion_on_the_device(name):
-    fn, inputs, op = CASES[name]
+def check_on_device(case, float_tol=1e-5, bf16_tol=2e-2):
+    """Runs case = (fn, inputs, op) on the CPU and on the device: same dtype and shape, integer and
+    bool results equal, float results within the tolerance, and `op` never fell back."""
+    fn, inputs, op = case
     expected = fn(*inputs)
     got = fn(*[t.to("neuron") for t in inputs])
     assert got.device.type == "neuron"
     assert got.dtype == expected.dtype and got.shape == expected.shape
     if expected.dtype.is_floating_point:
-        tol = 1e-2 if expected.dtype == torch.bfloat16 else 1e-5
+        tol = bf16_tol if expected.dtype == torch.bfloat16 else float_tol
         torch.testing.assert_close(got.cpu(), expected, rtol=tol, atol=tol)
     else:
         assert torch.equal(got.cpu(), expected)
     no_fallback(op)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_elementwise_promotion_on_the_device(name):
+    check_on_device(CASES[name], bf16_tol=1e-2)
 
 
 def test_in_place_int64_counter_as_batch_norm_keeps_it():
@@ -134,16 +140,7 @@ MORE = {
 
 @pytest.mark.parametrize("name", list(MORE))
 def test_bool_int_and_composed_ops_on_the_device(name):
-    fn, inputs, op = MORE[name]
-    expected = fn(*inputs)
-    got = fn(*[t.to("neuron") for t in inputs])
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    if expected.dtype.is_floating_point:
-        tol = 2e-2 if expected.dtype == torch.bfloat16 else 1e-5
-        torch.testing.assert_close(got.cpu(), expected, rtol=tol, atol=tol)
-    else:
-        assert torch.equal(got.cpu(), expected)
-    no_fallback(op)
+    check_on_device(MORE[name])
 
 
 @pytest.mark.parametrize("fn", [torch.nn.functional.hardswish, torch.nn.functional.hardsigmoid])
@@ -270,15 +267,7 @@ INTEGER_OPS = {
 
 @pytest.mark.parametrize("name", list(INTEGER_OPS))
 def test_integer_division_remainder_bitwise_and_reductions(name):
-    fn, inputs, op = INTEGER_OPS[name]
-    expected = fn(*inputs)
-    got = fn(*[t.to("neuron") for t in inputs])
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    if expected.dtype.is_floating_point:
-        torch.testing.assert_close(got.cpu(), expected, rtol=1e-6, atol=1e-6)  # fmod is exact, remainder torch's formula
-    else:
-        assert torch.equal(got.cpu(), expected)
-    no_fallback(op)
+    check_on_device(INTEGER_OPS[name], float_tol=1e-6)  # fmod is exact, remainder torch's own formula
 
 
 def test_integer_division_by_zero_is_the_cpus_error():
