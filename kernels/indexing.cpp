@@ -22,6 +22,7 @@ constexpr int64_t kMaxApSize = 65535;  // A-V2: uint16 size per access-pattern d
 // overhead is small against the per-bin passes, small enough for a few ring slots.
 constexpr int64_t kHistogramColumns = 2048;
 constexpr int64_t kArangeColumns = 4096;
+constexpr int64_t kNonzeroColumns = 64;
 
 void check_ids(const char* kernel, int64_t num_ids, int64_t rows, int64_t row_elements) {
   if (num_ids < 1 || rows < 1 || row_elements < 1) {
@@ -451,131 +452,148 @@ isa::Program nonzero_program(const NonzeroSpec& spec, const HardwareConfig& conf
   if (spec.nonzeros < 0 || spec.nonzeros > n) throw std::invalid_argument("nonzero: count out of range");
   isa::ProgramBuilder builder("nonzero", config.generation);
   const int64_t per = spec.pairs ? 2 : 1;
-  uint32_t x = builder.hbm("x", spec.pairs ? DType::int32 : spec.dtype, {uint32_t(n), uint32_t(per)},
-                           isa::AllocationRole::input);
+  const DType in_dtype = spec.pairs ? DType::int32 : spec.dtype;
+  uint32_t x = builder.hbm("x", in_dtype, {uint32_t(n), uint32_t(per)}, isa::AllocationRole::input);
   const uint32_t out_rows = uint32_t(spec.nonzeros + 1);
   uint32_t y = builder.hbm("y", DType::int32, {out_rows, uint32_t(2 * nd)}, isa::AllocationRole::output);
   KernelContext whole{builder, config, "", core, cores};
   on_first_core(whole, [&](const KernelContext& ctx) {
     const uint32_t P = ctx.partitions();
-    // Constants: ones, and tri[q, p] = 1 where q <= p (the inclusive prefix as a matmul).
-    const uint32_t ones = builder.sbuf(ctx.name("nz_ones"), DType::bf16, {P, P});
-    const uint32_t tri = builder.sbuf(ctx.name("nz_tri"), DType::bf16, {P, P});
-    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, ones, P, P)).imm("value", 1).on(Engine::gpsimd);
+    // Elements per partition of a tile: the per-instruction overheads spread over w elements; each
+    // column is one scatter of up to 128 rows.
+    const int64_t w = std::clamp<int64_t>(ceil_div(n, P), 1, kNonzeroColumns);
+    const uint32_t W = uint32_t(w);
+    // fp32 constants (the counts reach w * 128, beyond bf16's exact integers): ones, strict[q, p] = 1 where q < p.
+    const uint32_t ones = builder.sbuf(ctx.name("nz_ones"), DType::fp32, {P, std::max(P, W)});
+    const uint32_t strict = builder.sbuf(ctx.name("nz_strict"), DType::fp32, {P, P});
+    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, ones, P, std::max(P, W))).imm("value", 1).on(
+        Engine::gpsimd);
     ctx.builder.emit(isa::Opcode::affine_select)
-        .tensor("dst", sb2(ctx, tri, P, P))
+        .tensor("dst", sb2(ctx, strict, P, P))
         .word("pattern", "[[1, " + std::to_string(P) + "]]")
         .imm("channel_multiplier", -1)
         .imm("offset", 0)
         .tensor("on_true_tile", sb2(ctx, ones, P, P))
         .imm("on_false_value", 0)
-        .word("cmp_op", "greater_equal");
+        .word("cmp_op", "greater");
+    // Rows are numbered from -1 - nonzeros: pos - nonzeros, so pos * mask + nonzeros sends zeros to the spare row.
     const uint32_t running = builder.sbuf(ctx.name("nz_running"), DType::fp32, {P, 1});
-    ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, running, P, 1)).imm("value", -1);  // prefix - 1
-    detail::Ring xs = detail::make_ring(ctx, "nz_x", spec.pairs ? DType::int32 : spec.dtype, per, 2);
-    detail::Ring mask = detail::make_ring(ctx, "nz_mask", DType::bf16, 1, 2);
-    detail::Ring tmp = detail::make_ring(ctx, "nz_tmp", DType::fp32, 1, 2);
-    detail::Ring pos = detail::make_ring(ctx, "nz_pos", DType::fp32, 1, 2);
-    detail::Ring dest = detail::make_ring(ctx, "nz_dest", DType::int32, 1, 2);
-    detail::Ring where = detail::make_ring(ctx, "nz_iota", DType::int32, 1, 2);
-    detail::Ring flat = detail::make_ring(ctx, "nz_flat", DType::fp32, 1, 2);
-    detail::Ring coords = detail::make_ring(ctx, "nz_coords", DType::int32, 2 * nd, 2);
+    ctx.builder.emit(isa::Opcode::memset)
+        .tensor("dst", sb2(ctx, running, P, 1))
+        .imm("value", -1.0 - double(spec.nonzeros));
+    detail::Ring xs = detail::make_ring(ctx, "nz_x", in_dtype, per * w, 2);
+    detail::Ring mask = detail::make_ring(ctx, "nz_mask", DType::fp32, w, 2);
+    detail::Ring scan = detail::make_ring(ctx, "nz_scan", DType::fp32, w, 2);
+    detail::Ring flat = detail::make_ring(ctx, "nz_flat", DType::fp32, w, 2);
+    detail::Ring tmp = detail::make_ring(ctx, "nz_tmp", DType::fp32, w, 2);
+    detail::Ring offset = detail::make_ring(ctx, "nz_offset", DType::fp32, 1, 2);
+    detail::Ring dest = detail::make_ring(ctx, "nz_dest", DType::int32, w, 2);
+    detail::Ring iota_i = detail::make_ring(ctx, "nz_iota", DType::int32, w, 2);
+    detail::Ring coords = detail::make_ring(ctx, "nz_coords", DType::int32, 2 * nd * w, 2);
     const uint32_t prefix = builder.psum(ctx.name("nz_prefix"), DType::fp32, {P, 1});
     const uint32_t total = builder.psum(ctx.name("nz_total"), DType::fp32, {P, 1});
-    std::vector<int64_t> stride(size_t(nd), 1);
-    std::vector<int64_t> size(size_t(nd), 1);
+    std::vector<int64_t> stride(size_t(nd), 1), size(size_t(nd), 1);
     for (int64_t d = 0; d < int64_t(spec.shape.size()); ++d) size[size_t(d)] = spec.shape[size_t(d)];
     for (int64_t d = nd - 1; d > 0; --d) stride[size_t(d - 1)] = stride[size_t(d)] * size[size_t(d)];
+    struct Tile {
+      int64_t first, rows, cols;
+    };
+    std::vector<Tile> work;
+    for (const Range& r : tiles(n / w, P)) work.push_back({r.begin * w, r.size, w});
+    if (n % w) work.push_back({n / w * w, 1, n % w});
     int64_t slot = 0;
-    for (const Range& t : tiles(n, P)) {
-      const uint32_t m = uint32_t(t.size);
-      const isa::AccessPattern xv = sb2(ctx, xs[slot], m, per);
-      dma(ctx, xv, hbm_ap(ctx, x, t.begin * per, {{per, m}, {1, uint32_t(per)}}), detail::kLoadQueue);
-      const isa::AccessPattern mk = sb2(ctx, mask[slot], m, 1), tv = sb2(ctx, tmp[slot], m, 1);
+    for (const Tile& t : work) {
+      const uint32_t m = uint32_t(t.rows), c = uint32_t(t.cols);
+      dma(ctx, sb2(ctx, xs[slot], m, per * c),
+          hbm_ap(ctx, x, t.first * per, {{per * t.cols, m}, {1, uint32_t(per * c)}}), detail::kLoadQueue);
+      const isa::AccessPattern mk = sb2(ctx, mask[slot], m, c), tv = sb2(ctx, tmp[slot], m, c);
       if (spec.pairs) {
         // Nonzero when either word is: (lo != 0) max (hi != 0).
-        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv)
-            .tensor("data", sb_ap(ctx, xs[slot], m, {{1, 1}}, 1))
-            .word("op0", "not_equal").imm("operand0", 0);
+        ctx.builder.emit(isa::Opcode::tensor_scalar)
+            .tensor("dst", tv)
+            .tensor("data", sb_ap(ctx, xs[slot], m, {{2, c}}, 1))
+            .word("op0", "not_equal")
+            .imm("operand0", 0);
         ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
             .tensor("dst", mk)
-            .tensor("data", sb_ap(ctx, xs[slot], m, {{1, 1}}))
+            .tensor("data", sb_ap(ctx, xs[slot], m, {{2, c}}))
             .word("op0", "not_equal")
             .imm("operand0", 0)
             .word("op1", "maximum")
             .tensor("operand1", tv);
       } else {
         // x != 0 in fp32: NaN counts as nonzero, -0 as zero (as torch).
-        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", mk).tensor("data", xv).word("op0", "not_equal").imm(
-            "operand0", 0);
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", mk).tensor("data", sb2(ctx, xs[slot], m, c))
+            .word("op0", "not_equal").imm("operand0", 0);
       }
-      const isa::AccessPattern pre = sb2(ctx, prefix, m, 1);
+      // Inclusive count along each partition, then the partitions before (strict matmul) and the tiles before.
+      const isa::AccessPattern cs = sb2(ctx, scan[slot], m, c);
+      ctx.builder.emit(isa::Opcode::tensor_tensor_scan)
+          .tensor("dst", cs)
+          .tensor("data0", sb2(ctx, ones, m, c))
+          .tensor("data1", mk)
+          .imm("initial", 0)
+          .word("op0", "multiply")
+          .word("op1", "add");
+      const isa::AccessPattern row_total = sb_ap(ctx, scan[slot], m, {{1, 1}}, c - 1);
       ctx.builder.emit(isa::Opcode::nc_matmul)
-          .tensor("dst", pre)
-          .tensor("stationary", sb2(ctx, tri, m, m))
-          .tensor("moving", mk)
+          .tensor("dst", sb2(ctx, prefix, m, 1))
+          .tensor("stationary", sb2(ctx, strict, m, m))
+          .tensor("moving", row_total)
           .word("accumulate", "false");
-      // pos = running + inclusive prefix (running starts at -1); zeros go to the spare row.
-      const isa::AccessPattern pv = sb2(ctx, pos[slot], m, 1);
-      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-          .tensor("dst", pv)
-          .tensor("data", pre)
-          .word("op0", "add")
-          .imm("operand0", -double(spec.nonzeros))
-          .word("op1", "add")
-          .tensor("operand1", sb2(ctx, running, m, 1));
-      // The running count for the next tile: + this tile's total, in every partition.
       ctx.builder.emit(isa::Opcode::nc_matmul)
           .tensor("dst", sb2(ctx, total, P, 1))
           .tensor("stationary", sb2(ctx, ones, m, P))
-          .tensor("moving", mk)
+          .tensor("moving", row_total)
           .word("accumulate", "false");
-      ctx.builder.emit(isa::Opcode::tensor_tensor)
-          .tensor("dst", sb2(ctx, running, P, 1))
-          .tensor("data1", sb2(ctx, running, P, 1))
-          .tensor("data2", sb2(ctx, total, P, 1))
-          .word("op", "add");
+      const isa::AccessPattern off = sb2(ctx, offset[slot], m, 1);
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", off).tensor("data1", sb2(ctx, prefix, m, 1))
+          .tensor("data2", sb2(ctx, running, m, 1)).word("op", "add");
+      ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", sb2(ctx, running, P, 1))
+          .tensor("data1", sb2(ctx, running, P, 1)).tensor("data2", sb2(ctx, total, P, 1)).word("op", "add");
+      // Output row: (count + offset) * mask + nonzeros.
+      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
+          .tensor("dst", tv)
+          .tensor("data", cs)
+          .word("op0", "add")
+          .tensor("operand0", off)
+          .word("op1", "multiply")
+          .tensor("operand1", mk);
+      const isa::AccessPattern dv = sb2(ctx, dest[slot], m, c);
+      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", dv).tensor("data", tv).word("op0", "add")
+          .imm("operand0", double(spec.nonzeros));
       // Coordinates of flat position l: (l - l mod stride) / stride, mod size (exact below 2^24).
-      const isa::AccessPattern lv = sb2(ctx, flat[slot], m, 1);
-      ctx.builder.emit(isa::Opcode::iota).tensor("dst", sb2(ctx, where[slot], m, 1)).word("pattern", "[[0, 1]]").imm(
-          "offset", double(t.begin)).imm("channel_multiplier", 1);
-      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", lv).tensor("src", sb2(ctx, where[slot], m, 1));
-      ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, coords[slot], m, 2 * nd)).imm("value", 0).on(
-          Engine::gpsimd);
+      const isa::AccessPattern lv = sb2(ctx, flat[slot], m, c);
+      ctx.builder.emit(isa::Opcode::iota)
+          .tensor("dst", sb2(ctx, iota_i[slot], m, c))
+          .word("pattern", "[[1, " + std::to_string(c) + "]]")
+          .imm("offset", double(t.first))
+          .imm("channel_multiplier", double(t.cols));
+      ctx.builder.emit(isa::Opcode::tensor_copy).tensor("dst", lv).tensor("src", sb2(ctx, iota_i[slot], m, c));
+      ctx.builder.emit(isa::Opcode::memset).tensor("dst", sb2(ctx, coords[slot], m, 2 * nd * c)).imm("value", 0)
+          .on(Engine::gpsimd);
       for (int64_t d = 0; d < nd; ++d) {
-        const isa::AccessPattern c = sb_ap(ctx, coords[slot], m, {{1, 1}}, 2 * d);
-        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv).tensor("data", lv).word("op0", "mod").imm(
-            "operand0", double(stride[size_t(d)]));
-        ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-            .tensor("dst", tv)
-            .tensor("data", lv)
-            .word("op0", "bypass")
-            .imm("operand0", 0)
-            .word("op1", "subtract")
-            .tensor("operand1", tv);
+        const isa::AccessPattern cd = sb_ap(ctx, coords[slot], m, {{2 * nd, c}}, 2 * d);
+        ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", tv).tensor("data", lv).word("op0", "mod")
+            .imm("operand0", double(stride[size_t(d)]));
+        ctx.builder.emit(isa::Opcode::tensor_tensor).tensor("dst", tv).tensor("data1", lv).tensor("data2", tv)
+            .word("op", "subtract");
         ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", c)
+            .tensor("dst", cd)
             .tensor("data", tv)
             .word("op0", "divide")
             .imm("operand0", double(stride[size_t(d)]))
             .word("op1", "mod")
             .imm("operand1", double(size[size_t(d)]));
       }
-      // The output row: pos * mask + nonzeros (pos is relative to the spare row), as int32.
-      ctx.builder.emit(isa::Opcode::scalar_tensor_tensor)
-          .tensor("dst", sb2(ctx, dest[slot], m, 1))
-          .tensor("data", pv)
-          .word("op0", "bypass")
-          .imm("operand0", 0)
-          .word("op1", "multiply")
-          .tensor("operand1", mk);
-      ctx.builder.emit(isa::Opcode::tensor_scalar).tensor("dst", sb2(ctx, dest[slot], m, 1)).tensor(
-          "data", sb2(ctx, dest[slot], m, 1)).word("op0", "add").imm("operand0", double(spec.nonzeros));
-      ctx.builder.emit(isa::Opcode::dma_scatter)
-          .tensor("dst", hbm_ap(ctx, y, 0, {{2 * nd, out_rows}, {1, uint32_t(2 * nd)}}))
-          .tensor("src", sb2(ctx, coords[slot], m, 2 * nd))
-          .tensor("indices", sb2(ctx, dest[slot], m, 1))
-          .imm("queue", double(detail::kStoreQueue));
+      // One scatter per column: partition p's element of that column to its output row.
+      for (uint32_t i = 0; i < c; ++i) {
+        ctx.builder.emit(isa::Opcode::dma_scatter)
+            .tensor("dst", hbm_ap(ctx, y, 0, {{2 * nd, out_rows}, {1, uint32_t(2 * nd)}}))
+            .tensor("src", sb_ap(ctx, coords[slot], m, {{1, uint32_t(2 * nd)}}, int64_t(i) * 2 * nd))
+            .tensor("indices", sb_ap(ctx, dest[slot], m, {{1, 1}}, i))
+            .imm("queue", double(detail::kStoreQueue));
+      }
       ++slot;
     }
   });

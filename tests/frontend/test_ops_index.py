@@ -373,9 +373,9 @@ def test_bincount(dtype):
     raises_like_cpu(lambda t: torch.bincount(t), torch.tensor([1, -1]))
 
 
-@pytest.mark.parametrize("args,dtype", [((10,), None), ((-3, 20, 4), None), ((5, -7, -3), None), ((0, 1000), torch.int32),
-                                        ((-50, 70001, 3), torch.float32), ((2.0, 9.0), None), ((0,), None),
-                                        ((-(2**31) + 1, 2**31 - 1, 2**30), None)])
+@pytest.mark.parametrize("args,dtype", [((10,), None), ((-3, 20, 4), None), ((5, -7, -3), None),
+                                        ((0, 1000), torch.int32), ((-50, 70001, 3), torch.float32), ((2.0, 9.0), None),
+                                        ((0,), None), ((-(2**31) + 1, 2**31 - 1, 2**30), None)])
 def test_arange(args, dtype):
     same(torch.arange(*args, dtype=dtype, device=D), torch.arange(*args, dtype=dtype))
     no_fallback("arange")
@@ -400,11 +400,13 @@ def test_flip(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(300,), (7, 5, 9), (130, 2), (1, 1), (0, 3)])
+# (3, 100, 77): 64 elements per partition, several tiles and a short last one.
+@pytest.mark.parametrize("shape", [(300,), (7, 5, 9), (130, 2), (1, 1), (0, 3), (3, 100, 77)])
 def test_nonzero(shape, dtype):
     x = sample(shape, dtype, 70)
     if dtype != torch.bool:
-        x = torch.where(torch.rand(shape, generator=torch.Generator().manual_seed(71)) < 0.4, torch.zeros((), dtype=dtype), x)
+        zero = torch.rand(shape, generator=torch.Generator().manual_seed(71)) < 0.4
+        x = torch.where(zero, torch.zeros((), dtype=dtype), x)
     if dtype == torch.int64:
         x[..., :1] = 2**33  # only the high word set: still nonzero
     same(torch.nonzero(x.to(D)), torch.nonzero(x))
@@ -431,8 +433,9 @@ def distinct(shape, dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape,k,dim,largest", [((512, 16), 2, -1, True), ((7, 300), 8, 1, False), ((5, 3), 3, -1, True),
-                                                 ((4, 9, 6), 2, 1, True), ((130, 8), 8, -1, False), ((3, 1), 1, 0, True)])
+@pytest.mark.parametrize("shape,k,dim,largest", [((512, 16), 2, -1, True), ((7, 300), 8, 1, False),
+                                                 ((5, 3), 3, -1, True), ((4, 9, 6), 2, 1, True),
+                                                 ((130, 8), 8, -1, False), ((3, 1), 1, 0, True)])
 def test_topk(shape, k, dim, largest, dtype):
     x = distinct(shape, dtype, 50).movedim(-1, dim).contiguous()
     values, indices = torch.topk(x.to(D), k, dim=dim, largest=largest)
