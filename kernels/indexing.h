@@ -24,11 +24,11 @@
 // dropped), then per bin an equality mask (times the weight) reduced along the free dim (GpSimd and
 // Vector alternating), per-partition counts accumulated, summed over partitions by GpSimd at the end.
 // Arange: iota on GpSimd (integers exact), a cast for fp32, the sign word for int64.
-// Nonzero: per 128 elements (one per partition) the mask x != 0, its inclusive prefix within the
-// tile by a triangular-ones matmul and the running count before the tile by an all-ones matmul
-// (PSUM, exact integers), each element's coordinates from its flat position (exact fp32 division
-// and mod below 2^24), scattered as int64 pairs to row prefix - 1 of the output; zeros go to a
-// spare row after the last. The count of nonzeros (the output's size) is the host's, as torch's
+// Nonzero: tiles of [128, w <= 64] elements (row-major), the mask x != 0, its inclusive count along
+// each partition (tensor_tensor_scan), the partitions before by a strictly-triangular fp32 matmul
+// and the tiles before by an all-ones matmul (PSUM, exact integers), each element's coordinates
+// from its flat position (exact fp32 division and mod below 2^24), scattered as int64 pairs (one
+// dma_scatter per column) to its output row; zeros go to a spare row after the last. The count of nonzeros (the output's size) is the host's, as torch's
 // nonzero synchronises with the host on every device.
 #pragma once
 
