@@ -16,8 +16,9 @@ using detail::sb2;
 namespace {
 
 constexpr int64_t kMaxApSize = 65535;  // largest size of one access-pattern dim
-// Below this many rows a prod whose row holds at least kSpreadMinCols elements is spread over all
-// partitions: with few rows most partitions and DMA engines would sit idle.
+// Below this many rows, long rows are spread over all partitions (scan: rows of >= kSpreadScanMinCols
+// float elements; prod: of >= kSpreadMinCols): with few rows most partitions and DMA engines would
+// sit idle.
 constexpr int64_t kSpreadMaxRows = 64;
 constexpr int64_t kSpreadMinCols = 4 * 128;
 
@@ -96,6 +97,10 @@ Range spread_rows(const ScanSpec& spec, int64_t P) {
   return rest < kSpreadMaxRows ? Range{spec.rows - rest, rest} : Range{spec.rows, 0};
 }
 
+struct ScanRings {
+  detail::Ring in, acc, out;  // out == acc for an fp32 output
+};
+
 // Row a as blocks of 128 x w consecutive elements (partition q takes the q-th stretch of w) plus a
 // [1, cols % 128] tail. Per block: the local scan of each partition (Vector); its last column, the
 // partition totals, PE-transposed to one partition and scanned there from the carry into the
@@ -104,9 +109,6 @@ Range spread_rows(const ScanSpec& spec, int64_t P) {
 // scans on the Scalar engine (bias for a sum, scale for a product), which also rounds to the output
 // dtype. Column 128 carries into the next block. The order of the operations differs from a
 // sequential scan (a prefix op a local scan), so values agree with it to fp32 rounding.
-struct ScanRings {
-  detail::Ring in, acc, out;  // out == acc for an fp32 output
-};
 
 void scan_spread(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint32_t y, Range rows,
                  const ScanRings& rings, int64_t budget) {
