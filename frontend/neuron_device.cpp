@@ -51,6 +51,7 @@
 #include "kernels/matmul.h"
 #include "kernels/normalization.h"
 #include "kernels/reduction.h"
+#include "kernels/scan.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -2101,6 +2102,82 @@ std::optional<at::Tensor> lower_empty_matmul(const std::string& op, c10::ArrayRe
   return at::mul(args[0].toTensor(), beta).expand(shape).contiguous();
 }
 
+// cumsum / cumprod along any dim (kernels/scan.h: an inclusive scan along the last dim of
+// [rows, cols], fp32 accumulation, each output rounded once as torch's CPU does): the dim moved
+// last by a device permute and back. Integer cumsums are exact while sum |x| <= 2^24 (every prefix
+// then is); integer cumprods go to the CPU.
+std::optional<at::Tensor> lower_scan(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  const bool sum = op == "cumsum";
+  const at::Tensor& x_in = args[0].toTensor();
+  if (!on_neuron(x_in)) return std::nullopt;
+  const bool integral = at::isIntegralType(x_in.scalar_type(), true);
+  const at::ScalarType result = !args[2].isNone() ? static_cast<at::ScalarType>(args[2].toInt())
+                                : integral ? at::kLong : x_in.scalar_type();
+  if (integral != at::isIntegralType(result, true) || result == at::kBool) return std::nullopt;
+  if (integral && (!sum || host_alias(x_in).to(at::kDouble).abs().sum().item<double>() > kExactIntegerBound))
+    return std::nullopt;
+  if (!integral && !sim_dtype(result)) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  const int64_t d = c10::maybe_wrap_dim(args[1].toInt(), std::max<int64_t>(x_in.dim(), 1));
+  at::Tensor out = at::empty(x_in.sizes(), x_in.options().dtype(result));
+  if (x_in.numel() == 0) return out;
+  const at::Tensor x = x_in.dim() == 0 ? x_in.reshape({1}) : x_in.movedim(d, -1).contiguous();
+  kernels::ScanSpec spec;
+  spec.cols = x.size(-1);
+  spec.rows = x.numel() / spec.cols;
+  spec.op = sum ? kernels::ScanOp::sum : kernels::ScanOp::prod;
+  spec.input_dtype = *elementwise_dtype(x.scalar_type());
+  spec.output_dtype = *elementwise_dtype(result);
+  const at::Tensor source = x.scalar_type() == at::kLong ? host_alias(x).to(at::kInt) : x;
+  const bool in_place = result != at::kLong && (x_in.dim() == 0 || d == x_in.dim() - 1);  // no permute back
+  at::Tensor scanned = in_place ? out.view(x.sizes())
+                                : at::empty(x.sizes(), x.options().dtype(result == at::kLong ? at::kInt : result));
+  const std::string key = op + "|" + std::to_string(spec.rows) + "," + std::to_string(spec.cols) + "|" +
+                          std::string(dtype_name(spec.input_dtype)) + ">" + std::string(dtype_name(spec.output_dtype));
+  execute_program(x_in.device().index(), key,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::scan_program(spec, hw, core, cores); },
+                  {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), spec.input_dtype}},
+                  {HostBuffer{"y", scanned.data_ptr(), size_t(x.numel()), spec.output_dtype}}, record_for(op, {x_in}, x_in.scalar_type()));
+  if (in_place) return out;
+  const at::Tensor back = x_in.dim() == 0 ? scanned.reshape(std::vector<int64_t>{}) : scanned.movedim(-1, d);
+  if (result == at::kLong) host_alias(out).copy_(host_alias(back));  // int32 results widened
+  else out.copy_(back);  // a device permute back
+  return out;
+}
+
+// prod over one dim or all (kernels/scan.h prod: fp32 products rounded once; torch's bf16 CPU
+// kernel accumulates in bf16, so the device is the closer of the two there). Floats only.
+std::optional<at::Tensor> lower_prod(const std::string& op, c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& x_in = args[0].toTensor();
+  const bool all = op == "prod";
+  const c10::IValue& dtype_arg = all ? args[1] : args[3];
+  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type()) || !same_dtype_arg(dtype_arg, x_in)) return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  const int64_t d = all ? 0 : c10::maybe_wrap_dim(args[1].toInt(), std::max<int64_t>(x_in.dim(), 1));
+  const bool keepdim = !all && args[2].toBool();
+  std::vector<int64_t> out_shape;
+  if (!all) {
+    out_shape = dims(x_in.sizes());
+    if (x_in.dim() > 0) {
+      if (keepdim) out_shape[d] = 1;
+      else out_shape.erase(out_shape.begin() + d);
+    }
+  }
+  at::Tensor out = at::empty(out_shape, x_in.options());
+  if (x_in.numel() == 0) return out.fill_(1);
+  const at::Tensor x = all || x_in.dim() == 0 ? x_in.reshape({1, -1}) : x_in.movedim(d, -1).contiguous();
+  kernels::ProdSpec spec;
+  spec.cols = x.size(-1);
+  spec.rows = x.numel() / spec.cols;
+  spec.input_dtype = spec.output_dtype = *sim_dtype(x_in.scalar_type());
+  const std::string key = "prod|" + std::to_string(spec.rows) + "," + std::to_string(spec.cols) + "|" +
+                          std::string(dtype_name(spec.input_dtype));
+  execute_program(x_in.device().index(), key,
+                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::prod_program(spec, hw, core, cores); },
+                  {buffer("x", x)}, {buffer("y", out)}, record_for(op, {x_in}, x_in.scalar_type()));
+  return out;
+}
+
 // Ops that are a few device ops in sequence, each re-dispatched (so each is a lowered kernel, or
 // a counted fallback of its own): clamp with tensor bounds, roll, softplus, var / var_mean,
 // vector products, empty matmuls, adaptive average pooling by whole windows, 1-D nearest
@@ -2382,6 +2459,8 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   if (auto composed = lower_composed(op, args)) return composed;
   if (auto hard = lower_hard_activation(op, args)) return hard;
   if (op == "linalg_vector_norm") return lower_vector_norm(op, args);
+  if (op == "cumsum" || op == "cumprod") return lower_scan(op, args);
+  if (op == "prod" || op == "prod.dim_int") return lower_prod(op, args);
   if (op == "silu_backward") return lower_silu_backward(args[0].toTensor(), args[1].toTensor());
   if (op == "gelu_backward")
     return lower_gelu_backward(args[0].toTensor(), args[1].toTensor(), std::string(args[2].toStringRef()));
@@ -2588,6 +2667,7 @@ const std::map<std::string, std::string>& out_variants() {
       {"hardsigmoid_backward.grad_input", "hardsigmoid_backward"}, {"linalg_vector_norm.out", "linalg_vector_norm"},
       {"clamp.Tensor_out", "clamp.Tensor"}, {"clamp_min.Tensor_out", "clamp_min.Tensor"},
       {"clamp_max.Tensor_out", "clamp_max.Tensor"}, {"softplus.out", "softplus"}, {"pow.Tensor_Tensor_out", "pow.Tensor_Tensor"},
+      {"cumsum.out", "cumsum"}, {"cumprod.out", "cumprod"}, {"prod.int_out", "prod.dim_int"}, {"prod.out", "prod"},
       {"fmod.Tensor_out", "fmod.Tensor"}, {"remainder.Tensor_out", "remainder.Tensor"}, {"floor_divide.out", "floor_divide"},
       {"div.out_mode", "div.Tensor_mode"}, {"isin.Tensor_Tensor_out", "isin.Tensor_Tensor"},
       {"bitwise_and.Scalar_out", "bitwise_and.Scalar"}, {"bitwise_or.Scalar_out", "bitwise_or.Scalar"},
@@ -2703,7 +2783,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                          "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not", "logical_not",
                          "logical_and", "logical_or", "logical_xor", "hardsigmoid", "hardswish", "hardsigmoid_backward",
                          "hardswish_backward", "linalg_vector_norm", "clamp.Tensor", "clamp_min.Tensor",
-                         "clamp_max.Tensor", "roll", "softplus", "pow.Tensor_Tensor", "fmod.Tensor", "fmod.Scalar",
+                         "clamp_max.Tensor", "roll", "softplus", "pow.Tensor_Tensor", "cumsum", "cumprod", "prod", "prod.dim_int", "fmod.Tensor", "fmod.Scalar",
                          "remainder.Tensor", "remainder.Scalar", "floor_divide", "floor_divide.Scalar", "div.Tensor_mode",
                          "div.Scalar_mode", "isin.Tensor_Tensor", "bitwise_and.Scalar", "bitwise_or.Scalar",
                          "bitwise_xor.Scalar", "var.correction", "var_mean.correction", "std.correction",

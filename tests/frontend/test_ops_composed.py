@@ -95,3 +95,31 @@ def test_pow_with_a_non_positive_base_falls_back_correctly():
     got = torch.pow(x[0].to("neuron"), x[1].to("neuron"))
     torch.testing.assert_close(got.cpu(), torch.pow(*x))
     assert trnsim.fallback_report()
+
+
+SCANS = {
+    "cumsum_last": (lambda x: torch.cumsum(x, -1), (X,)),
+    "cumsum_dim0": (lambda x: torch.cumsum(x, 0), (X,)),
+    "cumsum_int64_positions": (lambda m: torch.cumsum(m, -1) - 1, (torch.ones(3, 12, dtype=torch.long),)),
+    "cumsum_bool": (lambda m: torch.cumsum(m, 1), (X > 0,)),
+    "cumsum_int32_dtype": (lambda m: torch.cumsum(m, 0, dtype=torch.int32), (torch.randint(-9, 9, (7, 5), generator=g),)),
+    "cumsum_bf16": (lambda x: torch.cumsum(x.bfloat16(), 1), (X,)),
+    "cumprod_last": (lambda x: torch.cumprod(x, -1), (X.abs() + 0.5,)),
+    "prod_dim": (lambda x: torch.prod(x, 1), (X.abs() + 0.5,)),
+    "prod_dim_keepdim": (lambda x: torch.prod(x, 0, keepdim=True), (X + 0.2,)),
+    "prod_all": (lambda x: torch.prod(x), (X[:2] * 0.5 + 1,)),
+    "prod_empty": (lambda x: torch.prod(x, 1), (torch.randn(3, 0),)),
+}
+
+
+@pytest.mark.parametrize("name", list(SCANS))
+def test_scans_and_products_on_the_device(name):
+    fn, inputs = SCANS[name]
+    expected, got = fn(*inputs), fn(*[t.to("neuron") for t in inputs])
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if not expected.dtype.is_floating_point:
+        assert torch.equal(got.cpu(), expected)
+    else:
+        tol = 1e-2 if expected.dtype == torch.bfloat16 else 1e-5
+        torch.testing.assert_close(got.cpu(), expected, rtol=tol, atol=tol)
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
