@@ -16,6 +16,31 @@ using detail::sb_ap;
 namespace {
 constexpr int64_t kMax8 = 8;           // ISA: max8 returns 8 values per partition
 constexpr int64_t kMaxRowElements = 16384;  // a row tile in SBUF (fp32: 64 KiB per partition, two slots)
+
+// Stores m sorted elements at their destination rows `dest` (one per partition): the values
+// (`per` words each) and their positions first .. first + m - 1 as int64 (position, 0) pairs, both
+// by dma_scatter into the [total_rows] outputs.
+void scatter_sorted(const KernelContext& ctx, uint32_t values, uint32_t indices, int64_t total_rows, int64_t per,
+                    const isa::AccessPattern& src, const isa::AccessPattern& dest, uint32_t position, int64_t m,
+                    int64_t first) {
+  ctx.builder.emit(isa::Opcode::dma_scatter)
+      .tensor("dst", hbm_ap(ctx, values, 0, {{per, uint32_t(total_rows)}, {1, uint32_t(per)}}))
+      .tensor("src", src)
+      .tensor("indices", dest)
+      .imm("queue", double(detail::kStoreQueue));
+  const isa::AccessPattern pos = sb2(ctx, position, m, 2);
+  ctx.builder.emit(isa::Opcode::memset).tensor("dst", pos).imm("value", 0).on(Engine::gpsimd);
+  ctx.builder.emit(isa::Opcode::iota)
+      .tensor("dst", sb_ap(ctx, position, m, {{1, 1}}))
+      .word("pattern", "[[0, 1]]")
+      .imm("offset", double(first))
+      .imm("channel_multiplier", 1);
+  ctx.builder.emit(isa::Opcode::dma_scatter)
+      .tensor("dst", hbm_ap(ctx, indices, 0, {{2, uint32_t(total_rows)}, {1, 2}}))
+      .tensor("src", pos)
+      .tensor("indices", dest)
+      .imm("queue", double(detail::kStoreQueue + 3));
+}
 }  // namespace
 
 isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
@@ -213,24 +238,7 @@ isa::Program sort_program(const SortSpec& spec, const HardwareConfig& config, ui
           .imm("operand0", double(r * n))
           .word("op1", "add")
           .tensor("operand1", sb2(ctx, eq_count[slot], m, 1));
-      ctx.builder.emit(isa::Opcode::dma_scatter)
-          .tensor("dst", hbm_ap(ctx, values, 0, {{per, uint32_t(spec.rows * n)}, {1, uint32_t(per)}}))
-          .tensor("src", own)
-          .tensor("indices", dest)
-          .imm("queue", double(detail::kStoreQueue));
-      // The element's position as an int64 (position, 0) pair.
-      const isa::AccessPattern pos = sb2(ctx, position[slot], m, 2);
-      ctx.builder.emit(isa::Opcode::memset).tensor("dst", pos).imm("value", 0).on(Engine::gpsimd);
-      ctx.builder.emit(isa::Opcode::iota)
-          .tensor("dst", sb_ap(ctx, position[slot], m, {{1, 1}}))
-          .word("pattern", "[[0, 1]]")
-          .imm("offset", double(t.begin))
-          .imm("channel_multiplier", 1);
-      ctx.builder.emit(isa::Opcode::dma_scatter)
-          .tensor("dst", hbm_ap(ctx, indices, 0, {{2, uint32_t(spec.rows * n)}, {1, 2}}))
-          .tensor("src", pos)
-          .tensor("indices", dest)
-          .imm("queue", double(detail::kStoreQueue + 3));
+      scatter_sorted(ctx, values, indices, spec.rows * n, per, own, dest, position[slot], m, t.begin);
       ++slot;
     }
   }
@@ -370,23 +378,7 @@ isa::Program counting_sort_program(const CountingSortSpec& spec, const HardwareC
             .tensor("data2", sb2(ctx, totals, P, K))
             .word("op", "add");
       }
-      ctx.builder.emit(isa::Opcode::dma_scatter)
-          .tensor("dst", hbm_ap(ctx, values, 0, {{per, uint32_t(spec.rows * n)}, {1, uint32_t(per)}}))
-          .tensor("src", o)
-          .tensor("indices", d)
-          .imm("queue", double(detail::kStoreQueue));
-      const isa::AccessPattern pos = sb2(ctx, position[slot], m, 2);
-      ctx.builder.emit(isa::Opcode::memset).tensor("dst", pos).imm("value", 0).on(Engine::gpsimd);
-      ctx.builder.emit(isa::Opcode::iota)
-          .tensor("dst", sb_ap(ctx, position[slot], m, {{1, 1}}))
-          .word("pattern", "[[0, 1]]")
-          .imm("offset", double(t.begin))
-          .imm("channel_multiplier", 1);
-      ctx.builder.emit(isa::Opcode::dma_scatter)
-          .tensor("dst", hbm_ap(ctx, indices, 0, {{2, uint32_t(spec.rows * n)}, {1, 2}}))
-          .tensor("src", pos)
-          .tensor("indices", d)
-          .imm("queue", double(detail::kStoreQueue + 3));
+      scatter_sorted(ctx, values, indices, spec.rows * n, per, o, d, position[slot], m, t.begin);
       ++slot;
     }
   }
