@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "isa/numerics/float_format.h"
+#include "kernels/kernel_common.h"
 #include "sim/simulator.h"
 #include "sim/trace/trace_writer.h"
 
@@ -124,10 +125,11 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
     try {
       for (uint32_t core = 0; core < lnc; ++core)
         parts.push_back(std::make_shared<const isa::Program>(build(*config, core, lnc)));
-    } catch (const std::exception&) {
+    } catch (const kernels::SplitUnsupported&) {
       if (lnc == 1) throw;
       // Some kernels cannot split some shapes (e.g. a matmul whose transposing pass would race
-      // between cores): the whole kernel on the first core, the others idle.
+      // between cores): the whole kernel on the first core, the others idle. Any other failure of a
+      // split build propagates (a bug must not hide behind a slower one-core run).
       parts.clear();
       isa::Program whole = build(*config, 0, 1);
       isa::Program idle = whole;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,13 @@
 #include "isa/builder.h"
 
 namespace trnsim::kernels {
+
+// A kernel that cannot split this shape across the requested cores (it can still run whole on one
+// core). The only build failure the device executor turns into a one-core run: anything else a
+// split build throws is a bug and propagates.
+struct SplitUnsupported : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -178,7 +178,7 @@ void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const Matmul
       spec.residual ? b.sbuf(ctx.name("residual_sb"), DType::fp32, {uint32_t(p), 2, uint32_t(nb_cols)}) : 0;
 
   if (ctx.cores > 1 && (a_pass || b_pass)) {
-    throw isa::IsaError("matmul split across cores needs its operands pre-transposed or DMA transposes "
+    throw SplitUnsupported("matmul split across cores needs its operands pre-transposed or DMA transposes "
                         "(trn2+, 2-byte dtypes): the transposing pass would race between cores");
   }
   // Split across cores by whole N blocks when there are enough (each core keeps its own resident
