@@ -2962,6 +2962,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>()); }
 
+// Sparse layouts have no kernels and no CPU fallback path on the device: a clear error naming the op.
+void neuron_sparse_unsupported(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: sparse tensors are not supported on the device (", op.schema().operator_name(),
+                              "); keep sparse tensors on the CPU, or make them dense with .to_dense() before .to(\"neuron\")");
+}
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_sparse_unsupported>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_sparse_unsupported>());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random numbers from the device generators. The values: the CPU generator's algorithm (mt19937
 // with PyTorch's transforms) run on the host with the device generator's own state, so the device

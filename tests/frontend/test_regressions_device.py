@@ -159,3 +159,11 @@ def test_native_group_norm_statistics_are_differentiable_like_the_cpu():
     for got, expected in zip(run("neuron"), run("cpu")):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
     assert not trnsim.fallback_report(), trnsim.fallback_report()
+
+
+@pytest.mark.parametrize("make", [lambda: torch.randn(3, 3).to_sparse().to("neuron"),
+                                  lambda: torch.randn(3, 3).to_sparse_csr().to("neuron"),
+                                  lambda: torch.randn(3, 3).to("neuron").to_sparse()])
+def test_sparse_layouts_are_a_clear_error(make):
+    with pytest.raises(NotImplementedError, match="sparse tensors are not supported on the device"):
+        make()
