@@ -15,7 +15,7 @@ PY_REQS     := deps/requirements.txt
 APT_STAMP   := $(STAMPS)/apt.stamp
 VENV_STAMP  := $(STAMPS)/venv.stamp
 
-.PHONY: all build demo test test-cpp test-python test-asan deps clean distclean
+.PHONY: all build demo test test-cpp test-python test-asan golden-update deps clean distclean
 
 all: build
 
@@ -69,6 +69,11 @@ test-cpp: build
 # when test files exist (a suite that silently collects nothing is a defect, not a pass).
 test-python: build
 	@TRNSIM_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) tools/run_pytest.sh $(VENV)/bin/python tests
+
+# Reruns the golden-timing cases (tools/golden_update.py), prints each changed timing (old, new,
+# ratio) and rewrites traces/golden/kernels.json: commit it with the change that moved the times.
+golden-update: build
+	@TRNSIM_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) $(VENV)/bin/python tools/golden_update.py
 
 # Address + undefined-behaviour sanitizers; not part of CI (slow on 2 cores). Leak detection is
 # off: LeakSanitizer's stop-the-world tracer crashes on SystemC's coroutine stacks at exit.
