@@ -415,6 +415,29 @@ double host_max_abs(const at::Tensor& t) {
   return h.scalar_type() == at::kBool ? 1.0 : h.abs().max().item<double>();
 }
 
+// The ISA has no 64-bit integers: a dense int64 tensor is read as an int32 host copy of its values
+// (the caller has checked that they fit), others as they are.
+at::Tensor kernel_input(const at::Tensor& dense) {
+  return dense.scalar_type() == at::kLong ? host_alias(dense).to(at::kInt) : dense;
+}
+
+// A kernel's output buffer for a dense result, in storage order: an int64 result is written to an
+// int32 staging buffer and widened into the result's storage by finish().
+struct KernelResult {
+  at::Tensor result, staging;
+  explicit KernelResult(at::Tensor dense) : result(std::move(dense)) {
+    if (result.scalar_type() == at::kLong) staging = at::empty({result.numel()}, at::kInt);
+  }
+  HostBuffer buffer(const std::string& name) const {
+    return HostBuffer{name, (staging.defined() ? staging : result).data_ptr(), size_t(result.numel()),
+                      *elementwise_dtype(result.scalar_type())};
+  }
+  at::Tensor finish() const {
+    if (staging.defined()) at::from_blob(result.data_ptr(), {result.numel()}, result.options().device(at::kCPU)).copy_(staging);
+    return result;
+  }
+};
+
 void check_options(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
   TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors");
   TORCH_CHECK(!pin_memory.has_value() || !*pin_memory, "pin_memory is for host tensors, not neuron tensors");
@@ -487,7 +510,7 @@ bool integer_to_float_kernel(const at::Tensor& src, const at::Tensor& dst) {
   if (src.numel() == 0 || !dst.is_contiguous()) return false;
   const bool wide = c10::elementSize(src.scalar_type()) >= 4;
   if (wide && host_alias(src).abs().max().item<double>() > kExactIntegerBound) return false;
-  at::Tensor stored = src.scalar_type() == at::kLong ? host_alias(src).to(at::kInt) : src;
+  const at::Tensor stored = kernel_input(src);
   const DType in_dt = *elementwise_dtype(src.scalar_type());
   kernels::UnarySpec spec;
   spec.shape = {src.numel()};
@@ -937,7 +960,6 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   const at::ScalarType in_type = x_in.scalar_type();
   at::ScalarType out_type = in_type;
   std::optional<DType> in_dt = sim_dtype(in_type);
-  at::Tensor stored_int;  // an int64 input narrowed to int32 on the host
   if (!in_dt && at::isIntegralType(in_type, /*includeBool=*/false)) {
     // Integer inputs: abs / neg / sign / relu stay integers, the float functions give the default
     // float dtype (torch's promotion); the engines compute in fp32, exact while |x| <= 2^24.
@@ -949,7 +971,7 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
     in_dt = elementwise_dtype(in_type);
   }
   if (!in_dt) return std::nullopt;
-  const std::optional<DType> out_dt = out_type == at::kLong ? DType::int32 : elementwise_dtype(out_type);
+  const std::optional<DType> out_dt = elementwise_dtype(out_type);
   c10::DeviceGuard guard(x_in.device());
   // A dense non-contiguous input (transposed, channels-last) is computed in storage order and the
   // result keeps its layout, as TensorIterator does.
@@ -958,8 +980,8 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   at::Tensor y = keep_layout ? at::empty_strided(x_in.sizes(), x_in.strides(), x_in.options().dtype(out_type))
                              : at::empty(x_in.sizes(), x_in.options().dtype(out_type));
   if (x_in.numel() == 0) return y;
-  if (in_type == at::kLong) stored_int = host_alias(x).to(at::kInt);
-  at::Tensor narrow_out = out_type == at::kLong ? at::empty({x.numel()}, at::kInt) : at::Tensor();
+  const at::Tensor source = kernel_input(x);
+  const KernelResult target(y);
   UnarySpec spec;
   spec.shape = {x.numel()};
   spec.op = kind;
@@ -967,13 +989,10 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   spec.output_dtype = *out_dt;
   const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) + "|" +
                           std::string(dtype_name(*in_dt)) + ">" + std::string(dtype_name(*out_dt));
-  const at::Tensor& source = stored_int.defined() ? stored_int : x;
-  const at::Tensor& target = narrow_out.defined() ? narrow_out : y;
   execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
-                  {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), *in_dt}},
-                  {HostBuffer{"y", target.data_ptr(), size_t(x.numel()), *out_dt}}, record_for(op, {x_in}, in_type));
-  if (narrow_out.defined()) at::from_blob(y.data_ptr(), {x.numel()}, y.options().device(at::kCPU)).copy_(narrow_out);
-  return y;
+                  {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), *in_dt}}, {target.buffer("y")},
+                  record_for(op, {x_in}, in_type));
+  return target.finish();
 }
 
 // A binary operand: a tensor on the device, or a 0-dim tensor used as an immediate (Python numbers
@@ -999,7 +1018,7 @@ std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immedia
   BinaryOperand o{stored, *dt, std::nullopt, integral ? host_max_abs(t) : 0.0};
   if (t.scalar_type() == at::kLong) {
     if (o.max_abs > kExactIntegerBound) return std::nullopt;
-    o.tensor = host_alias(o.tensor).to(at::kInt);  // alive until the program has run
+    o.tensor = kernel_input(o.tensor);  // alive until the program has run
   }
   return o;
 }
@@ -1117,15 +1136,11 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   std::vector<HostBuffer> inputs;
   if (!a->scalar) inputs.push_back(HostBuffer{"a", a->tensor.data_ptr(), size_t(a->tensor.numel()), a->dtype});
   if (!b->scalar) inputs.push_back(HostBuffer{"b", b->tensor.data_ptr(), size_t(b->tensor.numel()), b->dtype});
-  // An int64 result is computed as int32 and widened on the host.
-  at::Tensor narrow_out = result == at::kLong ? at::empty({numel}, at::kInt) : at::Tensor();
-  const HostBuffer out_buffer{"c", (narrow_out.defined() ? narrow_out : c).data_ptr(), size_t(numel), *out_dt};
+  const KernelResult out(c);
   execute_program(device_operand.device().index(), key,
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::binary_program(spec, hw, core, cores); }, inputs,
-                  {out_buffer}, record_for(op, {a_in, b_in}, promoted));
-  if (narrow_out.defined())
-    at::from_blob(c.data_ptr(), {numel}, c.options().device(at::kCPU)).copy_(narrow_out);
-  return c;
+                  {out.buffer("c")}, record_for(op, {a_in, b_in}, promoted));
+  return out.finish();
 }
 
 // Reductions (kernels/reduction.h): sum / mean / amax / amin over any dims (empty = all), max / min
@@ -1179,7 +1194,7 @@ std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& 
 // reduction, the (integral) result converted on the host. Exact while sum |x| <= 2^24 (every
 // partial sum is then exact in fp32); beyond that the CPU's kernel.
 // amax / amin / max / min the same way (exact while max |x| <= 2^24; the result keeps x's dtype).
-std::optional<at::Tensor> lower_integer_sum(const std::string& op, const at::Tensor& x, const std::vector<int64_t>& rdims,
+std::optional<at::Tensor> lower_integer_reduce(const std::string& op, const at::Tensor& x, const std::vector<int64_t>& rdims,
                                             bool keepdim, const c10::IValue& dtype_arg, ReduceOp kind = ReduceOp::sum) {
   const at::ScalarType result = kind != ReduceOp::sum ? x.scalar_type()
                                 : dtype_arg.isNone() ? at::kLong : static_cast<at::ScalarType>(dtype_arg.toInt());
@@ -1245,7 +1260,7 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
     if (integral && (c10::elementSize(t->scalar_type()) >= 4 || !integral_result)) {
       const double limit = integral_result ? kExactIntegerBound : exact_integer_limit(result);
       if (host_max_abs(stored) > limit) return std::nullopt;
-      if (t->scalar_type() == at::kLong) stored = host_alias(stored).to(at::kInt);
+      stored = kernel_input(stored);
     }
     return std::make_pair(stored, *odt);
   };
@@ -1268,8 +1283,7 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
   std::vector<HostBuffer> inputs = {buffer("cond", cond)};
   if (a_in) inputs.push_back(HostBuffer{"a", a->first.data_ptr(), size_t(a->first.numel()), a->second});
   if (b_in) inputs.push_back(HostBuffer{"b", b->first.data_ptr(), size_t(b->first.numel()), b->second});
-  at::Tensor narrow_out = result == at::kLong ? at::empty({cond_in.numel()}, at::kInt) : at::Tensor();
-  const HostBuffer out_buffer{"out", (narrow_out.defined() ? narrow_out : out).data_ptr(), size_t(cond_in.numel()), *dt};
+  const KernelResult target(out);
   std::ostringstream key;
   key << std::hexfloat << op << "|" << cond_in.numel() << "|" << dtype_name(spec.a_dtype) << ","
       << dtype_name(spec.b_dtype) << ">" << dtype_name(spec.output_dtype);
@@ -1277,9 +1291,8 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
   if (b_scalar) key << "|b=" << *b_scalar;
   execute_program(cond_in.device().index(), key.str(),
                   [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::where_program(spec, hw, core, cores); }, inputs,
-                  {out_buffer}, record_for(op, {cond_in}, result));
-  if (narrow_out.defined()) at::from_blob(out.data_ptr(), {cond_in.numel()}, out.options().device(at::kCPU)).copy_(narrow_out);
-  return out;
+                  {target.buffer("out")}, record_for(op, {cond_in}, result));
+  return target.finish();
 }
 
 // threshold_backward(grad, self, threshold) = self <= threshold ? 0 : grad (relu's backward):
@@ -2128,7 +2141,7 @@ std::optional<at::Tensor> lower_scan(const std::string& op, c10::ArrayRef<c10::I
   spec.op = sum ? kernels::ScanOp::sum : kernels::ScanOp::prod;
   spec.input_dtype = *elementwise_dtype(x.scalar_type());
   spec.output_dtype = *elementwise_dtype(result);
-  const at::Tensor source = x.scalar_type() == at::kLong ? host_alias(x).to(at::kInt) : x;
+  const at::Tensor source = kernel_input(x);
   const bool in_place = result != at::kLong && (x_in.dim() == 0 || d == x_in.dim() - 1);  // no permute back
   at::Tensor scanned = in_place ? out.view(x.sizes())
                                 : at::empty(x.sizes(), x.options().dtype(result == at::kLong ? at::kInt : result));
@@ -2518,9 +2531,9 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
   }
   // Reductions.
   if (op == "sum.dim_IntList" && at::isIntegralType(args[0].toTensor().scalar_type(), true))
-    return lower_integer_sum(op, args[0].toTensor(), int_list(args[1]), args[2].toBool(), args[3]);
+    return lower_integer_reduce(op, args[0].toTensor(), int_list(args[1]), args[2].toBool(), args[3]);
   if (op == "sum" && at::isIntegralType(args[0].toTensor().scalar_type(), true))
-    return lower_integer_sum(op, args[0].toTensor(), {}, false, args[1]);
+    return lower_integer_reduce(op, args[0].toTensor(), {}, false, args[1]);
   if (op == "sum.dim_IntList" || op == "mean.dim") {
     const at::Tensor& x = args[0].toTensor();
     if (!same_dtype_arg(args[3], x)) return std::nullopt;
@@ -2536,7 +2549,7 @@ std::optional<at::Tensor> lower(const std::string& op, c10::ArrayRef<c10::IValue
     const ReduceOp kind = op == "amax" || op == "max" ? ReduceOp::max : ReduceOp::min;
     const std::vector<int64_t> rdims = op.size() == 4 ? int_list(args[1]) : std::vector<int64_t>{};
     const bool keepdim = op.size() == 4 && args[2].toBool();
-    if (at::isIntegralType(x.scalar_type(), true)) return lower_integer_sum(op, x, rdims, keepdim, c10::IValue(), kind);
+    if (at::isIntegralType(x.scalar_type(), true)) return lower_integer_reduce(op, x, rdims, keepdim, c10::IValue(), kind);
     return lower_reduce(op, x, rdims, keepdim, kind);
   }
   if (op == "argmax" || op == "argmin") {

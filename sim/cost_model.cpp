@@ -450,23 +450,18 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
   cost.fixed_latency_ns = dma.fixed_latency_ns;
   cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
   cost.dge_ns = enum_is(inst, "dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
-  if (inst.opcode == Opcode::dma_gather) {
-    // The table operand names all V rows but only dst's rows move: one descriptor per gathered row
-    // (trainium.md §7: indirect DMA needs the software DGE). Assumed: the GpSimd builds the
-    // descriptors in GPSIMD_START (config gpsimd.fixed_overhead_cycles) + one cycle per row, charged
-    // as extra fixed latency of the transfer (neither GpSimd occupancy nor serialised between queues).
-    const uint64_t rows = dst.partitions();
-    cost.bytes = dst.elements() * dtype_size_bytes(dst.dtype);
-    cost.descriptors = std::max<uint64_t>(rows, dst.elements() / std::max<uint64_t>(1, dst_run));
-    cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
-    cost.fixed_latency_ns += (config.core.gpsimd.fixed_overhead_cycles + double(rows)) / config.core.gpsimd.clock_ghz;
-  }
-  if (inst.opcode == Opcode::dma_scatter) {
-    // The mirror of dma_gather: the table operand names all V rows but only src's rows move, one
-    // descriptor per scattered row, descriptors from the GpSimd software DGE (same assumed cost).
-    // read-add-write was priced above (dma.read_add_write_efficiency).
-    const uint64_t rows = src.partitions();
-    cost.descriptors = std::max<uint64_t>(rows, src.elements() / std::max<uint64_t>(1, src_run));
+  if (inst.opcode == Opcode::dma_gather || inst.opcode == Opcode::dma_scatter) {
+    // Indirect DMA: the HBM table operand names all V rows but only the SBUF side's rows move (dst
+    // of a gather, src of a scatter): one descriptor per row (trainium.md §7: indirect DMA needs the
+    // software DGE). Assumed: the GpSimd builds the descriptors in GPSIMD_START (config
+    // gpsimd.fixed_overhead_cycles) + one cycle per row, charged as extra fixed latency of the
+    // transfer (neither GpSimd occupancy nor serialised between queues). A scatter's read-add-write
+    // was priced above (dma.read_add_write_efficiency).
+    const bool gather = inst.opcode == Opcode::dma_gather;
+    const AccessPattern& moved = gather ? dst : src;
+    const uint64_t rows = moved.partitions();
+    cost.bytes = moved.elements() * dtype_size_bytes(moved.dtype);
+    cost.descriptors = std::max<uint64_t>(rows, moved.elements() / std::max<uint64_t>(1, gather ? dst_run : src_run));
     cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
     cost.fixed_latency_ns += (config.core.gpsimd.fixed_overhead_cycles + double(rows)) / config.core.gpsimd.clock_ghz;
   }
