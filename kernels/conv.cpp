@@ -24,6 +24,9 @@ constexpr int64_t kTargetBlockPixels = 2048;  // >= 4 PSUM tiles per block amort
 constexpr double kWeightBudget = 0.35;      // share of an SBUF partition the resident W^T may take
 constexpr int64_t kMemsetPiece = 32768;     // elements per memset (engine free-size limit 65536)
 constexpr int64_t kMaxEngineFree = 65536;
+// Dense dX's weight gather (prepare_weights) alternates Scalar and Vector above this many elements per O
+// block; below it Scalar alone (Vector's SBUF port is shared with GpSimd's staging copies). Assumed.
+constexpr int64_t kBothEnginesWeightElems = 16384;
 constexpr int64_t kMaxStride = 32767;       // 16-bit access-pattern stride
 constexpr int64_t kTransposeSlotsPerBank = 4;  // [.., 128] fp32 transposes per 2 KiB bank
 constexpr int64_t kStoreQueue = 4, kWeightQueue = 6;
@@ -408,8 +411,8 @@ void Conv2dBuilder::prepare_weights(const Range& ot) {
     // Dense dX: per (chunk, kh, kw) a copy gathers the flipped tap of each of the tile's rows
     // (stride KH * KW) into the replica's group of the stationary: no PE transposes. On Scalar: Vector
     // shares its SBUF port with GpSimd, busy with the first blocks' staging copies; only a large weight
-    // (more elements than a few blocks' copies, assumed threshold) gets Vector's half too.
-    const bool both = int64_t(m_chunks.size()) * s.kh * s.kw * m_o_block > 16384;
+    // (more than kBothEnginesWeightElems: a few blocks' copies) gets Vector's half too.
+    const bool both = int64_t(m_chunks.size()) * s.kh * s.kw * m_o_block > kBothEnginesWeightElems;
     for (size_t ch = 0; ch < m_chunks.size(); ++ch) {
       const uint32_t cn = uint32_t(m_chunks[ch].size);
       for (int64_t kh = 0; kh < s.kh; ++kh) {

@@ -50,12 +50,15 @@ void Conv2dBuilder::allocate_grad_weight() {
   m_row_cols = m_cols;
   int64_t dy_chunks = int64_t(m_o_chunks.size()), round_accs = int64_t(m_accs.size());
   const int64_t out_bytes = dtype_size_bytes(s.output_dtype);
-  // What the whole dW holds at once, plus the smallest input block (one output row, double-buffered).
-  const int64_t min_block = 2 * int64_t(m_chunks.size()) * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
-                            2 * m_wo * dy_chunks * m_in_bytes;
+  // The smallest input block (one output row, double-buffered) with its dY rows of `dy_tiles` O tiles.
+  auto min_block = [&](int64_t dy_tiles) {
+    return 2 * int64_t(m_chunks.size()) * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes +
+           2 * m_wo * dy_tiles * m_in_bytes;
+  };
+  // What the whole dW holds at once, plus the smallest input block.
   const int64_t whole = m_slots * (m_ostride + m_cstride) * m_in_bytes +
                         (m_passes > 1 ? int64_t(m_accs.size()) * bank * 4 : 0) + m_cols * (m_passes > 1 ? 0 : 4) +
-                        m_cols * out_bytes + min_block;
+                        m_cols * out_bytes + min_block(dy_chunks);
   // Each of the ~12 buffers rounds up to the builder's 64-byte granularity (isa/builder.cpp).
   constexpr int64_t kAlignSlackBytes = 16 * 64;
   const int64_t avail = detail::sbuf_free_bytes(m_ctx) - kAlignSlackBytes;
@@ -68,9 +71,8 @@ void Conv2dBuilder::allocate_grad_weight() {
     const int64_t chunks = int64_t(m_chunks.size());
     auto row_cap = [&](int64_t g) { return std::min(m_cols, g * int64_t(p) * khw + 1); };
     auto bytes = [&](int64_t a, int64_t bc, int64_t g) {
-      const int64_t dy_block = 2 * chunks * rows_in(1) * (m_wb + (m_staged ? s.w : 0)) * m_in_bytes + 2 * m_wo * a * m_in_bytes;
       return kRingSlots * (std::min(m_ostride, a * int64_t(p)) + std::min(m_cstride, bc * bank + 2 * 128)) * m_in_bytes +
-             a * row_cap(g) * 4 + 2 * piece * out_bytes + dy_block;
+             a * row_cap(g) * 4 + 2 * piece * out_bytes + min_block(a);
     };
     int64_t a = std::min(kGradAccBanks, o_tiles), bc = kGradAccBanks / a, g = chunks;
     while (bytes(a, bc, g) > avail && (a > 1 || g > 1 || bc > 1)) {

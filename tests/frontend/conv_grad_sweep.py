@@ -2,7 +2,7 @@
 shapes (channels in/out, kernel sizes, stride, padding, batch, spatial sizes, groups incl. depthwise); prints
 each wrong or falling-back case and a summary (issue 10.2 / 10.12). Not a pytest module: run by hand,
   PYTHONPATH=build/python python tests/frontend/conv_grad_sweep.py SEED COUNT fp32|bf16"""
-import itertools, random, sys, time, torch, trnsim
+import random, sys, time, torch, trnsim
 trnsim.set_fallback_mode("allow")
 rng = random.Random(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -32,7 +32,6 @@ for i in range(count):
     dy = torch.randn(y.shape).to(dtype)
     y.backward(dy.double())
     ref = [y.detach(), xd.grad, wd.grad, bd.grad]
-    mag = [torch.nn.functional.conv2d(x.double().abs(), wt.double().abs(), b.double().abs(), stride=s, padding=p, groups=g)]
     xn, wn, bn = [t.to("neuron").requires_grad_() for t in (x, wt, b)]
     trnsim.reset_fallback_report()
     yn = torch.nn.functional.conv2d(xn, wn, bn, stride=s, padding=p, groups=g)

@@ -319,8 +319,6 @@ def run_conv_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, 
     own with the outputs preset to NaN, merged: every output element must be written by exactly the cores
     that own it and all together must equal torch autograd in float64. The parts share no partial sums, so a
     core's program runs the same alone as next to the others."""
-    import subprocess
-    from elementwise_test import runner
     kh, kw = (k, k) if isinstance(k, int) else k
     rng = np.random.default_rng(seed)
 
@@ -342,26 +340,16 @@ def run_conv_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, 
             inputs["bias"] = b.numpy()
     for name, shape in outputs.items():  # never-written elements stay NaN
         inputs[name] = np.full(shape, np.nan, dtype=np.float32)
-    for name, array in inputs.items():
-        np.save(tmp_path / f"{name}.npy", array)
+    params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c // groups, kh, kw)), "stride": stride,
+              "padding": padding, "has_bias": int(bias), "dtype": dtype, "out_dtype": "fp32",
+              "backward": int(backward), "groups": groups, "cores": cores}
     merged = {name: np.full(shape, np.nan) for name, shape in outputs.items()}
     for core in range(cores):
-        tasm = tmp_path / f"k{core}.tasm"
-        args = [str(runner()), "conv2d", f"input={shape_text((n, c, h, w))}",
-                f"weight={shape_text((o, c // groups, kh, kw))}", f"stride={stride}", f"padding={padding}",
-                f"has_bias={int(bias)}", f"dtype={dtype}", "out_dtype=fp32", f"backward={int(backward)}", f"groups={groups}",
-                f"cores={cores}", f"tasm_core={core}", "--tasm", str(tasm)]
-        built = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        assert built.returncode == 0, built.stderr
-        cmd = ["run", tasm, "--config", "trn2"]
-        for name in inputs:
-            cmd += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
-        for name in outputs:
-            cmd += ["--output", f"{name}={tmp_path / f'out{core}_{name}.npy'}"]
-        result = run_trnsim(*cmd)
-        assert result.returncode == 0, result.stderr
-        for name in outputs:
-            part = np.load(tmp_path / f"out{core}_{name}.npy").astype(np.float64)
+        (tmp_path / f"core{core}").mkdir()
+        parts = run_kernel(run_trnsim, tmp_path / f"core{core}", "conv2d", {**params, "tasm_core": core}, inputs,
+                           list(outputs))
+        for name, part in zip(outputs, parts):
+            part = part.astype(np.float64)
             written = ~np.isnan(part)
             both = written & ~np.isnan(merged[name])
             assert np.array_equal(part[both], merged[name][both]), f"{name}: cores disagree on shared elements"

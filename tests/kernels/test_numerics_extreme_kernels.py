@@ -46,7 +46,7 @@ def test_cross_entropy_extreme(run_trnsim, tmp_path, cols, offset):
     expected = F.cross_entropy(xt, tt, reduction="none")
     close(loss, expected)
     assert abs(float(loss[0]) - np.log(cols)) < 1e-5
-    # The backward from the forward's own (max, log(sum)) statistics.
+    # The backward from the forward's own (max, sum exp(x - max)) statistics.
     dloss = np.random.default_rng(33).standard_normal(rows).astype(np.float32)
     expected.backward(torch.from_numpy(dloss))
     (dlogits,) = run_kernel(run_trnsim, tmp_path, "cross_entropy_backward", params,
