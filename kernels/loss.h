@@ -19,7 +19,7 @@
 // backward on trn2: LLM vocabularies of 32K-152K) are split into column chunks (up to 16 KiB per
 // partition per load forward, ~6 KiB backward; 256-byte aligned, 3-5 deep rings). Forward: online
 // softmax statistics (per-chunk max and sum of exp(x - max_c), rescaled and combined per row once the
-// row's chunks are done; one pass over HBM). Backward: chunks are independent given the saved lse
+// row's chunks are done; one pass over HBM). Backward: chunks are independent given the saved (max, sum)
 // (Scalar exp and * scale / sum, Vector the one-hot, GpSimd the difference). Reductions and ignore_index as
 // in the one-pass schedule (no label smoothing: the frontend lowers F.cross_entropy, label smoothing too,
 // as log_softmax + nll_loss). A chunk of only -inf logits (a masked vocabulary tail) adds nothing to the

@@ -176,7 +176,9 @@ void build_softmax_chunked(const KernelContext& ctx, const SoftmaxSpec& spec, co
   const int64_t in_b = dtype_size_bytes(spec.input_dtype), out_b = dtype_size_bytes(spec.output_dtype);
   const int depth = detail::kRingDepth;
   // Chunk-wide buffers: the input ring, the output ring, a bf16 scratch for pass 1's exponentials and
-  // (softmax) an fp32 pair for pass 2's; ~16 KiB per partition per load (large DMAs) when SBUF allows.
+  // (softmax) a kExpDepth-deep fp32 ring for pass 2's (Scalar's exp of the next chunks goes ahead while
+  // GpSimd scales an earlier one; the depth is a schedule choice, not measured); ~16 KiB per partition
+  // per load (large DMAs) when SBUF allows.
   constexpr int kExpDepth = 3;
   const Chunks ch = chunk_columns(r.cols, detail::kTargetDmaBytesPerPartition / in_b,
                                   depth * (in_b + out_b) + 2 + (spec.log ? 0 : kExpDepth * 4),
@@ -343,7 +345,8 @@ void build_norm_chunked(const KernelContext& ctx, const NormSpec& spec, const Ro
   const int depth = detail::kRingDepth;
   // bn_stats pieces: ceil(width / 512) per chunk (an upper bound before the width is known).
   const int64_t pieces_bound = ceil_div(r.cols, kBnStatsMaxFree) + ceil_div(r.cols, 1024);
-  // (+ layernorm's corrected-mean rings: K, -K and the mean per group slot, and the chunk sums of x - K.)
+  // (+ layernorm's corrected-mean rings: K, -K and the mean, 2 * kNormGroup slots of a 256-byte granule each;
+  // the NaN term's 2; the chunk sums of x - K, 2 slots of one fp32 per chunk, chunks being >= 64 columns.)
   const int64_t stats_bytes = rms ? 2 * 256
                                   : 2 * std::max<int64_t>(256, pieces_bound * kBnStatsValues * 4) +
                                         3 * 2 * kNormGroup * 256 + 2 * 256 + 2 * std::max<int64_t>(256, 4 * ceil_div(r.cols, 64));
