@@ -240,12 +240,6 @@ class Checker {
           fail("activation-bias", "an immediate bias needs NeuronCore-v3 (trn2) or later; use a [P, 1] tensor");
         }
         break;
-      case Opcode::nc_find_index8:
-        if (given(inst, "dst") && dtype_info(inst.tensor("dst").dtype).is_float) {
-          fail("integer-dtype", "dst must be an integer dtype (uint16 or uint32), not " +
-                                    std::string(dtype_name(inst.tensor("dst").dtype)));
-        }
-        break;
       default: break;
     }
     check_operand_shapes(inst);
@@ -265,6 +259,16 @@ class Checker {
     return "[" + std::to_string(partitions) + ", " + std::to_string(free) + "]";
   }
   static std::string shape_text(const AccessPattern& ap) { return shape_text(ap.partitions(), ap.free_elements()); }
+  static AluOp alu(const Instruction& inst, const char* name) {
+    return static_cast<AluOp>(static_cast<int>(inst.scalar(name)));
+  }
+  // nc_transpose / dma_transpose: dst holds the [F, P] transpose of a [P, F] source.
+  void transposed(const AccessPattern* dst, const AccessPattern* src) {
+    if (dst && src && (dst->partitions() != src->free_elements() || dst->free_elements() != src->partitions())) {
+      fail("operand-shape", "dst must be " + shape_text(uint32_t(src->free_elements()), src->partitions()) +
+                                " to hold the transpose of " + shape_text(*src) + ", got " + shape_text(*dst));
+    }
+  }
 
   void same_shape(const Instruction& inst, const char* a, const char* b) {
     const AccessPattern *x = given(inst, a), *y = given(inst, b);
@@ -296,14 +300,11 @@ class Checker {
     }
   }
   void reduction_op(const Instruction& inst, const char* name) {
-    AluOp op = static_cast<AluOp>(static_cast<int>(inst.scalar(name)));
+    AluOp op = alu(inst, name);
     if (!alu_op_is_reduction(op)) {
       fail("reduce-op", std::string("operand '") + name + "': " + std::string(alu_op_name(op)) +
                             " is not a reduction operator");
     }
-  }
-  static AluOp alu(const Instruction& inst, const char* name) {
-    return static_cast<AluOp>(static_cast<int>(inst.scalar(name)));
   }
   // iota / affine_select: [step, count] pairs whose counts multiply to the free size of dst.
   void check_pattern(const Instruction& inst, uint64_t free) {
@@ -391,14 +392,7 @@ class Checker {
       }
     };
     switch (inst.opcode) {
-      case Opcode::nc_transpose: {
-        const AccessPattern* data = given(inst, "data");
-        if (dst && data && (dst->partitions() != data->free_elements() || dst->free_elements() != data->partitions())) {
-          fail("operand-shape", "dst must be " + shape_text(uint32_t(data->free_elements()), data->partitions()) +
-                                    " to hold the transpose of " + shape_text(*data) + ", got " + shape_text(*dst));
-        }
-        break;
-      }
+      case Opcode::nc_transpose: transposed(dst, given(inst, "data")); break;
       case Opcode::activation:
       case Opcode::activation_reduce: {
         same_shape(inst, "dst", "data");
@@ -483,6 +477,10 @@ class Checker {
         }
         break;
       case Opcode::nc_find_index8:
+        if (dst && dtype_info(dst->dtype).is_float) {
+          fail("integer-dtype", "dst must be an integer dtype (uint16 or uint32), not " +
+                                    std::string(dtype_name(dst->dtype)));
+        }
         if (const AccessPattern* data = given(inst, "data")) {
           shape_is(inst, "vals", data->partitions(), 8);
           shape_is(inst, "dst", data->partitions(), 8);
@@ -501,12 +499,7 @@ class Checker {
         if (const AccessPattern* data = given(inst, "data")) shape_is(inst, "dst", 1, data->free_elements());
         break;
       case Opcode::dma_transpose:
-        if (const AccessPattern* src = given(inst, "src")) {
-          if (dst && (dst->partitions() != src->free_elements() || dst->free_elements() != src->partitions())) {
-            fail("operand-shape", "dst must be " + shape_text(uint32_t(src->free_elements()), src->partitions()) +
-                                      " to hold the transpose of " + shape_text(*src) + ", got " + shape_text(*dst));
-          }
-        }
+        transposed(dst, given(inst, "src"));
         [[fallthrough]];
       case Opcode::dma_copy:
       case Opcode::dma_gather: {
