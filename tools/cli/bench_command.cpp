@@ -1,9 +1,8 @@
 // `trnsim bench ...`: performance of the kernel library on the timing model. One point per
 // invocation here; sweeps (model shapes, CSV, plots) drive this from tools/bench/.
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -88,12 +87,12 @@ sim::SimResult simulate_point(const std::vector<isa::Program>& programs, const L
 // (--m 100000 --k 100000 --n 100000 is ~10^8 matmuls): refused up front, naming the count,
 // instead of a bad_alloc after minutes of building.
 void refuse_oversized_matmul(const MatmulOptions& o, const HardwareConfig& hw) {
-  // Each instruction takes a few hundred bytes of program and tracker state: 2^23 matmuls (plus
-  // their loads and evacuations) is already several GiB.
+  // A simulator limit (assumed, not hardware): each instruction takes a few hundred bytes of
+  // program and tracker state, so 2^23 matmuls (plus their loads and evacuations) is several GiB.
   constexpr double kMaxMatmulInstructions = double(1 << 23);
   auto tiles = [](int64_t size, double tile) { return std::ceil(double(std::max<int64_t>(size, 1)) / tile); };
   const double rows = hw.core.tensor.pe_rows, columns = hw.core.tensor.pe_columns;
-  const double moving = 512;  // fp32 PSUM bank of moving columns: the kernel's N tile
+  const double moving = double(hw.core.psum.bank_bytes / 4);  // one fp32 PSUM bank: the kernel's N tile (matmul.cpp)
   const double matmuls =
       double(std::max<int64_t>(o.batch, 1)) * tiles(o.m, columns) * tiles(o.k, rows) * tiles(o.n, moving);
   if (matmuls > kMaxMatmulInstructions) {
