@@ -52,7 +52,8 @@ SourceLocation location_of(const YAML::Mark& mark, const std::string& origin, in
 // yaml-cpp shares the node an alias names, so a short document of nested aliases ("billion
 // laughs") is small in yaml-cpp but exponential once copied into ConfigNodes. A document without
 // aliases has at most about one node per byte of text, so the budget is that plus room for
-// modest alias use; anything beyond it is refused before it exhausts memory.
+// modest alias use; anything beyond it is refused before it exhausts memory. Both caps below are
+// simulator limits (assumed, generous for any real config), not hardware figures.
 struct ExpansionBudget {
   size_t remaining;
   size_t limit;
@@ -120,7 +121,8 @@ ConfigNode parse_yaml(const std::string& text, const std::string& origin, int fi
 }
 
 ConfigNode parse_yaml_file(const std::string& path) {
-  // Configs are a few KiB; a cap keeps a mistaken path (a disk image, a log) from filling memory.
+  // Configs are a few KiB; a cap keeps a mistaken path (a disk image, a log) from filling memory
+  // (a simulator limit, assumed).
   constexpr uintmax_t kMaxConfigBytes = uintmax_t{64} << 20;
   std::error_code ec;
   uintmax_t bytes = std::filesystem::file_size(path, ec);

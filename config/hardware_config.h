@@ -200,7 +200,8 @@ struct SbufConfig {
   template <class V>
   void visit(V& v) {
     v.field("partitions", partitions, info("partitions (rows) of the state buffer", 1, 4096));
-    // The cap is the simulator's, not the hardware's: 128 x 64 MiB is 8 GiB of host memory per core.
+    // The cap is the simulator's, not the hardware's (224 KiB on trn2, trainium.md A-V3): 128 x
+    // 64 MiB is 8 GiB of host memory per core.
     v.field("bytes_per_partition", bytes_per_partition,
             info("bytes in one partition (the simulator holds at most 64 MiB)", 1, 1ull << 26));
     v.field("quadrant_partitions", quadrant_partitions,
@@ -216,10 +217,12 @@ struct PsumConfig {
   template <class V>
   void visit(V& v) {
     v.field("partitions", partitions, info("partitions of the partial-sum buffer", 1, 4096));
+    // The caps are the simulator's, as for SBUF (hardware: 16 KiB, 2 KiB banks; trainium.md A-V3).
     v.field("bytes_per_partition", bytes_per_partition,
             info("bytes in one partition (the simulator holds at most 64 MiB)", 1, 1ull << 26));
     v.field("banks", banks, info("accumulation banks per partition", 1, 1024));
-    v.field("bank_bytes", bank_bytes, info("bytes of one bank in one partition", 1, 1ull << 26));
+    v.field("bank_bytes", bank_bytes,
+            info("bytes of one bank in one partition (the simulator holds at most 64 MiB)", 1, 1ull << 26));
   }
 };
 
