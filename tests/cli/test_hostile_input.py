@@ -39,12 +39,19 @@ def matmul_inputs(tmp_path):
     return ["--input", f"a_t={tmp_path / 'a_t.npy'}", "--input", f"b={tmp_path / 'b.npy'}"]
 
 
+def mode_args(tmp_path, timing_only):
+    """--timing-only, or the --input for the kernel fixture's x tensor (zeros, fp32 [128, 64])."""
+    if timing_only:
+        return ["--timing-only"]
+    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
+    return ["--input", f"x={tmp_path / 'x.npy'}"]
+
+
 # ---- item 8: errors raised during the simulation ----
 
 @pytest.mark.parametrize("timing_only", [True, False])
 def test_unsatisfiable_sem_wait_is_a_clean_error(run_trnsim, kernel, tmp_path, timing_only):
-    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
-    mode = ["--timing-only"] if timing_only else ["--input", f"x={tmp_path / 'x.npy'}"]
+    mode = mode_args(tmp_path, timing_only)
     result = run_trnsim("run", kernel("sem_wait engine=sync, sem=0, value=1\n"), *mode)
     assert_clean_error(result, "sem_wait: waits for semaphore 0 to reach 1")
     result = run_trnsim("run", kernel("sem_wait engine=sync, sem=0, value=1\n"), *mode, "--cores", "0", "1")
@@ -53,8 +60,7 @@ def test_unsatisfiable_sem_wait_is_a_clean_error(run_trnsim, kernel, tmp_path, t
 
 @pytest.mark.parametrize("timing_only", [True, False])
 def test_out_of_range_dma_queue_is_a_clean_error(run_trnsim, kernel, tmp_path, timing_only):
-    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
-    mode = ["--timing-only"] if timing_only else ["--input", f"x={tmp_path / 'x.npy'}"]
+    mode = mode_args(tmp_path, timing_only)
     result = run_trnsim("run", kernel("dma_copy dst=s, src=x, queue=99\n"), *mode)
     assert_clean_error(result, "DMA queue 99 does not exist (the config has 16 per engine)")
 
@@ -62,10 +68,9 @@ def test_out_of_range_dma_queue_is_a_clean_error(run_trnsim, kernel, tmp_path, t
 def test_shape_rules_hold_in_both_modes(run_trnsim, kernel, tmp_path):
     # A rule that only the interpreter checked: values mode ended in `terminate ... sc_report`,
     # --timing-only accepted the program.
-    np.save(tmp_path / "x.npy", np.zeros((128, 64), np.float32))
     path = kernel("sbuf t : fp32[128, 32]\ntensor_copy dst=t, src=s\n")
-    values = run_trnsim("run", path, "--input", f"x={tmp_path / 'x.npy'}")
-    timing = run_trnsim("run", path, "--timing-only")
+    values = run_trnsim("run", path, *mode_args(tmp_path, False))
+    timing = run_trnsim("run", path, *mode_args(tmp_path, True))
     for result in (values, timing):
         assert_clean_error(result, "tensor_copy: dst is [128, 32] but src is [128, 64]", "[operand-shape]")
 
