@@ -15,18 +15,24 @@ def conv_grads(conv, x, dy):
     return [t.detach().cpu() for t in (y, x.grad, conv.weight.grad, conv.bias.grad)]
 
 
-def compare_with_cpu(c, o, k, n, h, w, stride=1, padding=0, dtype=torch.float32, seed=0):
+def device_and_cpu_grads(c, o, k, n, h, w, stride, padding, groups=1, dtype=torch.float32, seed=0):
+    """conv_grads of one nn.Conv2d (seeded init, input and grad_output) on the device and on the CPU; no fallback."""
     torch.manual_seed(seed)
-    cpu = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding).to(dtype)
+    cpu = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding, groups=groups).to(dtype)
     x = torch.randn(n, c, h, w).to(dtype)
-    ho, wo = (h + 2 * padding - k) // stride + 1, (w + 2 * padding - k) // stride + 1
-    dy = torch.randn(n, o, ho, wo).to(dtype)
+    with torch.no_grad():
+        dy = torch.randn(cpu(x).shape).to(dtype)
     expected = conv_grads(cpu, x, dy)
-    dev = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding).to(dtype)
+    dev = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding, groups=groups).to(dtype)
     dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("neuron")
-    got = conv_grads(dev, x.to("neuron"), dy.to("neuron"))
+    got = conv_grads(dev.to("neuron"), x.to("neuron"), dy.to("neuron"))
     no_fallback("convolution", "convolution_backward")
+    return got, expected
+
+
+def compare_with_cpu(c, o, k, n, h, w, stride=1, padding=0, dtype=torch.float32, seed=0):
+    got, expected = device_and_cpu_grads(c, o, k, n, h, w, stride, padding, dtype=dtype, seed=seed)
+    ho, wo = expected[0].shape[2:]
     # Sums of c*k*k (y, dX), n*ho*wo (dW, db) products: fp32 to a few ulps of the terms' magnitude; bf16 outputs
     # are rounded once more and summed by the CPU in another order (its own bf16 rounding of partial sums).
     for name, g, e, terms in zip(["output", "grad_input", "grad_weight", "grad_bias"], got, expected,
@@ -100,16 +106,7 @@ def test_conv_grid_matches_cpu(c, o, k, n, h, w, stride, padding, groups):
 
 
 def compare_with_cpu_general(c, o, k, n, h, w, stride, padding, groups, seed=5):
-    torch.manual_seed(seed)
-    cpu = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding, groups=groups)
-    x = torch.randn(n, c, h, w)
-    with torch.no_grad():
-        dy = torch.randn(cpu(x).shape)
-    expected = conv_grads(cpu, x, dy)
-    dev = torch.nn.Conv2d(c, o, k, stride=stride, padding=padding, groups=groups)
-    dev.load_state_dict(cpu.state_dict())
-    got = conv_grads(dev.to("neuron"), x.to("neuron"), dy.to("neuron"))
-    no_fallback("convolution", "convolution_backward")
+    got, expected = device_and_cpu_grads(c, o, k, n, h, w, stride, padding, groups, seed=seed)
     for name, g, e in zip(["output", "grad_input", "grad_weight", "grad_bias"], got, expected):
         assert g.shape == e.shape, name
         torch.testing.assert_close(g, e, rtol=1e-4, atol=2e-5 * (float(e.abs().max()) + 1),
