@@ -19,7 +19,7 @@ namespace {
 
 constexpr int64_t kMaxApSize = 65535;  // A-V2: uint16 size per access-pattern dim
 // Elements per partition of a histogram / arange tile: large enough that the per-instruction
-// overhead is small against the per-bin passes, small enough for a few ring slots.
+// overhead is small against the per-bin passes, small enough for a few ring slots (schedule choices).
 constexpr int64_t kHistogramColumns = 2048;
 constexpr int64_t kArangeColumns = 4096;
 constexpr int64_t kNonzeroColumns = 64;
@@ -76,43 +76,61 @@ int64_t row_chunk(DType dtype, int64_t row_elements) {
   return std::max<int64_t>(1, std::min({row_elements, detail::kTargetDmaBytesPerPartition / esize, kMaxApSize}));
 }
 
+// The loop gather and scatter share: per 128 ids of this core's share, the ids loaded (load_ids),
+// then per column chunk of the rows body(ids range, column range, index operand, row tile slot).
+template <typename Body>
+void for_each_row_chunk(const KernelContext& ctx, const std::string& name, int64_t num_ids, uint32_t ids,
+                        IndexWidth width, bool wrap_negative, int64_t rows, DType dtype, int64_t row_elements,
+                        Body&& body) {
+  const int64_t chunk = row_chunk(dtype, row_elements);
+  IdRings id_rings = make_id_rings(ctx, name, width);
+  detail::Ring row_tiles = detail::make_ring(ctx, name + "_rows", dtype, chunk);
+  int64_t slot = 0, tile = 0;
+  for (const Range& r : my_share(ctx, tiles(num_ids, ctx.partitions()))) {
+    const isa::AccessPattern index = load_ids(ctx, ids, width, wrap_negative, rows, r, id_rings.ids[tile],
+                                              id_rings.mask[tile], id_rings.wrapped[tile], detail::kConstQueue);
+    ++tile;
+    for (const Range& col : tiles(row_elements, chunk)) {
+      body(r, col, index, row_tiles[slot], slot);
+      ++slot;
+    }
+  }
+}
+
+// The ids input of gather_rows / scatter_rows: [n] int32, or [n, 2] int32 pairs for int64 ids.
+uint32_t ids_input(isa::ProgramBuilder& builder, IndexWidth width, uint32_t n) {
+  return width == IndexWidth::int64 ? builder.hbm("ids", DType::int32, {n, 2}, isa::AllocationRole::input)
+                                    : builder.hbm("ids", DType::int32, {n}, isa::AllocationRole::input);
+}
+
 }  // namespace
 
 // ---- gather ----
 
 void build_gather_rows(const KernelContext& ctx, const GatherRowsSpec& spec, uint32_t ids, uint32_t table, uint32_t y) {
   check_ids("gather_rows", spec.num_ids, spec.rows, spec.row_elements);
-  const int64_t P = ctx.partitions(), D = spec.row_elements;
-  const int64_t width = row_chunk(spec.dtype, D);
-  IdRings id_rings = make_id_rings(ctx, "gather", spec.index);
-  detail::Ring rows = detail::make_ring(ctx, "gather_rows", spec.dtype, width);
-  int64_t slot = 0, tile = 0;
-  for (const Range& r : my_share(ctx, tiles(spec.num_ids, P))) {
-    isa::AccessPattern index = load_ids(ctx, ids, spec.index, spec.wrap_negative, spec.rows, r, id_rings.ids[tile],
-                                        id_rings.mask[tile], id_rings.wrapped[tile], detail::kConstQueue);
-    ++tile;
-    for (const Range& c : tiles(D, width)) {
-      isa::AccessPattern dst = sb2(ctx, rows[slot], r.size, c.size);
-      // Gathers alternate between two queues, so one's descriptor generation overlaps the other's
-      // transfer (as the embedding kernel does).
-      ctx.builder.emit(isa::Opcode::dma_gather)
-          .tensor("dst", dst)
-          .tensor("src", hbm_ap(ctx, table, c.begin, {{D, uint32_t(spec.rows)}, {1, uint32_t(c.size)}}))
-          .tensor("indices", index)
-          .imm("queue", double(detail::kLoadQueue + (slot % 2) * 3));
-      dma(ctx, hbm_ap(ctx, y, r.begin * D + c.begin, {{D, uint32_t(r.size)}, {1, uint32_t(c.size)}}), dst,
-          detail::kStoreQueue);
-      ++slot;
-    }
-  }
+  const int64_t D = spec.row_elements;
+  for_each_row_chunk(ctx, "gather", spec.num_ids, ids, spec.index, spec.wrap_negative, spec.rows, spec.dtype, D,
+                     [&](const Range& r, const Range& c, const isa::AccessPattern& index, uint32_t buffer,
+                         int64_t slot) {
+                       const isa::AccessPattern dst = sb2(ctx, buffer, r.size, c.size);
+                       // Gathers alternate between two queues, so one's descriptor generation overlaps
+                       // the other's transfer (as the embedding kernel does).
+                       ctx.builder.emit(isa::Opcode::dma_gather)
+                           .tensor("dst", dst)
+                           .tensor("src", hbm_ap(ctx, table, c.begin, {{D, uint32_t(spec.rows)}, {1, uint32_t(c.size)}}))
+                           .tensor("indices", index)
+                           .imm("queue", double(detail::kLoadQueue + (slot % 2) * 3));
+                       dma(ctx, hbm_ap(ctx, y, r.begin * D + c.begin, {{D, uint32_t(r.size)}, {1, uint32_t(c.size)}}),
+                           dst, detail::kStoreQueue);
+                     });
 }
 
 isa::Program gather_rows_program(const GatherRowsSpec& spec, const HardwareConfig& config, uint32_t core,
                                  uint32_t cores) {
   isa::ProgramBuilder builder("gather_rows", config.generation);
   const uint32_t n = uint32_t(spec.num_ids);
-  uint32_t ids = spec.index == IndexWidth::int64 ? builder.hbm("ids", DType::int32, {n, 2}, isa::AllocationRole::input)
-                                                 : builder.hbm("ids", DType::int32, {n}, isa::AllocationRole::input);
+  const uint32_t ids = ids_input(builder, spec.index, n);
   uint32_t table = builder.hbm("table", spec.dtype, {uint32_t(spec.rows), uint32_t(spec.row_elements)},
                                isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.dtype, {n, uint32_t(spec.row_elements)}, isa::AllocationRole::output);
@@ -128,29 +146,21 @@ void build_scatter_rows(const KernelContext& ctx, const ScatterRowsSpec& spec, u
     throw std::invalid_argument("scatter_rows: accumulation (read-add-write DMA) takes fp32 or bf16");
   }
   auto build = [&](const KernelContext& c) {
-    const int64_t P = c.partitions(), D = spec.row_elements;
-    const int64_t width = row_chunk(spec.dtype, D);
-    IdRings id_rings = make_id_rings(c, "scatter", spec.index);
-    detail::Ring rows = detail::make_ring(c, "scatter_rows", spec.dtype, width);
-    int64_t slot = 0, tile = 0;
-    for (const Range& r : my_share(c, tiles(spec.num_ids, P))) {
-      isa::AccessPattern index = load_ids(c, ids, spec.index, spec.wrap_negative, spec.rows, r, id_rings.ids[tile],
-                                          id_rings.mask[tile], id_rings.wrapped[tile], detail::kConstQueue);
-      ++tile;
-      for (const Range& col : tiles(D, width)) {
-        isa::AccessPattern row_tile = sb2(c, rows[slot], r.size, col.size);
-        dma(c, row_tile, hbm_ap(c, src, r.begin * D + col.begin, {{D, uint32_t(r.size)}, {1, uint32_t(col.size)}}),
-            detail::kLoadQueue);
-        // Every scatter on one queue: a queue runs in program order, so rows land in id order.
-        c.builder.emit(isa::Opcode::dma_scatter)
-            .tensor("dst", hbm_ap(c, y, col.begin, {{D, uint32_t(spec.rows)}, {1, uint32_t(col.size)}}))
-            .tensor("src", row_tile)
-            .tensor("indices", index)
-            .word("dst_rmw_op", spec.accumulate ? "add" : "none")
-            .imm("queue", double(detail::kStoreQueue));
-        ++slot;
-      }
-    }
+    const int64_t D = spec.row_elements;
+    for_each_row_chunk(
+        c, "scatter", spec.num_ids, ids, spec.index, spec.wrap_negative, spec.rows, spec.dtype, D,
+        [&](const Range& r, const Range& col, const isa::AccessPattern& index, uint32_t buffer, int64_t) {
+          const isa::AccessPattern row_tile = sb2(c, buffer, r.size, col.size);
+          dma(c, row_tile, hbm_ap(c, src, r.begin * D + col.begin, {{D, uint32_t(r.size)}, {1, uint32_t(col.size)}}),
+              detail::kLoadQueue);
+          // Every scatter on one queue: a queue runs in program order, so rows land in id order.
+          c.builder.emit(isa::Opcode::dma_scatter)
+              .tensor("dst", hbm_ap(c, y, col.begin, {{D, uint32_t(spec.rows)}, {1, uint32_t(col.size)}}))
+              .tensor("src", row_tile)
+              .tensor("indices", index)
+              .word("dst_rmw_op", spec.accumulate ? "add" : "none")
+              .imm("queue", double(detail::kStoreQueue));
+        });
   };
   if (spec.unique_ids) {
     build(ctx);
@@ -163,8 +173,7 @@ isa::Program scatter_rows_program(const ScatterRowsSpec& spec, const HardwareCon
                                   uint32_t cores) {
   isa::ProgramBuilder builder("scatter_rows", config.generation);
   const uint32_t n = uint32_t(spec.num_ids), d = uint32_t(spec.row_elements);
-  uint32_t ids = spec.index == IndexWidth::int64 ? builder.hbm("ids", DType::int32, {n, 2}, isa::AllocationRole::input)
-                                                 : builder.hbm("ids", DType::int32, {n}, isa::AllocationRole::input);
+  const uint32_t ids = ids_input(builder, spec.index, n);
   uint32_t src = builder.hbm("src", spec.dtype, {n, d}, isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.dtype, {uint32_t(spec.rows), d}, isa::AllocationRole::output);
   build_scatter_rows(KernelContext{builder, config, "", core, cores}, spec, ids, src, y);

@@ -15,10 +15,10 @@ using detail::sb2;
 
 namespace {
 
-constexpr int64_t kMaxApSize = 65535;  // largest size of one access-pattern dim
+constexpr int64_t kMaxApSize = 65535;  // A-V2: uint16 size per access-pattern dim
 // Below this many rows, long rows are spread over all partitions (scan: rows of >= kSpreadScanMinCols
 // float elements; prod: of >= kSpreadMinCols): with few rows most partitions and DMA engines would
-// sit idle.
+// sit idle. Both bounds are schedule choices.
 constexpr int64_t kSpreadMaxRows = 64;
 constexpr int64_t kSpreadMinCols = 4 * 128;
 
@@ -63,7 +63,7 @@ struct RowBlock {
   int64_t row0, partitions, per_partition;
 };
 std::vector<RowBlock> row_blocks(int64_t rows, int64_t cols, int64_t width, int64_t P) {
-  constexpr int64_t kMinBlocks = 4;  // enough tiles for the loads to run ahead of the compute
+  constexpr int64_t kMinBlocks = 4;  // schedule choice: enough tiles for the loads to run ahead of the compute
   const int64_t k = std::min(width / cols, rows / (P * kMinBlocks));
   std::vector<RowBlock> out;
   int64_t r0 = 0;
@@ -86,7 +86,7 @@ namespace {
 // Few long rows: a row in one partition scans at 2 Vector cycles per element; spread over 128
 // partitions it takes 1/128 of that plus a chain of small instructions per block (~3 us).
 // Integer inputs stay on the sequential path: a segment's local sum may leave +-2^24 even where
-// every prefix sum (what the caller checks) is inside it.
+// every prefix sum (what the caller checks) is inside it. The bound is a schedule choice.
 constexpr int64_t kSpreadScanMinCols = 8192;
 
 // The rows spread over the partitions: all of few rows, or the < 64 rows left after the full row
@@ -302,7 +302,7 @@ void prod_rows(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint3
   const int64_t width = std::min(spec.cols, budget), chunks = ceil_div(spec.cols, width);
   // Packed tiles reduce on the Vector engine alone (the Scalar accumulator gives one value per
   // partition), which bounds a bf16 product below the DMA rate; only rows short enough that their
-  // DMAs would be overhead-bound are packed.
+  // DMAs would be overhead-bound are packed (the bound a schedule choice).
   constexpr int64_t kPackMaxCols = 512;
   const std::vector<RowBlock> blocks =
       row_blocks(spec.rows, spec.cols, spec.cols <= kPackMaxCols ? budget : spec.cols, P);
