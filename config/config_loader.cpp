@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "config/config_printer.h"
@@ -79,9 +80,9 @@ bool is_config_file(const fs::path& path, const std::string& what) {
   return !ec && fs::is_regular_file(status);
 }
 
-}  // namespace
-
-std::string resolve_config_path(const std::string& name_or_path, const std::vector<std::string>& search_dirs) {
+// The file `name_or_path` names (as a path, or as a bare name in `search_dirs`), nullopt if none.
+std::optional<std::string> find_config_file(const std::string& name_or_path,
+                                            const std::vector<std::string>& search_dirs) {
   if (is_config_file(name_or_path, "config")) return name_or_path;
   bool bare_name = name_or_path.find('/') == std::string::npos;
   if (bare_name) {
@@ -92,6 +93,13 @@ std::string resolve_config_path(const std::string& name_or_path, const std::vect
       if (is_config_file(candidate, "config")) return candidate.string();
     }
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string resolve_config_path(const std::string& name_or_path, const std::vector<std::string>& search_dirs) {
+  if (std::optional<std::string> found = find_config_file(name_or_path, search_dirs)) return *found;
   std::string where;
   for (const std::string& dir : search_dirs) where += (where.empty() ? "" : ", ") + dir;
   throw ConfigError("config '" + shown(name_or_path) + "' not found (neither a file nor a name in: " + where + ")");
@@ -126,15 +134,14 @@ ConfigNode load_with_bases(const std::string& path, const std::vector<std::strin
   fs::path relative = fs::path(path).parent_path() / base->scalar;
   std::vector<std::string> dirs = {fs::path(path).parent_path().string()};
   dirs.insert(dirs.end(), search_dirs.begin(), search_dirs.end());
-  std::string base_path;
+  std::optional<std::string> base_path;
   try {
-    base_path = is_config_file(relative, "base config") ? relative.string() : resolve_config_path(base->scalar, dirs);
+    base_path = is_config_file(relative, "base config") ? relative.string() : find_config_file(base->scalar, dirs);
   } catch (const ConfigError& e) {
-    bool missing = std::string(e.what()).find("not found") != std::string::npos;
-    throw ConfigError(base->location, "base",
-                      missing ? "base config '" + shown(base->scalar) + "' not found" : std::string(e.what()));
+    throw ConfigError(base->location, "base", e.what());
   }
-  ConfigNode merged = load_with_bases(base_path, search_dirs, chain);
+  if (!base_path) throw ConfigError(base->location, "base", "base config '" + shown(base->scalar) + "' not found");
+  ConfigNode merged = load_with_bases(*base_path, search_dirs, chain);
   node.entries.erase(std::remove_if(node.entries.begin(), node.entries.end(),
                                     [](const auto& entry) { return entry.first == "base"; }),
                      node.entries.end());
