@@ -50,34 +50,44 @@ void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
   ctx.state.write(dst, out, ctx.rounding, ctx.rng);
 }
 
-// Indirect DMA (NKI's software-DGE gather): row p of dst receives row indices[p] of the table src.
-// The indices are read as raw 32-bit integers (exact beyond 2^24); an index outside the table is
-// an error naming it, as the DGE would fault on the address rather than read another tensor.
-void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
-  const AccessPattern& dst = inst.tensor("dst");
-  const AccessPattern& src = inst.tensor("src");
-  const AccessPattern& indices = inst.tensor("indices");
+// The indices of an indirect DMA (dma_gather, dma_scatter): one row index per partition of the
+// SBUF side (`side`, "dst" or "src"), read as raw 32-bit integers (exact beyond 2^24) and passed
+// to row(p, index) in partition order; an index outside the table is an error naming it, as the
+// DGE would fault on the address rather than touch another tensor.
+template <typename Row>
+void for_each_indirect_row(const char* op, const char* side, const AccessPattern& indices, const AccessPattern& sbuf,
+                           const AccessPattern& table, ExecContext& ctx, Row&& row) {
   if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
     throw IsaError("indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
   }
-  if (indices.partitions() != dst.partitions() || indices.free_elements() != 1) {
-    throw IsaError("indices must be [" + std::to_string(dst.partitions()) + ", 1] (one row index per dst partition)");
+  if (indices.partitions() != sbuf.partitions() || indices.free_elements() != 1) {
+    throw IsaError("indices must be [" + std::to_string(sbuf.partitions()) + ", 1] (one row index per " + side +
+                   " partition)");
   }
-  if (dst.free_elements() != src.free_elements()) {
-    throw IsaError("dst rows have " + std::to_string(dst.free_elements()) + " elements but table rows have " +
-                   std::to_string(src.free_elements()));
+  if (sbuf.free_elements() != table.free_elements()) {
+    throw IsaError(std::string(side) + " rows have " + std::to_string(sbuf.free_elements()) +
+                   " elements but table rows have " + std::to_string(table.free_elements()));
   }
   AccessPattern raw = indices;
   raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
   Tile bits = ctx.state.read(raw);
-  const uint32_t rows = src.partitions();
-  for (uint32_t p = 0; p < dst.partitions(); ++p) {
+  const uint32_t rows = table.partitions();
+  for (uint32_t p = 0; p < sbuf.partitions(); ++p) {
     uint32_t pattern = numerics::float_bits(bits.values[p]);
     int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
     if (index < 0 || index >= int64_t{rows}) {
-      throw IsaError("gather index " + std::to_string(index) + " (partition " + std::to_string(p) +
+      throw IsaError(std::string(op) + " index " + std::to_string(index) + " (partition " + std::to_string(p) +
                      ") is out of range for a table of " + std::to_string(rows) + " rows");
     }
+    row(p, index);
+  }
+}
+
+// Indirect DMA (NKI's software-DGE gather): row p of dst receives row indices[p] of the table src.
+void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  for_each_indirect_row("gather", "dst", inst.tensor("indices"), dst, src, ctx, [&](uint32_t p, int64_t index) {
     AccessPattern from = src, to = dst;
     from.offset += index * src.partition.stride;
     from.partition.size = 1;
@@ -88,7 +98,7 @@ void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
     } else {
       ctx.state.write(to, ctx.state.read(from), ctx.rounding, ctx.rng);  // a cast through fp32, as dma_copy
     }
-  }
+  });
   ctx.state.set_psum_accumulating(dst, false);
 }
 
@@ -100,29 +110,8 @@ void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
 void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
   const AccessPattern& src = inst.tensor("src");
-  const AccessPattern& indices = inst.tensor("indices");
-  if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
-    throw IsaError("indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
-  }
-  if (indices.partitions() != src.partitions() || indices.free_elements() != 1) {
-    throw IsaError("indices must be [" + std::to_string(src.partitions()) + ", 1] (one row index per src partition)");
-  }
-  if (dst.free_elements() != src.free_elements()) {
-    throw IsaError("src rows have " + std::to_string(src.free_elements()) + " elements but table rows have " +
-                   std::to_string(dst.free_elements()));
-  }
-  const bool add = inst.scalar("dst_rmw_op") == 1;
-  AccessPattern raw = indices;
-  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
-  Tile bits = ctx.state.read(raw);
-  const uint32_t rows = dst.partitions();
-  for (uint32_t p = 0; p < src.partitions(); ++p) {
-    uint32_t pattern = numerics::float_bits(bits.values[p]);
-    int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
-    if (index < 0 || index >= int64_t{rows}) {
-      throw IsaError("scatter index " + std::to_string(index) + " (partition " + std::to_string(p) +
-                     ") is out of range for a table of " + std::to_string(rows) + " rows");
-    }
+  for_each_indirect_row("scatter", "src", inst.tensor("indices"), src, dst, ctx, [&](uint32_t p, int64_t index) {
+    const bool add = inst.scalar("dst_rmw_op") == 1;
     AccessPattern from = src, to = dst;
     to.offset += index * dst.partition.stride;
     to.partition.size = 1;
@@ -130,7 +119,7 @@ void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
     from.partition.size = 1;
     if (!add && from.dtype == to.dtype) {
       ctx.state.copy_elements(to, from);
-      continue;
+      return;
     }
     Tile values = ctx.state.read(from);
     if (add) {
@@ -138,7 +127,7 @@ void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
       for (size_t i = 0; i < values.values.size(); ++i) values.values[i] += previous.values[i];
     }
     ctx.state.write(to, values, ctx.rounding, ctx.rng);
-  }
+  });
 }
 
 // Synchronisation has no effect on values: the interpreter already runs in program order.
