@@ -70,8 +70,10 @@ void Conv2dBuilder::allocate_grad_weight() {
     const int64_t o_tiles = int64_t(m_o_chunks.size()), khw = s.kh * s.kw, piece = std::min<int64_t>(s.c, p) * khw;
     const int64_t chunks = int64_t(m_chunks.size());
     auto row_cap = [&](int64_t g) { return std::min(m_cols, g * int64_t(p) * khw + 1); };
+    // A round's transposes cover its columns and at most one cut chunk (< 128 columns) at either end.
+    auto cstride = [&](int64_t bc) { return std::min(m_cstride, bc * bank + 2 * 128); };
     auto bytes = [&](int64_t a, int64_t bc, int64_t g) {
-      return kRingSlots * (std::min(m_ostride, a * int64_t(p)) + std::min(m_cstride, bc * bank + 2 * 128)) * m_in_bytes +
+      return kRingSlots * (std::min(m_ostride, a * int64_t(p)) + cstride(bc)) * m_in_bytes +
              a * row_cap(g) * 4 + 2 * piece * out_bytes + min_block(a);
     };
     int64_t a = std::min(kGradAccBanks, o_tiles), bc = kGradAccBanks / a, g = chunks;
@@ -88,8 +90,7 @@ void Conv2dBuilder::allocate_grad_weight() {
     m_rounds = true;
     m_slots = kRingSlots;
     m_ostride = std::min(m_ostride, a * int64_t(p));
-    // A round's transposes cover its columns and at most one cut chunk (< 128 columns) at either end.
-    m_cstride = std::min(m_cstride, bc * bank + 2 * 128);
+    m_cstride = cstride(bc);
     m_row_cols = row_cap(g);
     dy_chunks = a;
     round_accs = std::min(a, o_tiles) * std::min(bc, ceil_div(m_row_cols, bank));
