@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "config/derived_figures.h"
 #include "isa/alu.h"
@@ -55,10 +56,25 @@ class Checker {
 
   const Allocation& alloc(const AccessPattern& ap) const { return m_program.allocation(ap); }
 
+  static double tensor_bytes(const Allocation& a) { return double(a.total_elements()) * dtype_size_bytes(a.dtype); }
+
+  // The lowest and highest element offsets the pattern reaches: its free dims, and its partition
+  // dim too where partitions are rows of one tensor (HBM).
+  static std::pair<int64_t, int64_t> element_range(const AccessPattern& ap, bool with_partition) {
+    int64_t low = ap.offset, high = ap.offset;
+    auto extend = [&](const ApDim& d) {
+      int64_t span = d.stride * (int64_t{d.size} - 1);
+      (span < 0 ? low : high) += span;
+    };
+    if (with_partition) extend(ap.partition);
+    for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
+    return {low, high};
+  }
+
   void check_allocation(const Allocation& a) {
     if (a.space == MemorySpace::hbm) {
       // Capacity of the chip: every HBM tensor of the kernel, together, must fit in it.
-      const double bytes = double(a.total_elements()) * dtype_size_bytes(a.dtype);
+      const double bytes = tensor_bytes(a);
       m_hbm_bytes += bytes;
       if (bytes > double(m_config.hbm.capacity_bytes)) {
         add(-1, "hbm-capacity", "HBM tensor '" + a.name + "' has " + std::to_string(uint64_t(bytes)) +
@@ -108,16 +124,9 @@ class Checker {
                                                                 " engine reads SBUF/PSUM");
       // The bytes the pattern spans (partition dim included) lie inside the tensor, as the
       // interpreter's CoreState asserts when it moves values.
-      int64_t low = ap.offset, high = ap.offset;
-      auto extend = [&](const ApDim& d) {
-        int64_t span = d.stride * (int64_t{d.size} - 1);
-        (span < 0 ? low : high) += span;
-      };
-      extend(ap.partition);
-      for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
-      const double tensor_bytes = double(a.total_elements()) * dtype_size_bytes(a.dtype);
+      const auto [low, high] = element_range(ap, /*with_partition=*/true);
       const uint32_t esize = dtype_size_bytes(ap.dtype);
-      if (ap.elements() > 0 && (low < 0 || double(high + 1) * esize > tensor_bytes)) {
+      if (ap.elements() > 0 && (low < 0 || double(high + 1) * esize > tensor_bytes(a))) {
         fail("memory-bounds", what + ": elements " + std::to_string(low) + ".." + std::to_string(high) +
                                   " fall outside HBM tensor '" + a.name + "' (" + std::to_string(a.total_elements()) +
                                   " elements)");
@@ -151,11 +160,7 @@ class Checker {
       fail("memory-bounds", what + ": partitions " + std::to_string(start) + ".." + std::to_string(start + count - 1) +
                                 " exceed the " + std::to_string(partitions) + " of " + memory_space_name(a.space));
     }
-    int64_t low = ap.offset, high = ap.offset;
-    for (int i = 0; i < ap.num_free_dims; ++i) {
-      int64_t span = ap.free[i].stride * (int64_t{ap.free[i].size} - 1);
-      (span < 0 ? low : high) += span;
-    }
+    const auto [low, high] = element_range(ap, /*with_partition=*/false);
     uint32_t esize = dtype_size_bytes(ap.dtype);
     int64_t first_byte = int64_t(a.base_byte) + low * esize, end_byte = int64_t(a.base_byte) + (high + 1) * esize;
     uint64_t limit = a.space == MemorySpace::sbuf ? m_config.core.sbuf.bytes_per_partition
