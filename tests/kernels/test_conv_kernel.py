@@ -12,16 +12,21 @@ from elementwise_test import run_kernel, shape_text
 TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def rounded_randn(seed, dtype):
+    """rand(*shape): standard normal draws of one generator, rounded to the kernel's dtype, as fp32 tensors."""
+    rng = np.random.default_rng(seed)
+    return lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH[dtype]).float()
+
+
 def run_conv(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, dilation=1, bias=False, dtype="bf16",
              out_dtype="fp32", seed=0, groups=1):
     kh, kw = (k, k) if isinstance(k, int) else k
-    rng = np.random.default_rng(seed)
-    x = torch.from_numpy(rng.standard_normal((n, c, h, w)).astype(np.float32)).to(TORCH[dtype]).float()
-    wt = torch.from_numpy(rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)).to(TORCH[dtype]).float()
+    rand = rounded_randn(seed, dtype)
+    x, wt = rand(n, c, h, w), rand(o, c // groups, kh, kw)
     inputs = {"input": x.numpy(), "weight": wt.numpy()}
     b = None
     if bias:
-        b = torch.from_numpy(rng.standard_normal(o).astype(np.float32)).to(TORCH[dtype]).float()
+        b = rand(o)
         inputs["bias"] = b.numpy()
     params = {"input": shape_text((n, c, h, w)), "weight": shape_text((o, c // groups, kh, kw)), "stride": stride,
               "padding": padding, "dilation": dilation, "has_bias": int(bias), "dtype": dtype, "out_dtype": out_dtype,
@@ -164,10 +169,7 @@ def test_conv2d_random_shapes(run_trnsim, tmp_path, n, c, h, w, o, k, stride, pa
 def run_conv_backward(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, dilation=1, bias=False,
                       dtype="bf16", out_dtype="fp32", seed=0, groups=1):
     kh, kw = (k, k) if isinstance(k, int) else k
-    rng = np.random.default_rng(seed)
-
-    def rand(*shape):
-        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH[dtype]).float()
+    rand = rounded_randn(seed, dtype)
 
     x, wt = rand(n, c, h, w), rand(o, c // groups, kh, kw)
     ho = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
@@ -320,10 +322,7 @@ def run_conv_split(run_trnsim, tmp_path, n, c, h, w, o, k, stride=1, padding=0, 
     that own it and all together must equal torch autograd in float64. The parts share no partial sums, so a
     core's program runs the same alone as next to the others."""
     kh, kw = (k, k) if isinstance(k, int) else k
-    rng = np.random.default_rng(seed)
-
-    def rand(*shape):
-        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH[dtype]).float()
+    rand = rounded_randn(seed, dtype)
 
     x, wt = rand(n, c, h, w), rand(o, c // groups, kh, kw)
     ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
