@@ -758,51 +758,49 @@ class Checker {
     }
   }
 
-  // dma_gather: table rows from HBM into SBUF partitions, one 32-bit row index per partition.
-  void check_dma_gather(const Instruction& inst) {
+  // An indirect DMA (dma_gather, dma_scatter): the table in HBM (src of a gather, dst of a
+  // scatter), the rows in SBUF, one 32-bit row index per SBUF partition. False when an operand is
+  // missing (reported elsewhere).
+  bool check_indirect_dma(const Instruction& inst, const char* rule, bool table_is_dst) {
     const AccessPattern& dst = inst.tensor("dst");
     const AccessPattern& src = inst.tensor("src");
     const AccessPattern& indices = inst.tensor("indices");
-    if (!dst.present() || !src.present() || !indices.present()) return;
-    if (alloc(dst).space != MemorySpace::sbuf) fail("dma-gather", "dst must be in SBUF");
-    if (alloc(src).space != MemorySpace::hbm) fail("dma-gather", "src (the table) must be in HBM");
-    if (alloc(indices).space != MemorySpace::sbuf) fail("dma-gather", "indices must be in SBUF");
+    if (!dst.present() || !src.present() || !indices.present()) return false;
+    for (const char* name : {"dst", "src"}) {
+      const bool table = (std::string(name) == "dst") == table_is_dst;
+      const MemorySpace space = table ? MemorySpace::hbm : MemorySpace::sbuf;
+      if (alloc(inst.tensor(name)).space != space) {
+        fail(rule, std::string(name) + (table ? " (the table) must be in HBM" : " must be in SBUF"));
+      }
+    }
+    const AccessPattern& rows = table_is_dst ? src : dst;
+    const AccessPattern& table = table_is_dst ? dst : src;
+    const std::string side = table_is_dst ? "src" : "dst";
+    if (alloc(indices).space != MemorySpace::sbuf) fail(rule, "indices must be in SBUF");
     if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
-      fail("dma-gather", "indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
+      fail(rule, "indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
     }
-    if (indices.partitions() != dst.partitions() || indices.free_elements() != 1) {
-      fail("dma-gather", "indices is [" + std::to_string(indices.partitions()) + ", " +
-                             std::to_string(indices.free_elements()) + "] but must be [" +
-                             std::to_string(dst.partitions()) + ", 1] (one row index per dst partition)");
+    if (indices.partitions() != rows.partitions() || indices.free_elements() != 1) {
+      fail(rule, "indices is [" + std::to_string(indices.partitions()) + ", " +
+                     std::to_string(indices.free_elements()) + "] but must be [" + std::to_string(rows.partitions()) +
+                     ", 1] (one row index per " + side + " partition)");
     }
-    if (dst.free_elements() != src.free_elements()) {
-      fail("dma-gather", "dst rows have " + std::to_string(dst.free_elements()) + " elements but table rows have " +
-                             std::to_string(src.free_elements()));
+    if (rows.free_elements() != table.free_elements()) {
+      fail(rule, side + " rows have " + std::to_string(rows.free_elements()) + " elements but table rows have " +
+                     std::to_string(table.free_elements()));
     }
+    return true;
   }
+
+  // dma_gather: table rows from HBM into SBUF partitions.
+  void check_dma_gather(const Instruction& inst) { check_indirect_dma(inst, "dma-gather", false); }
 
   // dma_scatter: SBUF rows into an HBM table, one 32-bit row index per source partition; the
   // read-add-write form takes what dma_copy's does (A-V4).
   void check_dma_scatter(const Instruction& inst) {
+    if (!check_indirect_dma(inst, "dma-scatter", true)) return;
     const AccessPattern& dst = inst.tensor("dst");
     const AccessPattern& src = inst.tensor("src");
-    const AccessPattern& indices = inst.tensor("indices");
-    if (!dst.present() || !src.present() || !indices.present()) return;
-    if (alloc(dst).space != MemorySpace::hbm) fail("dma-scatter", "dst (the table) must be in HBM");
-    if (alloc(src).space != MemorySpace::sbuf) fail("dma-scatter", "src must be in SBUF");
-    if (alloc(indices).space != MemorySpace::sbuf) fail("dma-scatter", "indices must be in SBUF");
-    if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
-      fail("dma-scatter", "indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
-    }
-    if (indices.partitions() != src.partitions() || indices.free_elements() != 1) {
-      fail("dma-scatter", "indices is [" + std::to_string(indices.partitions()) + ", " +
-                              std::to_string(indices.free_elements()) + "] but must be [" +
-                              std::to_string(src.partitions()) + ", 1] (one row index per src partition)");
-    }
-    if (dst.free_elements() != src.free_elements()) {
-      fail("dma-scatter", "src rows have " + std::to_string(src.free_elements()) + " elements but table rows have " +
-                              std::to_string(dst.free_elements()));
-    }
     if (inst.scalar("dst_rmw_op") == 1 &&
         (src.dtype != dst.dtype || (dst.dtype != DType::bf16 && dst.dtype != DType::fp32))) {
       fail("dma-read-add-write", "read-add-write needs matching bf16 or fp32 dtypes (A-V4)");
