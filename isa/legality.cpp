@@ -507,7 +507,8 @@ class Checker {
         transposed(dst, given(inst, "src"));
         [[fallthrough]];
       case Opcode::dma_copy:
-      case Opcode::dma_gather: {
+      case Opcode::dma_gather:
+      case Opcode::dma_scatter: {
         // The queues of one DMA engine (the timing model's queues; also checked there).
         int64_t queue = static_cast<int64_t>(inst.scalar("queue"));
         if (queue < 0 || queue >= int64_t(m_config.core.dma.queues_per_engine)) {

@@ -141,6 +141,15 @@ TEST(DmaScatter, LegalityRules) {
     if (issue.rule == "dma-scatter") flagged.push_back(issue.instruction);
   }
   EXPECT_THAT(flagged, testing::IsSupersetOf({0L, 1L, 2L, 3L}));
+
+  // A queue the config does not have (trn2: 16 per engine), as for every DMA instruction.
+  ProgramBuilder q("q", Generation::trn2);
+  uint32_t qtable = q.hbm("table", DType::fp32, {10, 8});
+  uint32_t qidx = q.sbuf("idx", DType::int32, {4, 1});
+  uint32_t qrows = q.sbuf("rows", DType::fp32, {4, 8});
+  q.emit(Opcode::dma_scatter).tensor("dst", q.view(qtable)).tensor("src", q.view(qrows)).tensor("indices", q.view(qidx))
+      .imm("queue", 16);
+  EXPECT_THAT(rules(q.finish()), testing::ElementsAre("dma-queue"));
 }
 
 TEST(DmaScatter, CostMovesOnlyScatteredRowsWithOneDescriptorEach) {
