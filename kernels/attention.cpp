@@ -56,12 +56,12 @@ void build_flash_attention_forward(const KernelContext& ctx, const AttentionSpec
   const int64_t d = spec.head_dim, sq = spec.seq_q, sk = spec.seq_k;
   const int64_t p = ctx.partitions();
   if (d <= 0 || d > p || sq <= 0 || sk <= 0 || spec.heads % spec.kv_heads != 0) {
-    throw isa::IsaError("flash attention: head_dim must be 1..128, sequences non-empty, heads a multiple of kv_heads");
+    throw KernelUnsupported("flash attention: head_dim must be 1..128, sequences non-empty, heads a multiple of kv_heads");
   }
   if (!ctx.config.core.dma.transpose_supported || dtype_size_bytes(spec.dtype) != 2) {
-    throw isa::IsaError("flash attention loads Q^T and K^T by DMA transpose: needs a 2-byte dtype on trn2 or later");
+    throw KernelUnsupported("flash attention loads Q^T and K^T by DMA transpose: needs a 2-byte dtype on trn2 or later");
   }
-  if (spec.causal && sq != sk) throw isa::IsaError("flash attention: causal needs seq_q == seq_k");
+  if (spec.causal && sq != sk) throw KernelUnsupported("flash attention: causal needs seq_q == seq_k");
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(double(d));
   const DType dt = spec.dtype;
   const uint32_t up = uint32_t(p), ud = uint32_t(d);

@@ -63,14 +63,14 @@ void build_flash_attention_backward(const KernelContext& ctx, const AttentionSpe
   const int64_t d = spec.head_dim, sq = spec.seq_q, sk = spec.seq_k;
   const int64_t p = ctx.partitions();
   if (d <= 0 || d > p || sq <= 0 || sk <= 0 || spec.kv_heads <= 0 || spec.heads % spec.kv_heads != 0) {
-    throw isa::IsaError("flash attention backward: head_dim must be 1..128, sequences non-empty, heads a multiple "
+    throw KernelUnsupported("flash attention backward: head_dim must be 1..128, sequences non-empty, heads a multiple "
                         "of kv_heads");
   }
   if (!ctx.config.core.dma.transpose_supported || dtype_size_bytes(spec.dtype) != 2) {
-    throw isa::IsaError("flash attention backward loads Q^T, dO^T, K^T and V^T by DMA transpose: needs a 2-byte "
+    throw KernelUnsupported("flash attention backward loads Q^T, dO^T, K^T and V^T by DMA transpose: needs a 2-byte "
                         "dtype on trn2 or later");
   }
-  if (spec.causal && sq != sk) throw isa::IsaError("flash attention backward: causal needs seq_q == seq_k");
+  if (spec.causal && sq != sk) throw KernelUnsupported("flash attention backward: causal needs seq_q == seq_k");
   const double scale = spec.scale > 0 ? spec.scale : 1.0 / std::sqrt(double(d));
   const DType dt = spec.dtype;
   const uint32_t up = uint32_t(p), ud = uint32_t(d);
@@ -82,7 +82,7 @@ void build_flash_attention_backward(const KernelContext& ctx, const AttentionSpe
   const uint64_t resident = uint64_t(sq) * 2 * 2 + uint64_t(q_tiles) * ud * (2 * 2 + 4) +
                             (group > 1 ? uint64_t(key_tiles) * ud * 4 * 2 : 0);
   if (resident + 64 * 1024 > ctx.config.core.sbuf.bytes_per_partition) {
-    throw isa::IsaError("flash attention backward: seq_q " + std::to_string(sq) + " / seq_k " + std::to_string(sk) +
+    throw KernelUnsupported("flash attention backward: seq_q " + std::to_string(sq) + " / seq_k " + std::to_string(sk) +
                         " do not fit the per-head SBUF residency of this kernel");
   }
   uint32_t q_t = sbuf_padded(ctx, "fab_qT", dt, {ud, uint32_t(sq)});

@@ -163,12 +163,12 @@ void Conv2dBuilder::build() {
 void Conv2dBuilder::validate() const {
   const ConvGeometry& s = m_s;
   if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0 || s.o <= 0 || s.kh <= 0 || s.kw <= 0) {
-    throw isa::IsaError("conv2d: empty shape");
+    throw KernelUnsupported("conv2d: empty shape");
   }
   if (s.stride_h <= 0 || s.stride_w <= 0 || s.dilation_h <= 0 || s.dilation_w <= 0) {
-    throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
+    throw KernelUnsupported("conv2d: stride and dilation must be >= 1, padding >= 0");
   }
-  if (s.out_h() <= 0 || s.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
+  if (s.out_h() <= 0 || s.out_w() <= 0) throw KernelUnsupported("conv2d: the kernel does not fit the padded input");
 }
 
 // Resident weight rows per partition for an O block of `ob` channels: the forward's [O tile, C * taps] rows
@@ -226,7 +226,7 @@ void Conv2dBuilder::plan() {
     }
     while (m_o_block >= p && bytes(m_o_block + p) <= weight_budget) m_o_block += p;
     if (bytes(m_o_block) > weight_budget) {
-      throw isa::IsaError("conv2d: C * KH * KW too large for the resident weights");
+      throw KernelUnsupported("conv2d: C * KH * KW too large for the resident weights");
     }
   }
 }
@@ -283,7 +283,7 @@ void Conv2dBuilder::allocate_blocks(int64_t extra_bytes_per_pixel, int64_t targe
     m_rb = m_ho;
     while (m_rb > 1 && bytes(1, m_rb) > avail) --m_rb;
     if (bytes(1, m_rb) > avail) {
-      throw isa::IsaError("conv2d: one output row's input does not fit in SBUF (" + std::to_string(bytes(1, m_rb)) +
+      throw KernelUnsupported("conv2d: one output row's input does not fit in SBUF (" + std::to_string(bytes(1, m_rb)) +
                           " bytes a partition, " + std::to_string(avail) + " free after the weights and " +
                           (m_mode == ConvMode::grad_weight ? "the weight gradient's buffers)" : "the accumulators)"));
     }
@@ -680,7 +680,7 @@ void Conv2dBuilder::emit() {
 namespace conv_detail {
 void validate_groups(const Conv2dSpec& spec) {
   if (spec.groups < 1 || spec.c % spec.groups != 0 || spec.o % spec.groups != 0) {
-    throw std::invalid_argument("conv2d: groups must be >= 1 and divide both the input channels (" +
+    throw KernelUnsupported("conv2d: groups must be >= 1 and divide both the input channels (" +
                                 std::to_string(spec.c) + ") and the output channels (" + std::to_string(spec.o) + ")");
   }
 }
@@ -689,7 +689,7 @@ void validate_groups(const Conv2dSpec& spec) {
 void build_conv2d(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dTensors& tensors) {
   using namespace conv_detail;
   validate_groups(spec);
-  if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
+  if (spec.pad_h < 0 || spec.pad_w < 0) throw KernelUnsupported("conv2d: stride and dilation must be >= 1, padding >= 0");
   ConvTensors t;
   t.input = tensors.input, t.weight = tensors.weight, t.output = tensors.output, t.bias = tensors.bias;
   // Depthwise (groups == C == O): planes on partitions, diagonal weights (depthwise_conv.h).
@@ -728,7 +728,7 @@ isa::Program conv2d_program(const Conv2dSpec& spec, const HardwareConfig& config
   t.weight = b.hbm("weight", spec.input_dtype, {u(spec.o), u(spec.c / spec.groups), u(spec.kh), u(spec.kw)},
                    isa::AllocationRole::input);
   if (spec.bias) t.bias = b.hbm("bias", spec.input_dtype, {u(spec.o)}, isa::AllocationRole::input);
-  if (spec.out_h() <= 0 || spec.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
+  if (spec.out_h() <= 0 || spec.out_w() <= 0) throw KernelUnsupported("conv2d: the kernel does not fit the padded input");
   t.output = b.hbm("output", spec.output_dtype, {u(spec.n), u(spec.o), u(spec.out_h()), u(spec.out_w())},
                    isa::AllocationRole::output);
   KernelContext ctx{b, config, "", core, cores};

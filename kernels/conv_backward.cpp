@@ -618,7 +618,7 @@ void Conv2dBuilder::emit_grad_weight() {
 void build_conv2d_backward(const KernelContext& ctx, const Conv2dSpec& spec, const Conv2dBackwardTensors& tensors) {
   using namespace conv_detail;
   validate_groups(spec);
-  if (spec.pad_h < 0 || spec.pad_w < 0) throw isa::IsaError("conv2d: stride and dilation must be >= 1, padding >= 0");
+  if (spec.pad_h < 0 || spec.pad_w < 0) throw KernelUnsupported("conv2d: stride and dilation must be >= 1, padding >= 0");
   // Depthwise (groups == C == O): planes on partitions, dW on Vector / GpSimd / Scalar (depthwise_conv.h).
   if (depthwise_applies(spec, ctx, true)) {
     build_depthwise_backward(ctx, spec, tensors);
@@ -676,7 +676,7 @@ isa::Program conv2d_backward_program(const Conv2dSpec& spec, const HardwareConfi
   conv_detail::validate_groups(spec);
   isa::ProgramBuilder b("conv2d_backward", config.generation);
   auto u = [](int64_t v) { return uint32_t(v); };
-  if (spec.out_h() <= 0 || spec.out_w() <= 0) throw isa::IsaError("conv2d: the kernel does not fit the padded input");
+  if (spec.out_h() <= 0 || spec.out_w() <= 0) throw KernelUnsupported("conv2d: the kernel does not fit the padded input");
   const std::vector<uint32_t> x = {u(spec.n), u(spec.c), u(spec.h), u(spec.w)};
   const std::vector<uint32_t> w = {u(spec.o), u(spec.c / spec.groups), u(spec.kh), u(spec.kw)};
   Conv2dBackwardTensors t{};

@@ -132,11 +132,11 @@ void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, ui
 // ---- permute ----
 
 std::vector<int64_t> permuted_shape(const PermuteSpec& spec) {
-  if (spec.perm.size() != spec.shape.size()) throw std::invalid_argument("permute: perm must list every dim once");
+  if (spec.perm.size() != spec.shape.size()) throw KernelUnsupported("permute: perm must list every dim once");
   std::vector<int64_t> out, seen(spec.shape.size(), 0);
   for (int64_t p : spec.perm) {
     if (p < 0 || p >= int64_t(spec.shape.size()) || seen[size_t(p)]++) {
-      throw std::invalid_argument("permute: perm must list every dim once");
+      throw KernelUnsupported("permute: perm must list every dim once");
     }
     out.push_back(spec.shape[size_t(p)]);
   }
@@ -258,7 +258,7 @@ isa::Program permute_program(const PermuteSpec& spec, const HardwareConfig& conf
 isa::Program strided_copy_program(const StridedCopySpec& spec, const HardwareConfig& config, uint32_t core,
                                   uint32_t cores) {
   if (spec.shape.size() != spec.src_strides.size() || spec.shape.empty())
-    throw std::invalid_argument("strided copy: one stride per dim");
+    throw KernelUnsupported("strided copy: one stride per dim");
   isa::ProgramBuilder builder("strided_copy", config.generation);
   uint32_t x = builder.hbm("x", spec.dtype, {uint32_t(spec.src_elements)}, isa::AllocationRole::input);
   uint32_t y = builder.hbm("y", spec.dtype, detail::to_u32(spec.shape), isa::AllocationRole::output);
@@ -272,14 +272,14 @@ isa::Program strided_copy_program(const StridedCopySpec& spec, const HardwareCon
 // ---- concat ----
 
 std::vector<int64_t> concat_shape(const ConcatSpec& spec) {
-  if (spec.shapes.empty()) throw std::invalid_argument("concat: no inputs");
+  if (spec.shapes.empty()) throw KernelUnsupported("concat: no inputs");
   std::vector<int64_t> out = spec.shapes[0];
-  if (spec.dim < 0 || spec.dim >= int64_t(out.size())) throw std::invalid_argument("concat: dim out of range");
+  if (spec.dim < 0 || spec.dim >= int64_t(out.size())) throw KernelUnsupported("concat: dim out of range");
   for (size_t k = 1; k < spec.shapes.size(); ++k) {
     const auto& s = spec.shapes[k];
     for (size_t d = 0; d < out.size(); ++d) {
       if (s.size() != out.size() || (int64_t(d) != spec.dim && s[d] != out[d])) {
-        throw std::invalid_argument("concat: shapes differ outside dim " + std::to_string(spec.dim));
+        throw KernelUnsupported("concat: shapes differ outside dim " + std::to_string(spec.dim));
       }
     }
     out[size_t(spec.dim)] += s[size_t(spec.dim)];

@@ -179,7 +179,7 @@ int64_t tile_width(const KernelContext& ctx, int64_t max_cols, int64_t widest_dt
   int64_t by_sbuf = detail::sbuf_free_bytes(ctx) / std::max<int64_t>(1, bytes_per_column);
   constexpr int64_t kMaxApDimSize = 65535;
   int64_t width = std::min({max_cols, by_dma, by_sbuf, kMaxApDimSize});
-  if (width < 1) throw std::invalid_argument("element-wise kernel: SBUF is full");
+  if (width < 1) throw KernelUnsupported("element-wise kernel: SBUF is full");
   return width;
 }
 
@@ -354,7 +354,7 @@ std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::v
   std::vector<int64_t> out(std::max(a.size(), b.size()), 1);
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1, db = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1) throw std::invalid_argument("shapes are not broadcast-compatible");
+    if (da != db && da != 1 && db != 1) throw KernelUnsupported("shapes are not broadcast-compatible");
     out[out.size() - 1 - i] = da == 1 ? db : da;
   }
   return out;
@@ -362,7 +362,7 @@ std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::v
 
 namespace {
 std::vector<int64_t> binary_out_shape(const BinarySpec& spec) {
-  if (spec.a_scalar && spec.b_scalar) throw std::invalid_argument("binary: at least one operand must be a tensor");
+  if (spec.a_scalar && spec.b_scalar) throw KernelUnsupported("binary: at least one operand must be a tensor");
   if (spec.a_scalar) return spec.b_shape;
   if (spec.b_scalar) return spec.a_shape;
   return broadcast_shape(spec.a_shape, spec.b_shape);
@@ -451,7 +451,7 @@ isa::Program where_program(const WhereSpec& spec, const HardwareConfig& config, 
 }
 
 isa::Program triangle_program(const TriangleSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
-  if (spec.batch <= 0 || spec.rows <= 0 || spec.cols <= 0) throw std::invalid_argument("triangle: empty tensor");
+  if (spec.batch <= 0 || spec.rows <= 0 || spec.cols <= 0) throw KernelUnsupported("triangle: empty tensor");
   isa::ProgramBuilder builder(spec.upper ? "triu" : "tril", config.generation);
   const std::vector<uint32_t> shape{uint32_t(spec.batch * spec.rows), uint32_t(spec.cols)};
   const uint32_t x = builder.hbm("x", spec.dtype, shape, isa::AllocationRole::input);

@@ -26,9 +26,9 @@ constexpr int64_t kNonzeroColumns = 64;
 
 void check_ids(const char* kernel, int64_t num_ids, int64_t rows, int64_t row_elements) {
   if (num_ids < 1 || rows < 1 || row_elements < 1) {
-    throw std::invalid_argument(std::string(kernel) + ": ids, rows and row elements must be positive");
+    throw KernelUnsupported(std::string(kernel) + ": ids, rows and row elements must be positive");
   }
-  if (rows > int64_t{INT32_MAX}) throw std::invalid_argument(std::string(kernel) + ": more than 2^31 - 1 rows");
+  if (rows > int64_t{INT32_MAX}) throw KernelUnsupported(std::string(kernel) + ": more than 2^31 - 1 rows");
 }
 
 // Loads ids [r.begin, r.begin + r.size) into `slot` of `ring` and returns the [r.size, 1] int32
@@ -48,7 +48,7 @@ isa::AccessPattern load_ids(const KernelContext& ctx, uint32_t ids, IndexWidth w
   }
   if (!wrap_negative) return index;
   // id + rows * (id < 0): fp32 arithmetic, exact for |id| <= rows < 2^24 (the lowering's bound).
-  if (rows >= (int64_t{1} << 24)) throw std::invalid_argument("negative ids need a table of fewer than 2^24 rows");
+  if (rows >= (int64_t{1} << 24)) throw KernelUnsupported("negative ids need a table of fewer than 2^24 rows");
   isa::AccessPattern mask = sb2(ctx, wrap_mask, n, 1), out = sb2(ctx, wrapped, n, 1);
   ctx.builder.emit(isa::Opcode::tensor_scalar)
       .tensor("dst", mask)
@@ -143,7 +143,7 @@ isa::Program gather_rows_program(const GatherRowsSpec& spec, const HardwareConfi
 void build_scatter_rows(const KernelContext& ctx, const ScatterRowsSpec& spec, uint32_t ids, uint32_t src, uint32_t y) {
   check_ids("scatter_rows", spec.num_ids, spec.rows, spec.row_elements);
   if (spec.accumulate && spec.dtype != DType::fp32 && spec.dtype != DType::bf16) {
-    throw std::invalid_argument("scatter_rows: accumulation (read-add-write DMA) takes fp32 or bf16");
+    throw KernelUnsupported("scatter_rows: accumulation (read-add-write DMA) takes fp32 or bf16");
   }
   auto build = [&](const KernelContext& c) {
     const int64_t D = spec.row_elements;
@@ -183,10 +183,10 @@ isa::Program scatter_rows_program(const ScatterRowsSpec& spec, const HardwareCon
 // ---- histogram ----
 
 void build_histogram(const KernelContext& ctx, const HistogramSpec& spec, uint32_t x, uint32_t weights, uint32_t y) {
-  if (spec.n < 1 || spec.bins < 1) throw std::invalid_argument("histogram: n and bins must be positive");
-  if (spec.bins > 4096) throw std::invalid_argument("histogram: more than 4096 bins");
+  if (spec.n < 1 || spec.bins < 1) throw KernelUnsupported("histogram: n and bins must be positive");
+  if (spec.bins > 4096) throw KernelUnsupported("histogram: more than 4096 bins");
   if (spec.mode == HistogramMode::histc && !(spec.min < spec.max)) {
-    throw std::invalid_argument("histogram: histc needs min < max");
+    throw KernelUnsupported("histogram: histc needs min < max");
   }
   on_first_core(ctx, [&](const KernelContext& c) {
     const int64_t P = c.partitions(), B = spec.bins;
@@ -332,10 +332,10 @@ isa::Program histogram_program(const HistogramSpec& spec, const HardwareConfig& 
 // ---- arange ----
 
 isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
-  if (spec.n < 1) throw std::invalid_argument("arange: n must be positive");
+  if (spec.n < 1) throw KernelUnsupported("arange: n must be positive");
   const int64_t last = spec.start + spec.step * (spec.n - 1);
   if (std::max(std::llabs(spec.start), std::llabs(last)) > int64_t{INT32_MAX}) {
-    throw std::invalid_argument("arange: values beyond int32 (iota's range)");
+    throw KernelUnsupported("arange: values beyond int32 (iota's range)");
   }
   isa::ProgramBuilder builder("arange", config.generation);
   const uint32_t n = uint32_t(spec.n);
@@ -388,8 +388,8 @@ isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config
 
 isa::Program scatter_max_program(const ScatterMaxSpec& spec, const HardwareConfig& config, uint32_t core,
                                  uint32_t cores) {
-  if (spec.rows < 1 || spec.targets < 1 || spec.per_row < 1) throw std::invalid_argument("scatter_max: empty");
-  if (spec.targets > 4096 || spec.per_row > 8192) throw std::invalid_argument("scatter_max: rows too long");
+  if (spec.rows < 1 || spec.targets < 1 || spec.per_row < 1) throw KernelUnsupported("scatter_max: empty");
+  if (spec.targets > 4096 || spec.per_row > 8192) throw KernelUnsupported("scatter_max: rows too long");
   isa::ProgramBuilder builder("scatter_max", config.generation);
   const uint32_t R = uint32_t(spec.rows), S = uint32_t(spec.targets), J = uint32_t(spec.per_row);
   uint32_t self = builder.hbm("self", spec.dtype, {R, S}, isa::AllocationRole::input);
@@ -457,8 +457,8 @@ isa::Program nonzero_program(const NonzeroSpec& spec, const HardwareConfig& conf
   int64_t n = 1;
   for (int64_t d : spec.shape) n *= d;
   const int64_t nd = std::max<int64_t>(1, int64_t(spec.shape.size()));
-  if (n < 1 || n >= (int64_t{1} << 24)) throw std::invalid_argument("nonzero: needs 1 <= n < 2^24 elements");
-  if (spec.nonzeros < 0 || spec.nonzeros > n) throw std::invalid_argument("nonzero: count out of range");
+  if (n < 1 || n >= (int64_t{1} << 24)) throw KernelUnsupported("nonzero: needs 1 <= n < 2^24 elements");
+  if (spec.nonzeros < 0 || spec.nonzeros > n) throw KernelUnsupported("nonzero: count out of range");
   isa::ProgramBuilder builder("nonzero", config.generation);
   const int64_t per = spec.pairs ? 2 : 1;
   const DType in_dtype = spec.pairs ? DType::int32 : spec.dtype;

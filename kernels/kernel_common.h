@@ -16,11 +16,18 @@
 
 namespace trnsim::kernels {
 
+// A kernel builder that does not take the spec it was given (a shape, dtype or option outside what
+// it implements, a tile that cannot be placed in SBUF); what() says why. The one build failure the
+// PyTorch device turns into its counted CPU fallback: any other exception from a builder is a bug.
+struct KernelUnsupported : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 // A kernel that cannot split this shape across the requested cores (it can still run whole on one
 // core). The only build failure the device executor turns into a one-core run: anything else a
-// split build throws is a bug and propagates.
-struct SplitUnsupported : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
+// split build throws propagates.
+struct SplitUnsupported : KernelUnsupported {
+  using KernelUnsupported::KernelUnsupported;
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -91,7 +91,7 @@ void store_reduced_loss(const KernelContext& ctx, const CrossEntropySpec& spec, 
 
 void check_row_fits(const KernelContext& ctx, const char* kernel, int64_t cols, int64_t bytes_per_column) {
   if (cols * bytes_per_column > detail::sbuf_free_bytes(ctx)) {
-    throw std::invalid_argument(std::string(kernel) + ": a row of " + std::to_string(cols) +
+    throw KernelUnsupported(std::string(kernel) + ": a row of " + std::to_string(cols) +
                                 " classes does not fit in SBUF with its ring buffers (chunked rows not implemented)");
   }
 }
@@ -105,7 +105,7 @@ struct Chunks {
 Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int64_t budget, const char* kernel) {
   int64_t width = std::min({cols, target, budget / bytes_per_column});
   if (width < std::min<int64_t>(cols, 64)) {
-    throw std::invalid_argument(std::string(kernel) + ": no room in SBUF for a column chunk");
+    throw KernelUnsupported(std::string(kernel) + ": no room in SBUF for a column chunk");
   }
   const int64_t n = ceil_div(cols, width);
   // Balanced, and a multiple of 128 elements: every chunk-wide buffer then spans whole 256-byte granules
@@ -138,7 +138,7 @@ void build_cross_entropy_chunked(const KernelContext& ctx, const CrossEntropySpe
   const int64_t C = spec.classes, in_b = dtype_size_bytes(spec.logits_dtype);
   const int depth = detail::kRingDepth + 1;
   // Chunk-wide: the logits ring and a bf16 scratch for the discarded exponentials.
-  if (C > (int64_t(1) << 24) / 32) throw std::invalid_argument("cross_entropy: more than 524288 classes");
+  if (C > (int64_t(1) << 24) / 32) throw KernelUnsupported("cross_entropy: more than 524288 classes");
   const Chunks ch = chunk_columns(C, detail::kTargetDmaBytesPerPartition / in_b, depth * in_b + 2 * 2,
                                   detail::sbuf_free_bytes(ctx) - 16 * depth * 256 - 32 * ceil_div(C, 1024),
                                   "cross_entropy");
@@ -545,7 +545,7 @@ namespace trnsim::kernels {
 
 void build_one_hot(const KernelContext& ctx, const OneHotSpec& spec, uint32_t index, int64_t scale, uint32_t y) {
   const int64_t C = spec.classes, P = ctx.partitions();
-  if (spec.rows <= 0 || C <= 0) throw std::invalid_argument("one_hot: rows and classes must be positive");
+  if (spec.rows <= 0 || C <= 0) throw KernelUnsupported("one_hot: rows and classes must be positive");
   // Column chunks of at most 4096 (16 KiB of fp32 per partition per chunk); the iota holds 0..W-1
   // and each chunk compares against index - chunk start.
   const int64_t W = std::min<int64_t>(C, 4096);

@@ -101,7 +101,7 @@ void build_transpose_2d(const KernelContext& ctx, uint32_t src, uint32_t dst, in
 void build_matmul(const KernelContext& ctx, const MatmulSpec& spec, const MatmulTensors& tensors) {
   const TensorEngineConfig& pe = ctx.config.core.tensor;
   isa::ProgramBuilder& b = ctx.builder;
-  if (spec.m <= 0 || spec.k <= 0 || spec.n <= 0 || spec.batch <= 0) throw isa::IsaError("matmul: empty shape");
+  if (spec.m <= 0 || spec.k <= 0 || spec.n <= 0 || spec.batch <= 0) throw KernelUnsupported("matmul: empty shape");
   const int64_t p = ctx.partitions();
   const int64_t kt = std::min<int64_t>(p, pe.pe_rows);                       // contraction per instruction
   const int64_t mt = std::min<int64_t>(p, pe.max_stationary_free_size);      // output partitions per tile

@@ -31,7 +31,7 @@ struct Rows {
   int64_t rows, cols;
 };
 Rows rows_of(const std::vector<int64_t>& shape) {
-  if (shape.empty()) throw std::invalid_argument("row kernel: shape needs at least one dim");
+  if (shape.empty()) throw KernelUnsupported("row kernel: shape needs at least one dim");
   return {detail::product(shape) / shape.back(), shape.back()};
 }
 
@@ -48,7 +48,7 @@ int64_t row_budget(const KernelContext& ctx) { return detail::sbuf_free_bytes(ct
 // leave room for a row of C elements.
 void check_fits(const KernelContext& ctx, const char* kernel, int64_t cols, int64_t bytes_per_column) {
   if (cols * bytes_per_column > row_budget(ctx)) {
-    throw std::invalid_argument(std::string(kernel) + ": a row of " + std::to_string(cols) +
+    throw KernelUnsupported(std::string(kernel) + ": a row of " + std::to_string(cols) +
                                 " elements does not fit in SBUF with its ring buffers (rows longer than " +
                                 std::to_string(row_budget(ctx) / bytes_per_column) +
                                 " need a two-pass schedule, not implemented)");
@@ -154,7 +154,7 @@ isa::AccessPattern chunk_rows_hbm(const KernelContext& ctx, uint32_t tensor, int
 // `target` columns, balanced over the row so the last chunk is not a sliver.
 Chunks chunk_columns(int64_t cols, int64_t target, int64_t bytes_per_column, int64_t budget, const char* kernel) {
   int64_t width = std::min(target, budget / bytes_per_column);
-  if (width < 64) throw std::invalid_argument(std::string(kernel) + ": no room in SBUF for a column chunk");
+  if (width < 64) throw KernelUnsupported(std::string(kernel) + ": no room in SBUF for a column chunk");
   const int64_t n = ceil_div(cols, width);
   // Balanced, and a multiple of 128 elements: every chunk-wide buffer then spans whole 256-byte granules
   // (a chunk sharing a granule with its neighbour in the ring would make their engines wait on each other).
@@ -773,7 +773,7 @@ struct ColumnSums {
     const int64_t capacity =
         int64_t(ctx.config.core.psum.bytes_per_partition) / (kPsumBankColumns * int64_t(dtype_size_bytes(DType::fp32)));
     if (chunks > capacity) {
-      throw std::invalid_argument(name + ": column sums of " + std::to_string(c) + " columns need " +
+      throw KernelUnsupported(name + ": column sums of " + std::to_string(c) + " columns need " +
                                   std::to_string(chunks) + " PSUM banks, the core has " + std::to_string(capacity));
     }
     for (int64_t k = 0; k < chunks; ++k) {
@@ -833,7 +833,7 @@ void build_norm_backward_chunked(const KernelContext& ctx, const NormBackwardSpe
   const Chunks ch = chunk_columns(r.cols, target, per_column, row_budget(ctx) - resident, kernel);
   const int64_t n = ch.n, W = ch.width;
   if (n > ceil_div(r.cols, kPsumBankColumns)) {
-    throw std::invalid_argument(std::string(kernel) + ": too many row tiles for the chunked schedule's SBUF");
+    throw KernelUnsupported(std::string(kernel) + ": too many row tiles for the chunked schedule's SBUF");
   }
   auto resident_buf = [&](const std::string& name, int64_t width) {
     return ctx.builder.sbuf(ctx.name(name), DType::fp32, {uint32_t(P), uint32_t(std::max<int64_t>(width, kGranuleFloats))});
@@ -1312,7 +1312,7 @@ void build_norm_backward_fused(const KernelContext& ctx, const NormBackwardSpec&
 
 void build_norm_backward(const KernelContext& ctx, const NormBackwardSpec& spec, uint32_t x, uint32_t dy,
                          int64_t mean, uint32_t rstd, int64_t w, uint32_t dx, int64_t dw, int64_t db) {
-  if (spec.kind == NormKind::layernorm && mean < 0) throw std::invalid_argument("layernorm backward needs the saved mean");
+  if (spec.kind == NormKind::layernorm && mean < 0) throw KernelUnsupported("layernorm backward needs the saved mean");
   build_norm_backward_fused(ctx, spec, rows_of(spec.shape), x, dy, mean, rstd, w, dx, dw, db);
 }
 

@@ -37,8 +37,8 @@ isa::AccessPattern flat_hbm(const KernelContext& ctx, uint32_t tensor, const Fla
 
 void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param, uint32_t grad, uint32_t exp_avg,
                  uint32_t exp_avg_sq) {
-  if (spec.elements <= 0) throw std::invalid_argument("adamw: no elements");
-  if (spec.step < 1) throw std::invalid_argument("adamw: step is 1-based");
+  if (spec.elements <= 0) throw KernelUnsupported("adamw: no elements");
+  if (spec.step < 1) throw KernelUnsupported("adamw: step is 1-based");
   const int64_t P = ctx.partitions();
   const CoreConfig& core = ctx.config.core;
   // Pipeline: loads kAhead tiles ahead of stage 0, kStages compute stages per tile (see below). The
@@ -53,7 +53,7 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   detail::align_sbuf_to_granule(ctx, "adamw_align");
   int64_t width = std::min({detail::kTargetDmaBytesPerPartition / 4, detail::sbuf_free_bytes(ctx) / per_column,
                             kMaxApDimSize, std::max<int64_t>(1, max_cols)});
-  if (width < 1) throw std::invalid_argument("adamw: SBUF is full");
+  if (width < 1) throw KernelUnsupported("adamw: SBUF is full");
   // Enough tiles per core that the pipeline's fill and drain (about kAhead + kStages tiles' worth of
   // latency) stay small against the stream, but no narrower than kMinWidth columns, below which the
   // fixed costs per instruction (GpSimd start-up, DMA descriptors) dominate.

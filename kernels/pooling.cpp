@@ -157,7 +157,7 @@ class PoolBuilder {
               int64_t cols, double value) {
     if (rows <= 0 || cols <= 0) return;
     const int64_t per = std::max<int64_t>(1, std::min(rows, kMaxEngineFree / std::max<int64_t>(1, cols)));
-    if (cols > kMaxEngineFree) throw std::invalid_argument("pooling: rows too wide");
+    if (cols > kMaxEngineFree) throw KernelUnsupported("pooling: rows too wide");
     for (int64_t r = 0; r < rows; r += per) {
       const int64_t nr = std::min(per, rows - r);
       m_ctx.builder.emit(Opcode::memset)
@@ -229,9 +229,9 @@ void PoolBuilder::plan() {
   m_hp = std::max(s.h + 2 * s.pad_h, rows_in(m_ho));
   m_wp = std::max(s.w + 2 * s.pad_w, (m_wo - 1) * s.stride_w + s.dilation_w * (s.kw - 1) + 1);
   if (s.stride_h * m_wp > kMaxStride || s.stride_w > kMaxStride) {
-    throw std::invalid_argument("pooling: rows too wide for the access-pattern strides");
+    throw KernelUnsupported("pooling: rows too wide for the access-pattern strides");
   }
-  if (m_wo > kMaxDim || m_wp > kMaxEngineFree) throw std::invalid_argument("pooling: rows too wide");
+  if (m_wo > kMaxDim || m_wp > kMaxEngineFree) throw KernelUnsupported("pooling: rows too wide");
   if (!is_max(m_mode)) {
     const bool full_h = (m_ho - 1) * s.stride_h - s.pad_h + s.kh <= s.h + s.pad_h;
     const bool full_w = (m_wo - 1) * s.stride_w - s.pad_w + s.kw <= s.w + s.pad_w;
@@ -258,7 +258,7 @@ void PoolBuilder::plan() {
     while (rb_fit > 1 && bytes(rb_fit, m_slots) > avail) --rb_fit;
     if (bytes(rb_fit, m_slots) > avail) {
       m_slots = 2;
-      if (bytes(rb_fit, m_slots) > avail) throw std::invalid_argument("pooling: one output row does not fit in SBUF");
+      if (bytes(rb_fit, m_slots) > avail) throw KernelUnsupported("pooling: one output row does not fit in SBUF");
     }
     // Enough bands for two per core where the planes alone do not give that, but not below
     // kMinBandOutputs per band (instruction overheads).
@@ -320,7 +320,7 @@ void PoolBuilder::plan() {
   m_slots = 2;
   const int64_t rb_one = largest(1);
   if (rb == 0 || (rb < rb_one && rb * m_wo < kMinBandOutputs)) rb = rb_one, m_slots = 1;
-  if (rb == 0) throw std::invalid_argument("pooling backward: one output row does not fit in SBUF");
+  if (rb == 0) throw KernelUnsupported("pooling backward: one output row does not fit in SBUF");
   m_rb = ceil_div(m_ho, ceil_div(m_ho, rb));  // even bands
   m_bands = make_bands(m_rb);
   const auto z = sizes(m_bands);
@@ -670,23 +670,23 @@ isa::Program pool_program(const char* name, const PoolSpec& spec, Mode mode, con
 
 void validate_pool(const PoolSpec& s, bool max) {
   if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0 || s.kh <= 0 || s.kw <= 0) {
-    throw std::invalid_argument("pooling: empty shape or kernel");
+    throw KernelUnsupported("pooling: empty shape or kernel");
   }
   if (s.stride_h <= 0 || s.stride_w <= 0 || s.dilation_h <= 0 || s.dilation_w <= 0 || s.pad_h < 0 || s.pad_w < 0) {
-    throw std::invalid_argument("pooling: stride and dilation must be >= 1, padding >= 0");
+    throw KernelUnsupported("pooling: stride and dilation must be >= 1, padding >= 0");
   }
-  if (!max && (s.dilation_h != 1 || s.dilation_w != 1)) throw std::invalid_argument("avg pooling has no dilation");
+  if (!max && (s.dilation_h != 1 || s.dilation_w != 1)) throw KernelUnsupported("avg pooling has no dilation");
   if (s.pad_h > s.kh / 2 || s.pad_w > s.kw / 2) {
-    throw std::invalid_argument("pooling: padding must be at most half the kernel size");
+    throw KernelUnsupported("pooling: padding must be at most half the kernel size");
   }
-  if (s.out_h() <= 0 || s.out_w() <= 0) throw std::invalid_argument("pooling: the output is empty");
-  if (s.divisor_override < 0) throw std::invalid_argument("pooling: divisor_override must be positive");
+  if (s.out_h() <= 0 || s.out_w() <= 0) throw KernelUnsupported("pooling: the output is empty");
+  if (s.divisor_override < 0) throw KernelUnsupported("pooling: divisor_override must be positive");
   if (max && s.kw - 1 >= s.w) {
-    throw std::invalid_argument("max pooling: the offset codes need KW - 1 < W");
+    throw KernelUnsupported("max pooling: the offset codes need KW - 1 < W");
   }
-  if (s.h * s.w >= (int64_t(1) << 24)) throw std::invalid_argument("pooling: plane indices beyond fp32's integers");
+  if (s.h * s.w >= (int64_t(1) << 24)) throw KernelUnsupported("pooling: plane indices beyond fp32's integers");
   if (s.dtype != DType::fp32 && s.dtype != DType::bf16 && s.dtype != DType::fp16) {
-    throw std::invalid_argument("pooling: fp32, bf16 or fp16 only");
+    throw KernelUnsupported("pooling: fp32, bf16 or fp16 only");
   }
 }
 

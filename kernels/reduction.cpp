@@ -30,10 +30,10 @@ std::vector<int64_t> normalized_dims(const ReduceSpec& spec) {
   const int64_t n = int64_t(spec.shape.size());
   for (int64_t d : spec.dims) {
     int64_t k = d < 0 ? d + n : d;
-    if (k < 0 || k >= n) throw std::invalid_argument("reduce: dim " + std::to_string(d) + " out of range");
+    if (k < 0 || k >= n) throw KernelUnsupported("reduce: dim " + std::to_string(d) + " out of range");
     dims.insert(k);
   }
-  if (dims.empty()) throw std::invalid_argument("reduce: no dim to reduce");
+  if (dims.empty()) throw KernelUnsupported("reduce: no dim to reduce");
   return {dims.begin(), dims.end()};
 }
 
@@ -634,7 +634,7 @@ namespace {
 void build_reduce_passes(const KernelContext& ctx, const ReduceSpec& spec, uint32_t x, uint32_t y) {
   std::vector<int64_t> dims = normalized_dims(spec);
   if (is_arg(spec.op)) {
-    if (dims.size() != 1) throw std::invalid_argument("argmax/argmin reduce exactly one dim");
+    if (dims.size() != 1) throw KernelUnsupported("argmax/argmin reduce exactly one dim");
     int64_t A = 1, R = spec.shape[size_t(dims[0])], B = 1;
     for (int64_t d = 0; d < dims[0]; ++d) A *= spec.shape[size_t(d)];
     for (size_t d = size_t(dims[0]) + 1; d < spec.shape.size(); ++d) B *= spec.shape[d];

@@ -24,7 +24,7 @@ constexpr int64_t kSpreadMinCols = 4 * 128;
 
 void check_shape(const char* kernel, int64_t rows, int64_t cols) {
   if (rows < 1 || cols < 1) {
-    throw std::invalid_argument(std::string(kernel) + ": rows and cols must be >= 1, got [" + std::to_string(rows) +
+    throw KernelUnsupported(std::string(kernel) + ": rows and cols must be >= 1, got [" + std::to_string(rows) +
                                 ", " + std::to_string(cols) + "]");
   }
 }
@@ -35,7 +35,7 @@ int64_t chunk_columns(const KernelContext& ctx, int64_t cols, DType input_dtype,
   const int64_t target = detail::kTargetDmaBytesPerPartition / dtype_size_bytes(input_dtype);
   constexpr int64_t kRoundingBytes = 16 * 256;  // granule_ring rounds each of <= 16 slots up to 256 bytes
   const int64_t fits = (detail::sbuf_free_bytes(ctx) - kRoundingBytes) / bytes_per_column;
-  if (fits < 1) throw std::invalid_argument("scan: no SBUF left for the kernel's buffers");
+  if (fits < 1) throw KernelUnsupported("scan: no SBUF left for the kernel's buffers");
   return std::min({cols, target, fits, kMaxApSize});
 }
 

@@ -45,9 +45,9 @@ void scatter_sorted(const KernelContext& ctx, uint32_t values, uint32_t indices,
 
 isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   if (spec.rows < 1 || spec.n < 1 || spec.k < 1 || spec.k > std::min(spec.n, kMax8)) {
-    throw std::invalid_argument("topk: needs rows, n >= 1 and 1 <= k <= min(n, 8)");
+    throw KernelUnsupported("topk: needs rows, n >= 1 and 1 <= k <= min(n, 8)");
   }
-  if (spec.n > kMaxRowElements) throw std::invalid_argument("topk: rows longer than 16384 elements");
+  if (spec.n > kMaxRowElements) throw KernelUnsupported("topk: rows longer than 16384 elements");
   isa::ProgramBuilder builder("topk", config.generation);
   const uint32_t R = uint32_t(spec.rows), N = uint32_t(spec.n), K = uint32_t(spec.k);
   uint32_t x = builder.hbm("x", spec.dtype, {R, N}, isa::AllocationRole::input);
@@ -161,9 +161,9 @@ isa::Program topk_program(const TopkSpec& spec, const HardwareConfig& config, ui
 
 isa::Program sort_program(const SortSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
   if (spec.rows < 1 || spec.n < 1 || spec.n > kMaxRowElements) {
-    throw std::invalid_argument("sort: needs rows >= 1 and 1 <= n <= 16384");
+    throw KernelUnsupported("sort: needs rows >= 1 and 1 <= n <= 16384");
   }
-  if (spec.rows * spec.n >= (int64_t{1} << 24)) throw std::invalid_argument("sort: more than 2^24 elements");
+  if (spec.rows * spec.n >= (int64_t{1} << 24)) throw KernelUnsupported("sort: more than 2^24 elements");
   isa::ProgramBuilder builder("sort", config.generation);
   const uint32_t R = uint32_t(spec.rows), N = uint32_t(spec.n);
   const int64_t per = spec.pairs ? 2 : 1;  // words per element
@@ -249,9 +249,9 @@ isa::Program counting_sort_program(const CountingSortSpec& spec, const HardwareC
                                    uint32_t cores) {
   constexpr int64_t kMaxKeys = 512;  // one PSUM bank of fp32 counts per partition
   if (spec.rows < 1 || spec.n < 1 || spec.keys < 1 || spec.keys > kMaxKeys) {
-    throw std::invalid_argument("counting_sort: needs rows, n >= 1 and 1 <= keys <= 512");
+    throw KernelUnsupported("counting_sort: needs rows, n >= 1 and 1 <= keys <= 512");
   }
-  if (spec.rows * spec.n >= (int64_t{1} << 24)) throw std::invalid_argument("counting_sort: more than 2^24 elements");
+  if (spec.rows * spec.n >= (int64_t{1} << 24)) throw KernelUnsupported("counting_sort: more than 2^24 elements");
   isa::ProgramBuilder builder("counting_sort", config.generation);
   const uint32_t R = uint32_t(spec.rows), N = uint32_t(spec.n), K = uint32_t(spec.keys);
   const int64_t per = spec.pairs ? 2 : 1, n = spec.n;
