@@ -11,15 +11,9 @@
 
 #include "config/dtype.h"
 #include "frontend/kernel_executor.h"
+#include "frontend/lowering_support.h"
 
 namespace trnsim::frontend {
-
-// A CPU tensor over the same memory, sizes and strides (no copy, no host-link time).
-inline at::Tensor host_alias(const at::Tensor& t) {
-  if (t.is_cpu()) return t;
-  const at::TensorOptions options = at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU);
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), options);
-}
 
 // The kernel dtype that moves an element of `t` bit for bit, and how many of them make one element
 // (8-byte elements as two int32 words); nullopt for other sizes.

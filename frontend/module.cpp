@@ -25,8 +25,20 @@ PYBIND11_MODULE(_C, m) {
     d["host_link_gbps"] = c.host_link_gbps;
     d["cores_per_device"] = c.cores_per_device;
     d["peak_bf16_tflops_per_device"] = c.peak_bf16_tflops_per_device;
+    d["dma_transpose"] = c.dma_transpose;
     return d;
   });
+  m.def("lowered_ops", [] {
+    py::list out;
+    for (const fe::LoweringInfo& r : fe::lowering_info()) {
+      py::dict d;
+      d["op"] = r.op;
+      d["family"] = r.family;
+      d["out_forms"] = r.out_forms;
+      out.append(d);
+    }
+    return out;
+  }, "The lowering table: each ATen op the device runs on the kernel library, its family and out= forms.");
   m.def("device_count", &fe::device_count);
   m.def("current_device", &fe::current_device);
   m.def("set_device", &fe::set_device, py::arg("index"));

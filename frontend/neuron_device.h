@@ -21,6 +21,7 @@ struct DeviceConfigInfo {
   double host_link_gbps = 0;
   uint32_t cores_per_device = 1;          // physical cores per logical core (LNC)
   double peak_bf16_tflops_per_device = 0; // tensor-engine peak of one logical core
+  bool dma_transpose = true;              // the cores' DMA can transpose (the flash-attention kernels need it)
 };
 
 void set_config(const std::string& name_or_path, const std::vector<std::string>& overrides);
@@ -52,5 +53,14 @@ void manual_seed(int device, uint64_t seed);
 uint64_t initial_seed(int device);
 std::vector<uint8_t> get_rng_state(int device);  // the generator's state bytes (CPU generator format)
 void set_rng_state(int device, const std::vector<uint8_t>& state);
+
+// One row of the lowering table (frontend/lowering/lowering.h): the ATen op, its family (the file
+// it lives in) and the out= overloads it also computes.
+struct LoweringInfo {
+  std::string op;
+  std::string family;
+  std::vector<std::string> out_forms;
+};
+std::vector<LoweringInfo> lowering_info();
 
 }  // namespace trnsim::frontend

@@ -50,6 +50,13 @@ def config():
     return _C.config_info()
 
 
+def lowered_ops():
+    """The lowering table: one dict per ATen op the device runs on the kernel library (``op``, e.g.
+    ``"add.Tensor"``; ``family``, the lowering file it lives in; ``out_forms``, the out= overloads
+    computed by the same lowering). Ops not listed run through the counted CPU fallback."""
+    return list(_C.lowered_ops())
+
+
 def fallback_report():
     """Ops that ran on the CPU through the fallback since the last reset: {op name: calls}."""
     return dict(_C.fallback_counts())

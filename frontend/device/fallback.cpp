@@ -1,0 +1,217 @@
+// The boxed CPU fallback: every op without a lowering (or whose lowering declined the arguments)
+// runs on the CPU through torch's cpu_fallback, counted by operator name, its host-link transfers
+// charged to the device's clock; TRNSIM_FALLBACK=allow|warn|error. Also the same-device check of
+// every op, and the clear error for sparse layouts.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "frontend/device/device_internal.h"
+#include "frontend/kernel_executor.h"
+#include "frontend/lowering_support.h"
+#include "frontend/neuron_device.h"
+#include <ATen/native/CPUFallback.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <unordered_set>
+
+namespace trnsim::frontend {
+namespace {
+
+
+std::mutex g_fallback_mutex;
+FallbackMode g_fallback_mode = FallbackMode::warn;
+std::map<std::string, int64_t> g_fallback_counts;
+std::unordered_set<std::string> g_fallback_warned;
+
+struct FallbackEnv {
+  FallbackEnv() {
+    const char* env = std::getenv("TRNSIM_FALLBACK");
+    if (env && *env) {
+      try {
+        set_fallback_mode(env);
+      } catch (...) {
+      }
+    }
+  }
+} g_fallback_env;
+
+}  // namespace
+
+namespace {
+thread_local bool t_in_fallback = false;
+}  // namespace
+
+InFallbackScope::InFallbackScope() : previous_(t_in_fallback) { t_in_fallback = true; }
+InFallbackScope::~InFallbackScope() { t_in_fallback = previous_; }
+bool in_fallback() { return t_in_fallback; }
+
+void check_common_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  // Ops whose CUDA kernels also take tensors on other devices: copies and moves between devices,
+  // and advanced indexing with host index tensors.
+  static const std::unordered_set<std::string> cross_device = {
+      "_copy_from", "_copy_from_and_resize", "copy_", "_to_copy", "to", "index", "index_put_", "_index_put_impl_",
+      "index_put", "set_", "_has_compatible_shallow_copy_type", "_local_scalar_dense", "_pin_memory", "is_pinned",
+      "is_set_to", "lift_fresh", "lift_fresh_copy", "_unsafe_index", "_unsafe_index_put"};
+  std::string name = op.schema().operator_name().name;
+  if (name.rfind("aten::", 0) == 0) name = name.substr(6);
+  if (cross_device.count(name)) return;
+  std::optional<c10::Device> common;
+  auto visit = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    // A 0-dim CPU tensor is a scalar operand (a wrapped Python number), accepted on every device.
+    if (t.device().is_cpu() && t.dim() == 0) return;
+    if (!common) {
+      common = t.device();
+      return;
+    }
+    TORCH_CHECK(*common == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                *common, " and ", t.device(), "!");
+  };
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
+    else if (v.isOptionalTensorList()) for (const auto& t : v.toOptionalTensorList().vec()) if (t) visit(*t);
+  }
+}
+
+
+void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  std::string full = name.name;
+  if (!name.overload_name.empty()) full += "." + name.overload_name;
+  check_common_device(op, torch::jit::last(*stack, op.schema().arguments().size()));
+  FallbackMode mode;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(g_fallback_mutex);
+    mode = g_fallback_mode;
+    if (mode != FallbackMode::error) {
+      ++g_fallback_counts[full];
+      first = g_fallback_warned.insert(full).second;
+    }
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(mode != FallbackMode::error, "The operator '", full,
+                              "' has no neuron kernel and TRNSIM_FALLBACK=error forbids running it on the CPU. "
+                              "Set TRNSIM_FALLBACK=warn or allow to let it fall back.");
+  if (mode == FallbackMode::warn && first) {
+    TORCH_WARN("The operator '", full,
+               "' has no neuron kernel (for these arguments) yet; it runs on the CPU (copies to the host and back). ",
+               reason.empty() ? "" : "The kernel's reason: " + reason + ". ",
+               "trnsim.fallback_report() lists such ops; TRNSIM_FALLBACK=allow silences this, =error forbids it.");
+  }
+  // The device tensors among the arguments go to the host, the device tensors among the results
+  // come back: both over the host link, on the device's simulated clock.
+  const auto& arguments = op.schema().arguments();
+  uint64_t to_host = 0;
+  std::vector<at::Tensor> written;  // measured after the call: an out= argument may be resized
+  int device = -1;
+  OpRecord record;
+  record.op = full;
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, arguments.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool writes = arguments[i].alias_info() && arguments[i].alias_info()->isWrite();
+    auto visit = [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      record.shapes.push_back(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+      if (record.dtype.empty()) record.dtype = c10::toString(t.scalar_type());
+      if (t.device().type() != kNeuron) return;
+      if (device < 0) device = t.device().index();
+      to_host += t.nbytes();
+      if (writes) written.push_back(t);
+    };
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
+    else if (v.isOptionalTensorList()) for (const auto& t : v.toOptionalTensorList().vec()) if (t) visit(*t);
+  }
+  const auto host_start = std::chrono::steady_clock::now();
+  {
+    InFallbackScope in_fallback;
+    at::native::cpu_fallback(op, stack);
+  }
+  const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
+  // Results that are new device tensors come back; mutated arguments (in-place, out=) come back
+  // whether or not they are also returned.
+  uint64_t to_device = 0;
+  for (const at::Tensor& t : written) to_device += t.nbytes();
+  for (size_t i = 0; i < op.schema().returns().size(); ++i) {
+    const c10::Argument& r = op.schema().returns()[i];
+    if (r.alias_info()) continue;  // an alias of a mutated argument, counted above
+    c10::IValue& v = (*stack)[stack->size() - op.schema().returns().size() + i];
+    // cpu_fallback puts results on the first tensor argument's device: a wrapped scalar (1 - x is
+    // sub(1, x)) would leave them on the CPU. Results belong on the device the operands are on.
+    if (device >= 0 && v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu() &&
+        !(v.toTensor().dim() == 0 && v.toTensor().unsafeGetTensorImpl()->is_wrapped_number())) {
+      InFallbackScope in_fallback;
+      v = v.toTensor().to(c10::Device(kNeuron, static_cast<c10::DeviceIndex>(device)));
+    }
+    auto visit = [&](const at::Tensor& t) {
+      if (!t.defined() || t.device().type() != kNeuron) return;
+      if (device < 0) device = t.device().index();
+      to_device += t.nbytes();
+    };
+    if (v.isTensor()) visit(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
+  }
+  record_fallback(device < 0 ? int(current_device_index()) : device, to_host, to_device, host_s, std::move(record));
+}
+
+namespace {
+
+void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { neuron_fallback(op, stack); }
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>()); }
+
+// Sparse layouts have no kernels and no CPU fallback path on the device: a clear error naming the op.
+void neuron_sparse_unsupported(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: sparse tensors are not supported on the device (", op.schema().operator_name(),
+                              "); keep sparse tensors on the CPU, or make them dense with .to_dense() before .to(\"neuron\")");
+}
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_sparse_unsupported>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_sparse_unsupported>());
+}
+
+}  // namespace
+
+void set_fallback_mode(const std::string& mode) {
+  FallbackMode m;
+  if (mode == "allow") m = FallbackMode::allow;
+  else if (mode == "warn") m = FallbackMode::warn;
+  else if (mode == "error") m = FallbackMode::error;
+  else TORCH_CHECK(false, "TRNSIM_FALLBACK must be allow, warn or error, not '", mode, "'");
+  std::lock_guard<std::mutex> lock(g_fallback_mutex);
+  g_fallback_mode = m;
+}
+
+std::string fallback_mode() {
+  std::lock_guard<std::mutex> lock(g_fallback_mutex);
+  switch (g_fallback_mode) {
+    case FallbackMode::allow: return "allow";
+    case FallbackMode::warn: return "warn";
+    case FallbackMode::error: return "error";
+  }
+  return "warn";
+}
+
+std::map<std::string, int64_t> fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_fallback_mutex);
+  return g_fallback_counts;
+}
+
+void reset_fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_fallback_mutex);
+  g_fallback_counts.clear();
+  g_fallback_warned.clear();
+}
+
+}  // namespace trnsim::frontend

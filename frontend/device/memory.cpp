@@ -1,0 +1,177 @@
+// Simulated HBM: host memory standing for device memory, with the configured capacity per
+// device, torch's allocator statistics and its out-of-memory error.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "frontend/device/device_internal.h"
+#include "frontend/kernel_executor.h"
+#include "frontend/lowering_support.h"
+#include "frontend/neuron_device.h"
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <unordered_map>
+
+namespace trnsim::frontend {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Simulated HBM: host memory standing for device memory, capacity from the config.
+
+std::string format_bytes(uint64_t bytes) {
+  std::ostringstream s;
+  const double b = static_cast<double>(bytes);
+  s << std::fixed << std::setprecision(2);
+  if (b >= (1ull << 30)) s << b / (1ull << 30) << " GiB";
+  else if (b >= (1ull << 20)) s << b / (1ull << 20) << " MiB";
+  else if (b >= (1ull << 10)) s << b / (1ull << 10) << " KiB";
+  else s << bytes << " bytes";
+  return s.str();
+}
+
+struct DeviceMemory {
+  c10::CachingDeviceAllocator::Stat bytes;
+  uint64_t num_allocs = 0;
+  uint64_t num_ooms = 0;
+};
+
+void hbm_delete(void* ptr);
+
+class SimHbmAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    const c10::DeviceIndex index = current_index();
+    const c10::Device device(kNeuron, index);
+    if (n == 0) return c10::DataPtr(nullptr, nullptr, &hbm_delete, device);
+    const uint64_t capacity = config_info().hbm_bytes_per_device;
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    DeviceMemory& mem = memory_[index];
+    const uint64_t used = static_cast<uint64_t>(mem.bytes.current);
+    if (used + n > capacity) {
+      ++mem.num_ooms;
+      const uint64_t free_bytes = capacity > used ? capacity - used : 0;
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "NEURON out of memory. Tried to allocate ", format_bytes(n),
+                       ". Device ", static_cast<int>(index), " has a total capacity of ", format_bytes(capacity),
+                       " of which ", format_bytes(free_bytes), " is free. Of the allocated memory ", format_bytes(used),
+                       " is allocated by PyTorch. (simulated HBM of the configured hardware; see trnsim.set_config)");
+    }
+    void* ptr = std::aligned_alloc(64, (n + 63) / 64 * 64);
+    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "host memory backing the simulated HBM is exhausted (",
+                     format_bytes(n), ")");
+    blocks_[ptr] = Block{n, index};
+    mem.bytes.increase(static_cast<int64_t>(n));
+    ++mem.num_allocs;
+    return c10::DataPtr(ptr, ptr, &hbm_delete, device);
+  }
+
+  void free(void* ptr) {
+    if (ptr == nullptr) return;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mutex_);
+      auto it = blocks_.find(ptr);
+      if (it != blocks_.end()) {
+        memory_[it->second.device].bytes.decrease(static_cast<int64_t>(it->second.size));
+        blocks_.erase(it);
+      }
+    }
+    std::free(ptr);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &hbm_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+  // c10::DeviceAllocator: what torch.accelerator.memory_* reads.
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    const DeviceMemory& mem = memory_[device];
+    for (auto* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+      (*array)[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)] = mem.bytes;
+    }
+    stats.num_ooms = static_cast<int64_t>(mem.num_ooms);
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    memory_[device].bytes.reset_accumulated();
+    memory_[device].num_allocs = 0;
+    memory_[device].num_ooms = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    memory_[device].bytes.reset_peak();
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    const uint64_t capacity = config_info().hbm_bytes_per_device;
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const uint64_t used = static_cast<uint64_t>(memory_[device].bytes.current);
+    return {capacity > used ? capacity - used : 0, capacity};
+  }
+
+  MemoryStats stats(int device) {
+    const uint64_t capacity = config_info().hbm_bytes_per_device;
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const DeviceMemory& mem = memory_[device];
+    MemoryStats out;
+    out.allocated = static_cast<uint64_t>(mem.bytes.current);
+    out.peak_allocated = static_cast<uint64_t>(mem.bytes.peak);
+    out.capacity = capacity;
+    out.num_allocs = mem.num_allocs;
+    out.num_ooms = mem.num_ooms;
+    return out;
+  }
+
+  bool owns(void* ptr, c10::DeviceIndex* device) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end()) return false;
+    *device = it->second.device;
+    return true;
+  }
+
+  static c10::DeviceIndex current_index() { return current_device_index(); }
+
+ private:
+  struct Block {
+    size_t size;
+    c10::DeviceIndex device;
+  };
+  std::recursive_mutex mutex_;  // never the GIL: allocate/free run from any thread
+  std::unordered_map<void*, Block> blocks_;
+  DeviceMemory memory_[kMaxDevices];
+};
+
+// Never destroyed: tensors may still be freed while static destructors run at exit.
+SimHbmAllocator& g_allocator = *new SimHbmAllocator();
+void hbm_delete(void* ptr) { g_allocator.free(ptr); }
+
+REGISTER_ALLOCATOR(kNeuron, &g_allocator)
+
+}  // namespace
+
+c10::Allocator* hbm_allocator() { return &g_allocator; }
+bool hbm_owns(void* ptr, c10::DeviceIndex* device) { return g_allocator.owns(ptr, device); }
+
+MemoryStats memory_stats(int device) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "bad neuron device index ", device);
+  return g_allocator.stats(device);
+}
+
+void reset_peak_memory_stats(int device) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "bad neuron device index ", device);
+  g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(device));
+}
+
+}  // namespace trnsim::frontend

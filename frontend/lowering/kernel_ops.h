@@ -1,0 +1,47 @@
+// The lowerings other lowerings are composed of (a softmax over another dim is a permute, the
+// softmax kernel and a permute back; nll_loss is a gather and a reduction; ...). Each takes typed
+// arguments, runs its kernel on the device and returns the result, or nullopt when it does not
+// take them (nothing written). `op` labels the records and kernel-cache keys only.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/elementwise.h"
+#include "kernels/reduction.h"
+
+namespace trnsim::frontend {
+
+// y = kind(x) (kernels/elementwise.h unary).
+std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x, kernels::UnaryOp kind);
+
+// c = a kind b with PyTorch's type promotion; a 0-dim operand is an immediate. `compare`: a bool
+// result. `round_immediate`: an immediate is first rounded to the computation's dtype, as torch does.
+std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& a, const at::Tensor& b,
+                                       kernels::BinaryOp kind, bool compare = false, bool round_immediate = true);
+
+// out = cond ? a : b; each of a, b is a tensor or an immediate; the result in `result`'s dtype.
+std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& cond, std::optional<at::Tensor> a,
+                                      std::optional<double> a_scalar, std::optional<at::Tensor> b,
+                                      std::optional<double> b_scalar, at::ScalarType result);
+
+// Reduction of `kind` over `rdims` (empty: all).
+std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& x, std::vector<int64_t> rdims,
+                                       bool keepdim, kernels::ReduceOp kind);
+
+// (var or std, mean) of the var_mean / std_mean correction schemas' arguments.
+std::optional<std::pair<at::Tensor, at::Tensor>> lower_var_mean(c10::ArrayRef<c10::IValue> args, bool std_dev);
+
+// C = A @ B (+ *addend), 2-D or batched 3-D; `fp32_result`: the product left in fp32.
+std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& a, const at::Tensor& b,
+                                       const at::Tensor* addend, bool fp32_result = false);
+
+// out[i, :] = table[ids[i], :]; `index_select`: ids are 1-D and the table any rank.
+std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tensor& table, const at::Tensor& ids,
+                                          bool index_select);
+
+}  // namespace trnsim::frontend
