@@ -156,12 +156,12 @@ void DeviceRuntime::hand_over_to(DeviceRuntime& next) {
     throw record::RecordingError("trnsim.set_config() inside a trnsim.record() block (recording to " +
                                  m_recorder->path() + "): a recording holds the launches of one config");
   }
+  // What describes the session rather than the hardware carries over: the devices' clocks (and
+  // timeline origins), the op log and the profiler's timeline, as they did before set_config.
+  next.m_devices = m_devices;
+  next.m_log = std::move(m_log);
   next.m_timeline_enabled = m_timeline_enabled;
   next.m_timeline = std::move(m_timeline);
-  for (const auto& [index, state] : m_devices) {
-    // The next runtime's clocks start at 0; its slices continue after this one's.
-    next.m_devices[index].timeline_origin_ns = state.timeline_origin_ns - state.clock_ns;
-  }
 }
 
 std::shared_ptr<DeviceRuntime> current_runtime() {

@@ -1,7 +1,8 @@
 // The state of the simulated neuron devices for one hardware config: the config (one copy) and
-// its hash, the program cache, each device's clock, the op log, the profiler's timeline and the
-// active launch recorder. set_config builds a new runtime (executor_set_hardware); the only
-// global is the pointer to the current one (current_runtime / install_runtime), so an op in
+// its hash, the program cache, each device's state (clock, ...), the op log, the profiler's
+// timeline and the active launch recorder. set_config builds a new runtime (executor_set_hardware)
+// with a fresh cache; the session's history (clocks, op log, timeline) is handed over to it. The
+// only global is the pointer to the current one (current_runtime / install_runtime), so an op in
 // flight keeps the runtime it started on. Torch-free; the free functions of kernel_executor.h
 // forward here.
 #pragma once
@@ -67,9 +68,9 @@ class DeviceRuntime {
   RecordingInfo stop_recording(bool complete, const std::string& error);
   bool recording() const;
 
-  // Before `next` replaces this runtime (set_config): the profiler's timeline carries over,
-  // continuing where each device's clock stopped. Throws while recording: a recording holds the
-  // launches of one config.
+  // Before `next` replaces this runtime (set_config): the devices' state, the op log and the
+  // profiler's timeline carry over; the cache does not. Throws while recording: a recording holds
+  // the launches of one config.
   void hand_over_to(DeviceRuntime& next);
 
  private:

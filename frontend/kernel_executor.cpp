@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
@@ -87,7 +88,10 @@ void executor_describe_config(const std::string& name_or_path, const std::vector
   record::RecordedConfig origin;
   origin.name = runtime->config().name;
   origin.name_or_path = name_or_path;
-  origin.source = source_file;
+  // Absolute, so that a replay from another directory finds a config named by a relative path.
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(source_file, ec);
+  origin.source = ec ? source_file : absolute.lexically_normal().string();
   origin.overrides = overrides;
   origin.hash = runtime->hash();
   runtime->describe_config(origin);

@@ -19,8 +19,8 @@
 
 namespace trnsim::frontend {
 
-// The hardware programs are built for and simulated on; set by set_config: a new runtime (empty
-// cache, clocks and op log; the profiler's timeline carries over). Throws while recording.
+// The hardware programs are built for and simulated on; set by set_config: a new runtime with an
+// empty program cache (the clocks, op log and timeline carry over). Throws while recording.
 void executor_set_hardware(const HardwareConfig& config, const std::string& hash);
 // How the user named the current config (set_config's arguments and the file it resolved to), for
 // the header of a recording; until called, the config's own name stands for it.
