@@ -7,6 +7,8 @@
 // step on that hardware" for the same programs: the kernels are not rebuilt or re-tuned for the
 // target, programs built for another generation run under the target's generation rules, and
 // each program must be legal on the target (else a ReplayError naming the launch and the rule).
+// On the recording's own config a program is replayed as the device ran it (the device does not
+// check legality), with a note for any rule it breaks.
 //
 // The model is deterministic and launches are independent simulations, so launches with the same
 // per-core programs take the same time: each distinct program set is simulated once per replay

@@ -328,6 +328,22 @@ TEST(Replay, IllegalOnTheTargetNamesTheLaunchAndTheRule) {
   }
 }
 
+TEST(Replay, OnItsOwnConfigABrokenRuleIsNotedNotFatal) {
+  // The device does not check legality, so a recording may hold a program that breaks a rule of
+  // its own config: the replay reproduces it as it ran and says so.
+  TempDir tmp;
+  const std::string dir = tmp / "r.trnrec";
+  record_small(dir);
+  const LoadedConfig small_sbuf = load_config("trn2", {"core.sbuf.bytes_per_partition=8192"});
+  Recording read = read_recording(dir);
+  read.header.config.hash = small_sbuf.hash;  // as if recorded on it
+  const ReplayResult result = replay(read, small_sbuf.hardware, small_sbuf.hash, {});
+  ASSERT_EQ(result.launches.size(), 4u);
+  ASSERT_FALSE(result.notes.empty());
+  EXPECT_NE(result.notes.front().find("breaks rules of its own config"), std::string::npos) << result.notes.front();
+  EXPECT_NE(result.notes.front().find("[memory-bounds]"), std::string::npos) << result.notes.front();
+}
+
 TEST(RecordingWriter, RefusesExistingPathsUnlessAskedAndNeverAForeignDirectory) {
   TempDir tmp;
   const std::string dir = tmp / "r.trnrec";
