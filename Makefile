@@ -71,7 +71,8 @@ test-python: build
 	@TRNSIM_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) tools/run_pytest.sh $(VENV)/bin/python tests
 
 # Reruns the golden-timing cases (tools/golden_update.py), prints each changed timing (old, new,
-# ratio) and rewrites traces/golden/kernels.json: commit it with the change that moved the times.
+# ratio) and rewrites traces/golden/kernels.json; re-records the demo step (traces/demo_step_*.trnrec)
+# and prints the per-launch diff of what moved: commit them with the change that moved the times.
 golden-update: build
 	@TRNSIM_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) $(VENV)/bin/python tools/golden_update.py
 

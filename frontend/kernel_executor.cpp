@@ -1,37 +1,22 @@
-// Kernel-program execution for the PyTorch device (see kernel_executor.h). Torch-free.
+// Kernel-program execution for the PyTorch device (see kernel_executor.h). Torch-free. The
+// device's state lives in the current DeviceRuntime (device_runtime.h); these functions run an
+// op against it.
 #include "frontend/kernel_executor.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <map>
+#include <filesystem>
 #include <memory>
-#include <mutex>
-#include <sstream>
 #include <stdexcept>
 
+#include "frontend/device_runtime.h"
 #include "isa/numerics/float_format.h"
 #include "kernels/kernel_common.h"
-#include "sim/simulator.h"
-#include "sim/trace/trace_writer.h"
+#include "record/launch_timing.h"
 
 namespace trnsim::frontend {
 namespace {
-
-using ProgramParts = std::vector<std::shared_ptr<const isa::Program>>;  // one per physical core
-
-constexpr size_t kMaxCachedPrograms = 1024;
-std::mutex g_mutex;
-std::mutex g_simulate_mutex;  // SystemC keeps one global context: one simulation at a time
-std::unique_ptr<HardwareConfig> g_config;
-std::string g_hash;
-std::map<std::string, ProgramParts> g_cache;
-std::map<int, double> g_clock;
-std::vector<OpRecord> g_log;
-bool g_timeline_enabled = false;
-std::unique_ptr<sim::TraceWriter> g_timeline;
-std::map<int, double> g_timeline_origin;  // each device's clock when the timeline was reset
 
 void copy_converted(DType src_dtype, const void* src, DType dst_dtype, void* dst, size_t count) {
   if (src_dtype == dst_dtype) {
@@ -43,60 +28,73 @@ void copy_converted(DType src_dtype, const void* src, DType dst_dtype, void* dst
   numerics::convert_from_fp32(dst_dtype, tmp.data(), dst, count, numerics::RoundingMode::nearest_even);
 }
 
-std::string shapes_text(const std::vector<std::vector<int64_t>>& shapes) {
-  std::ostringstream s;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    s << (i ? ", " : "") << "[";
-    for (size_t j = 0; j < shapes[i].size(); ++j) s << (j ? ", " : "") << shapes[i][j];
-    s << "]";
-  }
-  return s.str();
+// The launch of an op: its metadata and measured result as the record has them.
+record::Launch launch_of(const OpRecord& record) {
+  record::Launch launch;
+  launch.op = record.op;
+  launch.kind = record.kind;
+  launch.device = record.device;
+  launch.shapes = record.shapes;
+  launch.dtype = record.dtype;
+  launch.ns = record.ns;
+  launch.flops = record.flops;
+  launch.mfu = record.mfu;
+  launch.bottleneck = record.bottleneck;
+  launch.host_link_bytes = record.bytes;
+  return launch;
 }
 
-std::string device_process(int device) { return "neuron:" + std::to_string(device); }
-
-// Under g_mutex: places the record on the device's clock, logs it and, while profiling, adds its
-// slice to the device's ops (or host link) track.
-void commit_locked(OpRecord& record) {
-  record.start_ns = g_clock[record.device];
-  g_clock[record.device] += record.ns;
-  g_log.push_back(record);
-  if (!g_timeline_enabled) return;
-  if (!g_timeline) g_timeline = std::make_unique<sim::TraceWriter>();
-  const int process = g_timeline->find_or_add_process(device_process(record.device), record.device * 100);
-  const int ops = g_timeline->find_or_add_track(process, "ops", 0);
-  std::vector<std::pair<std::string, std::string>> args = {
-      {"kind", record.kind}, {"shapes", shapes_text(record.shapes)}, {"dtype", record.dtype},
-      {"simulated_ns", std::to_string(record.ns)}};
-  if (record.kind == "kernel") {
-    args.push_back({"flops", std::to_string(record.flops)});
-    args.push_back({"mfu", std::to_string(record.mfu)});
-    args.push_back({"bottleneck", record.bottleneck});
-  } else {
-    args.push_back({"host_link_bytes", std::to_string(record.bytes)});
+// The op's kernel built once per physical core (or taken from the runtime's cache).
+ProgramParts build_parts(DeviceRuntime& runtime, const std::string& key, const ProgramBuilderFn& build) {
+  ProgramParts parts = runtime.find_program(key);
+  if (!parts.empty()) return parts;
+  const HardwareConfig& config = runtime.config();
+  const uint32_t lnc = cores_per_device(config);
+  try {
+    for (uint32_t core = 0; core < lnc; ++core)
+      parts.push_back(std::make_shared<const isa::Program>(build(config, core, lnc)));
+  } catch (const kernels::SplitUnsupported&) {
+    if (lnc == 1) throw;
+    // Some kernels cannot split some shapes (e.g. a matmul whose transposing pass would race
+    // between cores): the whole kernel on the first core, the others idle. Any other failure of a
+    // split build propagates (a bug must not hide behind a slower one-core run).
+    parts.clear();
+    isa::Program whole = build(config, 0, 1);
+    isa::Program idle = whole;
+    idle.instructions.clear();
+    parts.push_back(std::make_shared<const isa::Program>(std::move(whole)));
+    for (uint32_t core = 1; core < lnc; ++core) parts.push_back(std::make_shared<const isa::Program>(idle));
   }
-  const std::string name = record.kind == "fallback" ? "fallback " + record.op : record.op;
-  // Host seconds are left out of the trace so that it is the same bit for bit on every run.
-  const double start = record.start_ns - g_timeline_origin[record.device];
-  g_timeline->slice(process, ops, start, record.ns, name, args);
-  if (record.kind != "kernel" && record.bytes > 0) {
-    const int link = g_timeline->find_or_add_track(process, "host link", 1);
-    g_timeline->slice(process, link, start, record.ns, name, {{"bytes", std::to_string(record.bytes)}});
-  }
+  runtime.cache_program(key, parts);
+  return parts;
 }
 
-double host_link_ns(const HardwareConfig& config, uint64_t bytes) {
-  if (bytes == 0) return 0;
-  return config.host_link.latency_ns + double(bytes) / config.host_link.bandwidth_gbps;  // GB/s = bytes/ns
+void add_bindings(record::Launch& launch, const std::vector<HostBuffer>& buffers, const char* direction) {
+  for (const HostBuffer& b : buffers) {
+    launch.bindings.push_back({b.allocation, b.count, std::string(dtype_name(b.dtype)), direction});
+  }
 }
 
 }  // namespace
 
 void executor_set_hardware(const HardwareConfig& config, const std::string& hash) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_config = std::make_unique<HardwareConfig>(config);
-  g_hash = hash;
-  g_cache.clear();
+  // Throws (and leaves the current runtime in place) while a recording is open.
+  install_runtime(std::make_shared<DeviceRuntime>(config, hash));
+}
+
+void executor_describe_config(const std::string& name_or_path, const std::vector<std::string>& overrides,
+                              const std::string& source_file) {
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
+  record::RecordedConfig origin;
+  origin.name = runtime->config().name;
+  origin.name_or_path = name_or_path;
+  // Absolute, so that a replay from another directory finds a config named by a relative path.
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(source_file, ec);
+  origin.source = ec ? source_file : absolute.lexically_normal().string();
+  origin.overrides = overrides;
+  origin.hash = runtime->hash();
+  runtime->describe_config(origin);
 }
 
 uint32_t cores_per_device(const HardwareConfig& config) {
@@ -107,50 +105,14 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
                          const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
                          OpRecord record) {
   const auto host_start = std::chrono::steady_clock::now();
-  ProgramParts parts;
-  std::shared_ptr<const HardwareConfig> config;
-  std::string hash;
-  bool trace = false;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (!g_config) throw std::runtime_error("trnsim: no hardware configured for the neuron device");
-    config = std::make_shared<const HardwareConfig>(*g_config);
-    hash = g_hash;
-    trace = g_timeline_enabled;
-    auto it = g_cache.find(key);
-    if (it != g_cache.end()) parts = it->second;
-  }
-  const uint32_t lnc = cores_per_device(*config);
-  if (parts.empty()) {
-    try {
-      for (uint32_t core = 0; core < lnc; ++core)
-        parts.push_back(std::make_shared<const isa::Program>(build(*config, core, lnc)));
-    } catch (const kernels::SplitUnsupported&) {
-      if (lnc == 1) throw;
-      // Some kernels cannot split some shapes (e.g. a matmul whose transposing pass would race
-      // between cores): the whole kernel on the first core, the others idle. Any other failure of a
-      // split build propagates (a bug must not hide behind a slower one-core run).
-      parts.clear();
-      isa::Program whole = build(*config, 0, 1);
-      isa::Program idle = whole;
-      idle.instructions.clear();
-      parts.push_back(std::make_shared<const isa::Program>(std::move(whole)));
-      for (uint32_t core = 1; core < lnc; ++core) parts.push_back(std::make_shared<const isa::Program>(idle));
-    }
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (g_cache.size() >= kMaxCachedPrograms) g_cache.clear();  // e.g. many distinct immediates
-    g_cache.emplace(key, parts);
-  }
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
+  const ProgramParts parts = build_parts(*runtime, key, build);
   const isa::Program& program = *parts.front();
   auto allocation = [&](const HostBuffer& buffer) {
     const int id = program.find_allocation(buffer.allocation);
     if (id < 0) throw std::runtime_error("trnsim: program '" + key + "' has no allocation '" + buffer.allocation + "'");
     return static_cast<uint32_t>(id);
   };
-  sim::SimOptions options;
-  options.cores.clear();
-  for (uint32_t core = 0; core < lnc; ++core) options.cores.push_back(core);
-  options.trace = trace;
   std::vector<const isa::Program*> programs;
   for (const auto& part : parts) programs.push_back(part.get());
   auto prepare = [&](uint32_t, isa::CoreState& state) {
@@ -163,9 +125,9 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
       copy_converted(in.dtype, in.data, dst, bytes.data(), in.count);
     }
   };
-  std::unique_lock<std::mutex> simulating(g_simulate_mutex);
-  sim::SimResult result = sim::simulate(programs, *config, hash, options, prepare, /*shared_hbm=*/true);
-  simulating.unlock();
+  const bool trace = runtime->timeline_enabled();
+  sim::SimResult result =
+      record::simulate_kernel(programs, runtime->config(), runtime->hash(), /*timing_only=*/false, trace, prepare);
   if (result.states.empty()) throw std::runtime_error("trnsim: the simulation returned no values");
   for (const HostBuffer& out : outputs) {
     const uint32_t id = allocation(out);
@@ -175,113 +137,85 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
       throw std::runtime_error("trnsim: output '" + out.allocation + "' larger than its allocation");
     copy_converted(src, bytes.data(), out.dtype, out.data, out.count);
   }
-  const sim::SimStats& stats = result.stats;
   record.kind = "kernel";
   record.device = device;
-  record.ns = stats.total_ns;
-  record.flops = stats.flops;
-  record.mfu = stats.mfu();
-  // The busiest engine kind summed over the device's cores ("core0.vector" + "core1.vector").
-  std::map<std::string, double> busy;
-  for (const auto& [name, engine] : stats.engines) {
-    const size_t dot = name.find('.');
-    busy[dot == std::string::npos ? name : name.substr(dot + 1)] += engine.busy_ns;
-  }
-  double busiest = -1;
-  for (const auto& [name, ns] : busy) {
-    if (ns > busiest) {
-      busiest = ns;
-      record.bottleneck = name;
-    }
-  }
+  record::Launch launch = launch_of(record);
+  launch.key = key;
+  launch.programs = parts;
+  add_bindings(launch, inputs, "in");
+  add_bindings(launch, outputs, "out");
+  record::set_kernel_result(launch, result.stats);
+  record.ns = launch.ns;
+  record.flops = launch.flops;
+  record.mfu = launch.mfu;
+  record.bottleneck = launch.bottleneck;
   record.host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
-  std::lock_guard<std::mutex> lock(g_mutex);
-  const double start_ns = g_clock[device];
-  commit_locked(record);
-  if (trace && result.trace && g_timeline) {
-    g_timeline->append(*result.trace, start_ns - g_timeline_origin[device], device_process(device) + " ",
-                       device * 100 + 1);
-  }
+  runtime->commit(record, launch, trace ? result.trace.get() : nullptr);
   return record;
 }
 
 OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_config) throw std::runtime_error("trnsim: no hardware configured for the neuron device");
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
   record.kind = "copy";
   record.device = device;
   record.bytes = bytes;
-  record.ns = host_link_ns(*g_config, bytes);
+  record.ns = record::host_link_ns(runtime->config(), bytes);
   record.bottleneck = "host_link";
-  commit_locked(record);
+  record::Launch launch = launch_of(record);
+  launch.transfer_bytes = {bytes};
+  runtime->commit(record, launch, nullptr);
   return record;
 }
 
 OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_device, double host_s,
                          OpRecord record) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_config) throw std::runtime_error("trnsim: no hardware configured for the neuron device");
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
   record.kind = "fallback";
   record.device = device;
   record.bytes = bytes_to_host + bytes_to_device;
-  record.ns = host_link_ns(*g_config, bytes_to_host) + host_link_ns(*g_config, bytes_to_device);
+  record.ns = record::transfers_ns(runtime->config(), {bytes_to_host, bytes_to_device});
   record.host_s = host_s;
   record.bottleneck = "host_link";
-  commit_locked(record);
+  record::Launch launch = launch_of(record);
+  launch.transfer_bytes = {bytes_to_host, bytes_to_device};
+  runtime->commit(record, launch, nullptr);
   return record;
 }
 
+// Before any config is set there is nothing on the clocks, the log or the timeline.
 double simulated_ns(int device) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (device >= 0) {
-    auto it = g_clock.find(device);
-    return it == g_clock.end() ? 0 : it->second;
-  }
-  double total = 0;
-  for (const auto& [d, ns] : g_clock) total += ns;
-  return total;
+  auto runtime = current_runtime_or_null();
+  return runtime ? runtime->simulated_ns(device) : 0;
 }
-
 void reset_simulated_time() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_clock.clear();
+  if (auto runtime = current_runtime_or_null()) runtime->reset_simulated_time();
 }
-
 std::vector<OpRecord> op_log() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_log;
+  auto runtime = current_runtime_or_null();
+  return runtime ? runtime->op_log() : std::vector<OpRecord>{};
 }
-
 void reset_op_log() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_log.clear();
+  if (auto runtime = current_runtime_or_null()) runtime->reset_op_log();
 }
-
 size_t program_cache_size() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_cache.size();
+  auto runtime = current_runtime_or_null();
+  return runtime ? runtime->program_cache_size() : 0;
+}
+void set_timeline_enabled(bool enabled) { current_runtime()->set_timeline_enabled(enabled); }
+void reset_timeline() { current_runtime()->reset_timeline(); }
+size_t write_timeline(const std::string& path) { return current_runtime()->write_timeline(path); }
+
+void start_recording(const std::string& path, bool overwrite, bool compress, const std::string& trnsim_version) {
+  current_runtime()->start_recording(path, overwrite, compress, trnsim_version);
 }
 
-void set_timeline_enabled(bool enabled) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_timeline_enabled = enabled;
+RecordingInfo stop_recording(bool complete, const std::string& error) {
+  return current_runtime()->stop_recording(complete, error);
 }
 
-void reset_timeline() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_timeline.reset();
-  g_timeline_origin = g_clock;
-}
-
-size_t write_timeline(const std::string& path) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error("trnsim: cannot write the trace to '" + path + "'");
-  sim::TraceWriter empty;
-  const sim::TraceWriter& timeline = g_timeline ? *g_timeline : empty;
-  timeline.write(out);
-  if (!out) throw std::runtime_error("trnsim: writing the trace to '" + path + "' failed");
-  return timeline.slice_count();
+bool recording() {
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime_or_null();
+  return runtime && runtime->recording();
 }
 
 }  // namespace trnsim::frontend

@@ -1,7 +1,8 @@
 // Runs kernel-library programs for the PyTorch device with values (interpreter) and time (timing
 // model). Plain C++: no torch headers, so the torch TU hands it host pointers and the op's specs.
-// Keeps the per-device simulated clock, the per-op log (the profiler's raw material), the merged
-// Perfetto timeline while profiling, and a cache of built programs keyed by (op, shapes, dtypes).
+// The device's state (per-device simulated clock, the per-op log (the profiler's raw material), the
+// merged Perfetto timeline while profiling, a cache of built programs keyed by (op, shapes, dtypes),
+// the launch recorder) is the current DeviceRuntime (device_runtime.h); these functions forward to it.
 //
 // A device is a logical NeuronCore: `chip.default_logical_core_size` physical cores (LNC) sharing
 // HBM; every op's kernel is built split across them and simulated on all of them.
@@ -18,8 +19,13 @@
 
 namespace trnsim::frontend {
 
-// The hardware programs are built for and simulated on; set by set_config (clears the cache).
+// The hardware programs are built for and simulated on; set by set_config: a new runtime with an
+// empty program cache (the clocks, op log and timeline carry over). Throws while recording.
 void executor_set_hardware(const HardwareConfig& config, const std::string& hash);
+// How the user named the current config (set_config's arguments and the file it resolved to), for
+// the header of a recording; until called, the config's own name stands for it.
+void executor_describe_config(const std::string& name_or_path, const std::vector<std::string>& overrides,
+                              const std::string& source_file);
 // Physical cores per device: the configured LNC (at least 1, at most the chip's cores).
 uint32_t cores_per_device(const HardwareConfig& config);
 
@@ -78,5 +84,19 @@ void set_timeline_enabled(bool enabled);
 void reset_timeline();
 // Writes the timeline as Chrome-trace JSON; returns the number of slices written.
 size_t write_timeline(const std::string& path);
+
+// trnsim.record(): every launch (kernel, copy, fallback) from start to stop goes to the recording
+// directory `path` (record/recording_format.h). An existing path needs `overwrite`; recordings do
+// not nest; set_config is refused while recording.
+void start_recording(const std::string& path, bool overwrite, bool compress, const std::string& trnsim_version);
+struct RecordingInfo {
+  std::string path;
+  uint64_t launches = 0;
+  size_t programs = 0;  // distinct programs stored
+  bool complete = false;
+};
+// Closes the recording; `complete` false (with `error`) marks a block that raised.
+RecordingInfo stop_recording(bool complete, const std::string& error);
+bool recording();
 
 }  // namespace trnsim::frontend

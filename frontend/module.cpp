@@ -12,7 +12,11 @@ namespace fe = trnsim::frontend;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "trnsim native part: the PyTorch device 'neuron' (PrivateUse1) on simulated Trainium";
 
-  m.def("set_config", &fe::set_config, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
+  m.def("set_config", [](const std::string& name_or_path, const std::vector<std::string>& overrides) {
+    fe::set_config(name_or_path, overrides);
+    // Recordings name the config as the user did (replay loads it the same way).
+    fe::executor_describe_config(name_or_path, overrides, fe::config_info().source_file);
+  }, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
         "Load the hardware config the device simulates (a name such as 'trn2' or a path) with 'a.b=v' overrides.");
   m.def("config_info", [] {
     fe::DeviceConfigInfo c = fe::config_info();
@@ -93,6 +97,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("program_cache_size", &fe::program_cache_size);
   m.def("set_timeline_enabled", &fe::set_timeline_enabled, py::arg("enabled"));
   m.def("reset_timeline", &fe::reset_timeline);
+  m.def("start_recording", &fe::start_recording, py::arg("path"), py::arg("overwrite"), py::arg("compress"),
+        py::arg("trnsim_version"), "Record every launch from now on to the directory `path` (see trnsim.record).");
+  m.def("stop_recording", [](bool complete, const std::string& error) {
+    fe::RecordingInfo info = fe::stop_recording(complete, error);
+    py::dict d;
+    d["path"] = info.path;
+    d["launches"] = info.launches;
+    d["programs"] = info.programs;
+    d["complete"] = info.complete;
+    return d;
+  }, py::arg("complete"), py::arg("error") = std::string());
+  m.def("recording", &fe::recording);
+  m.def("source_dir", [] { return std::string(TRNSIM_SOURCE_DIR); },
+        "The source tree this module was built from (for `git describe` in a recording's header).");
   m.def("write_timeline", &fe::write_timeline, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
         "Write the profiled timeline as Chrome-trace JSON (Perfetto); returns the slice count.");
 }

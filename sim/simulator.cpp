@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 
 #include "config/derived_figures.h"
 #include "isa/isa_error.h"
@@ -31,6 +32,13 @@ class SystemCContext {
     sc_core::sc_default_global_context = nullptr;
   }
 };
+
+// SystemC keeps one global simulation context, so a process runs one simulation at a time (the
+// PyTorch device may be called from several threads).
+std::mutex& systemc_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 }  // namespace
 
@@ -148,6 +156,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   std::exception_ptr core_error;
   core_options.error = &core_error;
   {
+    std::lock_guard<std::mutex> one_at_a_time(systemc_mutex());
     SystemCContext context;
     Chip chip("chip", config, programs, options.cores, result.trace.get(), states, core_options);
     try {

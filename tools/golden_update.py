@@ -12,6 +12,11 @@ printed). The simulator is deterministic, so any difference is a timing change.
 
 `tests/golden/test_golden_timings.py` (pytest marker `golden`, part of `make test`) imports this
 module, reruns the cases and fails on any change; `make golden-update` runs this script.
+
+It also re-records the demo model's training step under traces/ (tools/golden_recordings.py:
+`traces/demo_step_trn2.trnrec`, `traces/demo_step_trn3.trnrec`), prints the per-launch diff of
+what moved (old ns, new ns, ratio) and replaces a recording only when a time or a program moved.
+With --check the recordings are replayed (`trnsim replay --diff`) instead of re-recorded.
 """
 import argparse
 import json
@@ -20,6 +25,9 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import golden_recordings  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN_PATH = REPO_ROOT / "traces" / "golden" / "kernels.json"
@@ -189,12 +197,35 @@ def main(argv=None) -> int:
         print(format_table(rows))
     else:
         print(f"no timing changes against {shown(args.out)} ({len(results)} cases)")
+    recording_changes = update_recordings(check_only=args.check)
     if args.check:
-        return 1 if rows else 0
+        return 1 if rows or recording_changes else 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(golden_document(results), indent=2) + "\n")
     print(f"wrote {shown(args.out)} ({len(results)} cases)")
     return 0
+
+
+def update_recordings(check_only):
+    """Re-records (or, with check_only, replays) every golden recording and prints what moved;
+    returns the number of changed launches."""
+    changes = 0
+    for name in golden_recordings.RECORDINGS:
+        where = golden_recordings.shown(golden_recordings.path_of(name))
+        if check_only:
+            rows, _ = golden_recordings.check(name)
+            replaced = False
+        else:
+            rows, replaced = golden_recordings.rerecord(name)
+        changes += len(rows)
+        if rows:
+            print(f"{len(rows)} launch(es) of {where} changed:")
+            print(golden_recordings.format_rows(rows))
+        else:
+            print(f"no launch of {where} changed")
+        if replaced:
+            print(f"wrote {where}")
+    return changes
 
 
 if __name__ == "__main__":

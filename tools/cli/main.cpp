@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   trnsim::cli::add_config_commands(app, exit_code);
   trnsim::cli::add_run_command(app, exit_code);
   trnsim::cli::add_bench_commands(app, exit_code);
+  trnsim::cli::add_replay_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,6 +14,9 @@ simulator (kernel library; values from the interpreter, time from the timing mod
 
 The hardware is ``$TRNSIM_CONFIG`` (a name such as ``trn3`` or a path), default ``trn2``;
 ``trnsim.set_config(name_or_path, **overrides)`` changes it.
+
+``trnsim.record("step.trnrec")`` records every launch of a block; ``trnsim replay step.trnrec
+[--config trn3]`` re-times it without PyTorch (see ``trnsim.record``).
 """
 import os as _os
 
@@ -23,9 +26,11 @@ from . import _C
 from . import device as _device_module
 from .compile import compile_backend
 from .profiler import Profile, profile
+from .record import Recording, record
 
 __all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
-           "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "compile_backend"]
+           "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "record", "Recording",
+           "compile_backend"]
 
 DEVICE_NAME = "neuron"
 

@@ -1,0 +1,96 @@
+// The state of the simulated neuron devices for one hardware config: the config (one copy) and
+// its hash, the program cache, each device's state (clock, ...), the op log, the profiler's
+// timeline and the active launch recorder. set_config builds a new runtime (executor_set_hardware)
+// with a fresh cache; the session's history (clocks, op log, timeline) is handed over to it. The
+// only global is the pointer to the current one (current_runtime / install_runtime), so an op in
+// flight keeps the runtime it started on. Torch-free; the free functions of kernel_executor.h
+// forward here.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config/hardware_config.h"
+#include "frontend/kernel_executor.h"
+#include "isa/program.h"
+#include "record/launch.h"
+#include "record/recording_format.h"
+#include "record/recording_writer.h"
+#include "sim/trace/trace_writer.h"
+
+namespace trnsim::frontend {
+
+using ProgramParts = std::vector<std::shared_ptr<const isa::Program>>;  // one per physical core
+
+// What one device (a logical NeuronCore) holds. Per-device data of the runtime goes here.
+struct DeviceState {
+  double clock_ns = 0;            // the device's simulated clock
+  double timeline_origin_ns = 0;  // the clock when the profiler's timeline was reset
+};
+
+class DeviceRuntime {
+ public:
+  DeviceRuntime(const HardwareConfig& config, const std::string& hash);
+
+  // Immutable for the runtime's life: read without the lock.
+  const HardwareConfig& config() const { return m_config; }
+  const std::string& hash() const { return m_hash; }
+
+  // How the user named the config (recorded in a recording's header); the hash must match.
+  void describe_config(const record::RecordedConfig& origin);
+  record::RecordedConfig config_origin() const;
+
+  // Program cache, keyed by the op's kernel key (op, shapes, dtypes).
+  ProgramParts find_program(const std::string& key) const;
+  void cache_program(const std::string& key, const ProgramParts& parts);
+  size_t program_cache_size() const;
+
+  // Places the launch on its device's clock (sets record.start_ns and launch.start_ns), appends
+  // the record to the op log, and adds the launch to the timeline (while profiling; `core_trace`
+  // is the kernel's own trace) and to the recording (while recording).
+  void commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace);
+
+  double simulated_ns(int device) const;  // device < 0: all devices together
+  void reset_simulated_time();
+  std::vector<OpRecord> op_log() const;
+  void reset_op_log();
+
+  bool timeline_enabled() const;
+  void set_timeline_enabled(bool enabled);
+  void reset_timeline();
+  size_t write_timeline(const std::string& path) const;
+
+  // A recording of every launch from now until stop_recording (trnsim.record()).
+  void start_recording(const std::string& path, bool overwrite, bool compress, const std::string& trnsim_version);
+  RecordingInfo stop_recording(bool complete, const std::string& error);
+  bool recording() const;
+
+  // Before `next` replaces this runtime (set_config): the devices' state, the op log and the
+  // profiler's timeline carry over; the cache does not. Throws while recording: a recording holds
+  // the launches of one config.
+  void hand_over_to(DeviceRuntime& next);
+
+ private:
+  const HardwareConfig m_config;
+  const std::string m_hash;
+  mutable std::mutex m_mutex;  // everything below
+  record::RecordedConfig m_origin;
+  std::map<std::string, ProgramParts> m_cache;
+  std::map<int, DeviceState> m_devices;
+  std::vector<OpRecord> m_log;
+  bool m_timeline_enabled = false;
+  std::unique_ptr<sim::TraceWriter> m_timeline;
+  std::unique_ptr<record::RecordingWriter> m_recorder;
+};
+
+// The runtime ops run on; throws when no config has been set.
+std::shared_ptr<DeviceRuntime> current_runtime();
+// Makes `runtime` current (the previous one lives on while an op still holds it).
+void install_runtime(std::shared_ptr<DeviceRuntime> runtime);
+// The current runtime, or null (no throw).
+std::shared_ptr<DeviceRuntime> current_runtime_or_null();
+
+}  // namespace trnsim::frontend

@@ -1,0 +1,53 @@
+#include "record/launch_timing.h"
+
+namespace trnsim::record {
+
+double host_link_ns(const HardwareConfig& config, uint64_t bytes) {
+  if (bytes == 0) return 0;
+  return config.host_link.latency_ns + double(bytes) / config.host_link.bandwidth_gbps;  // GB/s = bytes/ns
+}
+
+double transfers_ns(const HardwareConfig& config, const std::vector<uint64_t>& transfer_bytes) {
+  double ns = 0;
+  for (uint64_t bytes : transfer_bytes) ns += host_link_ns(config, bytes);
+  return ns;
+}
+
+sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+                               const std::string& config_hash, bool timing_only, bool trace,
+                               const std::function<void(uint32_t core, isa::CoreState& state)>& prepare) {
+  sim::SimOptions options;
+  options.cores.clear();
+  for (uint32_t core = 0; core < programs.size(); ++core) options.cores.push_back(core);
+  options.timing_only = timing_only;
+  options.trace = trace;
+  return sim::simulate(programs, config, config_hash, options, timing_only ? nullptr : prepare, /*shared_hbm=*/true);
+}
+
+std::string busiest_engine(const std::map<std::string, double>& busy_ns) {
+  std::map<std::string, double> by_kind;
+  for (const auto& [name, ns] : busy_ns) {
+    const size_t dot = name.find('.');
+    by_kind[dot == std::string::npos ? name : name.substr(dot + 1)] += ns;
+  }
+  std::string busiest;
+  double most = -1;
+  for (const auto& [name, ns] : by_kind) {
+    if (ns > most) {
+      most = ns;
+      busiest = name;
+    }
+  }
+  return busiest;
+}
+
+void set_kernel_result(Launch& launch, const sim::SimStats& stats) {
+  launch.ns = stats.total_ns;
+  launch.flops = stats.flops;
+  launch.mfu = stats.mfu();
+  launch.busy_ns.clear();
+  for (const auto& [name, engine] : stats.engines) launch.busy_ns[name] = engine.busy_ns;
+  launch.bottleneck = busiest_engine(launch.busy_ns);
+}
+
+}  // namespace trnsim::record

@@ -1,0 +1,35 @@
+// How a launch is timed: the one place both the PyTorch device (frontend/kernel_executor.cpp)
+// and `trnsim replay` go through, so a replay on the recording's config reproduces the recorded
+// time bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/hardware_config.h"
+#include "record/launch.h"
+#include "sim/simulator.h"
+
+namespace trnsim::record {
+
+// One transfer of `bytes` over the host link: latency + bytes / bandwidth (0 for no bytes).
+double host_link_ns(const HardwareConfig& config, uint64_t bytes);
+// The time of a copy or fallback launch: its transfers one after another.
+double transfers_ns(const HardwareConfig& config, const std::vector<uint64_t>& transfer_bytes);
+
+// Simulates a kernel's per-core programs on physical cores 0..n-1 sharing HBM. With
+// `timing_only` no values are computed (`prepare` is not called); the time is the same.
+sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+                               const std::string& config_hash, bool timing_only, bool trace,
+                               const std::function<void(uint32_t core, isa::CoreState& state)>& prepare);
+
+// Fills the launch's measured result (ns, per-engine busy time, flops, MFU, bottleneck) from
+// the simulation's statistics.
+void set_kernel_result(Launch& launch, const sim::SimStats& stats);
+
+// The busiest engine kind summed over the cores ("core0.vector" + "core1.vector" -> "vector").
+std::string busiest_engine(const std::map<std::string, double>& busy_ns);
+
+}  // namespace trnsim::record

@@ -1,0 +1,261 @@
+"""trnsim.record(): the recording's layout (manifest header, one line per launch, footer; programs
+stored once by hash), overwrite refusal, errors inside the block, copies and fallbacks as launches;
+and `trnsim replay` on it: its own config reproduces every launch bit for bit, another config or a
+what-if gives per-op times, --diff's exit code, the --json schema, illegal targets, output files."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+import torch
+
+from test_ops import rand, strict_lowering, trnsim  # noqa: F401
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+TRNSIM = pathlib.Path(os.environ.get("TRNSIM_BUILD_DIR", REPO_ROOT / "build")) / "bin" / "trnsim"
+
+
+def replay(*args):
+    return subprocess.run([str(TRNSIM), "replay", *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def manifest(path):
+    lines = [json.loads(line) for line in (path / "manifest.jsonl").read_text().splitlines() if line]
+    return lines[0], lines[1:-1], lines[-1]
+
+
+def small_step():
+    """Copies in, a matmul + activation (kernels), a CPU fallback, a copy back."""
+    a, b = rand((256, 512), torch.bfloat16, 1), rand((512, 1024), torch.bfloat16, 2)
+    y = (a.to("neuron") @ b.to("neuron")).relu()
+    # special_erfcx has no lowering: the counted CPU fallback (host-link transfers out and back).
+    z = torch.special.erfcx(y.float() * 0.01)
+    return z.cpu()
+
+
+@pytest.fixture
+def trn2():
+    trnsim.set_config("trn2")
+    yield
+    trnsim.set_config("trn2")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One small recording on trn2, shared by the replay tests (read only)."""
+    trnsim.set_config("trn2")
+    trnsim.set_fallback_mode("allow")
+    trnsim.reset_simulated_time()
+    path = tmp_path_factory.mktemp("rec") / "small.trnrec"
+    with trnsim.record(path):
+        small_step()
+    log = trnsim.op_log()
+    trnsim.set_fallback_mode("warn")
+    return path, log
+
+
+def test_layout_header_launches_footer_and_programs_once(recorded):
+    path, log = recorded
+    header, launches, footer = manifest(path)
+    assert header["format"] == "trnsim-recording" and header["version"] == 1
+    info = trnsim.config()
+    assert header["config"] == {"name": "trn2", "name_or_path": "trn2", "source": info["source_file"],
+                                "overrides": [], "hash": info["hash"]}
+    assert footer == {"end": {"complete": True, "launches": len(launches), "host_s": footer["end"]["host_s"],
+                              "error": ""}}
+    # One launch per op the device ran, in order, with the op log's metadata and times.
+    assert [(l["index"], l["op"], l["kind"], l["ns"], l["start_ns"]) for l in launches] == \
+        [(i, r["op"], r["kind"], r["ns"], r["start_ns"]) for i, r in enumerate(log)]
+    kinds = {l["kind"] for l in launches}
+    assert kinds == {"kernel", "copy", "fallback"}
+    mm = next(l for l in launches if l["op"] == "mm")
+    assert mm["shapes"] == [[256, 512], [512, 1024]] and mm["dtype"] == "BFloat16"
+    assert len(mm["programs"]) == trnsim.config()["cores_per_device"]
+    assert {b["direction"] for b in mm["bindings"]} == {"in", "out"}
+    assert sum(mm["busy_ns"].values()) > 0 and mm["flops"] == 2 * 256 * 512 * 1024
+    fallback = next(l for l in launches if l["kind"] == "fallback")
+    assert len(fallback["transfer_bytes"]) == 2 and sum(fallback["transfer_bytes"]) == fallback["host_link_bytes"]
+    copies = [l for l in launches if l["kind"] == "copy"]
+    assert [l["op"] for l in copies] == ["copy host->device", "copy host->device", "copy device->host"]
+    assert all(l["transfer_bytes"] == [l["host_link_bytes"]] for l in copies)
+    # Every program referenced is stored exactly once, named by its hash.
+    referenced = {h for l in launches for h in l.get("programs", [])}
+    stored = {p.name[:-len(".tasm.gz")] for p in (path / "programs").iterdir()}
+    assert referenced == stored
+
+
+def test_existing_path_is_refused_unless_overwrite(trn2, tmp_path):
+    path = tmp_path / "r.trnrec"
+    with trnsim.record(path):
+        torch.ones(4).to("neuron")
+    before = (path / "manifest.jsonl").read_text()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        with trnsim.record(path):
+            pass
+    assert (path / "manifest.jsonl").read_text() == before
+    with trnsim.record(path, overwrite=True) as rec:
+        pass
+    assert rec.launches == 0 and rec.complete
+    # A directory that is not a recording is never replaced, even with overwrite=True.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(RuntimeError, match="not a trnsim recording"):
+        with trnsim.record(mine, overwrite=True):
+            pass
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert not trnsim._C.recording()
+
+
+def test_error_inside_the_block_propagates_and_marks_the_recording_incomplete(trn2, tmp_path):
+    path = tmp_path / "failed.trnrec"
+    with pytest.raises(ValueError, match="boom"):
+        with trnsim.record(path) as rec:
+            torch.ones(8).to("neuron") * 2
+            raise ValueError("boom")
+    assert not rec.complete and rec.launches == 2
+    _, launches, footer = manifest(path)
+    assert len(launches) == 2
+    assert footer["end"]["complete"] is False and "ValueError: boom" in footer["end"]["error"]
+    out = replay(path)
+    assert out.returncode == 0, out.stderr
+    assert "incomplete" in out.stderr and "boom" in out.stderr
+    assert not trnsim._C.recording()  # the next block may record again
+    with trnsim.record(tmp_path / "next.trnrec"):
+        pass
+
+
+def test_records_do_not_nest_and_hold_one_config(trn2, tmp_path):
+    with trnsim.record(tmp_path / "outer.trnrec"):
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with trnsim.record(tmp_path / "inner.trnrec"):
+                pass
+        with pytest.raises(RuntimeError, match="one config"):
+            trnsim.set_config("trn3")
+        assert trnsim.config()["name"] == "trn2"
+    assert not (tmp_path / "inner.trnrec").exists()
+    assert trnsim.set_config("trn3")["name"] == "trn3"
+
+
+def test_overrides_and_profile_alongside(tmp_path):
+    trnsim.set_config("trn2", host_link__latency_ns=500)
+    try:
+        path = tmp_path / "o.trnrec"
+        with trnsim.profile(trace=False) as prof, trnsim.record(path):
+            torch.ones(1024).to("neuron").cpu()
+        header, launches, _ = manifest(path)
+        assert header["config"]["overrides"] == ["host_link.latency_ns=500"]
+        assert [l["ns"] for l in launches] == [r["ns"] for r in prof.records]
+        # Replay loads the recorded config with its overrides: the same times.
+        out = replay(path, "--diff")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "warning" not in out.stderr
+    finally:
+        trnsim.set_config("trn2")
+
+
+def test_replay_on_its_own_config_is_bit_identical(recorded, tmp_path):
+    path, log = recorded
+    out = replay(path, "--diff", "--timing-only", "--json", tmp_path / "r.json", "--stats", tmp_path / "s.json",
+                 "--trace", tmp_path / "t.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "bit for bit" in out.stdout and "values are not recorded" in out.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [(l["ns"], l["recorded_ns"]) for l in doc["launches"]] == [(r["ns"], r["ns"]) for r in log]
+    assert doc["total_ns"] == doc["recorded_total_ns"] == sum(r["ns"] for r in log)
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["changed_launches"] == 0 and stats["by_kind"]["fallback"]["launches"] == 1
+    trace = json.loads((tmp_path / "t.json").read_text())
+    names = {e.get("args", {}).get("name") for e in trace["traceEvents"] if e.get("ph") == "M"}
+    assert {"neuron:0", "ops", "host link"} <= names
+    assert any(e.get("name") == "mm" for e in trace["traceEvents"])
+
+
+JSON_KEYS = {"recording": str, "config": dict, "recorded_config_hash": str, "launches": list, "per_op": dict,
+             "total_ns": float, "recorded_total_ns": float, "host_s": float}
+LAUNCH_KEYS = {"index": int, "op": str, "kind": str, "device": int, "shapes": list, "dtype": str,
+               "recorded_ns": float, "ns": float}
+
+
+def check_schema(doc):
+    for key, kind in JSON_KEYS.items():
+        assert isinstance(doc[key], kind), key
+    assert set(doc["config"]) >= {"name", "source", "overrides", "hash"}
+    assert all(isinstance(doc["config"][k], str) for k in ("name", "source", "hash"))
+    assert all(isinstance(s, str) for s in doc["config"]["overrides"])
+    for launch in doc["launches"]:
+        for key, kind in LAUNCH_KEYS.items():
+            assert isinstance(launch[key], kind), (key, launch)
+        assert all(isinstance(d, int) for shape in launch["shapes"] for d in shape)
+    for op, row in doc["per_op"].items():
+        assert isinstance(op, str) and isinstance(row["count"], int)
+        assert isinstance(row["recorded_ns"], float) and isinstance(row["ns"], float)
+
+
+@pytest.mark.parametrize("target", ["trn3", "configs/whatif/trn3-hbm-8tbps.yaml"])
+def test_replay_on_another_config_gives_per_op_times(recorded, tmp_path, target):
+    path, log = recorded
+    out = replay(path, "--config", target if target == "trn3" else REPO_ROOT / target, "--json", tmp_path / "r.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    check_schema(doc)
+    assert doc["config"]["name"] == ("trn3" if target == "trn3" else "trn3-hbm-8tbps")
+    assert doc["recorded_config_hash"] == manifest(path)[0]["config"]["hash"] != doc["config"]["hash"]
+    assert doc["per_op"]["mm"]["count"] == 1 and doc["per_op"]["mm"]["ns"] != doc["per_op"]["mm"]["recorded_ns"]
+    assert doc["total_ns"] != doc["recorded_total_ns"]
+    for row in ("op", "recorded us", "replayed us", "ratio", "mm", "total"):
+        assert row in out.stdout
+    assert "not rebuilt" in out.stdout  # the what-if is honest about what it keeps
+
+
+def test_diff_names_changed_launches_and_exits_nonzero(recorded, tmp_path):
+    path, _ = recorded
+    out = replay(path, "--diff", "--set", "core.dma.fixed_latency_ns=72")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "launches changed time" in out.stdout
+    table = out.stdout.split("launches changed time:")[1]
+    assert "mm" in table and "[256, 512], [512, 1024]" in table and "old ns" in table
+    assert "copy host->device" not in table  # host-link times do not depend on the DMA latency
+    # Without --diff a what-if is not a failure.
+    assert replay(path, "--set", "core.dma.fixed_latency_ns=72").returncode == 0
+
+
+def test_illegal_target_is_a_clear_error(recorded):
+    path, _ = recorded
+    out = replay(path, "--set", "core.sbuf.bytes_per_partition=8192")
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: launch ") and "[memory-bounds]" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "terminate" not in out.stderr
+
+
+def test_outputs_are_not_overwritten_without_force(recorded, tmp_path):
+    path, _ = recorded
+    existing = tmp_path / "r.json"
+    existing.write_text("mine")
+    out = replay(path, "--json", existing)
+    assert out.returncode == 1 and "--force" in out.stderr
+    assert existing.read_text() == "mine"
+    assert replay(path, "--json", existing, "--force").returncode == 0
+    check_schema(json.loads(existing.read_text()))
+
+
+def test_a_changed_config_is_warned_about(recorded, tmp_path):
+    path, _ = recorded
+    copy = tmp_path / "edited.trnrec"
+    subprocess.run(["cp", "-r", str(path), str(copy)], check=True)
+    lines = (copy / "manifest.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    header["config"]["hash"] = "0000000000000000"
+    (copy / "manifest.jsonl").write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    out = replay(copy)
+    assert out.returncode == 0
+    assert "warning" in out.stderr and "0000000000000000" in out.stderr and "changed since recording" in out.stderr
+
+
+def test_not_a_recording_is_a_clear_error(tmp_path):
+    out = replay(tmp_path / "nothing.trnrec")
+    assert out.returncode == 1 and out.stderr.startswith("error:") and "no such directory" in out.stderr
+    (tmp_path / "empty.trnrec").mkdir()
+    out = replay(tmp_path / "empty.trnrec")
+    assert out.returncode == 1 and "manifest.jsonl" in out.stderr
