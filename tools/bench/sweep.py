@@ -185,12 +185,11 @@ def run_points(args, points, command_for, desc):
     return rows, failed
 
 
-def finish(csv_path, count, failed):
-    """Reports the failed points; exits non-zero if there were any (after the CSV and plot of the
-    others were written)."""
-    status = fanout.report_failures(failed, str(csv_path) if count else "no CSV")
+def finish(csv_path, total, failed):
+    """Reports the failed points (after the CSV and plot of the others were written); exits 1 if
+    there were any."""
     if failed:
-        sys.exit(status)
+        sys.exit(fanout.report_failures(failed, total, str(csv_path) if total > len(failed) else "no CSV"))
 
 
 def write_csv(path, rows, extra_columns):
@@ -248,7 +247,7 @@ def sweep_matmul(args):
         import plot_sweep
         plot_sweep.plot_matmul(csv_path, png_path)
         print(f"plot -> {png_path}")
-    finish(csv_path, len(rows), failed)
+    finish(csv_path, len(points), failed)
 
 
 DEFAULT_ATTENTION = {"batch": [1, 4], "seq": [512, 1024, 2048, 4096, 8192], "head_dim": [64, 128],
@@ -283,7 +282,7 @@ def sweep_attention(args):
         import plot_sweep
         plot_sweep.plot_attention(csv_path, png_path)
         print(f"plot -> {png_path}")
-    finish(csv_path, len(rows), failed)
+    finish(csv_path, len(points), failed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,7 +393,7 @@ def sweep_kernels(args):
         import plot_sweep
         plot_sweep.plot_kernels(csv_path, png_path)
         print(f"plot -> {png_path}")
-    finish(csv_path, len(rows), failed)
+    finish(csv_path, len(rows) + len(failed), failed)  # skipped kernels are not points
 
 
 def add_common(parser):

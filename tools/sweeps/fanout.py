@@ -102,15 +102,14 @@ def format_failure(result: Result) -> str:
     return "\n".join(lines)
 
 
-def report_failures(results: Sequence[Result], written: str) -> int:
-    """Prints every failure to stderr, then how many points `written` kept; returns the exit status
-    of the sweep (1 when anything failed)."""
-    failed = [r for r in results if not r.ok]
+def report_failures(failed: Sequence[Result], total: int, written: str) -> int:
+    """Prints every failed result to stderr, then how many of the `total` points `written` (the
+    output's name) holds; returns the exit status of the sweep: 1 when anything failed."""
     for r in failed:
         print(format_failure(r), file=sys.stderr)
     if failed:
-        print(f"error: {len(failed)} of {len(results)} points failed; {written} holds the other "
-              f"{len(results) - len(failed)}", file=sys.stderr)
+        print(f"error: {len(failed)} of {total} points failed; {written} holds the other "
+              f"{total - len(failed)}", file=sys.stderr)
         return 1
     return 0
 
