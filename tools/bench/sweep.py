@@ -29,10 +29,10 @@ gbps, bandwidth_utilization (of the core's HBM share), bottleneck (the busiest e
 The binary is $TRNSIM_BUILD_DIR/bin/trnsim (default build/).
 
 Points run on Ray through tools/sweeps/fanout.py (the path replay_sweep.py uses too): a local Ray
-of --jobs CPUs, or the cluster at --ray-address, whose workers get the binaries and the effective
-configs by value. A point that fails does not stop the others: the CSV and plot hold the points
-that succeeded, each failure is reported with its command and the tail of its stderr, and the exit
-status is 1.
+of --jobs CPUs, or the cluster at --ray-address (default $RAY_ADDRESS), whose workers get the
+binaries and the effective configs by value. A point that fails does not stop the others: the CSV
+and plot hold the points that succeeded, each failure is reported with its command and the tail
+of its stderr, and the exit status is 1.
 """
 import argparse
 import csv
@@ -152,9 +152,9 @@ def run_tasks(args, desc, tools, configs, count, make_task):
     effective YAML, both sent to the workers by value."""
     # --jobs sizes a local Ray (default 1, as before Ray); on a cluster it only caps the points in
     # flight, and by default the cluster's size decides.
-    jobs = args.jobs if args.jobs or args.ray_address else 1
+    address = fanout.ray_address(args.ray_address)
     try:
-        with fanout.FanOut(jobs=jobs, address=args.ray_address) as fan:
+        with fanout.FanOut(jobs=args.jobs if args.jobs or address else 1, address=address) as fan:
             shipped_tools = {name: fan.file(path, executable=True) for name, path in tools.items()}
             shipped = {c: fan.text("config.yaml", text, shown=c) for c, text in configs.items()}
             return fan.run([make_task(i, shipped_tools, shipped) for i in range(count)], desc)
@@ -404,8 +404,8 @@ def add_common(parser):
                         help="points run in parallel: the CPUs of the local Ray (default 1); with --ray-address, "
                              "the most points in flight at once (default: as many as the cluster runs)")
     parser.add_argument("--ray-address", metavar="ADDR",
-                        help="join this Ray cluster (host:port of its head) instead of starting a local Ray; "
-                             "binaries and configs are sent to its workers by value")
+                        help="join this Ray cluster (host:port of its head; default $RAY_ADDRESS if set) instead "
+                             "of starting a local Ray; binaries and configs are sent to its workers by value")
     parser.add_argument("--configs", type=csv_list, default=DEFAULT_CONFIGS,
                         help=f"hardware configs, comma-separated (default {','.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--dtype", default="bf16", help="input dtype (default bf16)")

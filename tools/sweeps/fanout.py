@@ -114,6 +114,13 @@ def report_failures(failed: Sequence[Result], total: int, written: str) -> int:
     return 0
 
 
+def ray_address(flag: Optional[str]) -> Optional[str]:
+    """The cluster a sweep joins: --ray-address, else $RAY_ADDRESS (Ray's own convention, which
+    `ray job submit` sets for the job it runs), else None for a local Ray. Deliberately not Ray's
+    further fallback, the last cluster started on this machine: that may be someone else's."""
+    return flag or os.environ.get("RAY_ADDRESS") or None
+
+
 def effective_config(trnsim: pathlib.Path, config: str) -> str:
     """The config `config` (a name such as trn2 or a file path) as one self-contained YAML, from
     `trnsim config show --effective-only`: bases merged, nothing left to look up in the driver's
@@ -215,8 +222,8 @@ def _used_inputs(argv):
 
 
 class FanOut:
-    """A Ray session: a local Ray of `jobs` CPUs (address None), or a cluster joined at `address`,
-    where `jobs` (if given) caps the tasks in flight. Shuts down only a Ray it started itself; a Ray
+    """A Ray session: a local Ray of `jobs` CPUs (address None), or a cluster joined at `address`
+    (see ray_address), where `jobs` (if given) caps the tasks in flight. Shuts down only a Ray it started itself; a Ray
     the caller already initialised is used as it is."""
 
     def __init__(self, jobs: Optional[int] = None, address: Optional[str] = None):
@@ -242,7 +249,7 @@ class FanOut:
                 if self.address:
                     ray.init(address=self.address, **options)
                 else:
-                    # "local": a new Ray for this sweep, even if RAY_ADDRESS names a cluster.
+                    # "local": a new Ray for this sweep, never one Ray finds by itself.
                     ray.init(address="local", num_cpus=self.jobs or os.cpu_count(), **options)
             except (ConnectionError, ValueError, RuntimeError) as e:
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"

@@ -22,8 +22,9 @@ ratio = ns / recorded_ns (above 1: slower than recorded; empty if recorded_ns is
 __total__ row's times are the replay's own totals (total_ns, recorded_total_ns), not a sum of ops.
 The plot (default: the CSV's name with .png) has one bar per point, stacked by op.
 
-Ray: a local Ray of --jobs CPUs (default: all of this machine's), or the cluster at --ray-address,
-where --jobs (if given) caps the points in flight. Workers need no copy of this checkout: the
+Ray: a local Ray of --jobs CPUs (default: all of this machine's), or the cluster at --ray-address
+(default $RAY_ADDRESS, which `ray job submit` sets), where --jobs (if given) caps the points in
+flight. Workers need no copy of this checkout: the
 trnsim binary, the recording and each config (flattened by `trnsim config show --effective-only`,
 so bases need no lookup) travel by value through Ray's object store. They do need the Python and
 Ray versions of this machine, and the shared libraries trnsim links (deps/debian-packages.txt).
@@ -91,7 +92,9 @@ def parse_args(argv):
     parser.add_argument("--jobs", type=int,
                         help="points run in parallel: the CPUs of the local Ray (default: this machine's "
                              f"{os.cpu_count()}); with --ray-address, the most points in flight at once")
-    parser.add_argument("--ray-address", metavar="ADDR", help="join this Ray cluster (host:port of its head)")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="join this Ray cluster (host:port of its head; default $RAY_ADDRESS if set) "
+                             "instead of starting a local Ray")
     parser.add_argument("--trnsim", type=pathlib.Path, help="the trnsim binary (default $TRNSIM_BUILD_DIR/bin/trnsim)")
     args = parser.parse_args(argv)
 
@@ -202,7 +205,7 @@ def main(argv=None):
     points = [(config, point) for config in args.config for point in grid_points(args.grid)]
 
     try:
-        with fanout.FanOut(jobs=args.jobs, address=args.ray_address) as fan:
+        with fanout.FanOut(jobs=args.jobs, address=fanout.ray_address(args.ray_address)) as fan:
             exe = fan.file(trnsim, executable=True)
             rec = fan.tree(recording) if recording.is_dir() else fan.file(recording)
             shipped = {c: fan.text("config.yaml", text, shown=c) for c, text in configs.items()}
