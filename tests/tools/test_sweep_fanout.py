@@ -3,13 +3,12 @@ inputs sent by value, failure reports; tools/sweeps/replay_sweep.py end to end a
 `trnsim` (tests/tools/fake_trnsim.py, until `trnsim replay` lands); tools/bench/sweep.py on Ray
 giving the CSV that running its points one by one gives.
 
-One Ray for the module (started here, shut down at the end): the in-process tests use it directly
-and most command-line runs join it with --ray-address; one run starts its own local Ray (--jobs 2),
-the default path."""
+One Ray for the module (conftest's ray_address, shut down at the end): the in-process tests use it
+directly and most command-line runs join it with --ray-address; one run starts its own local Ray
+(--jobs 2), the default path."""
 import csv
 import io
 import json
-import logging
 import os
 import pathlib
 import shutil
@@ -34,16 +33,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # fake's floating-point times are exact and the expected values below match to the last bit.
 LAUNCHES = [("matmul", 0, 1000.0), ("softmax", 0, 500.0), ("matmul", 1, 3000.0), ("add", 1, 250.0)]
 CONFIGS = {"fast": {"core.speed": 2.0}, "slow": {"core.speed": 0.5}}
-
-
-@pytest.fixture(scope="module")
-def ray_address():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +61,8 @@ def replay_sweep(fake, *args, address=None, jobs=None):
         cmd += ["--ray-address", address]
     if jobs:
         cmd += ["--jobs", str(jobs)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # no address: a local Ray, as documented
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
 def read_csv(path):
