@@ -289,6 +289,17 @@ def test_replay_sweep_bad_arguments(fake, tmp_path, args, message):
     assert "Traceback" not in result.stderr and not (tmp_path / "x.csv").exists()
 
 
+def test_replay_sweep_joins_ray_address_from_the_environment_and_says_when_it_cannot(fake, tmp_path):
+    # Nothing listens on port 1: a clear error at once, not Ray's endless reconnecting.
+    cmd = [sys.executable, str(REPLAY_SWEEP), str(fake["rec"]), "--config", "fast", "--trnsim", str(fake["exe"]),
+           "--csv", str(tmp_path / "x.csv")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+    assert result.returncode == 1
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "x.csv").exists()
+
+
 def test_replay_sweep_missing_recording_and_binary(fake, tmp_path):
     result = subprocess.run([sys.executable, str(REPLAY_SWEEP), str(tmp_path / "none.trnrec"), "--config", "fast",
                              "--trnsim", str(fake["exe"]), "--csv", str(tmp_path / "x.csv")],

@@ -25,11 +25,14 @@ import dataclasses
 import logging
 import os
 import pathlib
+import re
+import socket
 import subprocess
 import sys
 from typing import Optional, Sequence, Union
 
 STDERR_TAIL_LINES = 20  # of a failed task's stderr, in the failure report
+CONNECT_TIMEOUT_S = 10  # to reach a cluster's head before handing the address to Ray
 
 
 class FanOutError(Exception):
@@ -119,6 +122,19 @@ def ray_address(flag: Optional[str]) -> Optional[str]:
     `ray job submit` sets for the job it runs), else None for a local Ray. Deliberately not Ray's
     further fallback, the last cluster started on this machine: that may be someone else's."""
     return flag or os.environ.get("RAY_ADDRESS") or None
+
+
+def check_reachable(address: str):
+    """A TCP connection to host:port of `address` (optionally ray://), since ray.init retries an
+    address nothing listens on for ever, printing warnings: a mistyped --ray-address would hang."""
+    match = re.fullmatch(r"(?:ray://)?(\[[^\]]+\]|[^:/\[\]]+):(\d+)", address)
+    if not match:
+        return  # "auto" and other forms Ray resolves itself
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise FanOutError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}")
 
 
 def effective_config(trnsim: pathlib.Path, config: str) -> str:
@@ -247,6 +263,7 @@ class FanOut:
             options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
             try:
                 if self.address:
+                    check_reachable(self.address)
                     ray.init(address=self.address, **options)
                 else:
                     # "local": a new Ray for this sweep, never one Ray finds by itself.
