@@ -300,6 +300,13 @@ def test_replay_sweep_joins_ray_address_from_the_environment_and_says_when_it_ca
     assert not (tmp_path / "x.csv").exists()
 
 
+def test_replay_sweep_recording_after_the_config_list_is_explained(fake, tmp_path):
+    result = subprocess.run([sys.executable, str(REPLAY_SWEEP), "--config", "fast", str(fake["rec"]),
+                             "--csv", str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"{fake['rec']} was read as a config: put REC before --config" in result.stderr
+
+
 def test_replay_sweep_missing_recording_and_binary(fake, tmp_path):
     result = subprocess.run([sys.executable, str(REPLAY_SWEEP), str(tmp_path / "none.trnrec"), "--config", "fast",
                              "--trnsim", str(fake["exe"]), "--csv", str(tmp_path / "x.csv")],

@@ -77,9 +77,13 @@ def grid_axis(text):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+    # REC comes first in the usage: after --config's list it would be read as one more config.
+    usage = ("%(prog)s REC --config C [C ...] [--grid KEY=V1,V2] [--set KEY=VALUE] --csv CSV [--png PNG]\n"
+             "       [--jobs N] [--ray-address ADDR] [--trnsim PATH] [--force]")
+    parser = argparse.ArgumentParser(usage=usage, description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recording", help="a recording: *.trnrec directory or archive")
+    parser.add_argument("recording", metavar="REC", nargs="?", help="a recording: *.trnrec directory or archive")
     parser.add_argument("--config", action="extend", nargs="+", required=True, metavar="C",
                         help="configs (names or files); repeatable, and one flag may list several")
     parser.add_argument("--grid", action="append", type=grid_axis, default=[], metavar="KEY=V1,V2",
@@ -98,6 +102,10 @@ def parse_args(argv):
     parser.add_argument("--trnsim", type=pathlib.Path, help="the trnsim binary (default $TRNSIM_BUILD_DIR/bin/trnsim)")
     args = parser.parse_args(argv)
 
+    if args.recording is None:
+        taken = [c for c in args.config if c.rstrip("/").endswith(".trnrec") or pathlib.Path(c).is_dir()]
+        hint = f" ({taken[-1]} was read as a config: put REC before --config)" if taken else ""
+        parser.error(f"the recording REC is required{hint}")
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     for name in dict.fromkeys(args.config):
@@ -236,7 +244,8 @@ def main(argv=None):
         writer.writeheader()
         writer.writerows(rows)
         csv_path.write_text(text.getvalue())
-        print(f"{len(points) - len(failed)} points, {len(rows)} rows -> {csv_path}")
+        ran = len(points) - len(failed)
+        print(f"{ran} point{'s' if ran != 1 else ''}, {len(rows)} rows -> {csv_path}")
 
         import plot_replay
         png_path.parent.mkdir(parents=True, exist_ok=True)
