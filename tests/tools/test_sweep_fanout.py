@@ -149,6 +149,17 @@ def test_a_failure_is_reported_with_command_and_stderr_tail(ray_address, tmp_pat
     assert absent_r.returncode is None and absent_r.error.startswith("could not start")
 
 
+def test_report_failures_exit_status_and_wording(capsys):
+    def failed(label, stderr):
+        return fanout.Result(0, label, f"trnsim {label}", 1, "", stderr, {}, "exit status 1")
+    assert fanout.report_failures([], 3, "out.csv") == 0 and capsys.readouterr().err == ""
+    assert fanout.report_failures([failed("a", "boom\n"), failed("b", "bang\n")], 2, "out.csv") == 1
+    err = capsys.readouterr().err
+    assert "point a: exit status 1\n  command: trnsim a\n  stderr:\n    boom\n" in err
+    assert "point b: exit status 1\n  command: trnsim b\n  stderr:\n    bang\n" in err  # different: in full
+    assert err.endswith("error: 2 of 2 points failed; nothing written\n")
+
+
 def test_bad_jobs_and_bad_inputs_are_errors_not_tracebacks(ray_address, tmp_path):
     with pytest.raises(fanout.FanOutError, match="at least 1"):
         fanout.FanOut(jobs=0)
@@ -250,13 +261,16 @@ def test_replay_sweep_failed_points_are_reported_and_the_rest_kept(fake, tmp_pat
     assert result.returncode == 1
     rows = read_csv(tmp_path / "f.csv")
     assert {(r["fail"], r["core.scale"]) for r in rows} == {("0", "1"), ("0", "3")}
-    assert "error: 2 of 4 points failed" in result.stderr
-    for scale in ("1", "3"):
-        assert f"point config=fast fail=1 core.scale={scale}: exit status 3" in result.stderr
-        assert (f"  command: {fake['exe']} replay {fake['rec']} --config fast --set fail=1 --set core.scale={scale} "
-                "--timing-only --json replay.json") in result.stderr
+    assert f"error: 2 of 4 points failed; {tmp_path / 'f.csv'} holds the other 2" in result.stderr
+    assert "point config=fast fail=1 core.scale=1: exit status 3\n" in result.stderr
+    assert (f"  command: {fake['exe']} replay {fake['rec']} --config fast --set fail=1 --set core.scale=1 "
+            "--timing-only --json replay.json") in result.stderr
     assert "fake replay failed on launch 2 of step.trnrec" in result.stderr
     assert "fake trace line 29" in result.stderr and "fake trace line 5\n" not in result.stderr
+    # The second failure has the same stderr: one line pointing at the first, not the report again.
+    assert ("point config=fast fail=1 core.scale=3: exit status 3, the same stderr as point config=fast fail=1 "
+            "core.scale=1\n") in result.stderr
+    assert result.stderr.count("fake trace line 29") == 1
     assert (tmp_path / "f.png").exists()
 
 

@@ -189,7 +189,7 @@ def finish(csv_path, total, failed):
     """Reports the failed points (after the CSV and plot of the others were written); exits 1 if
     there were any."""
     if failed:
-        sys.exit(fanout.report_failures(failed, total, str(csv_path) if total > len(failed) else "no CSV"))
+        sys.exit(fanout.report_failures(failed, total, str(csv_path)))
 
 
 def write_csv(path, rows, extra_columns):

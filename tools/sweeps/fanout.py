@@ -107,12 +107,20 @@ def format_failure(result: Result) -> str:
 
 def report_failures(failed: Sequence[Result], total: int, written: str) -> int:
     """Prints every failed result to stderr, then how many of the `total` points `written` (the
-    output's name) holds; returns the exit status of the sweep: 1 when anything failed."""
+    output's name) holds; returns the exit status of the sweep: 1 when anything failed. A failure
+    with the same error and stderr as an earlier one is one line naming that one: a grid of 500
+    points run on a binary that lacks the command is 500 lines, not 500 stack traces."""
+    first_with = {}
     for r in failed:
-        print(format_failure(r), file=sys.stderr)
+        key = (r.error, "\n".join(r.stderr.strip().splitlines()[-STDERR_TAIL_LINES:]))
+        if key in first_with:
+            print(f"point {r.label}: {r.error}, the same stderr as point {first_with[key]}", file=sys.stderr)
+        else:
+            first_with[key] = r.label
+            print(format_failure(r), file=sys.stderr)
     if failed:
-        print(f"error: {len(failed)} of {total} points failed; {written} holds the other "
-              f"{total - len(failed)}", file=sys.stderr)
+        kept = f"{written} holds the other {total - len(failed)}" if total > len(failed) else "nothing written"
+        print(f"error: {len(failed)} of {total} points failed; {kept}", file=sys.stderr)
         return 1
     return 0
 

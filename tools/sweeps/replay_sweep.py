@@ -153,7 +153,9 @@ def validate_points(trnsim, configs, fixed, grid):
                                 capture_output=True, text=True)
         if result.returncode != 0:
             where = " with " + " ".join(f"{k}={v}" for k, v in point) if point else ""
-            sys.exit(f"error: the configs do not validate{where}:\n{result.stderr.strip()}")
+            # One line per config file: the same message for each when the key is wrong everywhere.
+            messages = "\n".join(dict.fromkeys(result.stderr.strip().splitlines()))
+            sys.exit(f"error: the configs do not validate{where}:\n{messages}")
 
 
 def number(value, what):
@@ -251,7 +253,7 @@ def main(argv=None):
         png_path.parent.mkdir(parents=True, exist_ok=True)
         plot_replay.plot_replay(csv_path, png_path, title=recording.name)
         print(f"plot -> {png_path}")
-    sys.exit(fanout.report_failures(failed, len(points), str(csv_path) if rows else "no CSV"))
+    sys.exit(fanout.report_failures(failed, len(points), str(csv_path)))
 
 
 if __name__ == "__main__":
