@@ -389,3 +389,12 @@ def test_bench_sweep_failed_point_is_reported(trnsim_bin, tmp_path, ray_address)
     assert "point model=llama3-8b projection=k m=0 k=4096 n=1024 config=trn2: exit status 1" in result.stderr
     assert f"command: {trnsim_bin} bench matmul --m 0 " in result.stderr
     assert "error: 1 of 2 points failed" in result.stderr
+
+
+def test_bench_sweep_jobs_zero_is_an_error(trnsim_bin, tmp_path):
+    env = {**os.environ, "TRNSIM_BUILD_DIR": str(build_dir())}
+    result = subprocess.run([sys.executable, str(BENCH_SWEEP), "matmul", "--models", "llama3-8b", "--projections",
+                             "k", "--m", "1", "--configs", "trn2", "--jobs", "0", "--csv", str(tmp_path / "mm.csv")],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 1 and "--jobs must be at least 1, got 0" in result.stderr
+    assert not (tmp_path / "mm.csv").exists()

@@ -154,7 +154,8 @@ def run_tasks(args, desc, tools, configs, count, make_task):
     # flight, and by default the cluster's size decides.
     address = fanout.ray_address(args.ray_address)
     try:
-        with fanout.FanOut(jobs=args.jobs if args.jobs or address else 1, address=address) as fan:
+        jobs = args.jobs if args.jobs is not None else None if address else 1
+        with fanout.FanOut(jobs=jobs, address=address) as fan:
             shipped_tools = {name: fan.file(path, executable=True) for name, path in tools.items()}
             shipped = {c: fan.text("config.yaml", text, shown=c) for c, text in configs.items()}
             return fan.run([make_task(i, shipped_tools, shipped) for i in range(count)], desc)
