@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: where the build put the binaries."""
+"""Shared pytest fixtures: where the build put the binaries; a Ray for the sweeps to join."""
+import logging
 import os
 import pathlib
 import subprocess
@@ -25,3 +26,16 @@ def run_trnsim(trnsim_bin):
     def run(*args, cwd=None):
         return subprocess.run([str(trnsim_bin), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
     return run
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A local Ray of 2 CPUs that a module's sweeps join with --ray-address: one Ray start-up per
+    module (seconds on 2 cores) instead of one per sweep. Shut down when the module ends."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

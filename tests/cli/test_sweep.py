@@ -1,5 +1,6 @@
 """tools/bench/sweep.py matmul on a tiny subset: CSV columns and rows, value ranges, the PNG,
-refusal to overwrite."""
+refusal to overwrite. The sweeps join one Ray for the module (conftest's ray_address); the local
+Ray each sweep starts by default is tested in tests/tools/test_sweep_fanout.py."""
 import csv
 import os
 import subprocess
@@ -22,9 +23,9 @@ def sweep(*args):
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory, trnsim_bin):
+def swept(tmp_path_factory, trnsim_bin, ray_address):
     out = tmp_path_factory.mktemp("sweep")
-    result = sweep(*SUBSET, "--csv", out / "mm.csv")
+    result = sweep(*SUBSET, "--csv", out / "mm.csv", "--ray-address", ray_address)
     assert result.returncode == 0, result.stderr
     with (out / "mm.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -75,12 +76,12 @@ def test_refuses_to_overwrite_without_force(swept):
     assert (out / "mm.csv").read_bytes() == before
 
 
-def test_force_overwrites_and_png_path_option(swept, tmp_path):
+def test_force_overwrites_and_png_path_option(swept, tmp_path, ray_address):
     out, _ = swept
     target = tmp_path / "again.csv"
     target.write_text("stale\n")
     result = sweep("--models", "llama3-8b", "--projections", "k", "--m", "1", "--configs", "trn2",
-                   "--csv", target, "--png", tmp_path / "plot.png", "--force")
+                   "--csv", target, "--png", tmp_path / "plot.png", "--force", "--ray-address", ray_address)
     assert result.returncode == 0, result.stderr
     assert len(target.read_text().splitlines()) == 2
     assert (tmp_path / "plot.png").exists() and not (tmp_path / "again.png").exists()
@@ -98,9 +99,9 @@ def run_sweep(name, *args):
                           env=env, timeout=120)
 
 
-def test_attention_sweep_subset(tmp_path, trnsim_bin):
+def test_attention_sweep_subset(tmp_path, trnsim_bin, ray_address):
     result = run_sweep("attention", "--batch", "1", "--seq", "256,512", "--head-dim", "64", "--causal", "0,1",
-                       "--configs", "trn2", "--csv", tmp_path / "att.csv")
+                       "--configs", "trn2", "--csv", tmp_path / "att.csv", "--ray-address", ray_address)
     assert result.returncode == 0, result.stderr
     with (tmp_path / "att.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -113,9 +114,9 @@ def test_attention_sweep_subset(tmp_path, trnsim_bin):
     assert (tmp_path / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_kernels_sweep_subset(tmp_path, trnsim_bin):
+def test_kernels_sweep_subset(tmp_path, trnsim_bin, ray_address):
     result = run_sweep("kernels", "--kernels", "matmul,softmax,attention_bwd", "--sizes", "small", "--configs",
-                       "trn2", "--csv", tmp_path / "k.csv")
+                       "trn2", "--csv", tmp_path / "k.csv", "--ray-address", ray_address)
     assert result.returncode == 0, result.stderr
     with (tmp_path / "k.csv").open(newline="") as f:
         rows = {r["kernel"]: r for r in csv.DictReader(f)}

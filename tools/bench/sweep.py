@@ -3,7 +3,7 @@
 
     .venv/bin/python tools/bench/sweep.py matmul --csv out/matmul.csv [--png out/matmul.png]
         [--models llama3-8b,...] [--projections q,k,...] [--m 1,128,2048] [--configs trn2,trn3]
-        [--dtype bf16] [--jobs N] [--force]
+        [--dtype bf16] [--jobs N] [--ray-address ADDR] [--force]
 
 `matmul` runs `trnsim bench matmul` once per (model, projection, M, config) point, each into its own
 temporary CSV, and merges the rows into --csv with three more columns, `model`, `projection` and
@@ -27,18 +27,24 @@ the element-wise / normalization / loss / optimizer kernels through `kernel_runn
 since the library grows. Columns: config, dtype, kernel, shape, time_ns, gflop, tflops, mfu,
 gbps, bandwidth_utilization (of the core's HBM share), bottleneck (the busiest engine).
 The binary is $TRNSIM_BUILD_DIR/bin/trnsim (default build/).
+
+Points run on Ray through tools/sweeps/fanout.py (the path replay_sweep.py uses too): a local Ray
+of --jobs CPUs, or the cluster at --ray-address (default $RAY_ADDRESS), whose workers get the
+binaries and the effective configs by value. A point that fails does not stop the others: the CSV
+and plot hold the points that succeeded, each failure is reported with its command and the tail
+of its stderr, and the exit status is 1.
 """
 import argparse
 import csv
+import io
 import os
 import pathlib
-import subprocess
 import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO_ROOT / "tools" / "sweeps"))
+import fanout  # noqa: E402  (tools/sweeps/fanout.py: the Ray fan-out every sweep shares)
 
 # ---------------------------------------------------------------------------------------------
 # Projection shapes of open-weight models: name -> (K = in_features, N = out_features).
@@ -127,45 +133,64 @@ def check_outputs(args):
     return csv_path, png_path
 
 
-def run_parallel(items, one, jobs, desc):
-    """one(index) -> (index, result, error) for each item, `jobs` at a time with a progress bar;
-    returns the results in item order. Exits on the first error."""
-    from tqdm import tqdm
-
-    results = [None] * len(items)
-    # Each point is its own process, so threads are enough to run them in parallel.
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
-            tqdm(total=len(items), desc=desc, unit="pt", file=sys.stderr) as bar:
-        for index, result, error in pool.map(one, range(len(items))):
-            if error:
-                pool.shutdown(cancel_futures=True)
-                sys.exit(f"error: point {items[index]} failed:\n{error}")
-            results[index] = result
-            bar.update(1)
-    return results
+def point_label(point):
+    return " ".join(f"{k}={v}" for k, v in point.items())
 
 
-def run_points(points, command_for, jobs, desc):
-    """Runs one `trnsim` command per point, each appending to its own temporary CSV; returns the
-    rows in point order. Exits on the first failure."""
-    with tempfile.TemporaryDirectory(prefix="trnsim_sweep_") as tmp:
-        def one(index):
-            point = points[index]
-            out = pathlib.Path(tmp) / f"{index}.csv"
-            cmd = command_for(point, out)
-            try:
-                result = subprocess.run(cmd, capture_output=True, text=True)
-            except OSError as e:
-                return index, None, f"{' '.join(map(str, cmd))}\n{e}"
-            if result.returncode != 0:
-                return index, None, f"{' '.join(map(str, cmd))}\n{result.stderr.strip()}"
-            with out.open(newline="") as f:
-                rows = list(csv.DictReader(f))
-            if len(rows) != 1:
-                return index, None, f"{' '.join(map(str, cmd))}: expected 1 CSV row, got {len(rows)}"
-            return index, rows[0], None
+def effective_configs(trnsim, configs):
+    """Each config as one self-contained YAML (fanout.effective_config), read before any point runs
+    so that an unknown config is one error up front, not one failure per point."""
+    try:
+        return {c: fanout.effective_config(trnsim, c) for c in dict.fromkeys(configs)}
+    except fanout.FanOutError as e:
+        sys.exit(f"error: {e}")
 
-        return run_parallel(points, one, jobs, desc)
+
+def run_tasks(args, desc, tools, configs, count, make_task):
+    """Runs make_task(index, shipped tools, shipped configs) for index in range(count) on the
+    fan-out; returns the results in index order. tools: name -> binary path and configs: name ->
+    effective YAML, both sent to the workers by value."""
+    # --jobs sizes a local Ray (default 1, as before Ray); on a cluster it only caps the points in
+    # flight, and by default the cluster's size decides.
+    address = fanout.ray_address(args.ray_address)
+    try:
+        jobs = args.jobs if args.jobs is not None else None if address else 1
+        with fanout.FanOut(jobs=jobs, address=address) as fan:
+            shipped_tools = {name: fan.file(path, executable=True) for name, path in tools.items()}
+            shipped = {c: fan.text("config.yaml", text, shown=c) for c, text in configs.items()}
+            return fan.run([make_task(i, shipped_tools, shipped) for i in range(count)], desc)
+    except fanout.FanOutError as e:
+        sys.exit(f"error: {e}")
+
+
+def run_points(args, points, command_for, desc):
+    """Runs one `trnsim` command per point, each writing its own one-row CSV; returns (point, row)
+    for the points that succeeded, in point order, and the failed results."""
+    trnsim = trnsim_binary()
+    configs = effective_configs(trnsim, [p["config"] for p in points])
+
+    def make_task(index, tools, shipped):
+        p = points[index]
+        return fanout.Task(command_for(p, tools["trnsim"], shipped[p["config"]], "point.csv"),
+                           outputs=["point.csv"], label=point_label(p))
+
+    rows, failed = [], []
+    for p, result in zip(points, run_tasks(args, desc, {"trnsim": trnsim}, configs, len(points), make_task)):
+        if result.ok:
+            found = list(csv.DictReader(io.StringIO(result.outputs["point.csv"].decode())))
+            if len(found) == 1:
+                rows.append((p, found[0]))
+                continue
+            result.error = f"expected 1 CSV row, got {len(found)}"
+        failed.append(result)
+    return rows, failed
+
+
+def finish(csv_path, total, failed):
+    """Reports the failed points (after the CSV and plot of the others were written); exits 1 if
+    there were any."""
+    if failed:
+        sys.exit(fanout.report_failures(failed, total, str(csv_path)))
 
 
 def write_csv(path, rows, extra_columns):
@@ -208,20 +233,22 @@ def sweep_matmul(args):
     if not points:
         sys.exit("error: the selection has no points")
 
-    def command_for(p, out):
-        return [str(trnsim), "bench", "matmul", "--m", str(p["m"]), "--k", str(p["k"]),
-                "--n", str(p["n"]), "--dtype", args.dtype, "--config", p["config"],
-                *(["--transpose-b"] if args.weight_layout == "nk" else []), "--csv", str(out)]
+    def command_for(p, trnsim, config, out):
+        return [trnsim, "bench", "matmul", "--m", str(p["m"]), "--k", str(p["k"]),
+                "--n", str(p["n"]), "--dtype", args.dtype, "--config", config,
+                *(["--transpose-b"] if args.weight_layout == "nk" else []), "--csv", out]
 
-    rows = run_points(points, command_for, args.jobs, "matmul")
-    merged = [(row, {"model": p["model"], "projection": p["projection"], "weight_layout": args.weight_layout})
-              for row, p in zip(rows, points)]
-    write_csv(csv_path, merged, EXTRA_COLUMNS)
-    print(f"{len(points)} points -> {csv_path}")
+    rows, failed = run_points(args, points, command_for, "matmul")
+    if rows:
+        merged = [(row, {"model": p["model"], "projection": p["projection"], "weight_layout": args.weight_layout})
+                  for p, row in rows]
+        write_csv(csv_path, merged, EXTRA_COLUMNS)
+        print(f"{len(rows)} points -> {csv_path}")
 
-    import plot_sweep
-    plot_sweep.plot_matmul(csv_path, png_path)
-    print(f"plot -> {png_path}")
+        import plot_sweep
+        plot_sweep.plot_matmul(csv_path, png_path)
+        print(f"plot -> {png_path}")
+    finish(csv_path, len(points), failed)
 
 
 DEFAULT_ATTENTION = {"batch": [1, 4], "seq": [512, 1024, 2048, 4096, 8192], "head_dim": [64, 128],
@@ -242,19 +269,21 @@ def sweep_attention(args):
     if not points:
         sys.exit("error: the selection has no points")
 
-    def command_for(p, out):
-        return [str(trnsim), "bench", "attention", "--seq", str(p["seq"]), "--head-dim", str(p["head_dim"]),
+    def command_for(p, trnsim, config, out):
+        return [trnsim, "bench", "attention", "--seq", str(p["seq"]), "--head-dim", str(p["head_dim"]),
                 "--batch", str(p["batch"]), "--heads", str(args.heads), "--kv-heads", str(args.kv_heads or args.heads),
-                "--dtype", args.dtype, "--config", p["config"], *(["--causal"] if p["causal"] else []),
-                *(["--backward"] if p["direction"] == "backward" else []), "--csv", str(out)]
+                "--dtype", args.dtype, "--config", config, *(["--causal"] if p["causal"] else []),
+                *(["--backward"] if p["direction"] == "backward" else []), "--csv", out]
 
-    rows = run_points(points, command_for, args.jobs, "attention")
-    write_csv(csv_path, [(row, {}) for row in rows], [])
-    print(f"{len(points)} points -> {csv_path}")
+    rows, failed = run_points(args, points, command_for, "attention")
+    if rows:
+        write_csv(csv_path, [(row, {}) for _, row in rows], [])
+        print(f"{len(rows)} points -> {csv_path}")
 
-    import plot_sweep
-    plot_sweep.plot_attention(csv_path, png_path)
-    print(f"plot -> {png_path}")
+        import plot_sweep
+        plot_sweep.plot_attention(csv_path, png_path)
+        print(f"plot -> {png_path}")
+    finish(csv_path, len(points), failed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,28 +338,28 @@ def sweep_kernels(args):
     csv_path, png_path = check_outputs(args)
     points = [{"config": c, "kernel": k, "size": z} for c in args.configs for k in kernels for z in args.sizes]
 
-    def one(index):
+    configs = effective_configs(trnsim, args.configs)
+
+    def make_task(index, tools, shipped):
         p = points[index]
+        kind, cli, _ = KERNELS[p["kernel"]](ROWS[p["size"]])
+        if kind == "bench":
+            argv = [tools["trnsim"], "bench", *cli, "--dtype", args.dtype, "--config", shipped[p["config"]],
+                    "--csv", "point.csv"]
+            return fanout.Task(argv, outputs=["point.csv"], label=point_label(p))
+        dtype = [] if any(a.startswith("dtype=") for a in cli) else [f"dtype={args.dtype}"]
+        argv = [tools["kernel_runner"], *cli, *dtype, "--bench", fanout.concat("config=", shipped[p["config"]])]
+        return fanout.Task(argv, label=point_label(p))
+
+    def row_of(p, result):
+        """The CSV row of a point that ran; None for a kernel this kernel_runner does not know."""
         kind, cli, shape = KERNELS[p["kernel"]](ROWS[p["size"]])
         row = {"config": p["config"], "dtype": args.dtype, "kernel": p["kernel"], "shape": shape}
-        with tempfile.TemporaryDirectory(prefix="trnsim_kernels_") as tmp:
-            out = pathlib.Path(tmp) / "point.csv"
-            if kind == "bench":
-                cmd = [str(trnsim), "bench", *cli, "--dtype", args.dtype, "--config", p["config"], "--csv", str(out)]
-            else:
-                dtype = [] if any(a.startswith("dtype=") for a in cli) else [f"dtype={args.dtype}"]
-                cmd = [str(runner), *cli, *dtype, "--bench", f"config={p['config']}"]
-            result = subprocess.run(cmd, capture_output=True, text=True)
-            if result.returncode != 0:
-                if kind == "runner" and "unknown kernel" in result.stderr:
-                    return index, {"skipped": cli[0]}, None  # not (yet) in this build's kernel_runner
-                return index, None, f"{' '.join(cmd)}\n{result.stderr.strip()}"
-            if kind == "bench":
-                with out.open(newline="") as f:
-                    tool = next(csv.DictReader(f))
-                row.update(time_ns=tool["time_ns"], gflop=tool["gflop"], tflops=tool["tflops"], mfu=tool["mfu"],
-                           bottleneck=tool["bottleneck"])
-                return index, row, None
+        if kind == "bench":
+            tool = next(csv.DictReader(io.StringIO(result.outputs["point.csv"].decode())))
+            row.update(time_ns=tool["time_ns"], gflop=tool["gflop"], tflops=tool["tflops"], mfu=tool["mfu"],
+                       bottleneck=tool["bottleneck"])
+            return row
         stats = json.loads(result.stdout.strip().splitlines()[-1])
         busy = {k[:-len("_busy")].split(".")[-1]: v for k, v in stats.items() if k.endswith("_busy")}
         row.update(time_ns=f"{stats['total_ns']:.1f}", gbps=f"{stats['gbps']:.1f}",
@@ -338,31 +367,46 @@ def sweep_kernels(args):
                    bottleneck=max(busy, key=busy.get) if busy else "")
         if "mfu" in stats:  # kernels with matmuls (conv2d) report it
             row["mfu"] = stats["mfu"]
-        return index, row, None
+        return row
 
-    results = run_parallel(points, one, args.jobs, "kernels")
-    skipped = sorted({r["skipped"] for r in results if "skipped" in r})
-    rows = [r for r in results if "skipped" not in r]
+    results = run_tasks(args, "kernels", {"trnsim": trnsim, "kernel_runner": runner}, configs, len(points),
+                        make_task)
+    rows, skipped, failed = [], set(), []
+    for p, result in zip(points, results):
+        kind, cli, _ = KERNELS[p["kernel"]](ROWS[p["size"]])
+        if not result.ok and kind == "runner" and "unknown kernel" in result.stderr:
+            skipped.add(cli[0])  # not (yet) in this build's kernel_runner
+        elif not result.ok:
+            failed.append(result)
+        else:
+            rows.append(row_of(p, result))
     if skipped:
-        print(f"note: kernel_runner does not know {', '.join(skipped)}: skipped", file=sys.stderr)
-    if not rows:
+        print(f"note: kernel_runner does not know {', '.join(sorted(skipped))}: skipped", file=sys.stderr)
+    if not rows and not failed:
         sys.exit("error: the selection has no points")
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=KERNEL_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} points -> {csv_path}")
+    if rows:
+        with csv_path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=KERNEL_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"{len(rows)} points -> {csv_path}")
 
-    import plot_sweep
-    plot_sweep.plot_kernels(csv_path, png_path)
-    print(f"plot -> {png_path}")
+        import plot_sweep
+        plot_sweep.plot_kernels(csv_path, png_path)
+        print(f"plot -> {png_path}")
+    finish(csv_path, len(rows) + len(failed), failed)  # skipped kernels are not points
 
 
 def add_common(parser):
     parser.add_argument("--csv", required=True, help="output CSV (refused if it exists, unless --force)")
     parser.add_argument("--png", help="output plot (default: the CSV's name with .png)")
     parser.add_argument("--force", action="store_true", help="overwrite existing --csv/--png")
-    parser.add_argument("--jobs", type=int, default=1, help="points run in parallel (default 1)")
+    parser.add_argument("--jobs", type=int,
+                        help="points run in parallel: the CPUs of the local Ray (default 1); with --ray-address, "
+                             "the most points in flight at once (default: as many as the cluster runs)")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="join this Ray cluster (host:port of its head; default $RAY_ADDRESS if set) instead "
+                             "of starting a local Ray; binaries and configs are sent to its workers by value")
     parser.add_argument("--configs", type=csv_list, default=DEFAULT_CONFIGS,
                         help=f"hardware configs, comma-separated (default {','.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--dtype", default="bf16", help="input dtype (default bf16)")
