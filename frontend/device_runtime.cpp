@@ -1,5 +1,6 @@
 #include "frontend/device_runtime.h"
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 
@@ -10,9 +11,10 @@ namespace {
 
 constexpr size_t kMaxCachedPrograms = 1024;
 
-// The one global of the device: which runtime is current.
-std::mutex g_runtime_mutex;
-std::shared_ptr<DeviceRuntime> g_runtime;
+// The one global of the device: which runtime is current. Never destroyed: tensors freed while
+// static destructors run at exit still account their bytes to it.
+std::mutex& g_runtime_mutex = *new std::mutex();
+std::shared_ptr<DeviceRuntime>& g_runtime = *new std::shared_ptr<DeviceRuntime>();
 
 }  // namespace
 
@@ -162,6 +164,87 @@ void DeviceRuntime::hand_over_to(DeviceRuntime& next) {
   next.m_log = std::move(m_log);
   next.m_timeline_enabled = m_timeline_enabled;
   next.m_timeline = std::move(m_timeline);
+  next.m_fallback_mode = m_fallback_mode;
+  next.m_fallback_counts = std::move(m_fallback_counts);
+  next.m_fallback_warned = std::move(m_fallback_warned);
+}
+
+void DeviceRuntime::set_device_info(const DeviceConfigInfo& info) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_info = info;
+}
+
+DeviceConfigInfo DeviceRuntime::device_info() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_info;
+}
+
+bool DeviceRuntime::allocate_memory(int device, uint64_t bytes, uint64_t* used_bytes) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  MemoryAccount& mem = m_devices[device].memory;
+  *used_bytes = static_cast<uint64_t>(mem.current_bytes);
+  if (*used_bytes + bytes > m_info.hbm_bytes_per_device) {
+    ++mem.num_ooms;
+    return false;
+  }
+  mem.current_bytes += static_cast<int64_t>(bytes);
+  mem.allocated_bytes += static_cast<int64_t>(bytes);
+  mem.peak_bytes = std::max(mem.peak_bytes, mem.current_bytes);
+  ++mem.num_allocs;
+  return true;
+}
+
+void DeviceRuntime::release_memory(int device, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  MemoryAccount& mem = m_devices[device].memory;
+  mem.current_bytes -= static_cast<int64_t>(bytes);
+  mem.freed_bytes += static_cast<int64_t>(bytes);
+}
+
+MemoryAccount DeviceRuntime::memory(int device) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_devices.find(device);
+  return it == m_devices.end() ? MemoryAccount{} : it->second.memory;
+}
+
+void DeviceRuntime::reset_peak_memory(int device) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  MemoryAccount& mem = m_devices[device].memory;
+  mem.peak_bytes = mem.current_bytes;
+}
+
+void DeviceRuntime::reset_accumulated_memory(int device) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  MemoryAccount& mem = m_devices[device].memory;
+  mem.allocated_bytes = mem.freed_bytes = 0;
+  mem.num_allocs = mem.num_ooms = 0;
+}
+
+void DeviceRuntime::set_fallback_mode(FallbackMode mode) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_fallback_mode = mode;
+}
+
+FallbackMode DeviceRuntime::fallback_mode() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_fallback_mode;
+}
+
+bool DeviceRuntime::count_fallback(const std::string& op) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  ++m_fallback_counts[op];
+  return m_fallback_warned.insert(op).second;
+}
+
+std::map<std::string, int64_t> DeviceRuntime::fallback_counts() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_fallback_counts;
+}
+
+void DeviceRuntime::reset_fallback_counts() {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_fallback_counts.clear();
+  m_fallback_warned.clear();
 }
 
 std::shared_ptr<DeviceRuntime> current_runtime() {

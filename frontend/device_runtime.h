@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "config/hardware_config.h"
 #include "frontend/kernel_executor.h"
+#include "frontend/neuron_device.h"
 #include "isa/program.h"
 #include "record/launch.h"
 #include "record/recording_format.h"
@@ -25,10 +27,21 @@ namespace trnsim::frontend {
 
 using ProgramParts = std::vector<std::shared_ptr<const isa::Program>>;  // one per physical core
 
+// The simulated HBM a device's live tensors hold (the allocator, device/memory.cpp, accounts here).
+struct MemoryAccount {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;       // since the last reset
+  int64_t allocated_bytes = 0;  // cumulative, since the last reset of the accumulated stats
+  int64_t freed_bytes = 0;
+  uint64_t num_allocs = 0;
+  uint64_t num_ooms = 0;
+};
+
 // What one device (a logical NeuronCore) holds. Per-device data of the runtime goes here.
 struct DeviceState {
   double clock_ns = 0;            // the device's simulated clock
   double timeline_origin_ns = 0;  // the clock when the profiler's timeline was reset
+  MemoryAccount memory;
 };
 
 class DeviceRuntime {
@@ -68,8 +81,29 @@ class DeviceRuntime {
   RecordingInfo stop_recording(bool complete, const std::string& error);
   bool recording() const;
 
+  // The device as the user sees it (device count, HBM per device, ...), derived from the config.
+  void set_device_info(const DeviceConfigInfo& info);
+  DeviceConfigInfo device_info() const;
+
+  // Simulated HBM: an allocation of `bytes` on `device` if it fits the device's capacity (else the
+  // OOM is counted and false returned; `used_bytes` says what was in use), and its release.
+  bool allocate_memory(int device, uint64_t bytes, uint64_t* used_bytes);
+  void release_memory(int device, uint64_t bytes);
+  MemoryAccount memory(int device) const;
+  void reset_peak_memory(int device);
+  void reset_accumulated_memory(int device);
+
+  // The CPU fallback's mode and its per-operator counts; count_fallback says whether this was the
+  // op's first fallback since the last reset (the warning is given once per op).
+  void set_fallback_mode(FallbackMode mode);
+  FallbackMode fallback_mode() const;
+  bool count_fallback(const std::string& op);
+  std::map<std::string, int64_t> fallback_counts() const;
+  void reset_fallback_counts();
+
   // Before `next` replaces this runtime (set_config): the devices' state, the op log and the
-  // profiler's timeline carry over; the cache does not. Throws while recording: a recording holds
+  // profiler's timeline, the memory accounts and the fallback's mode and counts carry over (live
+  // tensors outlive a config); the cache does not. Throws while recording: a recording holds
   // the launches of one config.
   void hand_over_to(DeviceRuntime& next);
 
@@ -84,6 +118,10 @@ class DeviceRuntime {
   bool m_timeline_enabled = false;
   std::unique_ptr<sim::TraceWriter> m_timeline;
   std::unique_ptr<record::RecordingWriter> m_recorder;
+  DeviceConfigInfo m_info;
+  FallbackMode m_fallback_mode = FallbackMode::warn;
+  std::map<std::string, int64_t> m_fallback_counts;
+  std::set<std::string> m_fallback_warned;
 };
 
 // The runtime ops run on; throws when no config has been set.

@@ -12,11 +12,7 @@ namespace fe = trnsim::frontend;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "trnsim native part: the PyTorch device 'neuron' (PrivateUse1) on simulated Trainium";
 
-  m.def("set_config", [](const std::string& name_or_path, const std::vector<std::string>& overrides) {
-    fe::set_config(name_or_path, overrides);
-    // Recordings name the config as the user did (replay loads it the same way).
-    fe::executor_describe_config(name_or_path, overrides, fe::config_info().source_file);
-  }, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
+  m.def("set_config", &fe::set_config, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
         "Load the hardware config the device simulates (a name such as 'trn2' or a path) with 'a.b=v' overrides.");
   m.def("config_info", [] {
     fe::DeviceConfigInfo c = fe::config_info();

@@ -5,7 +5,14 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
+
 namespace trnsim::frontend {
+
+class DeviceRuntime;
+
+// The runtime the device runs on (the configured one; loads $TRNSIM_CONFIG or trn2 on first use).
+std::shared_ptr<DeviceRuntime> device_runtime();
 
 constexpr int kMaxDevices = 128;  // c10::DeviceIndex is int8_t
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "frontend/device/device_internal.h"
+#include "frontend/device_runtime.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/lowering_support.h"
 #include "frontend/neuron_device.h"
@@ -26,22 +27,6 @@ namespace trnsim::frontend {
 namespace {
 
 
-std::mutex g_fallback_mutex;
-FallbackMode g_fallback_mode = FallbackMode::warn;
-std::map<std::string, int64_t> g_fallback_counts;
-std::unordered_set<std::string> g_fallback_warned;
-
-struct FallbackEnv {
-  FallbackEnv() {
-    const char* env = std::getenv("TRNSIM_FALLBACK");
-    if (env && *env) {
-      try {
-        set_fallback_mode(env);
-      } catch (...) {
-      }
-    }
-  }
-} g_fallback_env;
 
 }  // namespace
 
@@ -88,16 +73,9 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
   std::string full = name.name;
   if (!name.overload_name.empty()) full += "." + name.overload_name;
   check_common_device(op, torch::jit::last(*stack, op.schema().arguments().size()));
-  FallbackMode mode;
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(g_fallback_mutex);
-    mode = g_fallback_mode;
-    if (mode != FallbackMode::error) {
-      ++g_fallback_counts[full];
-      first = g_fallback_warned.insert(full).second;
-    }
-  }
+  std::shared_ptr<DeviceRuntime> runtime = device_runtime();
+  const FallbackMode mode = runtime->fallback_mode();
+  const bool first = mode != FallbackMode::error && runtime->count_fallback(full);
   TORCH_CHECK_NOT_IMPLEMENTED(mode != FallbackMode::error, "The operator '", full,
                               "' has no neuron kernel and TRNSIM_FALLBACK=error forbids running it on the CPU. "
                               "Set TRNSIM_FALLBACK=warn or allow to let it fall back.");
@@ -182,36 +160,5 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 }
 
 }  // namespace
-
-void set_fallback_mode(const std::string& mode) {
-  FallbackMode m;
-  if (mode == "allow") m = FallbackMode::allow;
-  else if (mode == "warn") m = FallbackMode::warn;
-  else if (mode == "error") m = FallbackMode::error;
-  else TORCH_CHECK(false, "TRNSIM_FALLBACK must be allow, warn or error, not '", mode, "'");
-  std::lock_guard<std::mutex> lock(g_fallback_mutex);
-  g_fallback_mode = m;
-}
-
-std::string fallback_mode() {
-  std::lock_guard<std::mutex> lock(g_fallback_mutex);
-  switch (g_fallback_mode) {
-    case FallbackMode::allow: return "allow";
-    case FallbackMode::warn: return "warn";
-    case FallbackMode::error: return "error";
-  }
-  return "warn";
-}
-
-std::map<std::string, int64_t> fallback_counts() {
-  std::lock_guard<std::mutex> lock(g_fallback_mutex);
-  return g_fallback_counts;
-}
-
-void reset_fallback_counts() {
-  std::lock_guard<std::mutex> lock(g_fallback_mutex);
-  g_fallback_counts.clear();
-  g_fallback_warned.clear();
-}
 
 }  // namespace trnsim::frontend

@@ -93,28 +93,23 @@ struct SimGenerator : public at::CPUGeneratorImpl {
   }
 };
 
-std::mutex g_generator_mutex;
-std::vector<at::Generator>& g_generators = *new std::vector<at::Generator>(kMaxDevices);  // never destroyed
-
-}  // namespace
-
-const at::Generator& default_generator(c10::DeviceIndex index) {
-  if (index < 0) index = current_device_index();
-  std::lock_guard<std::mutex> lock(g_generator_mutex);
-  at::Generator& gen = g_generators[index];
-  if (!gen.defined()) {
-    gen = at::make_generator<SimGenerator>(index);
-    gen.set_current_seed(c10::detail::getNonDeterministicRandom());
-  }
-  return gen;
-}
-
-namespace {
-
+// The hooks torch asks for the device's generators, devices and pointers. They own the per-device
+// default generators (torch hands out references to them, so they live as long as the hooks, i.e.
+// the process; a config change keeps them, as CUDA's survive a device reset).
 struct SimHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return safe_device_count() > 0; }
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override { return default_generator(index); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    if (index < 0) index = current_device_index();
+    TORCH_CHECK(index < kMaxDevices, "bad neuron device index ", static_cast<int>(index));
+    std::lock_guard<std::mutex> lock(generator_mutex_);
+    at::Generator& gen = generators_[index];
+    if (!gen.defined()) {
+      gen = at::make_generator<SimGenerator>(index);
+      gen.set_current_seed(c10::detail::getNonDeterministicRandom());
+    }
+    return gen;
+  }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
     return at::make_generator<SimGenerator>(index < 0 ? current_device_index() : index);
   }
@@ -138,11 +133,21 @@ struct SimHooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
   }
+
+ private:
+  mutable std::mutex generator_mutex_;
+  mutable std::vector<at::Generator> generators_ = std::vector<at::Generator>(kMaxDevices);
 };
 
+// Registered once, never destroyed (torch keeps the pointer).
 struct HooksRegistrar {
   HooksRegistrar() { at::RegisterPrivateUse1HooksInterface(new SimHooks()); }
 } g_hooks_registrar;
 
 }  // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex index) {
+  return at::detail::getPrivateUse1Hooks().getDefaultGenerator(index);
+}
+
 }  // namespace trnsim::frontend

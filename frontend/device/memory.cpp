@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/device/device_internal.h"
+#include "frontend/device_runtime.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/lowering_support.h"
 #include "frontend/neuron_device.h"
@@ -19,13 +20,12 @@
 #include <cstring>
 #include <iomanip>
 #include <sstream>
+#include <optional>
 #include <unordered_map>
 
 namespace trnsim::frontend {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Simulated HBM: host memory standing for device memory, capacity from the config.
 
 std::string format_bytes(uint64_t bytes) {
   std::ostringstream s;
@@ -38,26 +38,21 @@ std::string format_bytes(uint64_t bytes) {
   return s.str();
 }
 
-struct DeviceMemory {
-  c10::CachingDeviceAllocator::Stat bytes;
-  uint64_t num_allocs = 0;
-  uint64_t num_ooms = 0;
-};
-
 void hbm_delete(void* ptr);
 
+// Host memory stands for each device's HBM; the bytes are accounted in the device runtime (its
+// DeviceState's MemoryAccount, which outlives a set_config with the tensors). The allocator keeps
+// only which live block belongs to which device.
 class SimHbmAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t n) override {
     const c10::DeviceIndex index = current_index();
     const c10::Device device(kNeuron, index);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &hbm_delete, device);
-    const uint64_t capacity = config_info().hbm_bytes_per_device;
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    DeviceMemory& mem = memory_[index];
-    const uint64_t used = static_cast<uint64_t>(mem.bytes.current);
-    if (used + n > capacity) {
-      ++mem.num_ooms;
+    std::shared_ptr<DeviceRuntime> runtime = device_runtime();
+    uint64_t used = 0;
+    if (!runtime->allocate_memory(index, n, &used)) {
+      const uint64_t capacity = runtime->device_info().hbm_bytes_per_device;
       const uint64_t free_bytes = capacity > used ? capacity - used : 0;
       TORCH_CHECK_WITH(OutOfMemoryError, false, "NEURON out of memory. Tried to allocate ", format_bytes(n),
                        ". Device ", static_cast<int>(index), " has a total capacity of ", format_bytes(capacity),
@@ -65,23 +60,28 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
                        " is allocated by PyTorch. (simulated HBM of the configured hardware; see trnsim.set_config)");
     }
     void* ptr = std::aligned_alloc(64, (n + 63) / 64 * 64);
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "host memory backing the simulated HBM is exhausted (",
-                     format_bytes(n), ")");
+    if (ptr == nullptr) {
+      runtime->release_memory(index, n);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "host memory backing the simulated HBM is exhausted (", format_bytes(n), ")");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     blocks_[ptr] = Block{n, index};
-    mem.bytes.increase(static_cast<int64_t>(n));
-    ++mem.num_allocs;
     return c10::DataPtr(ptr, ptr, &hbm_delete, device);
   }
 
   void free(void* ptr) {
     if (ptr == nullptr) return;
+    std::optional<Block> block;
     {
-      std::lock_guard<std::recursive_mutex> lock(mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       auto it = blocks_.find(ptr);
       if (it != blocks_.end()) {
-        memory_[it->second.device].bytes.decrease(static_cast<int64_t>(it->second.size));
+        block = it->second;
         blocks_.erase(it);
       }
+    }
+    if (block) {
+      if (std::shared_ptr<DeviceRuntime> runtime = current_runtime_or_null()) runtime->release_memory(block->device, block->size);
     }
     std::free(ptr);
   }
@@ -94,47 +94,30 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
   void emptyCache(c10::MempoolId_t) override {}
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    const MemoryAccount mem = device_runtime()->memory(device);
+    c10::CachingDeviceAllocator::Stat bytes;
+    bytes.current = mem.current_bytes;
+    bytes.peak = mem.peak_bytes;
+    bytes.allocated = mem.allocated_bytes;
+    bytes.freed = mem.freed_bytes;
     c10::CachingDeviceAllocator::DeviceStats stats;
-    const DeviceMemory& mem = memory_[device];
     for (auto* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
-      (*array)[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)] = mem.bytes;
+      (*array)[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)] = bytes;
     }
     stats.num_ooms = static_cast<int64_t>(mem.num_ooms);
     return stats;
   }
-  void resetAccumulatedStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    memory_[device].bytes.reset_accumulated();
-    memory_[device].num_allocs = 0;
-    memory_[device].num_ooms = 0;
-  }
-  void resetPeakStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    memory_[device].bytes.reset_peak();
-  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { device_runtime()->reset_accumulated_memory(device); }
+  void resetPeakStats(c10::DeviceIndex device) override { device_runtime()->reset_peak_memory(device); }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    const uint64_t capacity = config_info().hbm_bytes_per_device;
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    const uint64_t used = static_cast<uint64_t>(memory_[device].bytes.current);
+    std::shared_ptr<DeviceRuntime> runtime = device_runtime();
+    const uint64_t capacity = runtime->device_info().hbm_bytes_per_device;
+    const uint64_t used = static_cast<uint64_t>(runtime->memory(device).current_bytes);
     return {capacity > used ? capacity - used : 0, capacity};
   }
 
-  MemoryStats stats(int device) {
-    const uint64_t capacity = config_info().hbm_bytes_per_device;
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    const DeviceMemory& mem = memory_[device];
-    MemoryStats out;
-    out.allocated = static_cast<uint64_t>(mem.bytes.current);
-    out.peak_allocated = static_cast<uint64_t>(mem.bytes.peak);
-    out.capacity = capacity;
-    out.num_allocs = mem.num_allocs;
-    out.num_ooms = mem.num_ooms;
-    return out;
-  }
-
   bool owns(void* ptr, c10::DeviceIndex* device) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     auto it = blocks_.find(ptr);
     if (it == blocks_.end()) return false;
     *device = it->second.device;
@@ -148,9 +131,8 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
     size_t size;
     c10::DeviceIndex device;
   };
-  std::recursive_mutex mutex_;  // never the GIL: allocate/free run from any thread
+  std::mutex mutex_;  // never the GIL: allocate/free run from any thread
   std::unordered_map<void*, Block> blocks_;
-  DeviceMemory memory_[kMaxDevices];
 };
 
 // Never destroyed: tensors may still be freed while static destructors run at exit.
@@ -166,12 +148,20 @@ bool hbm_owns(void* ptr, c10::DeviceIndex* device) { return g_allocator.owns(ptr
 
 MemoryStats memory_stats(int device) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "bad neuron device index ", device);
-  return g_allocator.stats(device);
+  std::shared_ptr<DeviceRuntime> runtime = device_runtime();
+  const MemoryAccount mem = runtime->memory(device);
+  MemoryStats out;
+  out.allocated = static_cast<uint64_t>(mem.current_bytes);
+  out.peak_allocated = static_cast<uint64_t>(mem.peak_bytes);
+  out.capacity = runtime->device_info().hbm_bytes_per_device;
+  out.num_allocs = mem.num_allocs;
+  out.num_ooms = mem.num_ooms;
+  return out;
 }
 
 void reset_peak_memory_stats(int device) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "bad neuron device index ", device);
-  g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  device_runtime()->reset_peak_memory(device);
 }
 
 }  // namespace trnsim::frontend
