@@ -113,21 +113,27 @@ def _header(recording):
     return json.loads((pathlib.Path(recording) / "manifest.jsonl").read_text().splitlines()[0])
 
 
-def format_rows(rows) -> str:
-    def num(x):
-        return "(none)" if x is None else repr(x)
+def num(x) -> str:
+    return "(none)" if x is None else repr(x)
 
-    def ratio(a, b):
-        if a is None or b is None:
-            return "-"
-        return ("inf" if b else "1") if a == 0 else f"{b / a:.9f}"
 
-    header = ("index", "op", "shapes", "old ns", "new ns", "new/old")
-    body = [(str(i), op, json.dumps(shapes), num(a), num(b), ratio(a, b)) for i, op, shapes, a, b in rows]
+def ratio(a, b) -> str:
+    if a is None or b is None:
+        return "-"
+    return ("inf" if b else "1") if a == 0 else f"{b / a:.9f}"
+
+
+def table(header, body) -> str:
+    """Rows of cells as aligned columns under a header and a rule (the golden diffs' layout)."""
     widths = [max(len(r[k]) for r in [header, *body]) for k in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_rows(rows) -> str:
+    header = ("index", "op", "shapes", "old ns", "new ns", "new/old")
+    return table(header, [(str(i), op, json.dumps(shapes), num(a), num(b), ratio(a, b)) for i, op, shapes, a, b in rows])
 
 
 def shown(path) -> str:

@@ -153,30 +153,15 @@ def compare(golden_cases, results):
 
 
 def format_table(rows) -> str:
-    def num(x):
-        return "(none)" if x is None else repr(x)
-
-    def ratio(a, b):
-        if a is None or b is None:
-            return "-"
-        if a == 0:
-            return "inf" if b else "1"
-        return f"{b / a:.9f}"
-
     def delta(a, b):
         return "-" if a is None or b is None else repr(b - a)
 
     header = ("case", "metric", "old", "new", "new/old", "new-old")
-    body = [(c, m, num(a), num(b), ratio(a, b), delta(a, b)) for c, m, a, b in rows]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    num, ratio = golden_recordings.num, golden_recordings.ratio
+    return golden_recordings.table(header, [(c, m, num(a), num(b), ratio(a, b), delta(a, b)) for c, m, a, b in rows])
 
 
-def shown(path) -> str:
-    path = pathlib.Path(path).resolve()
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+shown = golden_recordings.shown
 
 
 def main(argv=None) -> int:
