@@ -1,7 +1,8 @@
 """trnsim.record(): the recording's layout (manifest header, one line per launch, footer; programs
-stored once by hash), overwrite refusal, errors inside the block, copies and fallbacks as launches;
-and `trnsim replay` on it: its own config reproduces every launch bit for bit, another config or a
-what-if gives per-op times, --diff's exit code, the --json schema, illegal targets, output files."""
+stored once by hash; each kernel launch's invocation), overwrite refusal, errors inside the block,
+copies and fallbacks as launches; and `trnsim replay` on it: its own config reproduces every launch
+bit for bit, another config or a what-if gives per-op times, --diff's exit code, the --json schema,
+illegal targets, output files."""
 import json
 import os
 import pathlib
@@ -83,6 +84,18 @@ def test_layout_header_launches_footer_and_programs_once(recorded):
     referenced = {h for l in launches for h in l.get("programs", [])}
     stored = {p.name[:-len(".tasm.gz")] for p in (path / "programs").iterdir()}
     assert referenced == stored
+
+
+def test_every_kernel_launch_carries_its_invocation(recorded):
+    path, _ = recorded
+    _, launches, _ = manifest(path)
+    kernels = [l for l in launches if l["kind"] == "kernel"]
+    assert kernels and all(set(l["kernel"]) == {"name", "spec"} for l in kernels)
+    assert all("kernel" not in l for l in launches if l["kind"] != "kernel")
+    mm = next(l for l in kernels if l["op"] == "mm")
+    assert mm["kernel"]["name"] == "matmul"
+    assert {k: mm["kernel"]["spec"][k] for k in ("m", "k", "n", "input_dtype")} == \
+        {"m": 256, "k": 512, "n": 1024, "input_dtype": "bf16"}
 
 
 def test_existing_path_is_refused_unless_overwrite(trn2, tmp_path):
