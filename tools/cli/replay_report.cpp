@@ -136,6 +136,7 @@ std::string replay_json(const record::Recording& recording, const record::Replay
   j["rebuild"] = config.rebuild;
   if (config.rebuild) {
     j["rebuilt_launches"] = result.rebuilt;
+    j["rebuilt_as_recorded"] = result.rebuilt_as_recorded;
     j["not_rebuilt_launches"] = result.not_rebuilt;
   }
   Json launches = Json::array();
