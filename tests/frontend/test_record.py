@@ -177,6 +177,29 @@ def test_rebuild_for_another_lnc_moves_what_retiming_cannot(recorded, tmp_path):
     assert "LNC 1" in rebuilt.stdout and "rebuilt for trn2" in rebuilt.stdout
 
 
+def test_a_kernel_the_target_cannot_build_is_a_clear_error(recorded, tmp_path):
+    """Rebuilding a launch whose invocation the kernel library declines (here: edited to an argmax
+    over two dims) or cannot read (an unknown kernel) names each launch, its op and the reason."""
+    path, _ = recorded
+    copy = tmp_path / "edited.trnrec"
+    subprocess.run(["cp", "-r", str(path), str(copy)], check=True)
+    lines = [json.loads(line) for line in (copy / "manifest.jsonl").read_text().splitlines() if line]
+    mm = next(l for l in lines if l.get("op") == "mm")
+    mm["kernel"] = {"name": "reduce", "spec": {"shape": [4, 4], "dims": [0, 1], "op": "argmax",
+                                               "output_dtype": "int32"}}
+    relu = next(l for l in lines if l.get("op") == "relu")
+    relu["kernel"]["name"] = "no_such_kernel"
+    (copy / "manifest.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    out = replay(copy, "--rebuild")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.startswith("error: 2 kernel launch(es) cannot be rebuilt for config 'trn2'"), out.stderr
+    assert f"launch {mm['index']} (mm [256, 512], [512, 1024]): kernel 'reduce' cannot be built for config " \
+           "'trn2': argmax/argmin reduce exactly one dim" in out.stderr
+    assert f"launch {relu['index']} (relu" in out.stderr and "unknown kernel 'no_such_kernel'" in out.stderr
+    assert "Traceback" not in out.stderr and "terminate" not in out.stderr
+    assert replay(copy).returncode == 0  # without --rebuild the recorded programs replay
+
+
 def test_existing_path_is_refused_unless_overwrite(trn2, tmp_path):
     path = tmp_path / "r.trnrec"
     with trnsim.record(path):
