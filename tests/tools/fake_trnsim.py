@@ -12,7 +12,8 @@ A recording is a directory with manifest.jsonl (one launch a line: op, kind, dev
 dtype, recorded_ns) and programs/<index>.tasm for each launch. Replayed time of a launch:
     ns = recorded_ns * core.scale / core.speed + core.overhead_ns      (scale default 1, overhead 0)
 A config with `fail: 1` makes the replay fail after a few lines of stderr. --rebuild changes no time
-here; the report says it ran (as the real one's "rebuild" field).
+here; the report says it ran (as the real one's "rebuild" field) and counts the launches whose line
+has a "kernel" (an invocation) as rebuilt, the others as not.
 """
 import hashlib
 import json
@@ -114,6 +115,9 @@ def replay(positional, options, flags):
               "launches": launches, "per_op": per_op,
               "total_ns": sum(l["ns"] for l in launches),
               "recorded_total_ns": sum(l["recorded_ns"] for l in launches), "host_s": 0.001}
+    if "--rebuild" in flags:  # a launch line with "kernel" counts as carrying its invocation
+        rebuilt = sum("kernel" in json.loads(line) for line in manifest.read_text().splitlines())
+        report.update(rebuilt_launches=rebuilt, not_rebuilt_launches=len(launches) - rebuilt)
     out.write_text(json.dumps(report, indent=1) + "\n")
 
 

@@ -231,6 +231,9 @@ def test_replay_sweep_rebuild_is_passed_through_and_noted(fake, tmp_path, ray_ad
     rows = read_csv(tmp_path / "r.csv")
     assert [{k: v for k, v in r.items() if k != "config_hash"} for r in rows] == expected_rows(fake["slow"], "rebuilt")
     assert (tmp_path / "r.png").read_bytes()[:8] == PNG_MAGIC
+    # The fake recording's launches carry no invocation: said once, not hidden behind "rebuilt".
+    assert result.stderr.count("carry no kernel invocation") == 1, result.stderr
+    assert f"{len(LAUNCHES)} kernel launch(es)" in result.stderr
 
 
 def test_replay_report_in_another_mode_than_asked_is_a_clear_error():

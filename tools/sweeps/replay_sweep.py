@@ -248,15 +248,22 @@ def main(argv=None):
     except fanout.FanOutError as e:
         sys.exit(f"error: {e}")
 
-    rows, failed = [], []
+    rows, failed, not_rebuilt = [], [], set()
     for (config, point), result in zip(points, results):
         if result.ok:
             try:
-                rows += rows_of(config, point, json.loads(result.outputs[JSON_NAME]), args.rebuild)
+                report = json.loads(result.outputs[JSON_NAME])
+                rows += rows_of(config, point, report, args.rebuild)
+                if args.rebuild and report.get("not_rebuilt_launches"):
+                    not_rebuilt.add(report["not_rebuilt_launches"])
                 continue
             except ValueError as e:  # json.JSONDecodeError is one
                 result.error = f"unreadable {JSON_NAME}: {e}"
         failed.append(result)
+    if not_rebuilt:
+        # A recording made before launches carried their kernel invocations: "rebuilt" is partly not so.
+        print(f"warning: {max(not_rebuilt)} kernel launch(es) of {recording} carry no kernel invocation and were "
+              "re-timed as recorded, not rebuilt (re-record to rebuild them)", file=sys.stderr)
 
     if rows:
         columns = FIXED_COLUMNS + [key for key, _ in args.grid] + OP_COLUMNS
