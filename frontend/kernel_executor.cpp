@@ -12,7 +12,6 @@
 
 #include "frontend/device_runtime.h"
 #include "isa/numerics/float_format.h"
-#include "kernels/kernel_common.h"
 #include "record/launch_timing.h"
 
 namespace trnsim::frontend {
@@ -45,26 +44,11 @@ record::Launch launch_of(const OpRecord& record) {
 }
 
 // The op's kernel built once per physical core (or taken from the runtime's cache).
-ProgramParts build_parts(DeviceRuntime& runtime, const std::string& key, const ProgramBuilderFn& build) {
+ProgramParts build_parts(DeviceRuntime& runtime, const std::string& key, const kernels::KernelInvocation& invocation) {
   ProgramParts parts = runtime.find_program(key);
   if (!parts.empty()) return parts;
   const HardwareConfig& config = runtime.config();
-  const uint32_t lnc = cores_per_device(config);
-  try {
-    for (uint32_t core = 0; core < lnc; ++core)
-      parts.push_back(std::make_shared<const isa::Program>(build(config, core, lnc)));
-  } catch (const kernels::SplitUnsupported&) {
-    if (lnc == 1) throw;
-    // Some kernels cannot split some shapes (e.g. a matmul whose transposing pass would race
-    // between cores): the whole kernel on the first core, the others idle. Any other failure of a
-    // split build propagates (a bug must not hide behind a slower one-core run).
-    parts.clear();
-    isa::Program whole = build(config, 0, 1);
-    isa::Program idle = whole;
-    idle.instructions.clear();
-    parts.push_back(std::make_shared<const isa::Program>(std::move(whole)));
-    for (uint32_t core = 1; core < lnc; ++core) parts.push_back(std::make_shared<const isa::Program>(idle));
-  }
+  parts = kernels::build_parts(invocation, config, cores_per_device(config));
   runtime.cache_program(key, parts);
   return parts;
 }
@@ -97,16 +81,14 @@ void executor_describe_config(const std::string& name_or_path, const std::vector
   runtime->describe_config(origin);
 }
 
-uint32_t cores_per_device(const HardwareConfig& config) {
-  return std::max<uint32_t>(1, std::min(config.chip.default_logical_core_size, config.chip.physical_cores));
-}
+uint32_t cores_per_device(const HardwareConfig& config) { return kernels::logical_core_size(config); }
 
-OpRecord execute_program(int device, const std::string& key, const ProgramBuilderFn& build,
-                         const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
-                         OpRecord record) {
+OpRecord execute_kernel(int device, const std::string& key, const kernels::KernelInvocation& invocation,
+                        const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
+                        OpRecord record) {
   const auto host_start = std::chrono::steady_clock::now();
   std::shared_ptr<DeviceRuntime> runtime = current_runtime();
-  const ProgramParts parts = build_parts(*runtime, key, build);
+  const ProgramParts parts = build_parts(*runtime, key, invocation);
   const isa::Program& program = *parts.front();
   auto allocation = [&](const HostBuffer& buffer) {
     const int id = program.find_allocation(buffer.allocation);
@@ -141,6 +123,7 @@ OpRecord execute_program(int device, const std::string& key, const ProgramBuilde
   record.device = device;
   record::Launch launch = launch_of(record);
   launch.key = key;
+  launch.invocation = invocation;
   launch.programs = parts;
   add_bindings(launch, inputs, "in");
   add_bindings(launch, outputs, "out");

@@ -1,5 +1,6 @@
 // Runs kernel-library programs for the PyTorch device with values (interpreter) and time (timing
-// model). Plain C++: no torch headers, so the torch TU hands it host pointers and the op's specs.
+// model). Plain C++: no torch headers, so the torch TU hands it host pointers and the op's kernel
+// invocation (the builder's name and its spec as data).
 // The device's state (per-device simulated clock, the per-op log (the profiler's raw material), the
 // merged Perfetto timeline while profiling, a cache of built programs keyed by (op, shapes, dtypes),
 // the launch recorder) is the current DeviceRuntime (device_runtime.h); these functions forward to it.
@@ -9,13 +10,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "config/dtype.h"
 #include "config/hardware_config.h"
 #include "isa/program.h"
+#include "kernels/kernel_invocation.h"
 
 namespace trnsim::frontend {
 
@@ -26,7 +27,8 @@ void executor_set_hardware(const HardwareConfig& config, const std::string& hash
 // the header of a recording; until called, the config's own name stands for it.
 void executor_describe_config(const std::string& name_or_path, const std::vector<std::string>& overrides,
                               const std::string& source_file);
-// Physical cores per device: the configured LNC (at least 1, at most the chip's cores).
+// Physical cores per device: the configured LNC (at least 1, at most the chip's cores;
+// kernels::logical_core_size, which replay --rebuild uses too).
 uint32_t cores_per_device(const HardwareConfig& config);
 
 // One HBM allocation of the program bound to host memory. `dtype` is the dtype of the host
@@ -53,15 +55,13 @@ struct OpRecord {
   std::string bottleneck;  // the busiest engine ("tensor", "vector", ..., "dma"; "host_link")
 };
 
-// Part `core` of `cores` of the op's kernel (kernels/*.h take the same pair).
-using ProgramBuilderFn = std::function<isa::Program(const HardwareConfig&, uint32_t core, uint32_t cores)>;
-
-// Builds (or takes from the cache, by `key`) the program, copies `inputs` into its HBM
-// allocations, simulates it on the device's cores with values, copies `outputs` back, advances
-// the device's simulated clock and appends to the op log. Returns the op's record.
-OpRecord execute_program(int device, const std::string& key, const ProgramBuilderFn& build,
-                         const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
-                         OpRecord record);
+// Builds the invoked kernel for the device's config (kernels/kernel_invocation.h; or takes it from
+// the cache, by `key`), copies `inputs` into its HBM allocations, simulates it on the device's cores
+// with values, copies `outputs` back, advances the device's simulated clock and appends to the op
+// log (and to the recording, with the invocation, so that replay --rebuild can build it for another
+// config). Returns the op's record.
+OpRecord execute_kernel(int device, const std::string& key, const kernels::KernelInvocation& invocation,
+                        const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs, OpRecord record);
 
 // A host <-> device copy of `bytes` over the host link (latency + bytes / bandwidth), on the
 // device's clock. record.op names the direction.

@@ -269,6 +269,14 @@ isa::Program strided_copy_program(const StridedCopySpec& spec, const HardwareCon
   return builder.finish();
 }
 
+isa::Program flip_program(const FlipSpec& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
+  isa::ProgramBuilder builder("flip", config.generation);
+  uint32_t x = builder.hbm("x", spec.dtype, {uint32_t(spec.elements)}, isa::AllocationRole::input);
+  uint32_t y = builder.hbm("y", spec.dtype, {uint32_t(spec.elements)}, isa::AllocationRole::output);
+  detail::strided_copy(KernelContext{builder, config, "", core, cores}, x, spec.src_offset, y, 0, spec.dims);
+  return builder.finish();
+}
+
 // ---- concat ----
 
 std::vector<int64_t> concat_shape(const ConcatSpec& spec) {

@@ -75,6 +75,20 @@ namespace detail {
 struct CopyDim {
   int64_t size, src_stride, dst_stride;
 };
+}  // namespace detail
+
+// torch.flip: x [elements] -> y [elements] over explicit dims (negative source strides for the
+// flipped ones, the source starting at src_offset, its last element), one HBM -> HBM DMA pattern.
+struct FlipSpec {
+  std::vector<detail::CopyDim> dims;  // outermost first; element strides
+  int64_t src_offset = 0;
+  int64_t elements = 0;
+  DType dtype = DType::fp32;
+};
+// X input, y output. With cores > 1: part `core` of the copy.
+isa::Program flip_program(const FlipSpec& spec, const HardwareConfig& config, uint32_t core = 0, uint32_t cores = 1);
+
+namespace detail {
 // Copies src -> dst (both HBM here) over `dims` (outermost first) by DMA, merging dims and
 // splitting them to fit the access-pattern limits; queues rotate from `first_queue`.
 void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, uint32_t dst, int64_t dst_offset,

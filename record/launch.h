@@ -3,7 +3,9 @@
 // A kernel launch holds one program per physical core of the device (the kernel split across
 // the logical core's LNC cores; they share HBM) plus the bindings of host tensors to the
 // programs' HBM allocations. A copy or a CPU-fallback launch holds its host-link transfers. Both
-// carry the op's metadata and the time measured when it ran. Tensor values are not part of a
+// carry the op's metadata and the time measured when it ran. A kernel launch also carries its
+// kernel invocation (builder name + spec as data) when the device made it from one, so that replay
+// --rebuild can build the kernel again for another config. Tensor values are not part of a
 // launch: the timing model never reads them (timing-only runs give the same time), so the
 // programs and the config determine the time.
 #pragma once
@@ -11,10 +13,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "isa/program.h"
+#include "kernels/kernel_invocation.h"
 
 namespace trnsim::record {
 
@@ -34,6 +38,8 @@ struct Launch {
   std::vector<std::vector<int64_t>> shapes;  // input shapes
   std::string dtype;
   std::string key;               // the executor's program-cache key (kernels)
+  // Kernels: what built the programs (absent in recordings made before invocations were recorded).
+  std::optional<kernels::KernelInvocation> invocation;
 
   // Kernels: one program per physical core, core i runs programs[i] (kept in memory while
   // recording and replaying; a recording stores each distinct program once, by content hash).

@@ -62,6 +62,10 @@ std::string launch_line(const Launch& launch) {
   j["dtype"] = launch.dtype;
   if (launch.kind == "kernel") {
     j["key"] = launch.key;
+    if (launch.invocation) {
+      // The spec as nlohmann::json holds it (keys sorted), inside this ordered line.
+      j["kernel"] = {{"name", launch.invocation->kernel}, {"spec", Json(launch.invocation->spec)}};
+    }
     j["programs"] = launch.program_hashes;
     Json bindings = Json::array();
     for (const Binding& b : launch.bindings) {
@@ -141,6 +145,15 @@ Launch parse_launch(const std::string& line, const std::string& origin, size_t n
   launch.dtype = field<std::string>(j, "dtype", origin, n);
   if (launch.kind == "kernel") {
     launch.key = optional_field<std::string>(j, "key", "", origin, n);
+    if (j.contains("kernel")) {
+      // Read as data here; whether the spec builds is replay --rebuild's question (kernel_invocation.h).
+      const Json kernel = field<Json>(j, "kernel", origin, n);
+      if (!kernel.is_object()) fail(origin, n, "\"kernel\" must be an object {\"name\": ..., \"spec\": {...}}");
+      const Json spec = field<Json>(kernel, "spec", origin, n);
+      if (!spec.is_object()) fail(origin, n, "\"kernel\".\"spec\" must be an object");
+      launch.invocation =
+          kernels::KernelInvocation{field<std::string>(kernel, "name", origin, n), nlohmann::json(spec)};
+    }
     launch.program_hashes = field<std::vector<std::string>>(j, "programs", origin, n);
     if (launch.program_hashes.empty()) fail(origin, n, "a kernel launch without programs");
     for (const Json& b : field<Json>(j, "bindings", origin, n)) {

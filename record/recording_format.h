@@ -1,7 +1,10 @@
 // The on-disk form of a recording (a directory, e.g. step.trnrec/):
 //
 //   manifest.jsonl          line 1: the header (format version, config, trnsim version);
-//                           then one line per launch, in the order they ran;
+//                           then one line per launch, in the order they ran (a kernel launch
+//                           with "kernel": {"name", "spec"}, its invocation, when it has one;
+//                           readers of version 1 without invocations ignore the field, so
+//                           recordings with and without it are both version 1);
 //                           last: a footer {"end": {...}} saying whether the block completed.
 //   programs/<hash>.tasm.gz each distinct program once (gzip of its .tasm text; plain
 //                           programs/<hash>.tasm is read too), named by the hash of that text.

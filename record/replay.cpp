@@ -5,6 +5,9 @@
 
 #include "isa/isa_error.h"
 #include "isa/legality.h"
+#include "isa/text_form.h"
+#include "kernels/kernel_common.h"
+#include "kernels/kernel_invocation.h"
 #include "record/launch_timeline.h"
 #include "record/launch_timing.h"
 #include "record/program_store.h"
@@ -12,12 +15,21 @@
 namespace trnsim::record {
 namespace {
 
-constexpr size_t kShownIssues = 6;  // legality issues quoted per illegal program (the rest counted)
+constexpr size_t kShownIssues = 6;     // legality issues quoted per illegal program (the rest counted)
+constexpr size_t kShownFailures = 12;  // launches quoted when kernels cannot be rebuilt (the rest counted)
 
 // A recorded program as the target runs it, and why it cannot (empty when it can).
 struct TargetProgram {
   std::shared_ptr<const isa::Program> program;
   std::string illegal;
+};
+
+// A kernel built again for the target from its invocation: the per-core programs and their hashes,
+// or why it cannot be built.
+struct Rebuilt {
+  std::vector<std::shared_ptr<const isa::Program>> parts;
+  std::vector<std::string> hashes;
+  std::string error;
 };
 
 // A simulated program set's result, for the launches that share it.
@@ -50,9 +62,13 @@ class Replayer {
       result.recorded_total_ns += recorded.ns;
       result.launches.push_back(std::move(launch));
     }
+    if (!m_failures.empty()) throw ReplayError(failures_message());
     result.simulations = m_simulated.size();
+    result.builds = m_rebuilt.size();
     result.notes = m_notes;
-    if (!own_config()) {
+    if (m_options.rebuild) {
+      result.notes.push_back(rebuild_note(result));
+    } else if (!own_config()) {
       result.notes.push_back("the programs are replayed as recorded, not rebuilt for this config: figures that "
                              "only shape how kernels are built (e.g. SBUF size, LNC) do not move their time");
     }
@@ -66,6 +82,23 @@ class Replayer {
 
  private:
   std::shared_ptr<const sim::TraceWriter> replay_kernel(Launch& launch, ReplayResult& result) {
+    if (m_options.rebuild) {
+      if (!launch.invocation) {
+        ++result.not_rebuilt;
+      } else {
+        const Rebuilt& rebuilt = rebuild(*launch.invocation);
+        if (!rebuilt.error.empty()) {
+          // Every launch that cannot be rebuilt is named at the end; this one is not timed.
+          m_failures.push_back(describe_launch(launch) + ": kernel '" + launch.invocation->kernel + "' " +
+                               rebuilt.error);
+          return nullptr;
+        }
+        ++result.rebuilt;
+        if (rebuilt.hashes == launch.program_hashes) ++result.rebuilt_as_recorded;
+        launch.programs = rebuilt.parts;
+        launch.program_hashes = rebuilt.hashes;
+      }
+    }
     if (launch.programs.size() > m_config.chip.physical_cores) {
       throw ReplayError(describe_launch(launch) + ": its kernel has " + std::to_string(launch.programs.size()) +
                         " per-core programs but config '" + m_config.name + "' has " +
@@ -108,6 +141,50 @@ class Replayer {
 
   bool own_config() const { return m_hash == m_recording.header.config.hash; }
 
+  // The invocation built for the target, split across its LNC; once per distinct invocation.
+  const Rebuilt& rebuild(const kernels::KernelInvocation& invocation) {
+    const std::string key = invocation.key();
+    auto it = m_rebuilt.find(key);
+    if (it != m_rebuilt.end()) return it->second;
+    Rebuilt rebuilt;
+    try {
+      rebuilt.parts = kernels::build_parts(invocation, m_config, kernels::logical_core_size(m_config));
+      for (const auto& part : rebuilt.parts) rebuilt.hashes.push_back(program_hash(isa::print_tasm(*part)));
+    } catch (const kernels::KernelUnsupported& e) {
+      rebuilt.error = "cannot be built for config '" + m_config.name + "': " + e.what();
+    } catch (const kernels::InvocationError& e) {
+      rebuilt.error = "has an invocation this trnsim cannot read: " + std::string(e.what());
+    } catch (const std::exception& e) {
+      // Not a kernel declining a spec: a builder that fails another way is a bug of the library,
+      // reported as such (still per launch, not a crash).
+      rebuilt.error = "failed to build for config '" + m_config.name + "' (a kernel-library bug): " + e.what();
+    }
+    return m_rebuilt.emplace(key, std::move(rebuilt)).first->second;
+  }
+
+  std::string failures_message() const {
+    std::string message = std::to_string(m_failures.size()) + " kernel launch(es) cannot be rebuilt for config '" +
+                          m_config.name + "':\n";
+    for (size_t i = 0; i < m_failures.size() && i < kShownFailures; ++i) message += "  " + m_failures[i] + "\n";
+    if (m_failures.size() > kShownFailures) {
+      message += "  ... and " + std::to_string(m_failures.size() - kShownFailures) + " more\n";
+    }
+    return message + "(replay without --rebuild re-times the recorded programs instead)";
+  }
+
+  std::string rebuild_note(const ReplayResult& result) const {
+    std::string note = std::to_string(result.rebuilt) + " kernel launches rebuilt for " + m_config.name + " (" +
+                       std::to_string(m_rebuilt.size()) + " distinct invocations built, LNC " +
+                       std::to_string(kernels::logical_core_size(m_config)) + "); " +
+                       std::to_string(result.rebuilt_as_recorded) + " of them built the recorded programs";
+    if (result.not_rebuilt) {
+      note += "; " + std::to_string(result.not_rebuilt) +
+              " kernel launches carry no kernel invocation (recorded before invocations were) and are re-timed as "
+              "recorded";
+    }
+    return note;
+  }
+
   const TargetProgram& target_program(const std::string& hash, const std::shared_ptr<const isa::Program>& recorded) {
     auto it = m_targets.find(hash);
     if (it != m_targets.end()) return it->second;
@@ -135,6 +212,8 @@ class Replayer {
   const ReplayOptions& m_options;
   std::map<std::string, TargetProgram> m_targets;  // by program hash
   std::map<std::string, Simulated> m_simulated;    // by the launch's program hashes
+  std::map<std::string, Rebuilt> m_rebuilt;        // by invocation (the target is fixed for the replay)
+  std::vector<std::string> m_failures;             // launches that cannot be rebuilt
   std::vector<std::string> m_notes;
   std::set<std::string> m_warned;  // programs whose broken rules were noted
   bool m_retargeted = false;

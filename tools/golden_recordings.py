@@ -5,7 +5,8 @@ replays each on its own config (`trnsim replay REC --diff`) and fails on any lau
 
     check(name)     -> rows of launches whose replayed time differs from the recorded one
     rerecord(name)  -> re-records into a temporary directory, returns the per-launch diff against
-                       the committed recording, and replaces it only when a time or a program moved
+                       the committed recording, and replaces it only when a time, a program or a
+                       kernel invocation moved
 """
 import json
 import os
@@ -66,15 +67,17 @@ def read_launches(recording):
 
 
 def launch_diff(old, new):
-    """Rows (index, op, shapes, old ns, new ns) for launches whose time, op or programs differ, plus
-    launches on one side only (old or new ns None)."""
+    """Rows (index, op, shapes, old ns, new ns) for launches whose time, op, programs or kernel
+    invocation differ (an invocation that changes alone shows the same ns twice), plus launches on
+    one side only (old or new ns None)."""
     rows = []
     for i in range(max(len(old), len(new))):
         a = old[i] if i < len(old) else None
         b = new[i] if i < len(new) else None
         ref = b or a
         same = a and b and a["op"] == b["op"] and a["shapes"] == b["shapes"] and a["ns"] == b["ns"] and \
-            a.get("programs") == b.get("programs") and a.get("transfer_bytes") == b.get("transfer_bytes")
+            a.get("programs") == b.get("programs") and a.get("transfer_bytes") == b.get("transfer_bytes") and \
+            a.get("kernel") == b.get("kernel")
         if not same:
             rows.append((i, ref["op"], ref["shapes"], a and a["ns"], b and b["ns"]))
     return rows

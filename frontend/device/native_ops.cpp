@@ -29,6 +29,7 @@
 
 #include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -95,11 +96,8 @@ bool strided_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   OpRecord record = copy_record("copy device->device", src);
   const HostBuffer source{"x", src.data_ptr(), static_cast<size_t>(span), *dt};
   try {
-    execute_program(dst.device().index(), key.str(),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                      return kernels::strided_copy_program(spec, hw, core, cores);
-                    },
-                    {source}, {buffer("y", dst)}, std::move(record));
+    execute_kernel(dst.device().index(), key.str(), kernels::invocation(kernels::strided_copy_program, spec), {source},
+                   {buffer("y", dst)}, std::move(record));
   } catch (const std::invalid_argument&) {
     return false;
   }
@@ -161,11 +159,11 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
       spec.input_dtype = *src_dt;
       spec.output_dtype = *dst_dt;
       record.op = "cast";
-      execute_program(device, "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(*src_dt)) + ">" + std::string(dtype_name(*dst_dt)),
-                      [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                        return kernels::unary_program(spec, hw, core, cores);
-                      },
-                      {buffer("x", stored)}, {buffer("y", dst)}, std::move(record));
+      execute_kernel(device,
+                     "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(*src_dt)) + ">" +
+                         std::string(dtype_name(*dst_dt)),
+                     kernels::invocation(kernels::unary_program, spec), {buffer("x", stored)}, {buffer("y", dst)},
+                     std::move(record));
       return true;
     }
     kernels::PermuteSpec spec;
@@ -176,11 +174,8 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
     key << "copy|" << dims_key(stored.sizes()) << "|";
     for (int64_t p : perm) key << p << ",";
     key << "|" << dtype_name(*src_dt);
-    execute_program(device, key.str(),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                      return kernels::permute_program(spec, hw, core, cores);
-                    },
-                    {buffer("x", stored)}, {buffer("y", dst)}, std::move(record));
+    execute_kernel(device, key.str(), kernels::invocation(kernels::permute_program, spec), {buffer("x", stored)},
+                   {buffer("y", dst)}, std::move(record));
     return true;
   } catch (const std::invalid_argument&) {
     return false;
@@ -336,11 +331,12 @@ bool integer_to_float_kernel(const at::Tensor& src, const at::Tensor& dst) {
   spec.output_dtype = *sim_dtype(dst.scalar_type());
   OpRecord record = copy_record("cast", src);
   try {
-    execute_program(dst.device().index(),
-                    "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(in_dt)) + ">" +
-                        std::string(dtype_name(spec.output_dtype)),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
-                    {HostBuffer{"x", stored.data_ptr(), size_t(src.numel()), in_dt}}, {buffer("y", dst)}, std::move(record));
+    execute_kernel(dst.device().index(),
+                   "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(in_dt)) + ">" +
+                       std::string(dtype_name(spec.output_dtype)),
+                   kernels::invocation(kernels::unary_program, spec),
+                   {HostBuffer{"x", stored.data_ptr(), size_t(src.numel()), in_dt}}, {buffer("y", dst)},
+                   std::move(record));
   } catch (const std::invalid_argument&) {
     return false;
   }

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "kernels/elementwise.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -38,11 +39,9 @@ void charge_elementwise_pass(const at::Tensor& self, const std::string& op) {
   spec.shape = {self.numel()};
   spec.op = UnaryOp::copy;
   spec.input_dtype = spec.output_dtype = *dt;
-  execute_program(self.device().index(), "rng|" + std::to_string(self.numel()) + "|" + std::string(dtype_name(*dt)),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::unary_program(spec, hw, core, cores);
-                  },
-                  {buffer("x", self)}, {buffer("y", self)}, record_for(op, {self}, self.scalar_type()));
+  execute_kernel(self.device().index(), "rng|" + std::to_string(self.numel()) + "|" + std::string(dtype_name(*dt)),
+                 kernels::invocation(kernels::unary_program, spec), {buffer("x", self)}, {buffer("y", self)},
+                 record_for(op, {self}, self.scalar_type()));
 }
 
 template <typename Fill>

@@ -13,6 +13,7 @@
 #include "frontend/neuron_device.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -94,10 +95,10 @@ LoweredResults lower_sdpa_overrideable(const std::string& op, LoweringArgs a) {
   at::Tensor lse = at::empty({spec.batch, spec.heads, spec.seq_q}, q.options().dtype(at::kFloat));
   OpRecord record = record_for(op, {q_in, k_in, v_in}, q.scalar_type());
   record.flops = static_cast<uint64_t>(kernels::attention_forward_flops(spec));
-  execute_program(q.device().index(), sdpa_key("sdpa_fwd", spec),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::flash_attention_forward_program(spec, hw, core, cores); },
-                  {buffer("q", q), buffer("k", k), buffer("v", v)}, {buffer("o", o), buffer("lse", lse)},
-                  std::move(record));
+  execute_kernel(q.device().index(), sdpa_key("sdpa_fwd", spec),
+                 kernels::invocation(kernels::flash_attention_forward_program, spec),
+                 {buffer("q", q), buffer("k", k), buffer("v", v)}, {buffer("o", o), buffer("lse", lse)},
+                 std::move(record));
   const at::Tensor undefined;
   // output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask
   return std::vector<c10::IValue>{in_layout_of(o, q_in), lse, undefined, undefined, c10::SymInt(spec.seq_q),
@@ -124,11 +125,11 @@ LoweredResults lower_sdpa_overrideable_backward(const std::string& op, LoweringA
   OpRecord record =
       record_for(op, {dout_in, q_in, k_in, v_in}, q.scalar_type());
   record.flops = static_cast<uint64_t>(kernels::attention_backward_flops(spec));
-  execute_program(q.device().index(), sdpa_key("sdpa_bwd", spec),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::flash_attention_backward_program(spec, hw, core, cores); },
-                  {buffer("q", q), buffer("k", k), buffer("v", v), buffer("o", o), buffer("do", dout),
-                   HostBuffer{"lse", lse.data_ptr(), static_cast<size_t>(lse.numel()), DType::fp32}},
-                  {buffer("dq", dq), buffer("dk", dk), buffer("dv", dv)}, std::move(record));
+  execute_kernel(q.device().index(), sdpa_key("sdpa_bwd", spec),
+                 kernels::invocation(kernels::flash_attention_backward_program, spec),
+                 {buffer("q", q), buffer("k", k), buffer("v", v), buffer("o", o), buffer("do", dout),
+                  HostBuffer{"lse", lse.data_ptr(), static_cast<size_t>(lse.numel()), DType::fp32}},
+                 {buffer("dq", dq), buffer("dk", dk), buffer("dv", dv)}, std::move(record));
   return std::vector<c10::IValue>{in_layout_of(dq, q_in), in_layout_of(dk, k_in), in_layout_of(dv, v_in), at::Tensor()};
 }
 

@@ -13,6 +13,7 @@
 #include "frontend/lowering/lowering.h"
 #include "frontend/lowering_support.h"
 #include "kernels/conv.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -91,12 +92,8 @@ std::optional<at::Tensor> lower_conv_forward(c10::ArrayRef<c10::IValue> a) {
   OpRecord record = record_for("convolution_overrideable", {input, weight}, input.scalar_type());
   record.flops = static_cast<uint64_t>(spec->flops());
   const kernels::Conv2dSpec s = *spec;
-  execute_program(input.device().index(), conv_key("conv2d", s),
-                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::conv2d_program(s, hw, core, cores);
-                  },
-                  inputs,
-                  {buffer("output", y)}, std::move(record));
+  execute_kernel(input.device().index(), conv_key("conv2d", s), kernels::invocation(kernels::conv2d_program, s), inputs,
+                 {buffer("output", y)}, std::move(record));
   return unbatched ? y.squeeze(0) : y;
 }
 
@@ -132,11 +129,9 @@ std::optional<std::vector<at::Tensor>> lower_conv_backward(c10::ArrayRef<c10::IV
   OpRecord record = record_for("convolution_backward_overrideable", {grad_output, input, weight}, input.scalar_type());
   record.flops = static_cast<uint64_t>(kernels::conv2d_backward_flops(*spec));
   const kernels::Conv2dSpec s = *spec;
-  execute_program(input.device().index(), conv_key("conv2d_backward", s),
-                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::conv2d_backward_program(s, hw, core, cores);
-                  },
-                  {buffer("input", x), buffer("weight", w), buffer("grad_output", dy)}, outputs, std::move(record));
+  execute_kernel(input.device().index(), conv_key("conv2d_backward", s),
+                 kernels::invocation(kernels::conv2d_backward_program, s),
+                 {buffer("input", x), buffer("weight", w), buffer("grad_output", dy)}, outputs, std::move(record));
   if (unbatched && dx.defined()) dx = dx.squeeze(0);
   return std::vector<at::Tensor>{dx, dw, db};
 }

@@ -13,6 +13,7 @@
 #include "frontend/lowering_support.h"
 #include "kernels/data_movement.h"
 #include "kernels/elementwise.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -86,9 +87,8 @@ std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at:
   record.op = op;
   for (const at::Tensor& t : tensors) record.shapes.push_back(dims(t.sizes()));
   record.dtype = c10::toString(type);
-  execute_program(tensors[0].device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::concat_program(spec, hw, core, cores); }, inputs,
-                  {HostBuffer{"y", y.data_ptr(), size_t(y.numel()) * (pairs ? 2 : 1), *dt}}, std::move(record));
+  execute_kernel(tensors[0].device().index(), key, kernels::invocation(kernels::concat_program, spec), inputs,
+                 {HostBuffer{"y", y.data_ptr(), size_t(y.numel()) * (pairs ? 2 : 1), *dt}}, std::move(record));
   return y;
 }
 
@@ -113,12 +113,9 @@ std::optional<at::Tensor> lower_triangle(const std::string& op, const at::Tensor
   const std::string key = std::string(upper ? "triu|" : "tril|") + std::to_string(spec.batch) + "," +
                           std::to_string(spec.rows) + "," + std::to_string(spec.cols) + "|" + std::to_string(diagonal) +
                           "|" + std::string(dtype_name(*dt));
-  execute_program(x_in.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::triangle_program(spec, hw, core, cores);
-                  },
-                  {HostBuffer{"x", x.data_ptr(), size_t(x.numel()), *dt}}, {HostBuffer{"y", y.data_ptr(), size_t(y.numel()), *dt}},
-                  record_for(op, {x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::triangle_program, spec),
+                 {HostBuffer{"x", x.data_ptr(), size_t(x.numel()), *dt}},
+                 {HostBuffer{"y", y.data_ptr(), size_t(y.numel()), *dt}}, record_for(op, {x_in}, x_in.scalar_type()));
   return y;
 }
 

@@ -15,6 +15,7 @@
 #include "frontend/lowering/lowering.h"
 #include "frontend/lowering_support.h"
 #include "kernels/elementwise.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 
@@ -58,9 +59,9 @@ std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x
   spec.output_dtype = *out_dt;
   const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) + "|" +
                           std::string(dtype_name(*in_dt)) + ">" + std::string(dtype_name(*out_dt));
-  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
-                  {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), *in_dt}}, {target.buffer("y")},
-                  record_for(op, {x_in}, in_type));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::unary_program, spec),
+                 {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), *in_dt}}, {target.buffer("y")},
+                 record_for(op, {x_in}, in_type));
   return target.finish();
 }
 
@@ -210,9 +211,8 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   if (!a->scalar) inputs.push_back(HostBuffer{"a", a->tensor.data_ptr(), size_t(a->tensor.numel()), a->dtype});
   if (!b->scalar) inputs.push_back(HostBuffer{"b", b->tensor.data_ptr(), size_t(b->tensor.numel()), b->dtype});
   const KernelResult out(c);
-  execute_program(device_operand.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::binary_program(spec, hw, core, cores); }, inputs,
-                  {out.buffer("c")}, record_for(op, {a_in, b_in}, promoted));
+  execute_kernel(device_operand.device().index(), key, kernels::invocation(kernels::binary_program, spec), inputs,
+                 {out.buffer("c")}, record_for(op, {a_in, b_in}, promoted));
   return out.finish();
 }
 
@@ -281,9 +281,8 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
       << dtype_name(spec.b_dtype) << ">" << dtype_name(spec.output_dtype);
   if (a_scalar) key << "|a=" << *a_scalar;
   if (b_scalar) key << "|b=" << *b_scalar;
-  execute_program(cond_in.device().index(), key.str(),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::where_program(spec, hw, core, cores); }, inputs,
-                  {target.buffer("out")}, record_for(op, {cond_in}, result));
+  execute_kernel(cond_in.device().index(), key.str(), kernels::invocation(kernels::where_program, spec), inputs,
+                 {target.buffer("out")}, record_for(op, {cond_in}, result));
   return target.finish();
 }
 

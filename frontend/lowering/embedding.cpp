@@ -11,6 +11,7 @@
 #include "frontend/lowering_support.h"
 #include "kernels/data_movement.h"
 #include "kernels/loss.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 
@@ -63,11 +64,10 @@ std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tenso
   const std::string key = "embedding|" + std::to_string(num_ids) + "," + std::to_string(vocab) + "," +
                           std::to_string(dim) + "|" + c10::toString(table_in.scalar_type());
   OpRecord record = record_for(op, {table_in, ids_in}, table_in.scalar_type());
-  execute_program(table_in.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::embedding_program(spec, hw, core, cores); },
-                  {HostBuffer{"ids", ids_host.data_ptr(), static_cast<size_t>(num_ids), DType::int32},
-                   buffer("table", table)},
-                  {buffer("y", y)}, std::move(record));
+  execute_kernel(
+      table_in.device().index(), key, kernels::invocation(kernels::embedding_program, spec),
+      {HostBuffer{"ids", ids_host.data_ptr(), static_cast<size_t>(num_ids), DType::int32}, buffer("table", table)},
+      {buffer("y", y)}, std::move(record));
   return y;
 }
 
@@ -94,12 +94,11 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
   spec.output_dtype = *sim_dtype(grad_in.scalar_type());
   at::Tensor onehot = at::empty({n, vocab}, grad_in.options());
   HostBuffer index_buffer{"index", index->data(), index->size(), DType::int32};
-  execute_program(grad_in.device().index(),
-                  op + ".one_hot|" + std::to_string(n) + "," + std::to_string(vocab) + "|" + c10::toString(grad_in.scalar_type()),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::one_hot_program(spec, hw, core, cores);
-                  },
-                  {index_buffer}, {buffer("y", onehot)}, record_for(op + ".one_hot", {ids_in}, grad_in.scalar_type()));
+  execute_kernel(
+      grad_in.device().index(),
+      op + ".one_hot|" + std::to_string(n) + "," + std::to_string(vocab) + "|" + c10::toString(grad_in.scalar_type()),
+      kernels::invocation(kernels::one_hot_program, spec), {index_buffer}, {buffer("y", onehot)},
+      record_for(op + ".one_hot", {ids_in}, grad_in.scalar_type()));
   return lower_matmul(op, onehot.t(), grad_in.reshape({n, d}), nullptr);
 }
 

@@ -36,6 +36,7 @@
 #include "kernels/data_movement.h"
 #include "kernels/indexing.h"
 #include "kernels/sort.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -97,12 +98,9 @@ void run_gather(const std::string& op, const at::Tensor& table, int64_t rows, in
   spec.wrap_negative = ids.wrap_negative;
   const std::string key = "gather_rows|" + key_of({spec.num_ids, spec.rows, spec.row_elements, int64_t(spec.dtype),
                                                    int64_t(spec.index), spec.wrap_negative});
-  execute_program(table.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::gather_rows_program(spec, hw, core, cores);
-                  },
-                  {ids_buffer(ids), raw_buffer("table", table)}, {raw_buffer("y", y)},
-                  record_for(op, {table, ids.tensor}, table.scalar_type()));
+  execute_kernel(table.device().index(), key, kernels::invocation(kernels::gather_rows_program, spec),
+                 {ids_buffer(ids), raw_buffer("table", table)}, {raw_buffer("y", y)},
+                 record_for(op, {table, ids.tensor}, table.scalar_type()));
 }
 
 bool ids_unique(const Ids& ids, int64_t rows) {
@@ -151,11 +149,8 @@ void run_scatter_kernel(const std::string& op, const at::Tensor& y, int64_t rows
                                                     spec.unique_ids});
   const HostBuffer table{"y", y.data_ptr(), static_cast<size_t>(rows * spec.row_elements), dt};
   const HostBuffer source{"src", src.data_ptr(), static_cast<size_t>(spec.num_ids * spec.row_elements), dt};
-  execute_program(y.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::scatter_rows_program(spec, hw, core, cores);
-                  },
-                  {ids_buffer(ids), source, table}, {table}, record_for(op, {y, ids.tensor, src}, y.scalar_type()));
+  execute_kernel(y.device().index(), key, kernels::invocation(kernels::scatter_rows_program, spec),
+                 {ids_buffer(ids), source, table}, {table}, record_for(op, {y, ids.tensor, src}, y.scalar_type()));
 }
 
 // ---- advanced indexing (self[indices], self[indices] = values) ----
@@ -416,12 +411,9 @@ Results lower_scatter_max(const std::string& op, Args a, bool inplace) {
   spec.maximum = maximum;
   spec.include_self = include_self;
   const std::string key = "scatter_max|" + key_of({rows, S, J, int64_t(spec.dtype), maximum, include_self});
-  execute_program(self.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::scatter_max_program(spec, hw, core, cores);
-                  },
-                  {*value_buffer("self", base), *value_buffer("index", ids), *value_buffer("src", values)},
-                  {*value_buffer("y", y)}, record_for(op, {self, index, src}, self.scalar_type()));
+  execute_kernel(self.device().index(), key, kernels::invocation(kernels::scatter_max_program, spec),
+                 {*value_buffer("self", base), *value_buffer("index", ids), *value_buffer("src", values)},
+                 {*value_buffer("y", y)}, record_for(op, {self, index, src}, self.scalar_type()));
   block(out, true).copy_(y.movedim(-1, dim));
   return std::vector<at::Tensor>{out};
 }
@@ -530,11 +522,8 @@ void run_histogram(const std::string& op, const kernels::HistogramSpec& spec, co
   key << "histogram|" << spec.n << "," << spec.bins << "," << int(spec.mode) << "," << int(spec.input_dtype) << ","
       << int(spec.input_width) << "," << std::hexfloat << spec.min << "," << spec.max << "," << spec.weighted << ","
       << int(spec.output_dtype) << "," << spec.output_pairs;
-  execute_program(x.device().index(), key.str(),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::histogram_program(spec, hw, core, cores);
-                  },
-                  inputs, {*value_buffer("y", y)}, record_for(op, {x}, x.scalar_type()));
+  execute_kernel(x.device().index(), key.str(), kernels::invocation(kernels::histogram_program, spec), inputs,
+                 {*value_buffer("y", y)}, record_for(op, {x}, x.scalar_type()));
 }
 
 kernels::HistogramSpec histogram_input(const at::Tensor& x) {
@@ -645,11 +634,8 @@ Results lower_arange(const std::string& op, Args a) {
   OpRecord record;
   record.op = op;
   record.dtype = c10::toString(t);
-  execute_program(out.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::arange_program(spec, hw, core, cores);
-                  },
-                  {}, {*value_buffer("y", out)}, std::move(record));
+  execute_kernel(out.device().index(), key, kernels::invocation(kernels::arange_program, spec), {},
+                 {*value_buffer("y", out)}, std::move(record));
   return std::vector<at::Tensor>{out};
 }
 
@@ -668,29 +654,20 @@ Results lower_flip(const std::string& op, Args a) {
   at::Tensor y = at::empty(self.sizes(), self.options());
   if (y.numel() == 0 || self.dim() == 0) return std::vector<at::Tensor>{self.dim() == 0 ? x.clone() : y};
   const auto raw = *raw_dtype(self.scalar_type());
-  std::vector<kernels::detail::CopyDim> copy;
-  int64_t offset = 0;
+  kernels::FlipSpec spec;
+  spec.dtype = raw.first;
+  spec.elements = x.numel() * raw.second;
   for (int64_t d = 0; d < self.dim(); ++d) {
     const int64_t stride = x.stride(d) * raw.second;
-    copy.push_back({self.size(d), flipped[size_t(d)] ? -stride : stride, stride});
-    if (flipped[size_t(d)]) offset += (self.size(d) - 1) * stride;
+    spec.dims.push_back({self.size(d), flipped[size_t(d)] ? -stride : stride, stride});
+    if (flipped[size_t(d)]) spec.src_offset += (self.size(d) - 1) * stride;
   }
-  if (raw.second == 2) copy.push_back({2, 1, 1});  // the two words of an 8-byte element, in order
-  const int64_t total = x.numel() * raw.second;
-  const DType dt = raw.first;
+  if (raw.second == 2) spec.dims.push_back({2, 1, 1});  // the two words of an 8-byte element, in order
   std::ostringstream key;
-  key << "flip|" << int(dt);
-  for (const auto& c : copy) key << "|" << c.size << "," << c.src_stride;
-  execute_program(self.device().index(), key.str(),
-                  [copy, offset, total, dt](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    isa::ProgramBuilder builder("flip", hw.generation);
-                    uint32_t src = builder.hbm("x", dt, {uint32_t(total)}, isa::AllocationRole::input);
-                    uint32_t dst = builder.hbm("y", dt, {uint32_t(total)}, isa::AllocationRole::output);
-                    kernels::detail::strided_copy(kernels::KernelContext{builder, hw, "", core, cores}, src, offset,
-                                                  dst, 0, copy);
-                    return builder.finish();
-                  },
-                  {raw_buffer("x", x)}, {raw_buffer("y", y)}, record_for(op, {self}, self.scalar_type()));
+  key << "flip|" << int(spec.dtype);
+  for (const auto& c : spec.dims) key << "|" << c.size << "," << c.src_stride;
+  execute_kernel(self.device().index(), key.str(), kernels::invocation(kernels::flip_program, spec),
+                 {raw_buffer("x", x)}, {raw_buffer("y", y)}, record_for(op, {self}, self.scalar_type()));
   return std::vector<at::Tensor>{y};
 }
 
@@ -723,11 +700,9 @@ Results lower_nonzero(const std::string& op, Args a) {
   spec.dtype = dt;
   spec.pairs = t == at::kLong;
   const HostBuffer in{"x", x.data_ptr(), static_cast<size_t>(n * (spec.pairs ? 2 : 1)), dt};
-  execute_program(self.device().index(), "nonzero|" + dims_key(self.sizes()) + key_of({count, int64_t(dt), spec.pairs}),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::nonzero_program(spec, hw, core, cores);
-                  },
-                  {in}, {*value_buffer("y", y)}, record_for(op, {self}, t));
+  execute_kernel(self.device().index(), "nonzero|" + dims_key(self.sizes()) + key_of({count, int64_t(dt), spec.pairs}),
+                 kernels::invocation(kernels::nonzero_program, spec), {in}, {*value_buffer("y", y)},
+                 record_for(op, {self}, t));
   return std::vector<at::Tensor>{y};
 }
 
@@ -765,14 +740,11 @@ Results lower_topk(const std::string& op, Args a) {
     spec.dtype = *accumulate_dtype(self.scalar_type());
     spec.largest = largest;
     spec.resolve_ties = resolve_ties;
-    execute_program(self.device().index(), "topk|" + key_of({rows, n, k, int64_t(spec.dtype), largest, resolve_ties}),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                      return kernels::topk_program(spec, hw, core, cores);
-                    },
-                    {*value_buffer("x", x)},
-                    {*value_buffer("values", values), *value_buffer("indices", indices),
-                     *value_buffer("kth_count", kth)},
-                    record_for(resolve_ties ? op + ".ties" : op, {self}, self.scalar_type()));
+    execute_kernel(
+        self.device().index(), "topk|" + key_of({rows, n, k, int64_t(spec.dtype), largest, resolve_ties}),
+        kernels::invocation(kernels::topk_program, spec), {*value_buffer("x", x)},
+        {*value_buffer("values", values), *value_buffer("indices", indices), *value_buffer("kth_count", kth)},
+        record_for(resolve_ties ? op + ".ties" : op, {self}, self.scalar_type()));
   };
   run(false);
   at::Tensor v = host_alias(values).reshape({rows, k}).to(at::kFloat);
@@ -826,13 +798,9 @@ Results lower_sort(const std::string& op, Args a, bool out_form) {
     spec.keys = hi - lo + 1;
     spec.pairs = t == at::kLong;
     spec.descending = descending;
-    execute_program(self.device().index(),
-                    "counting_sort|" + key_of({rows, n, lo, spec.keys, spec.pairs, descending}),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                      return kernels::counting_sort_program(spec, hw, core, cores);
-                    },
-                    {*value_buffer("x", x)}, {*value_buffer("values", values), *value_buffer("indices", indices)},
-                    record_for(op, {self}, t));
+    execute_kernel(self.device().index(), "counting_sort|" + key_of({rows, n, lo, spec.keys, spec.pairs, descending}),
+                   kernels::invocation(kernels::counting_sort_program, spec), {*value_buffer("x", x)},
+                   {*value_buffer("values", values), *value_buffer("indices", indices)}, record_for(op, {self}, t));
   } else if (rows * n > 0) {
     kernels::SortSpec spec;
     spec.rows = rows;
@@ -840,12 +808,9 @@ Results lower_sort(const std::string& op, Args a, bool out_form) {
     spec.pairs = t == at::kLong;
     spec.dtype = t == at::kFloat ? DType::fp32 : t == at::kBFloat16 ? DType::bf16 : DType::int32;
     spec.descending = descending;
-    execute_program(self.device().index(), "sort|" + key_of({rows, n, int64_t(spec.dtype), spec.pairs, descending}),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                      return kernels::sort_program(spec, hw, core, cores);
-                    },
-                    {*value_buffer("x", x)}, {*value_buffer("values", values), *value_buffer("indices", indices)},
-                    record_for(op, {self}, t));
+    execute_kernel(self.device().index(), "sort|" + key_of({rows, n, int64_t(spec.dtype), spec.pairs, descending}),
+                   kernels::invocation(kernels::sort_program, spec), {*value_buffer("x", x)},
+                   {*value_buffer("values", values), *value_buffer("indices", indices)}, record_for(op, {self}, t));
   }
   values = values.movedim(-1, dim).contiguous();
   indices = indices.movedim(-1, dim).contiguous();

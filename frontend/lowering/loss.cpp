@@ -11,6 +11,7 @@
 #include "frontend/lowering_support.h"
 #include "kernels/data_movement.h"
 #include "kernels/loss.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -140,12 +141,9 @@ std::optional<at::Tensor> lower_nll_loss_backward(const std::string& op, const a
   key << std::hexfloat << op << "|" << n << "," << c << "|" << reduction << "|" << multiplier << "|"
       << c10::toString(self.scalar_type());
   HostBuffer index_buffer{"index", index->data(), index->size(), DType::int32};
-  execute_program(self.device().index(), key.str(),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::one_hot_program(spec, hw, core, cores);
-                  },
-                  {index_buffer, buffer("scale", grad_c)}, {buffer("y", out)},
-                  record_for(op, {grad, self}, self.scalar_type()));
+  execute_kernel(self.device().index(), key.str(), kernels::invocation(kernels::one_hot_program, spec),
+                 {index_buffer, buffer("scale", grad_c)}, {buffer("y", out)},
+                 record_for(op, {grad, self}, self.scalar_type()));
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "frontend/lowering/lowering.h"
 #include "frontend/lowering_support.h"
 #include "kernels/matmul.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 
@@ -77,8 +78,8 @@ std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& 
   if (spec.residual) inputs.push_back(buffer("residual", bias));
   OpRecord record = addend ? record_for(op, {*addend, a_in, b_in}, a_in.scalar_type())
                            : record_for(op, {a_in, b_in}, a_in.scalar_type());
-  execute_program(a_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::matmul_program(spec, hw, core, cores); },
-                  inputs, {buffer("c", c)}, std::move(record));
+  execute_kernel(a_in.device().index(), key, kernels::invocation(kernels::matmul_program, spec), inputs,
+                 {buffer("c", c)}, std::move(record));
   return c;
 }
 

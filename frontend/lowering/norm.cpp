@@ -12,6 +12,7 @@
 #include "frontend/lowering/lowering.h"
 #include "frontend/lowering_support.h"
 #include "kernels/normalization.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 
@@ -42,8 +43,8 @@ std::optional<at::Tensor> lower_softmax(const std::string& op, const at::Tensor&
   spec.log = log;
   spec.input_dtype = spec.output_dtype = *dt;
   const std::string key = op + "|" + dims_key(spec.shape) + "|" + c10::toString(x.scalar_type());
-  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::softmax_program(spec, hw, core, cores); },
-                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::softmax_program, spec), {buffer("x", x)},
+                 {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   return y;
 }
 
@@ -69,9 +70,9 @@ std::optional<at::Tensor> lower_softmax_backward(const std::string& op, const at
   spec.log = log;
   spec.input_dtype = spec.output_dtype = *dt;
   const std::string key = op + "|" + dims_key(spec.shape) + "|" + c10::toString(y.scalar_type());
-  execute_program(y_in.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::softmax_backward_program(spec, hw, core, cores); },
-                  {buffer("y", y), buffer("dy", dy)}, {buffer("dx", dx)}, record_for(op, {dy_in, y_in}, y_in.scalar_type()));
+  execute_kernel(y_in.device().index(), key, kernels::invocation(kernels::softmax_backward_program, spec),
+                 {buffer("y", y), buffer("dy", dy)}, {buffer("dx", dx)},
+                 record_for(op, {dy_in, y_in}, y_in.scalar_type()));
   return dx;
 }
 
@@ -129,11 +130,8 @@ std::optional<std::vector<at::Tensor>> lower_norm(const std::string& op, kernels
   at::Tensor rstd = at::empty(stat_shape, x_in.options().dtype(at::kFloat));
   std::vector<HostBuffer> outputs = {buffer("y", y), buffer("rstd", rstd)};
   if (!rms) outputs.push_back(buffer("mean", mean));
-  execute_program(x_in.device().index(), key.str(),
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::norm_program(spec, hw, core, cores);
-                  },
-                  inputs, outputs, record_for(op, {x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key.str(), kernels::invocation(kernels::norm_program, spec), inputs, outputs,
+                 record_for(op, {x_in}, x_in.scalar_type()));
   if (rms) return std::vector<at::Tensor>{y, rstd};  // fp32, as on the CPU
   // layer_norm's statistics have the input's dtype, as on the CPU (a cast kernel for 2-byte dtypes).
   return std::vector<at::Tensor>{y, mean.to(x_in.scalar_type()), rstd.to(x_in.scalar_type())};
@@ -193,9 +191,8 @@ std::optional<std::vector<at::Tensor>> lower_norm_backward(const std::string& op
   if (b.defined()) outputs.push_back(buffer("db", db = at::empty(b.sizes(), b.options())));
   const std::string key = op + "|" + std::to_string(rows) + "," + std::to_string(c) + "|" + std::to_string(spec.weight) +
                           std::to_string(spec.bias) + "|" + c10::toString(x.scalar_type());
-  execute_program(x_in.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::norm_backward_program(spec, hw, core, cores); }, inputs, outputs,
-                  record_for(op, {dy_in, x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::norm_backward_program, spec), inputs, outputs,
+                 record_for(op, {dy_in, x_in}, x_in.scalar_type()));
   std::vector<at::Tensor> result = {mask[0] ? dx : at::Tensor(), mask[1] ? dw : at::Tensor()};
   if (kind == kernels::NormKind::layernorm) result.push_back(mask.size() > 2 && mask[2] ? db : at::Tensor());
   return result;

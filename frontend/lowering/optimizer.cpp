@@ -15,6 +15,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/kernel_common.h"
 #include "kernels/optimizer.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -64,9 +65,8 @@ void run_binary(const std::string& op, BinaryOp kind, const Operand& a, const Op
   if (!a.scalar) inputs.push_back(buffer("a", a.tensor));
   if (!b.scalar) inputs.push_back(buffer("b", b.tensor));
   const at::Tensor& shown = a.scalar ? b.tensor : a.tensor;
-  execute_program(out.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::binary_program(spec, hw, core, cores); },
-                  inputs, {buffer("c", out)}, record_for(op, {shown}, out.scalar_type()));
+  execute_kernel(out.device().index(), key, kernels::invocation(kernels::binary_program, spec), inputs,
+                 {buffer("c", out)}, record_for(op, {shown}, out.scalar_type()));
 }
 
 void run_unary(const std::string& op, UnaryOp kind, const at::Tensor& x, const at::Tensor& out) {
@@ -78,9 +78,8 @@ void run_unary(const std::string& op, UnaryOp kind, const at::Tensor& x, const a
   const std::string key = "foreach_unary|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(x.numel()) +
                           "|" + std::to_string(static_cast<int>(spec.input_dtype)) +
                           std::to_string(static_cast<int>(spec.output_dtype));
-  execute_program(out.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::unary_program(spec, hw, core, cores); },
-                  {buffer("x", x)}, {buffer("y", out)}, record_for(op, {x}, out.scalar_type()));
+  execute_kernel(out.device().index(), key, kernels::invocation(kernels::unary_program, spec), {buffer("x", x)},
+                 {buffer("y", out)}, record_for(op, {x}, out.scalar_type()));
 }
 
 at::Tensor fp32_like(const at::Tensor& t) { return at::empty({t.numel()}, t.options().dtype(at::kFloat)); }
@@ -390,11 +389,10 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
         << static_cast<int>(spec.grad_dtype) << static_cast<int>(spec.state_dtype) << "|" << lr << "," << beta1 << "," << beta2 << "," << eps << "," << wd
         << "|" << spec.step;
     c10::DeviceGuard guard(p.device());
-    execute_program(p.device().index(), key.str(),
-                    [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::adamw_program(spec, hw, core, cores); },
-                    {buffer("param", p), buffer("grad", grads[i]), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
-                    {buffer("param", p), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
-                    record_for(full, {p, grads[i]}, p.scalar_type()));
+    execute_kernel(p.device().index(), key.str(), kernels::invocation(kernels::adamw_program, spec),
+                   {buffer("param", p), buffer("grad", grads[i]), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
+                   {buffer("param", p), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
+                   record_for(full, {p, grads[i]}, p.scalar_type()));
   }
   return true;
 }

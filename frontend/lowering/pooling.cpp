@@ -12,6 +12,7 @@
 #include "frontend/lowering/lowering.h"
 #include "frontend/lowering_support.h"
 #include "kernels/pooling.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 namespace {
@@ -128,12 +129,9 @@ std::optional<std::vector<at::Tensor>> max_forward(c10::ArrayRef<c10::IValue> a)
   at::Tensor y = at::empty(out_sizes(*spec, false), self.options());
   at::Tensor idx = at::empty(out_sizes(*spec, false), self.options().dtype(at::kInt));
   const kernels::PoolSpec s = *spec;
-  execute_program(self.device().index(), key_of("max_pool2d", s),
-                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::max_pool2d_program(s, hw, core, cores);
-                  },
-                  {buffer("input", x)}, {buffer("output", y), buffer("indices", idx)},
-                  record_for("max_pool2d_with_indices", {self}, self.scalar_type()));
+  execute_kernel(self.device().index(), key_of("max_pool2d", s), kernels::invocation(kernels::max_pool2d_program, s),
+                 {buffer("input", x)}, {buffer("output", y), buffer("indices", idx)},
+                 record_for("max_pool2d_with_indices", {self}, self.scalar_type()));
   at::Tensor indices = idx.to(at::kLong);
   if (unbatched) return std::vector<at::Tensor>{y.squeeze(0), indices.squeeze(0)};
   return std::vector<at::Tensor>{y, indices};
@@ -158,12 +156,10 @@ std::optional<at::Tensor> max_backward(c10::ArrayRef<c10::IValue> a) {
   const at::Tensor go = batched(grad_output, unbatched).contiguous();
   const at::Tensor idx = batched(indices, unbatched).contiguous().to(at::kInt);
   at::Tensor gi = at::empty({s.n, s.c, s.h, s.w}, self.options());
-  execute_program(self.device().index(), key_of("max_pool2d_backward", s),
-                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::max_pool2d_backward_program(s, hw, core, cores);
-                  },
-                  {buffer("grad_output", go), buffer("indices", idx)}, {buffer("grad_input", gi)},
-                  record_for("max_pool2d_with_indices_backward", {grad_output, self}, self.scalar_type()));
+  execute_kernel(self.device().index(), key_of("max_pool2d_backward", s),
+                 kernels::invocation(kernels::max_pool2d_backward_program, s),
+                 {buffer("grad_output", go), buffer("indices", idx)}, {buffer("grad_input", gi)},
+                 record_for("max_pool2d_with_indices_backward", {grad_output, self}, self.scalar_type()));
   return unbatched ? gi.squeeze(0) : gi;
 }
 
@@ -186,11 +182,8 @@ std::optional<at::Tensor> avg_forward(c10::ArrayRef<c10::IValue> a) {
   const at::Tensor x = batched(self, unbatched).contiguous();
   at::Tensor y = at::empty(out_sizes(*spec, false), self.options());
   const kernels::PoolSpec s = *spec;
-  execute_program(self.device().index(), key_of("avg_pool2d", s),
-                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::avg_pool2d_program(s, hw, core, cores);
-                  },
-                  {buffer("input", x)}, {buffer("output", y)}, record_for("avg_pool2d", {self}, self.scalar_type()));
+  execute_kernel(self.device().index(), key_of("avg_pool2d", s), kernels::invocation(kernels::avg_pool2d_program, s),
+                 {buffer("input", x)}, {buffer("output", y)}, record_for("avg_pool2d", {self}, self.scalar_type()));
   return unbatched ? y.squeeze(0) : y;
 }
 
@@ -206,12 +199,10 @@ std::optional<at::Tensor> avg_backward(c10::ArrayRef<c10::IValue> a) {
   const at::Tensor go = batched(grad_output, unbatched).contiguous();
   const kernels::PoolSpec s = *spec;
   at::Tensor gi = at::empty({s.n, s.c, s.h, s.w}, self.options());
-  execute_program(self.device().index(), key_of("avg_pool2d_backward", s),
-                  [s](const HardwareConfig& hw, uint32_t core, uint32_t cores) {
-                    return kernels::avg_pool2d_backward_program(s, hw, core, cores);
-                  },
-                  {buffer("grad_output", go)}, {buffer("grad_input", gi)},
-                  record_for("avg_pool2d_backward", {grad_output, self}, self.scalar_type()));
+  execute_kernel(self.device().index(), key_of("avg_pool2d_backward", s),
+                 kernels::invocation(kernels::avg_pool2d_backward_program, s), {buffer("grad_output", go)},
+                 {buffer("grad_input", gi)},
+                 record_for("avg_pool2d_backward", {grad_output, self}, self.scalar_type()));
   return unbatched ? gi.squeeze(0) : gi;
 }
 

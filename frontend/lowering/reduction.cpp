@@ -16,6 +16,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/reduction.h"
 #include "kernels/scan.h"
+#include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
 
@@ -66,8 +67,8 @@ std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& 
   at::Tensor y = at::empty(out_shape, x_in.options().dtype(arg ? at::kInt : x_in.scalar_type()));
   const std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + dims_key(x.sizes()) +
                           dims_key(kernel_dims) + std::to_string(spec.keepdim) + "|" + c10::toString(x.scalar_type());
-  execute_program(x_in.device().index(), key, [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::reduce_program(spec, hw, core, cores); },
-                  {buffer("x", x)}, {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::reduce_program, spec), {buffer("x", x)},
+                 {buffer("y", y)}, record_for(op, {x_in}, x_in.scalar_type()));
   return arg ? y.to(at::kLong) : y;
 }
 
@@ -181,10 +182,10 @@ std::optional<at::Tensor> lower_scan(const std::string& op, c10::ArrayRef<c10::I
                                 : at::empty(x.sizes(), x.options().dtype(result == at::kLong ? at::kInt : result));
   const std::string key = op + "|" + std::to_string(spec.rows) + "," + std::to_string(spec.cols) + "|" +
                           std::string(dtype_name(spec.input_dtype)) + ">" + std::string(dtype_name(spec.output_dtype));
-  execute_program(x_in.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::scan_program(spec, hw, core, cores); },
-                  {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), spec.input_dtype}},
-                  {HostBuffer{"y", scanned.data_ptr(), size_t(x.numel()), spec.output_dtype}}, record_for(op, {x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::scan_program, spec),
+                 {HostBuffer{"x", source.data_ptr(), size_t(x.numel()), spec.input_dtype}},
+                 {HostBuffer{"y", scanned.data_ptr(), size_t(x.numel()), spec.output_dtype}},
+                 record_for(op, {x_in}, x_in.scalar_type()));
   if (in_place) return out;
   const at::Tensor back = x_in.dim() == 0 ? scanned.reshape(std::vector<int64_t>{}) : scanned.movedim(-1, d);
   if (result == at::kLong) host_alias(out).copy_(host_alias(back));  // int32 results widened
@@ -219,9 +220,8 @@ std::optional<at::Tensor> lower_prod(const std::string& op, c10::ArrayRef<c10::I
   spec.input_dtype = spec.output_dtype = *sim_dtype(x_in.scalar_type());
   const std::string key = "prod|" + std::to_string(spec.rows) + "," + std::to_string(spec.cols) + "|" +
                           std::string(dtype_name(spec.input_dtype));
-  execute_program(x_in.device().index(), key,
-                  [spec](const HardwareConfig& hw, uint32_t core, uint32_t cores) { return kernels::prod_program(spec, hw, core, cores); },
-                  {buffer("x", x)}, {buffer("y", out)}, record_for(op, {x_in}, x_in.scalar_type()));
+  execute_kernel(x_in.device().index(), key, kernels::invocation(kernels::prod_program, spec), {buffer("x", x)},
+                 {buffer("y", out)}, record_for(op, {x_in}, x_in.scalar_type()));
   return out;
 }
 

@@ -1,7 +1,9 @@
 """trnsim.record(): the recording's layout (manifest header, one line per launch, footer; programs
-stored once by hash), overwrite refusal, errors inside the block, copies and fallbacks as launches;
-and `trnsim replay` on it: its own config reproduces every launch bit for bit, another config or a
-what-if gives per-op times, --diff's exit code, the --json schema, illegal targets, output files."""
+stored once by hash; each kernel launch's invocation), overwrite refusal, errors inside the block,
+copies and fallbacks as launches; and `trnsim replay` on it: its own config reproduces every launch
+bit for bit (also with --rebuild, which builds the recorded programs again from the invocations of
+many kernel families), another config or a what-if gives per-op times, --diff's exit code, the
+--json schema, illegal targets, output files."""
 import json
 import os
 import pathlib
@@ -83,6 +85,119 @@ def test_layout_header_launches_footer_and_programs_once(recorded):
     referenced = {h for l in launches for h in l.get("programs", [])}
     stored = {p.name[:-len(".tasm.gz")] for p in (path / "programs").iterdir()}
     assert referenced == stored
+
+
+def test_every_kernel_launch_carries_its_invocation(recorded):
+    path, _ = recorded
+    _, launches, _ = manifest(path)
+    kernels = [l for l in launches if l["kind"] == "kernel"]
+    assert kernels and all(set(l["kernel"]) == {"name", "spec"} for l in kernels)
+    assert all("kernel" not in l for l in launches if l["kind"] != "kernel")
+    mm = next(l for l in kernels if l["op"] == "mm")
+    assert mm["kernel"]["name"] == "matmul"
+    assert {k: mm["kernel"]["spec"][k] for k in ("m", "k", "n", "input_dtype")} == \
+        {"m": 256, "k": 512, "n": 1024, "input_dtype": "bf16"}
+
+
+def many_kernel_families():
+    """Forward and backward of conv, pooling, norms, attention, losses, embedding, plus indexing,
+    sorting, scans and data movement: launches of most registered kernels."""
+    torch.manual_seed(0)
+    dev = "neuron"
+    x = rand((2, 4, 12, 12), torch.float32, 1).to(dev).requires_grad_()
+    w = rand((8, 4, 3, 3), torch.float32, 2).to(dev).requires_grad_()
+    y = torch.nn.functional.conv2d(x, w, padding=1)
+    y = torch.nn.functional.max_pool2d(y, 2) + torch.nn.functional.avg_pool2d(y, 2)
+    y = torch.nn.functional.layer_norm(y, (6,)).flatten(1)
+    loss = torch.nn.functional.cross_entropy(y[:, :10], torch.tensor([1, 3], device=dev))
+    q = rand((1, 2, 128, 64), torch.bfloat16, 3).to(dev).requires_grad_()
+    att = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    emb = torch.nn.functional.embedding(torch.tensor([[1, 2, 5]], device=dev),
+                                        rand((10, 16), torch.float32, 4).to(dev).requires_grad_())
+    (loss + att.float().sum() + emb.softmax(-1).sum()).backward()
+    v = rand((64, 100), torch.float32, 5).to(dev)
+    idx = torch.tensor([3, 0, 7], device=dev)
+    outs = [v.flip(0), v.cumsum(1), v.prod(1), v.topk(3, dim=1).values, v.sort(dim=1).values, v.triu(1),
+            torch.cat([v, v], 1), v[idx], v.argmax(1), torch.where(v > 0, v, 0.5),
+            torch.arange(10, device=dev), torch.histc(v, bins=8, min=-2, max=2), (v > 1).nonzero(),
+            v.index_add(0, idx, torch.ones(3, 100, device=dev)),
+            torch.zeros(64, 5, device=dev).scatter_reduce(1, torch.zeros(64, 3, dtype=torch.long, device=dev),
+                                                          v[:, :3].contiguous(), "amax"),
+            torch.randint(0, 10, (4, 50)).to(dev).sort(dim=1).values,
+            torch.bincount(torch.tensor([1, 2, 2, 5], device=dev))]
+    return [o.cpu() for o in outs]
+
+
+def test_rebuild_from_invocations_reproduces_many_kernel_families(trn2, tmp_path):
+    """Every kernel launch of many families rebuilt on its own config builds the recorded programs
+    (same .tasm text, so the spec's JSON form misses nothing that shapes them) and the same times."""
+    trnsim.set_fallback_mode("allow")
+    try:
+        with trnsim.record(tmp_path / "many.trnrec"):
+            many_kernel_families()
+    finally:
+        trnsim.set_fallback_mode("warn")
+    _, launches, _ = manifest(tmp_path / "many.trnrec")
+    kernels = [l for l in launches if l["kind"] == "kernel"]
+    names = {l["kernel"]["name"] for l in kernels}
+    assert {"conv2d", "conv2d_backward", "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+            "norm", "norm_backward", "flash_attention_forward", "flash_attention_backward", "embedding", "flip",
+            "scan", "prod", "topk", "sort", "triangle", "concat", "gather_rows", "reduce", "where", "arange",
+            "histogram", "nonzero", "scatter_rows", "scatter_max", "counting_sort", "one_hot", "softmax", "matmul",
+            "unary", "binary", "permute"} <= names, sorted(names)
+    out = replay(tmp_path / "many.trnrec", "--rebuild", "--diff", "--stats", tmp_path / "s.json",
+                 "--json", tmp_path / "r.json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "bit for bit" in out.stdout
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["rebuild"] is True
+    assert stats["rebuilt_launches"] == stats["rebuilt_as_recorded"] == len(kernels)
+    assert stats["not_rebuilt_launches"] == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["rebuild"] is True and doc["rebuilt_launches"] == len(kernels)
+    assert [l["ns"] for l in doc["launches"]] == [l["ns"] for l in launches]
+
+
+def test_rebuild_for_another_lnc_moves_what_retiming_cannot(recorded, tmp_path):
+    """LNC only shapes how kernels are split: re-timing the recorded two-core programs keeps their
+    time, rebuilding for LNC 1 puts each kernel on one core."""
+    path, log = recorded
+    lnc1 = ("--set", "chip.default_logical_core_size=1")
+    kept = replay(path, *lnc1, "--json", tmp_path / "kept.json")
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    rebuilt = replay(path, *lnc1, "--rebuild", "--json", tmp_path / "rebuilt.json")
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    kept_doc, rebuilt_doc = (json.loads((tmp_path / f).read_text()) for f in ("kept.json", "rebuilt.json"))
+    assert kept_doc["rebuild"] is False and rebuilt_doc["rebuild"] is True
+    assert [l["ns"] for l in kept_doc["launches"]] == [r["ns"] for r in log]
+    # relu splits its rows across the two cores of LNC 2 (this mm does not split: it ran on one core).
+    relu = next(i for i, r in enumerate(log) if r["op"] == "relu")
+    assert rebuilt_doc["launches"][relu]["ns"] > log[relu]["ns"]  # one core instead of two
+    assert all(l["ns"] == r["ns"] for l, r in zip(rebuilt_doc["launches"], log) if r["kind"] != "kernel")
+    assert "LNC 1" in rebuilt.stdout and "rebuilt for trn2" in rebuilt.stdout
+
+
+def test_a_kernel_the_target_cannot_build_is_a_clear_error(recorded, tmp_path):
+    """Rebuilding a launch whose invocation the kernel library declines (here: edited to an argmax
+    over two dims) or cannot read (an unknown kernel) names each launch, its op and the reason."""
+    path, _ = recorded
+    copy = tmp_path / "edited.trnrec"
+    subprocess.run(["cp", "-r", str(path), str(copy)], check=True)
+    lines = [json.loads(line) for line in (copy / "manifest.jsonl").read_text().splitlines() if line]
+    mm = next(l for l in lines if l.get("op") == "mm")
+    mm["kernel"] = {"name": "reduce", "spec": {"shape": [4, 4], "dims": [0, 1], "op": "argmax",
+                                               "output_dtype": "int32"}}
+    relu = next(l for l in lines if l.get("op") == "relu")
+    relu["kernel"]["name"] = "no_such_kernel"
+    (copy / "manifest.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    out = replay(copy, "--rebuild")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.startswith("error: 2 kernel launch(es) cannot be rebuilt for config 'trn2'"), out.stderr
+    assert f"launch {mm['index']} (mm [256, 512], [512, 1024]): kernel 'reduce' cannot be built for config " \
+           "'trn2': argmax/argmin reduce exactly one dim" in out.stderr
+    assert f"launch {relu['index']} (relu" in out.stderr and "unknown kernel 'no_such_kernel'" in out.stderr
+    assert "Traceback" not in out.stderr and "terminate" not in out.stderr
+    assert replay(copy).returncode == 0  # without --rebuild the recorded programs replay
 
 
 def test_existing_path_is_refused_unless_overwrite(trn2, tmp_path):

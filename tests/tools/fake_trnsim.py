@@ -4,14 +4,16 @@ the command line that tools/sweeps/replay_sweep.py calls, with the same argument
 
     trnsim config show C --effective-only [--set K=V]...
     trnsim config validate C... [--set K=V]...
-    trnsim replay REC --config C [--set K=V]... --timing-only --json F [--force]
+    trnsim replay REC --config C [--set K=V]... --timing-only [--rebuild] --json F [--force]
 
 A config is a file of `key: value` lines (keys dotted); a bare name C is configs/C.yaml next to
 this script, which a worker does not have: only a config sent by value reaches a replay there.
 A recording is a directory with manifest.jsonl (one launch a line: op, kind, device, shapes,
 dtype, recorded_ns) and programs/<index>.tasm for each launch. Replayed time of a launch:
     ns = recorded_ns * core.scale / core.speed + core.overhead_ns      (scale default 1, overhead 0)
-A config with `fail: 1` makes the replay fail after a few lines of stderr.
+A config with `fail: 1` makes the replay fail after a few lines of stderr. --rebuild changes no time
+here; the report says it ran (as the real one's "rebuild" field) and counts the launches whose line
+has a "kernel" (an invocation) as rebuilt, the others as not.
 """
 import hashlib
 import json
@@ -109,9 +111,13 @@ def replay(positional, options, flags):
     report = {"recording": str(rec),
               "config": {"name": config.get("name", path.stem), "source": str(path), "overrides": options["--set"],
                          "hash": config_hash},
-              "recorded_config_hash": "0123456789abcdef", "launches": launches, "per_op": per_op,
+              "recorded_config_hash": "0123456789abcdef", "rebuild": "--rebuild" in flags,
+              "launches": launches, "per_op": per_op,
               "total_ns": sum(l["ns"] for l in launches),
               "recorded_total_ns": sum(l["recorded_ns"] for l in launches), "host_s": 0.001}
+    if "--rebuild" in flags:  # a launch line with "kernel" counts as carrying its invocation
+        rebuilt = sum("kernel" in json.loads(line) for line in manifest.read_text().splitlines())
+        report.update(rebuilt_launches=rebuilt, not_rebuilt_launches=len(launches) - rebuilt)
     out.write_text(json.dumps(report, indent=1) + "\n")
 
 

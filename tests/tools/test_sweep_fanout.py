@@ -180,7 +180,7 @@ def test_bad_jobs_and_bad_inputs_are_errors_not_tracebacks(ray_address, tmp_path
 GRID = ["--grid", "core.overhead_ns=0,100", "--grid", "core.scale=1,3"]
 
 
-def expected_rows(fake_slow):
+def expected_rows(fake_slow, programs="recorded"):
     """What the sweep must write, from the fake's formula, in the documented order."""
     rows = []
     for config_arg, config in (("fast", CONFIGS["fast"]), (str(fake_slow), CONFIGS["slow"])):
@@ -195,7 +195,7 @@ def expected_rows(fake_slow):
                     entry[2] += ns
                 total = [len(LAUNCHES), sum(v[1] for v in per_op.values()), sum(v[2] for v in per_op.values())]
                 for op, (count, recorded, ns) in sorted(per_op.items()) + [("__total__", total)]:
-                    rows.append({"config": config_arg, "core.overhead_ns": overhead, "core.scale": scale, "op": op,
+                    rows.append({"config": config_arg, "programs": programs, "core.overhead_ns": overhead, "core.scale": scale, "op": op,
                                  "count": str(count), "recorded_ns": repr(float(recorded)), "ns": repr(float(ns)),
                                  "ratio": f"{ns / recorded:.6f}"})
     return rows
@@ -214,7 +214,7 @@ def test_replay_sweep_rows_order_and_totals(swept, fake):
     out, result = swept
     rows = read_csv(out / "sweep.csv")
     header = (out / "sweep.csv").read_text().splitlines()[0]
-    assert header == "config,config_hash,core.overhead_ns,core.scale,op,count,recorded_ns,ns,ratio"
+    assert header == "config,config_hash,programs,core.overhead_ns,core.scale,op,count,recorded_ns,ns,ratio"
     assert [{k: v for k, v in r.items() if k != "config_hash"} for r in rows] == expected_rows(fake["slow"])
     # The hash is the fake's hash of the config with the point's overrides: one per point.
     assert len({r["config_hash"] for r in rows}) == 8
@@ -222,6 +222,29 @@ def test_replay_sweep_rows_order_and_totals(swept, fake):
                     and r["core.scale"] == s}) == 1 for c in ("fast", str(fake["slow"]))
                for o in ("0", "100") for s in ("1", "3"))
     assert result.stdout.splitlines()[0] == f"8 points, 32 rows -> {out / 'sweep.csv'}"
+
+
+def test_replay_sweep_rebuild_is_passed_through_and_noted(fake, tmp_path, ray_address):
+    result = replay_sweep(fake, "--config", "fast", fake["slow"], *GRID, "--rebuild", "--csv", tmp_path / "r.csv",
+                          address=ray_address)
+    assert result.returncode == 0, result.stderr
+    rows = read_csv(tmp_path / "r.csv")
+    assert [{k: v for k, v in r.items() if k != "config_hash"} for r in rows] == expected_rows(fake["slow"], "rebuilt")
+    assert (tmp_path / "r.png").read_bytes()[:8] == PNG_MAGIC
+    # The fake recording's launches carry no invocation: said once, not hidden behind "rebuilt".
+    assert result.stderr.count("carry no kernel invocation") == 1, result.stderr
+    assert f"{len(LAUNCHES)} kernel launch(es)" in result.stderr
+
+
+def test_replay_report_in_another_mode_than_asked_is_a_clear_error():
+    import replay_sweep as module
+    report = {"config": {"hash": "h"}, "per_op": {}, "launches": [], "total_ns": 1.0, "recorded_total_ns": 1.0}
+    assert module.rows_of("trn2", [], report)[0]["programs"] == "recorded"  # no field: a trnsim that never rebuilt
+    with pytest.raises(ValueError, match="asked to replay with --rebuild"):
+        module.rows_of("trn2", [], report, rebuild=True)
+    with pytest.raises(ValueError, match="not true or false"):
+        module.rows_of("trn2", [], {**report, "rebuild": "yes"})
+    assert module.rows_of("trn2", [], {**report, "rebuild": True}, rebuild=True)[0]["programs"] == "rebuilt"
 
 
 def test_replay_sweep_plot(swept):

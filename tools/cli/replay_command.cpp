@@ -1,5 +1,6 @@
-// `trnsim replay REC [--config C] [--set k=v]... [--diff] [--stats F] [--trace F] [--json F]`:
-// re-times a recording made by trnsim.record() without PyTorch (record/replay.h).
+// `trnsim replay REC [--config C] [--set k=v]... [--rebuild] [--diff] [--stats F] [--trace F] [--json F]`:
+// re-times a recording made by trnsim.record() without PyTorch (record/replay.h); with --rebuild the
+// kernels are built again for the target config from their recorded invocations.
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -19,6 +20,7 @@ struct ReplayCommandOptions {
   std::string config;  // empty: the recording's own
   std::vector<std::string> overrides;
   bool timing_only = false;  // always so; accepted as the explicit form
+  bool rebuild = false;      // build the kernels again for the target from their invocations
   bool diff = false;
   bool force = false;
   std::string stats_path, trace_path, json_path;
@@ -64,14 +66,15 @@ int replay_command(const ReplayCommandOptions& o) {
     }
     overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
     config = o.overrides.empty() ? std::move(as_recorded) : load_config(file, overrides);
-    info = {config.hardware.name, config.source_file, overrides, config.hash};
+    info = {config.hardware.name, config.source_file, overrides, config.hash, o.rebuild};
   } else {
     config = load_config(o.config, o.overrides);
-    info = {config.hardware.name, config.source_file, o.overrides, config.hash};
+    info = {config.hardware.name, config.source_file, o.overrides, config.hash, o.rebuild};
   }
 
   record::ReplayOptions options;
   options.trace = !o.trace_path.empty();
+  options.rebuild = o.rebuild;
   record::ReplayResult result = record::replay(recording, config.hardware, config.hash, options);
   const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
   const std::vector<size_t> changed = changed_launches(recording, result);
@@ -82,10 +85,12 @@ int replay_command(const ReplayCommandOptions& o) {
             << copies << " copies, " << fallbacks << " fallbacks) recorded on " << recorded.name << " (" << recorded.hash
             << "), replayed on " << config.hardware.name << " (" << config.hash << ")";
   for (const std::string& s : info.overrides) std::cout << " --set " << s;
-  std::cout << "\n  timing only (tensor values are not recorded); " << result.simulations
-            << " distinct kernel simulations, " << result.reused << " launches reused an identical program set's time; host "
-            << exact(host_s) << " s (recording took " << (recording.footer ? exact(recording.footer->host_s) : "?")
-            << " s)\n";
+  std::cout << "\n  timing only (tensor values are not recorded); "
+            << (o.rebuild ? "kernels rebuilt for this config from their recorded invocations (where launches carry one)"
+                          : "the recorded programs (not rebuilt)")
+            << "; " << result.simulations << " distinct kernel simulations, " << result.reused
+            << " launches reused an identical program set's time; host " << exact(host_s) << " s (recording took "
+            << (recording.footer ? exact(recording.footer->host_s) : "?") << " s)\n";
   for (const std::string& note : result.notes) std::cout << "  note: " << note << "\n";
   std::cout << "\n" << per_op_table(recording, result, o.top);
   if (changed.empty()) {
@@ -114,16 +119,22 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ReplayCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "replay",
-      "Re-time a recording of trnsim.record() without PyTorch, on its own config (bit for bit) or another one (what-if). "
-      "Timing only: tensor values are not recorded (the timing model never reads them). Launches with identical programs "
-      "are simulated once per replay (the model is deterministic, so this is exact). Programs are replayed as recorded: "
-      "they are not rebuilt or re-tuned for another config.");
+      "Re-time a recording of trnsim.record() without PyTorch, on its own config (bit for bit) or another one "
+      "(what-if). Timing only: tensor values are not recorded (the timing model never reads them). Launches with "
+      "identical programs are simulated once per replay (the model is deterministic, so this is exact). By default "
+      "programs are replayed as recorded, not rebuilt or re-tuned for another config; --rebuild builds each kernel "
+      "again for the target from its recorded invocation (kernel name and spec), so SBUF size, LNC and tile choices "
+      "move the time too.");
   cmd->add_option("recording", o->recording, "Recording directory (e.g. step.trnrec)")->required();
   cmd->add_option("--config", o->config, "Hardware config file or name (default: the recording's own, with its overrides)");
   cmd->add_option("--set", o->overrides,
                   "Override a config value, e.g. core.sbuf.bytes_per_partition=458752 (repeatable; on top of the "
                   "recording's own config when --config is not given)");
   cmd->add_flag("--timing-only", o->timing_only, "Timing only (always so: values are not recorded); the explicit form");
+  cmd->add_flag("--rebuild", o->rebuild,
+                "Build every kernel launch that carries its kernel invocation again for the target config (its LNC, "
+                "SBUF, ...) and simulate the new programs; launches without one are re-timed as recorded (counted). "
+                "A kernel the target cannot build is an error naming the launch");
   cmd->add_flag("--diff", o->diff,
                 "List every launch whose time changed (index, op, shapes, old ns, new ns, ratio); exit 1 if any did");
   cmd->add_option("--stats", o->stats_path, "Write replay statistics as JSON to this file");

@@ -133,6 +133,12 @@ std::string replay_json(const record::Recording& recording, const record::Replay
   j["recording"] = recording.path;
   j["config"] = config_json(config);
   j["recorded_config_hash"] = recording.header.config.hash;
+  j["rebuild"] = config.rebuild;
+  if (config.rebuild) {
+    j["rebuilt_launches"] = result.rebuilt;
+    j["rebuilt_as_recorded"] = result.rebuilt_as_recorded;
+    j["not_rebuilt_launches"] = result.not_rebuilt;
+  }
   Json launches = Json::array();
   for (size_t i = 0; i < result.launches.size(); ++i) {
     const record::Launch& launch = result.launches[i];
@@ -197,6 +203,13 @@ std::string replay_stats_json(const record::Recording& recording, const record::
   j["distinct_programs"] = recording.programs.size();
   j["simulations"] = result.simulations;
   j["reused_simulations"] = result.reused;
+  j["rebuild"] = config.rebuild;
+  if (config.rebuild) {
+    j["rebuilt_launches"] = result.rebuilt;
+    j["rebuilt_as_recorded"] = result.rebuilt_as_recorded;
+    j["not_rebuilt_launches"] = result.not_rebuilt;
+    j["distinct_builds"] = result.builds;
+  }
   j["host_s"] = host_s;
   j["recorded_host_s"] = recording.footer ? recording.footer->host_s : 0.0;
   j["notes"] = result.notes;

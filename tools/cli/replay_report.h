@@ -18,6 +18,7 @@ struct ReplayConfigInfo {
   std::string source;
   std::vector<std::string> overrides;
   std::string hash;
+  bool rebuild = false;  // kernels rebuilt for this config (replay --rebuild)
 };
 
 struct OpTotals {

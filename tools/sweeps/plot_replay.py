@@ -7,7 +7,8 @@ One horizontal bar per point (config and grid values), stacked by op: the ops wi
 replayed time across the sweep get a colour each, the rest are one grey "other ops" segment. A
 black tick marks the point's total (the replay's own total, which need not be the sum of its ops
 when launches on several devices overlap), labelled with the ratio to the recorded total; the
-dotted line is the recorded total.
+dotted line is the recorded total. The title says which programs ran (the CSV's `programs`
+column: "rebuilt" for each config, or the "recorded" ones re-timed).
 """
 import argparse
 import csv
@@ -35,8 +36,11 @@ def plot_replay(csv_path, png_path, title=""):
         raise ValueError(f"{csv_path} is not a replay_sweep.py CSV (no column {', '.join(missing)})")
     if not rows:
         raise ValueError(f"{csv_path} has no rows")
-    # A point is everything left of `op` except the hash: config and the grid's key=value columns.
-    point_columns = [c for c in columns[:columns.index("op")] if c != "config_hash"]
+    # A point is everything left of `op` except the hash and the mode: config and the grid's key=value
+    # columns. The mode (one per sweep) goes in the title.
+    point_columns = [c for c in columns[:columns.index("op")] if c not in ("config_hash", "programs")]
+    modes = sorted({r.get("programs") or "recorded" for r in rows})
+    mode_text = {"rebuilt": "kernels rebuilt per config", "recorded": "recorded programs re-timed"}
     point_of = lambda r: tuple(r[c] for c in point_columns)  # noqa: E731
     points = list(dict.fromkeys(point_of(r) for r in rows))
     totals = {point_of(r): r for r in rows if r["op"] == TOTAL_OP}
@@ -89,7 +93,8 @@ def plot_replay(csv_path, png_path, title=""):
     handles += [Line2D([], [], color="black", linewidth=2, label="replayed total"),
                 Line2D([], [], color="black", linestyle=":", label="recorded total")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # clear of the bars
-    ax.set_title(f"Replay of {title or pathlib.Path(csv_path).stem} per config: {len(points)} points")
+    ax.set_title(f"Replay of {title or pathlib.Path(csv_path).stem} per config: {len(points)} points ("
+                 + ", ".join(mode_text.get(m, m) for m in modes) + ")")
     fig.tight_layout()
     fig.savefig(png_path)
     plt.close(fig)

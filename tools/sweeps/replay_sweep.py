@@ -3,8 +3,8 @@
 
     .venv/bin/python tools/sweeps/replay_sweep.py REC --config trn2 --config trn3 configs/whatif/*.yaml
         [--grid core.sbuf.bytes_per_partition=196608,393216] [--grid KEY=V1,V2,...]...
-        [--set KEY=VALUE]... --csv OUT.csv [--png OUT.png] [--jobs N] [--ray-address ADDR]
-        [--trnsim PATH] [--force]
+        [--set KEY=VALUE]... [--rebuild] --csv OUT.csv [--png OUT.png] [--jobs N]
+        [--ray-address ADDR] [--trnsim PATH] [--force]
 
 REC is a recording (a `*.trnrec` directory, or an archive file) that `trnsim.record` wrote. The
 points are every --config (one flag may list several, so a shell glob works) times the Cartesian
@@ -12,15 +12,20 @@ product of the --grid values: configs outermost, then the grids in the order giv
 slowest. Each point runs `trnsim replay REC --config C --set ... --timing-only --json F` once on Ray;
 --set values apply to every point (before the grid's). Before anything runs, `trnsim config
 validate` checks every (config, grid point), so an unknown key or a bad value is one error up front.
+With --rebuild every point replays with `--rebuild`: each kernel is built again for that point's
+config from its recorded invocation, so values that only shape how kernels are built (SBUF size,
+LNC, tile choices) move the time too; without it the recorded programs are re-timed.
 
 The CSV has one row per (point, op), ops sorted by name, then one `__total__` row per point:
-    config, config_hash, <one column per --grid key>, op, count, recorded_ns, ns, ratio
+    config, config_hash, programs, <one column per --grid key>, op, count, recorded_ns, ns, ratio
 config is the --config as given; config_hash the hash of the effective config the point ran on
-(--set and grid values applied); count the launches of the op (all launches on the __total__
+(--set and grid values applied); programs "rebuilt" (--rebuild) or "recorded", as the replay's
+report says it ran; count the launches of the op (all launches on the __total__
 row); recorded_ns the time in the recording and ns the replayed time, in simulated nanoseconds;
 ratio = ns / recorded_ns (above 1: slower than recorded; empty if recorded_ns is 0). The
 __total__ row's times are the replay's own totals (total_ns, recorded_total_ns), not a sum of ops.
-The plot (default: the CSV's name with .png) has one bar per point, stacked by op.
+The plot (default: the CSV's name with .png) has one bar per point, stacked by op; its title says
+which programs ran.
 
 Ray: a local Ray of --jobs CPUs (default: all of this machine's), or the cluster at --ray-address
 (default $RAY_ADDRESS, which `ray job submit` sets), where --jobs (if given) caps the points in
@@ -49,7 +54,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import fanout  # noqa: E402
 
 TOTAL_OP = "__total__"
-FIXED_COLUMNS = ["config", "config_hash"]
+FIXED_COLUMNS = ["config", "config_hash", "programs"]
 OP_COLUMNS = ["op", "count", "recorded_ns", "ns", "ratio"]
 JSON_NAME = "replay.json"
 
@@ -78,8 +83,8 @@ def grid_axis(text):
 
 def parse_args(argv):
     # REC comes first in the usage: after --config's list it would be read as one more config.
-    usage = ("%(prog)s REC --config C [C ...] [--grid KEY=V1,V2] [--set KEY=VALUE] --csv CSV [--png PNG]\n"
-             "       [--jobs N] [--ray-address ADDR] [--trnsim PATH] [--force]")
+    usage = ("%(prog)s REC --config C [C ...] [--grid KEY=V1,V2] [--set KEY=VALUE] [--rebuild] --csv CSV\n"
+             "       [--png PNG] [--jobs N] [--ray-address ADDR] [--trnsim PATH] [--force]")
     parser = argparse.ArgumentParser(usage=usage, description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -90,6 +95,9 @@ def parse_args(argv):
                         help="a config key and the values to sweep it over (repeatable)")
     parser.add_argument("--set", action="append", type=assignment, default=[], metavar="KEY=VALUE",
                         help="a config override for every point (repeatable)")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="replay with --rebuild: kernels built again for each point's config from their "
+                             "recorded invocations (else the recorded programs are re-timed)")
     parser.add_argument("--csv", required=True, help="output CSV (refused if it exists, unless --force)")
     parser.add_argument("--png", help="output plot (default: the CSV's name with .png)")
     parser.add_argument("--force", action="store_true", help="overwrite existing --csv/--png")
@@ -164,9 +172,21 @@ def number(value, what):
     return float(value)
 
 
-def rows_of(config, point, report):
+def programs_column(rebuild):
+    return "rebuilt" if rebuild else "recorded"
+
+
+def rows_of(config, point, report, rebuild=False):
     """The CSV rows of one point from its `trnsim replay --json` report. A report that lacks a field
-    raises ValueError naming it (a replay tool out of step with this script, not a silent blank)."""
+    raises ValueError naming it (a replay tool out of step with this script, not a silent blank), and
+    so does one whose mode is not the one asked for (`rebuild`; a report without the field is from a
+    trnsim that never rebuilt)."""
+    ran = report.get("rebuild", False) if isinstance(report, dict) else False
+    if not isinstance(ran, bool):
+        raise ValueError(f"the replay report's rebuild is {ran!r}, not true or false")
+    if ran != rebuild:
+        raise ValueError(f"asked to replay {'with' if rebuild else 'without'} --rebuild, the report says "
+                         f"rebuild={'true' if ran else 'false'}")
     try:
         config_hash = report["config"]["hash"]
         per_op = report["per_op"]
@@ -176,7 +196,7 @@ def rows_of(config, point, report):
         raise ValueError(f"the replay report lacks {e}")
     if not isinstance(per_op, dict) or not isinstance(launches, list):
         raise ValueError("the replay report's per_op is not an object or its launches not a list")
-    base = {"config": config, "config_hash": config_hash, **dict(point)}
+    base = {"config": config, "config_hash": config_hash, "programs": programs_column(ran), **dict(point)}
 
     def row(op, count, recorded_ns, ns):
         ratio = f"{ns / recorded_ns:.6f}" if recorded_ns > 0 else ""
@@ -220,7 +240,7 @@ def main(argv=None):
             rec = fan.tree(recording) if recording.is_dir() else fan.file(recording)
             shipped = {c: fan.text("config.yaml", text, shown=c) for c, text in configs.items()}
             tasks = [fanout.Task([exe, "replay", rec, "--config", shipped[config], *set_flags(args.set + point),
-                                  "--timing-only", "--json", JSON_NAME],
+                                  "--timing-only", *(["--rebuild"] if args.rebuild else []), "--json", JSON_NAME],
                                  outputs=[JSON_NAME],
                                  label=" ".join([f"config={config}"] + [f"{k}={v}" for k, v in point]))
                      for config, point in points]
@@ -228,15 +248,22 @@ def main(argv=None):
     except fanout.FanOutError as e:
         sys.exit(f"error: {e}")
 
-    rows, failed = [], []
+    rows, failed, not_rebuilt = [], [], set()
     for (config, point), result in zip(points, results):
         if result.ok:
             try:
-                rows += rows_of(config, point, json.loads(result.outputs[JSON_NAME]))
+                report = json.loads(result.outputs[JSON_NAME])
+                rows += rows_of(config, point, report, args.rebuild)
+                if args.rebuild and report.get("not_rebuilt_launches"):
+                    not_rebuilt.add(report["not_rebuilt_launches"])
                 continue
             except ValueError as e:  # json.JSONDecodeError is one
                 result.error = f"unreadable {JSON_NAME}: {e}"
         failed.append(result)
+    if not_rebuilt:
+        # A recording made before launches carried their kernel invocations: "rebuilt" is partly not so.
+        print(f"warning: {max(not_rebuilt)} kernel launch(es) of {recording} carry no kernel invocation and were "
+              "re-timed as recorded, not rebuilt (re-record to rebuild them)", file=sys.stderr)
 
     if rows:
         columns = FIXED_COLUMNS + [key for key, _ in args.grid] + OP_COLUMNS
