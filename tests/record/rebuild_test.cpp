@@ -20,32 +20,19 @@
 #include "record/recording_reader.h"
 #include "record/recording_writer.h"
 #include "record/replay.h"
+#include "record_test_support.h"
 
 namespace trnsim::record {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    m_path = fs::temp_directory_path() /
-             (std::string("trnsim-rebuild-") + info->name() + "-" + std::to_string(::getpid()));
-    fs::remove_all(m_path);
-    fs::create_directories(m_path);
-  }
-  ~TempDir() { fs::remove_all(m_path); }
-  std::string operator/(const std::string& name) const { return (m_path / name).string(); }
+using testing_support::trn2;
 
- private:
-  fs::path m_path;
+// A fresh directory per test, removed afterwards.
+struct TempDir : testing_support::TempDir {
+  TempDir() : testing_support::TempDir("trnsim-rebuild-") {}
 };
-
-const LoadedConfig& trn2() {
-  static const LoadedConfig config = load_config("trn2");
-  return config;
-}
 
 std::vector<const isa::Program*> raw(const kernels::ProgramParts& parts) {
   std::vector<const isa::Program*> out;

@@ -27,6 +27,7 @@
 #include "record/recording_reader.h"
 #include "record/recording_writer.h"
 #include "record/replay.h"
+#include "record_test_support.h"
 
 namespace trnsim::record {
 namespace {
@@ -34,27 +35,12 @@ namespace {
 namespace fs = std::filesystem;
 using MakeProgram = std::function<isa::Program(const HardwareConfig&, uint32_t core, uint32_t cores)>;
 
+using testing_support::trn2;
+
 // A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    m_path = fs::temp_directory_path() / (std::string("trnsim-record-") + info->test_suite_name() + "-" + info->name() +
-                                          "-" + std::to_string(::getpid()));
-    fs::remove_all(m_path);
-    fs::create_directories(m_path);
-  }
-  ~TempDir() { fs::remove_all(m_path); }
-  std::string operator/(const std::string& name) const { return (m_path / name).string(); }
-
- private:
-  fs::path m_path;
+struct TempDir : testing_support::TempDir {
+  TempDir() : testing_support::TempDir("trnsim-record-") {}
 };
-
-const LoadedConfig& trn2() {
-  static const LoadedConfig config = load_config("trn2");
-  return config;
-}
 
 std::vector<std::shared_ptr<const isa::Program>> build(const MakeProgram& make, const HardwareConfig& hw, uint32_t cores) {
   std::vector<std::shared_ptr<const isa::Program>> parts;
