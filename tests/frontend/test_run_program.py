@@ -45,7 +45,7 @@ def test_softmax_values_and_golden_timing():
     assert_golden_timing(result, "example_softmax_rows_trn2")
     assert result.name == "softmax_rows"
     assert result.stats["total_ns"] == result.latency_ns
-    assert result.stats["config_name"] == "trn2"
+    assert result.stats["config"] == "trn2"
 
 
 def test_program_text_is_the_same_as_its_path():
@@ -92,6 +92,9 @@ def test_trace_and_overrides(tmp_path):
     trace = tmp_path / "t.json"
     slow = trnsim.run_program(SOFTMAX, timing_only=True, trace=trace, overrides={"core.dma.fixed_latency_ns": 500})
     assert json.loads(trace.read_text())
+    with pytest.raises(FileExistsError):
+        trnsim.run_program(SOFTMAX, timing_only=True, trace=trace)
+    trnsim.run_program(SOFTMAX, timing_only=True, trace=trace, overwrite=True)
     assert slow.latency_ns > GOLDEN["example_softmax_rows_trn2"]["total_ns"]
 
 

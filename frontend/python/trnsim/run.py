@@ -62,12 +62,14 @@ def _input_tuple(name, array):
     return (str(name), a.dtype.str, [int(n) for n in a.shape], a.tobytes())
 
 
-def run_program(program, inputs=None, config="trn2", overrides=None, timing_only=False, trace=None):
+def run_program(program, inputs=None, config="trn2", overrides=None, timing_only=False, trace=None,
+                overwrite=False):
     """Run ``program`` (``.tasm`` text, or a path to a ``.tasm`` file / ``os.PathLike``) on ``config``
     (a name such as ``"trn2"`` or a YAML path) with ``overrides`` (``["a.b=v", ...]`` or a dict).
 
     ``inputs`` maps HBM tensor names to arrays; every input tensor is needed unless ``timing_only``
-    (then inputs are ignored and the timing is the same). ``trace`` writes a Perfetto trace there.
+    (then inputs are ignored and the timing is the same). ``trace`` writes a Perfetto trace there; an
+    existing file is refused (FileExistsError) unless ``overwrite=True``.
     Raises KeyError for a name the program has no HBM tensor for, ``InputError`` (ValueError) for a
     shape or dtype that does not fit, ValueError for missing inputs, ``ProgramError`` for a program
     that does not parse or is illegal on the config (naming the instruction and rule) and
@@ -77,6 +79,8 @@ def run_program(program, inputs=None, config="trn2", overrides=None, timing_only
         text, origin, is_path = os.fspath(program), os.fspath(program), True
     else:
         text, origin, is_path = str(program), "<program>", False
+    if trace is not None and os.path.exists(trace) and not overwrite:
+        raise FileExistsError(f"{os.fspath(trace)} exists: pass overwrite=True to replace it")
     if isinstance(overrides, dict):
         overrides = [f"{k}={v}" for k, v in overrides.items()]
     packed = [_input_tuple(name, array) for name, array in (inputs or {}).items()]
