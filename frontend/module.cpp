@@ -3,14 +3,151 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <fstream>
+#include <set>
+
+#include "config/config_tree.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/neuron_device.h"
+#include "isa/isa_error.h"
+#include "isa/text_form.h"
+#include "sim/program_run.h"
+#include "tools/cli/npy.h"
 
 namespace py = pybind11;
 namespace fe = trnsim::frontend;
 
+namespace {
+
+trnsim::cli::NpyType npy_type(const std::string& descr, const std::string& tensor) {
+  using trnsim::cli::NpyType;
+  for (NpyType t : {NpyType::f2, NpyType::f4, NpyType::f8, NpyType::i1, NpyType::i2, NpyType::i4, NpyType::u1,
+                    NpyType::u2, NpyType::u4}) {
+    if (descr == trnsim::cli::npy_descr(t)) return t;
+  }
+  throw trnsim::cli::NpyError("inputs['" + tensor + "']: unsupported dtype " + descr +
+                              " (supported: float16/32/64, int8/16/32, uint8/16/32, and ml_dtypes bfloat16)");
+}
+
+// Dtypes whose bytes NumPy (with ml_dtypes) holds as they are; the others come back as float32.
+bool native_numpy_dtype(trnsim::DType d) {
+  using trnsim::DType;
+  switch (d) {
+    case DType::fp32: case DType::bf16: case DType::fp16: case DType::fp8_e4m3fn: case DType::fp8_e5m2:
+    case DType::int32: case DType::int16: case DType::int8: case DType::uint32: case DType::uint16: case DType::uint8:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// trnsim.run_program's native half (frontend/python/trnsim/run.py): the core `trnsim run` uses
+// (sim/program_run.h), inputs converted by its .npy rules (tools/cli/npy.h).
+py::dict run_program(const std::string& program_text, const std::string& origin, bool is_path,
+                     const std::string& config, const std::vector<std::string>& overrides,
+                     const std::vector<py::tuple>& inputs, bool timing_only, const std::string& trace_path) {
+  namespace sim = trnsim::sim;
+  namespace cli = trnsim::cli;
+  trnsim::isa::Program parsed =
+      is_path ? trnsim::isa::parse_tasm_file(program_text) : trnsim::isa::parse_tasm(program_text, origin);
+  sim::PreparedProgram prepared = sim::prepare_program(std::move(parsed), origin, config, overrides);
+  const trnsim::isa::Program& program = prepared.program;
+
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> loaded;
+  std::vector<uint32_t> given;
+  for (const py::tuple& input : inputs) {
+    std::string name = input[0].cast<std::string>();
+    int index = sim::find_hbm_tensor(program, name);
+    if (index < 0) {
+      std::string valid;
+      for (const std::string& n : sim::hbm_tensor_names(program)) valid += (valid.empty() ? "" : ", ") + n;
+      throw py::key_error("inputs['" + name + "']: the program has no HBM tensor '" + name + "' (HBM tensors: " +
+                          (valid.empty() ? "(none)" : valid) + ")");
+    }
+    const trnsim::isa::Allocation& a = program.allocations[size_t(index)];
+    cli::NpyArray array;
+    std::string descr = input[1].cast<std::string>();
+    array.shape = input[2].cast<std::vector<uint64_t>>();
+    std::string data = input[3].cast<std::string>();
+    if (descr == "bf16" && a.dtype != trnsim::DType::bf16) {
+      // ml_dtypes bfloat16 into another dtype: widened exactly to fp32 first, then the float rule.
+      array.type = cli::NpyType::f4;
+      array.data.resize(data.size() * 2);
+      for (size_t i = 0; i + 1 < data.size(); i += 2) {
+        array.data[2 * i + 2] = uint8_t(data[i]);
+        array.data[2 * i + 3] = uint8_t(data[i + 1]);
+      }
+    } else {
+      // bf16 bits into a bf16 tensor: the .npy rule for uint16 (raw bit patterns).
+      array.type = descr == "bf16" ? cli::NpyType::u2 : npy_type(descr, name);
+      array.data.assign(data.begin(), data.end());
+    }
+    given.push_back(uint32_t(index));
+    if (timing_only) continue;
+    loaded.emplace_back(uint32_t(index), cli::npy_to_tensor_bytes(array, a.dtype, a.shape, "inputs['" + name + "']",
+                                                                  name));
+  }
+  std::vector<std::string> missing = sim::missing_inputs(program, given);
+  if (!missing.empty() && !timing_only) {
+    std::string text;
+    for (const std::string& m : missing) text += (text.empty() ? "" : ", ") + m;
+    throw sim::RunUsageError("missing inputs for the program's input tensors: " + text);
+  }
+
+  sim::SimOptions options;
+  options.timing_only = timing_only;
+  options.trace = !trace_path.empty();
+  sim::SimResult result;
+  {
+    py::gil_scoped_release release;
+    result = sim::run_prepared(prepared, loaded, options);
+  }
+  if (!trace_path.empty()) {
+    std::ofstream out(trace_path);
+    if (out) result.trace->write(out);
+    if (!out) throw std::runtime_error(trace_path + ": cannot write the trace");
+  }
+
+  py::dict outputs;
+  if (!timing_only) {
+    const trnsim::isa::CoreState& state = *result.states.front();
+    for (size_t i = 0; i < program.allocations.size(); ++i) {
+      const trnsim::isa::Allocation& a = program.allocations[i];
+      if (a.space != trnsim::isa::MemorySpace::hbm || a.role != trnsim::isa::AllocationRole::output) continue;
+      if (a.dtype == trnsim::DType::mxfp8_e4m3 || a.dtype == trnsim::DType::mxfp8_e5m2 ||
+          a.dtype == trnsim::DType::mxfp4_e2m1) {
+        continue;  // packed MX tensors have no NumPy form (as `trnsim run --output` refuses them)
+      }
+      const std::vector<uint8_t>& bytes = state.hbm(uint32_t(i));
+      bool native = native_numpy_dtype(a.dtype);
+      std::vector<uint8_t> data = native ? bytes : cli::tensor_bytes_to_npy(bytes, a.dtype, a.shape).data;
+      std::vector<uint64_t> shape(a.shape.begin(), a.shape.end());
+      outputs[py::str(a.name)] = py::make_tuple(std::string(trnsim::dtype_name(a.dtype)), shape,
+                                                py::bytes(reinterpret_cast<const char*>(data.data()), data.size()),
+                                                !native);
+    }
+  }
+  py::dict d;
+  d["outputs"] = outputs;
+  d["stats_json"] = result.stats.to_json();
+  d["name"] = program.name;
+  d["config_hash"] = prepared.config.hash;
+  return d;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "trnsim native part: the PyTorch device 'neuron' (PrivateUse1) on simulated Trainium";
+
+  py::register_local_exception<trnsim::isa::IsaError>(m, "ProgramError", PyExc_RuntimeError);
+  py::register_local_exception<trnsim::ConfigError>(m, "ConfigError", PyExc_RuntimeError);
+  py::register_local_exception<trnsim::cli::NpyError>(m, "InputError", PyExc_ValueError);
+  py::register_local_exception<trnsim::sim::RunUsageError>(m, "RunUsageError", PyExc_ValueError);
+  m.def("run_program", &run_program, py::arg("program"), py::arg("origin"), py::arg("is_path"), py::arg("config"),
+        py::arg("overrides"), py::arg("inputs"), py::arg("timing_only"), py::arg("trace_path"),
+        "Run a .tasm program (text, or a path when is_path) on a config with HBM inputs "
+        "[(name, npy descr, shape, bytes)]; see trnsim.run_program.");
 
   m.def("set_config", &fe::set_config, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
         "Load the hardware config the device simulates (a name such as 'trn2' or a path) with 'a.b=v' overrides.");

@@ -16,6 +16,7 @@
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
+#include "sim/program_run.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy.h"
@@ -58,19 +59,10 @@ std::string join(const std::vector<std::string>& items) {
   return text.empty() ? "(none)" : text;
 }
 
-std::string declaration(const isa::Allocation& a) {
-  std::string text = std::string(dtype_name(a.dtype)) + "[";
-  for (size_t i = 0; i < a.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(a.shape[i]);
-  return text + "]";
-}
-
 // "NAME=path" pairs resolved to HBM allocations; unknown or repeated names are errors.
 std::vector<Binding> bind_tensors(const isa::Program& program, const std::vector<std::string>& specs,
                                   const char* flag) {
-  std::vector<std::string> valid;
-  for (const isa::Allocation& a : program.allocations) {
-    if (a.space == isa::MemorySpace::hbm) valid.push_back(a.name);
-  }
+  std::vector<std::string> valid = sim::hbm_tensor_names(program);
   std::vector<Binding> bindings;
   std::set<std::string> seen;
   for (const std::string& spec : specs) {
@@ -79,8 +71,8 @@ std::vector<Binding> bind_tensors(const isa::Program& program, const std::vector
       throw UsageError(std::string(flag) + " '" + spec + "': expected NAME=FILE.npy");
     }
     Binding b{spec.substr(0, eq), spec.substr(eq + 1), 0};
-    int index = program.find_allocation(b.tensor);
-    if (index < 0 || program.allocations[size_t(index)].space != isa::MemorySpace::hbm) {
+    int index = sim::find_hbm_tensor(program, b.tensor);
+    if (index < 0) {
       throw UsageError(std::string(flag) + " " + b.tensor + ": the kernel has no HBM tensor '" + b.tensor +
                        "' (HBM tensors: " + join(valid) + ")");
     }
@@ -98,24 +90,16 @@ std::string milliseconds(double seconds) {
 }
 
 void run(const RunOptions& options) {
-  LoadedConfig config = load_config(options.config, options.overrides);
-  isa::Program program = isa::parse_tasm_file(options.kernel);
-  if (program.generation != config.hardware.generation) {
-    throw isa::IsaError(options.kernel + ": the kernel targets " + std::string(enum_name(program.generation)) +
-                        " but config '" + config.hardware.name + "' is " +
-                        std::string(enum_name(config.hardware.generation)));
-  }
-  isa::check_program(program, config.hardware);
+  sim::PreparedProgram prepared = sim::prepare_program(isa::parse_tasm_file(options.kernel), options.kernel,
+                                                       options.config, options.overrides);
+  const LoadedConfig& config = prepared.config;
+  const isa::Program& program = prepared.program;
 
   std::vector<Binding> inputs = bind_tensors(program, options.inputs, "--input");
   std::vector<Binding> outputs = bind_tensors(program, options.outputs, "--output");
-  std::vector<std::string> missing;
-  for (const isa::Allocation& a : program.allocations) {
-    if (a.space != isa::MemorySpace::hbm || a.role != isa::AllocationRole::input) continue;
-    bool given = false;
-    for (const Binding& b : inputs) given = given || b.tensor == a.name;
-    if (!given) missing.push_back(a.name + ": " + declaration(a));
-  }
+  std::vector<uint32_t> given;
+  for (const Binding& b : inputs) given.push_back(b.allocation);
+  std::vector<std::string> missing = sim::missing_inputs(program, given);
   if (!missing.empty() && !options.timing_only) {
     throw UsageError("missing --input for the kernel's input tensors: " + join(missing));
   }
@@ -142,13 +126,13 @@ void run(const RunOptions& options) {
   check_destinations(destinations, options.force);
 
   // Every core runs the kernel on its own copy of the inputs (SPMD); outputs come from the first.
-  std::vector<std::pair<Binding, std::vector<uint8_t>>> loaded;
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> loaded;
   if (!options.timing_only) {
     for (const Binding& b : inputs) {
       const isa::Allocation& a = program.allocations[b.allocation];
       // float64 is the widest item a file may hold for a tensor (npy.h); more cannot be this tensor.
       uint64_t max_bytes = a.total_elements() * 8;
-      loaded.emplace_back(b, npy_to_tensor_bytes(read_npy(b.path, max_bytes), a.dtype, a.shape, b.path, b.tensor));
+      loaded.emplace_back(b.allocation, npy_to_tensor_bytes(read_npy(b.path, max_bytes), a.dtype, a.shape, b.path, b.tensor));
     }
   }
   sim::SimOptions sim_options;
@@ -159,10 +143,7 @@ void run(const RunOptions& options) {
   sim_options.interpreter.rounding =
       options.rounding == "stochastic" ? numerics::RoundingMode::stochastic : numerics::RoundingMode::nearest_even;
   sim_options.interpreter.stochastic_seed = options.seed;
-  sim::SimResult result = sim::simulate(program, config.hardware, config.hash, sim_options,
-                                        [&](uint32_t, isa::CoreState& state) {
-                                          for (const auto& [b, bytes] : loaded) state.hbm(b.allocation) = bytes;
-                                        });
+  sim::SimResult result = sim::run_prepared(prepared, loaded, sim_options);
   double seconds = result.stats.host_seconds;
   for (const Binding& b : outputs) {
     const isa::Allocation& a = program.allocations[b.allocation];

@@ -17,6 +17,9 @@ The hardware is ``$TRNSIM_CONFIG`` (a name such as ``trn3`` or a path), default 
 
 ``trnsim.record("step.trnrec")`` records every launch of a block; ``trnsim replay step.trnrec
 [--config trn3]`` re-times it without PyTorch (see ``trnsim.record``).
+
+``trnsim.run_program(program, {"x": array}, config="trn2")`` runs a ``.tasm`` program on NumPy arrays
+in-process, as ``trnsim run`` does from files: outputs, ``latency_ns``, busy ns per engine, stats.
 """
 import os as _os
 
@@ -27,10 +30,11 @@ from . import device as _device_module
 from .compile import compile_backend
 from .profiler import Profile, profile
 from .record import Recording, record
+from .run import ConfigError, InputError, ProgramError, RunResult, run_program
 
 __all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
            "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "record", "Recording",
-           "compile_backend"]
+           "compile_backend", "run_program", "RunResult", "ProgramError", "ConfigError", "InputError"]
 
 DEVICE_NAME = "neuron"
 

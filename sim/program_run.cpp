@@ -1,0 +1,63 @@
+#include "sim/program_run.h"
+
+#include "config/config_loader.h"
+#include "isa/isa_error.h"
+#include "isa/legality.h"
+
+namespace trnsim::sim {
+
+PreparedProgram prepare_program(isa::Program program, const std::string& origin, const std::string& config_name,
+                                const std::vector<std::string>& overrides) {
+  PreparedProgram prepared{load_config(config_name, overrides), std::move(program)};
+  const HardwareConfig& hardware = prepared.config.hardware;
+  if (prepared.program.generation != hardware.generation) {
+    throw isa::IsaError(origin + ": the kernel targets " + std::string(enum_name(prepared.program.generation)) +
+                        " but config '" + hardware.name + "' is " + std::string(enum_name(hardware.generation)));
+  }
+  isa::check_program(prepared.program, hardware);
+  return prepared;
+}
+
+std::string allocation_declaration(const isa::Allocation& a) {
+  std::string text = std::string(dtype_name(a.dtype)) + "[";
+  for (size_t i = 0; i < a.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(a.shape[i]);
+  return text + "]";
+}
+
+std::vector<std::string> hbm_tensor_names(const isa::Program& program) {
+  std::vector<std::string> names;
+  for (const isa::Allocation& a : program.allocations) {
+    if (a.space == isa::MemorySpace::hbm) names.push_back(a.name);
+  }
+  return names;
+}
+
+int find_hbm_tensor(const isa::Program& program, const std::string& name) {
+  int index = program.find_allocation(name);
+  if (index < 0 || program.allocations[size_t(index)].space != isa::MemorySpace::hbm) return -1;
+  return index;
+}
+
+std::vector<std::string> missing_inputs(const isa::Program& program, const std::vector<uint32_t>& given) {
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < program.allocations.size(); ++i) {
+    const isa::Allocation& a = program.allocations[i];
+    if (a.space != isa::MemorySpace::hbm || a.role != isa::AllocationRole::input) continue;
+    bool found = false;
+    for (uint32_t g : given) found = found || g == i;
+    if (!found) missing.push_back(a.name + ": " + allocation_declaration(a));
+  }
+  return missing;
+}
+
+SimResult run_prepared(const PreparedProgram& prepared,
+                       const std::vector<std::pair<uint32_t, std::vector<uint8_t>>>& inputs,
+                       const SimOptions& options) {
+  return simulate(prepared.program, prepared.config.hardware, prepared.config.hash, options,
+                  [&](uint32_t, isa::CoreState& state) {
+                    if (options.timing_only) return;
+                    for (const auto& [allocation, bytes] : inputs) state.hbm(allocation) = bytes;
+                  });
+}
+
+}  // namespace trnsim::sim
