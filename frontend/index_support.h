@@ -1,4 +1,4 @@
-// Host-side helpers of the indexing lowerings (index_lowering.cpp): device tensors seen as CPU
+// Host-side helpers of the indexing lowerings (lowering/index.cpp): device tensors seen as CPU
 // tensors without a transfer (device memory is host memory here: reading index metadata is what
 // the host-side range check does), and HBM buffers that move bytes unchanged, int64 as int32
 // pairs (see kernels/indexing.h). Include only from torch TUs.
