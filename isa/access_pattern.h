@@ -24,6 +24,10 @@ struct ApDim {
 };
 
 constexpr int kMaxFreeDims = 4;
+// A-V2: an access-pattern dim's size is a uint16 field and its stride an int16 one (the partition
+// dim has no stride field). Legality checks them; kernel builders tile to stay inside them.
+constexpr int64_t kMaxApDimSize = 65535;
+constexpr int64_t kMaxApDimStride = 32767;
 
 struct AccessPattern {
   MemorySpace space = MemorySpace::none;  // none = operand absent

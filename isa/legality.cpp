@@ -14,8 +14,6 @@ namespace {
 // Free-size limits of the Vector/Scalar/GpSimd engines (LANG tiling-overview).
 constexpr uint64_t kMaxFreeElementsSbuf = 65536;
 constexpr uint64_t kMaxFreeElementsPsum = 4096;
-constexpr uint32_t kMaxDimSize = 65535;   // A-V2: uint16 size per access-pattern dim
-constexpr int64_t kMaxDimStride = 32767;  // A-V2: int16 stride per access-pattern dim
 constexpr uint64_t kBnStatsMaxFree = 512;  // ISA bn_stats: nl.tile_size.bn_stats_fmax
 constexpr uint32_t kVectorTransposeMax = 32;  // ISA nc_transpose on the Vector engine
 // ISA nc_matmul_mx / quantize_mx: a scale group is 8 partitions x 4 packed values; a 32-partition quadrant of data
@@ -109,11 +107,11 @@ class Checker {
     const Allocation& a = alloc(ap);
     std::string what = "operand '" + name + "'";
     for (int i = 0; i < ap.num_free_dims; ++i) {
-      if (ap.free[i].size > kMaxDimSize) {
+      if (ap.free[i].size > kMaxApDimSize) {
         fail("ap-dim-size", what + ": free dim " + std::to_string(i) + " has " + std::to_string(ap.free[i].size) +
-                                " elements; an access-pattern dim holds at most 65535");
+                                " elements; an access-pattern dim holds at most " + std::to_string(kMaxApDimSize));
       }
-      if (std::llabs(ap.free[i].stride) > kMaxDimStride) {
+      if (std::llabs(ap.free[i].stride) > kMaxApDimStride) {
         fail("ap-dim-stride", what + ": free dim " + std::to_string(i) + " stride " +
                                   std::to_string(ap.free[i].stride) + " does not fit the 16-bit stride field");
       }

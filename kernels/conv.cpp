@@ -27,7 +27,6 @@ constexpr int64_t kMaxEngineFree = 65536;
 // Dense dX's weight gather (prepare_weights) alternates Scalar and Vector above this many elements per O
 // block; below it Scalar alone (Vector's SBUF port is shared with GpSimd's staging copies). Assumed.
 constexpr int64_t kBothEnginesWeightElems = 16384;
-constexpr int64_t kMaxStride = 32767;       // 16-bit access-pattern stride
 constexpr int64_t kTransposeSlotsPerBank = 4;  // [.., 128] fp32 transposes per 2 KiB bank
 constexpr int64_t kStoreQueue = 4, kWeightQueue = 6;
 
@@ -276,7 +275,7 @@ void Conv2dBuilder::allocate_blocks(int64_t extra_bytes_per_pixel, int64_t targe
       // a block of small images holds one full pixel tile of them at least, load overlap or not.
       m_nb = std::max(m_nb, std::min({s.n, ceil_div(int64_t(p), m_ho * m_wo), avail / bytes(1, m_ho)}));
     }
-    if (rows_in(m_rb) * m_wb > kMaxStride) m_nb = 1;
+    if (rows_in(m_rb) * m_wb > isa::kMaxApDimStride) m_nb = 1;
     m_nb = std::max<int64_t>(m_nb, 1);
   } else {
     m_nb = 1;

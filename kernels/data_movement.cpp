@@ -17,8 +17,6 @@ using detail::sb_ap;
 
 namespace {
 
-constexpr int64_t kMaxApSize = 65535;    // A-V2: uint16 size per access-pattern dim
-constexpr int64_t kMaxApStride = 32767;  // A-V2: int16 stride per free dim (the partition dim has no such field)
 // Bytes per HBM -> HBM DMA: large enough that the ~70 ns start-up and the per-descriptor cost stay
 // small, small enough that several transfers are in flight on different queues.
 constexpr int64_t kCopyBytesPerDma = 2 << 20;
@@ -47,7 +45,7 @@ std::vector<detail::CopyDim> merge_dims(const std::vector<detail::CopyDim>& dims
 }
 
 bool fits_free(const detail::CopyDim& d) {
-  return d.size <= kMaxApSize && std::llabs(d.src_stride) <= kMaxApStride && std::llabs(d.dst_stride) <= kMaxApStride;
+  return d.size <= isa::kMaxApDimSize && std::llabs(d.src_stride) <= isa::kMaxApDimStride && std::llabs(d.dst_stride) <= isa::kMaxApDimStride;
 }
 
 }  // namespace
@@ -58,7 +56,7 @@ void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, ui
                   std::vector<CopyDim> dims, int64_t first_queue) {
   dims = merge_dims(dims);
   // An innermost dim with a stride too large for a free dim goes on the partition dim (no limit).
-  if (std::llabs(dims.back().src_stride) > kMaxApStride || std::llabs(dims.back().dst_stride) > kMaxApStride) {
+  if (std::llabs(dims.back().src_stride) > isa::kMaxApDimStride || std::llabs(dims.back().dst_stride) > isa::kMaxApDimStride) {
     dims.push_back({1, 1, 1});
   }
   const int64_t esize = dtype_size_bytes(ctx.builder.program().allocations[src].dtype);
@@ -72,15 +70,15 @@ void strided_copy(const KernelContext& ctx, uint32_t src, int64_t src_offset, ui
   // chunked to ~kCopyBytesPerDma; the rest are loops.
   const int n = int(dims.size());
   int first_free = n - 1;
-  int64_t free_elems = std::min(dims[n - 1].size, kMaxApSize);
-  while (first_free > 0 && n - first_free < 3 && dims[n - 1].size <= kMaxApSize && fits_free(dims[first_free - 1]) &&
+  int64_t free_elems = std::min(dims[n - 1].size, isa::kMaxApDimSize);
+  while (first_free > 0 && n - first_free < 3 && dims[n - 1].size <= isa::kMaxApDimSize && fits_free(dims[first_free - 1]) &&
          free_elems * dims[first_free - 1].size <= target) {
     --first_free;
     free_elems *= dims[first_free].size;
   }
   const int part = first_free - 1;  // -1: no partition dim (everything fits the free dims)
   const int64_t part_chunk = part >= 0 ? std::max<int64_t>(1, std::min(dims[part].size, target / free_elems)) : 1;
-  const int64_t inner_chunk = std::min(dims[n - 1].size, kMaxApSize);
+  const int64_t inner_chunk = std::min(dims[n - 1].size, isa::kMaxApDimSize);
 
   std::vector<int64_t> index(std::max(0, part), 0);
   // The transfers are listed first, then this core emits its contiguous share of them (queues rotating
@@ -330,7 +328,7 @@ isa::Program concat_program(const ConcatSpec& spec, const HardwareConfig& config
 void build_embedding(const KernelContext& ctx, const EmbeddingSpec& spec, uint32_t ids, uint32_t table, uint32_t y) {
   const int64_t P = ctx.partitions();
   const int64_t esize = dtype_size_bytes(spec.dtype);
-  const int64_t width = std::max<int64_t>(1, std::min({spec.dim, detail::kTargetDmaBytesPerPartition / esize, kMaxApSize}));
+  const int64_t width = std::max<int64_t>(1, std::min({spec.dim, detail::kTargetDmaBytesPerPartition / esize, isa::kMaxApDimSize}));
   detail::Ring idx = detail::make_ring(ctx, "emb_idx", spec.index_dtype, 1);
   detail::Ring rows = detail::make_ring(ctx, "emb_rows", spec.dtype, width);
   int64_t slot = 0;

@@ -20,7 +20,6 @@ using isa::Opcode;
 
 constexpr int64_t kAccBanks = 6;             // forward / dX pixel tiles round-robin; the rest hold dW
 constexpr int64_t kMaxEngineFree = 32768;    // elements per partition of one compute instruction
-constexpr int64_t kMaxStride = 32767;        // 16-bit access-pattern stride
 constexpr int64_t kStoreQueue = 4;           // stores on 4 / 5, loads on 0..3
 constexpr int64_t kSpread = 4;               // Scalar accumulator columns spread over granules (see part_g)
 constexpr int64_t kGranuleFloats = 64;       // fp32 per 256-byte dependency granule
@@ -52,9 +51,9 @@ Plane plane_of(const ConvGeometry& g) {
 
 bool plane_ok(const Plane& p) {
   const ConvGeometry& g = p.g;
-  return p.ho > 0 && p.wo > 0 && p.hp > 0 && p.wp > 0 && g.h * g.w <= kMaxStride && p.hp * p.wp <= kMaxStride &&
-         p.ho * p.wo <= kMaxStride && g.stride_h * p.wp <= kMaxStride && g.in_dil_h * p.wp <= kMaxStride &&
-         g.dilation_h * p.wp <= kMaxStride;
+  return p.ho > 0 && p.wo > 0 && p.hp > 0 && p.wp > 0 && g.h * g.w <= isa::kMaxApDimStride && p.hp * p.wp <= isa::kMaxApDimStride &&
+         p.ho * p.wo <= isa::kMaxApDimStride && g.stride_h * p.wp <= isa::kMaxApDimStride && g.in_dil_h * p.wp <= isa::kMaxApDimStride &&
+         g.dilation_h * p.wp <= isa::kMaxApDimStride;
 }
 
 enum class TileEngine { pe, scalar_gpsimd, vector };

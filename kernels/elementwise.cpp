@@ -177,8 +177,7 @@ isa::AccessPattern tile_hbm(const KernelContext& ctx, uint32_t tensor, const Blo
 int64_t tile_width(const KernelContext& ctx, int64_t max_cols, int64_t widest_dtype_bytes, int64_t bytes_per_column) {
   int64_t by_dma = detail::kTargetDmaBytesPerPartition / std::max<int64_t>(1, widest_dtype_bytes);
   int64_t by_sbuf = detail::sbuf_free_bytes(ctx) / std::max<int64_t>(1, bytes_per_column);
-  constexpr int64_t kMaxApDimSize = 65535;
-  int64_t width = std::min({max_cols, by_dma, by_sbuf, kMaxApDimSize});
+  int64_t width = std::min({max_cols, by_dma, by_sbuf, isa::kMaxApDimSize});
   if (width < 1) throw KernelUnsupported("element-wise kernel: SBUF is full");
   return width;
 }
@@ -460,7 +459,7 @@ isa::Program triangle_program(const TriangleSpec& spec, const HardwareConfig& co
   const int64_t P = ctx.partitions();
   const int64_t width = std::max<int64_t>(
       1, std::min({spec.cols, detail::kTargetDmaBytesPerPartition / int64_t(dtype_size_bytes(spec.dtype)),
-                   int64_t{65535} /* A-V2: uint16 size per access-pattern dim */}));
+                   isa::kMaxApDimSize}));
   const detail::Ring in = detail::make_ring(ctx, "tri_in", spec.dtype, width);
   const detail::Ring out = detail::make_ring(ctx, "tri_out", spec.dtype, width);
   struct Item {

@@ -17,12 +17,16 @@ using detail::sb_ap;
 
 namespace {
 
-constexpr int64_t kMaxApSize = 65535;  // A-V2: uint16 size per access-pattern dim
 // Elements per partition of a histogram / arange tile: large enough that the per-instruction
 // overhead is small against the per-bin passes, small enough for a few ring slots (schedule choices).
 constexpr int64_t kHistogramColumns = 2048;
 constexpr int64_t kArangeColumns = 4096;
 constexpr int64_t kNonzeroColumns = 64;
+// Schedule choices: the widest histogram (bins per partition row) and scatter_max rows (targets,
+// values per row) the kernels' single-pass SBUF layouts take; wider ones go to the CPU.
+constexpr int64_t kMaxHistogramBins = 4096;
+constexpr int64_t kMaxScatterTargets = 4096;
+constexpr int64_t kMaxScatterPerRow = 8192;
 
 void check_ids(const char* kernel, int64_t num_ids, int64_t rows, int64_t row_elements) {
   if (num_ids < 1 || rows < 1 || row_elements < 1) {
@@ -73,7 +77,7 @@ IdRings make_id_rings(const KernelContext& ctx, const std::string& name, IndexWi
 
 int64_t row_chunk(DType dtype, int64_t row_elements) {
   const int64_t esize = dtype_size_bytes(dtype);
-  return std::max<int64_t>(1, std::min({row_elements, detail::kTargetDmaBytesPerPartition / esize, kMaxApSize}));
+  return std::max<int64_t>(1, std::min({row_elements, detail::kTargetDmaBytesPerPartition / esize, isa::kMaxApDimSize}));
 }
 
 // The loop gather and scatter share: per 128 ids of this core's share, the ids loaded (load_ids),
@@ -184,7 +188,7 @@ isa::Program scatter_rows_program(const ScatterRowsSpec& spec, const HardwareCon
 
 void build_histogram(const KernelContext& ctx, const HistogramSpec& spec, uint32_t x, uint32_t weights, uint32_t y) {
   if (spec.n < 1 || spec.bins < 1) throw KernelUnsupported("histogram: n and bins must be positive");
-  if (spec.bins > 4096) throw KernelUnsupported("histogram: more than 4096 bins");
+  if (spec.bins > kMaxHistogramBins) throw KernelUnsupported("histogram: more than " + std::to_string(kMaxHistogramBins) + " bins");
   if (spec.mode == HistogramMode::histc && !(spec.min < spec.max)) {
     throw KernelUnsupported("histogram: histc needs min < max");
   }
@@ -389,7 +393,7 @@ isa::Program arange_program(const ArangeSpec& spec, const HardwareConfig& config
 isa::Program scatter_max_program(const ScatterMaxSpec& spec, const HardwareConfig& config, uint32_t core,
                                  uint32_t cores) {
   if (spec.rows < 1 || spec.targets < 1 || spec.per_row < 1) throw KernelUnsupported("scatter_max: empty");
-  if (spec.targets > 4096 || spec.per_row > 8192) throw KernelUnsupported("scatter_max: rows too long");
+  if (spec.targets > kMaxScatterTargets || spec.per_row > kMaxScatterPerRow) throw KernelUnsupported("scatter_max: rows too long");
   isa::ProgramBuilder builder("scatter_max", config.generation);
   const uint32_t R = uint32_t(spec.rows), S = uint32_t(spec.targets), J = uint32_t(spec.per_row);
   uint32_t self = builder.hbm("self", spec.dtype, {R, S}, isa::AllocationRole::input);

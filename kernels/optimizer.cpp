@@ -48,11 +48,10 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   // Per column: p, g, m, v (m, v widened to fp32 by the load) and three fp32 work tiles.
   const int64_t per_column = io_depth * (dtype_size_bytes(spec.param_dtype) + dtype_size_bytes(spec.grad_dtype) + 2 * 4) +
                              work_depth * 3 * 4;
-  constexpr int64_t kMaxApDimSize = 65535;
   const int64_t max_cols = std::max<int64_t>(spec.elements / P, spec.elements % P);
   detail::align_sbuf_to_granule(ctx, "adamw_align");
   int64_t width = std::min({detail::kTargetDmaBytesPerPartition / 4, detail::sbuf_free_bytes(ctx) / per_column,
-                            kMaxApDimSize, std::max<int64_t>(1, max_cols)});
+                            isa::kMaxApDimSize, std::max<int64_t>(1, max_cols)});
   if (width < 1) throw KernelUnsupported("adamw: SBUF is full");
   // Enough tiles per core that the pipeline's fill and drain (about kAhead + kStages tiles' worth of
   // latency) stay small against the stream, but no narrower than kMinWidth columns, below which the

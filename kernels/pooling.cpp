@@ -23,8 +23,6 @@ enum class Mode { max_fwd, avg_fwd, max_bwd, avg_bwd };
 
 constexpr int kParts = 2;                  // part 0 on Vector, part 1 on GpSimd
 constexpr int64_t kMaxEngineFree = 32768;  // elements per partition of one compute instruction (limit 65536)
-constexpr int64_t kMaxStride = 32767;      // 16-bit access-pattern stride
-constexpr int64_t kMaxDim = 65535;         // 16-bit access-pattern size
 constexpr int64_t kMinBandOutputs = 2048;  // outputs per partition of a band: amortises the per-instruction overhead
 constexpr int64_t kGranuleBytes = 256;     // the dependency granule (see tile_pipeline.h)
 constexpr int64_t kLoadQueue = 0, kStoreQueue = 1;
@@ -228,10 +226,10 @@ void PoolBuilder::plan() {
   m_wo = s.out_w();
   m_hp = std::max(s.h + 2 * s.pad_h, rows_in(m_ho));
   m_wp = std::max(s.w + 2 * s.pad_w, (m_wo - 1) * s.stride_w + s.dilation_w * (s.kw - 1) + 1);
-  if (s.stride_h * m_wp > kMaxStride || s.stride_w > kMaxStride) {
+  if (s.stride_h * m_wp > isa::kMaxApDimStride || s.stride_w > isa::kMaxApDimStride) {
     throw KernelUnsupported("pooling: rows too wide for the access-pattern strides");
   }
-  if (m_wo > kMaxDim || m_wp > kMaxEngineFree) throw KernelUnsupported("pooling: rows too wide");
+  if (m_wo > isa::kMaxApDimSize || m_wp > kMaxEngineFree) throw KernelUnsupported("pooling: rows too wide");
   if (!is_max(m_mode)) {
     const bool full_h = (m_ho - 1) * s.stride_h - s.pad_h + s.kh <= s.h + s.pad_h;
     const bool full_w = (m_wo - 1) * s.stride_w - s.pad_w + s.kw <= s.w + s.pad_w;

@@ -23,7 +23,6 @@ using detail::sb_ap;
 namespace {
 
 constexpr int64_t kSpreadMaxRows = 64;  // below this many output rows a long row is spread over all partitions
-constexpr int64_t kMaxApSize = 65535;
 
 std::vector<int64_t> normalized_dims(const ReduceSpec& spec) {
   std::set<int64_t> dims;
@@ -66,7 +65,7 @@ struct Pass {
 };
 
 int64_t chunk_width(DType dtype) {
-  return std::min<int64_t>(detail::kTargetDmaBytesPerPartition / dtype_size_bytes(dtype), kMaxApSize);
+  return std::min<int64_t>(detail::kTargetDmaBytesPerPartition / dtype_size_bytes(dtype), isa::kMaxApDimSize);
 }
 
 void emit_reduce(const KernelContext& ctx, const isa::AccessPattern& dst, const isa::AccessPattern& data,

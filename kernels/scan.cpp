@@ -15,7 +15,6 @@ using detail::sb2;
 
 namespace {
 
-constexpr int64_t kMaxApSize = 65535;  // A-V2: uint16 size per access-pattern dim
 // Below this many rows, long rows are spread over all partitions (scan: rows of >= kSpreadScanMinCols
 // float elements; prod: of >= kSpreadMinCols): with few rows most partitions and DMA engines would
 // sit idle. Both bounds are schedule choices.
@@ -36,7 +35,7 @@ int64_t chunk_columns(const KernelContext& ctx, int64_t cols, DType input_dtype,
   constexpr int64_t kRoundingBytes = 16 * 256;  // granule_ring rounds each of <= 16 slots up to 256 bytes
   const int64_t fits = (detail::sbuf_free_bytes(ctx) - kRoundingBytes) / bytes_per_column;
   if (fits < 1) throw KernelUnsupported("scan: no SBUF left for the kernel's buffers");
-  return std::min({cols, target, fits, kMaxApSize});
+  return std::min({cols, target, fits, isa::kMaxApDimSize});
 }
 
 // A ring whose slots each cover whole 256-byte dependency granules (sizes rounded up), so that two
@@ -201,7 +200,7 @@ void build_scan(const KernelContext& ctx, const ScanSpec& spec, uint32_t x, uint
   const int64_t depth = detail::kRingDepth;
   const int64_t per_column =
       depth * (dtype_size_bytes(spec.input_dtype) + 4 + (cast ? dtype_size_bytes(spec.output_dtype) : 0));
-  const int64_t budget = chunk_columns(ctx, kMaxApSize, spec.input_dtype, per_column);  // elements per partition
+  const int64_t budget = chunk_columns(ctx, isa::kMaxApDimSize, spec.input_dtype, per_column);  // elements per partition
   const int64_t width = std::min(spec.cols, budget);
   const Range spread = spread_rows(spec, P);
   const std::vector<RowBlock> blocks =
@@ -297,13 +296,13 @@ void emit_product(const KernelContext& ctx, const isa::AccessPattern& partial, c
 // Rows on partitions, chunks of columns; the chunk partials multiplied once per row tile.
 void prod_rows(const KernelContext& ctx, const ProdSpec& spec, uint32_t x, uint32_t y) {
   const int64_t P = ctx.partitions();
-  const int64_t budget = chunk_columns(ctx, kMaxApSize, spec.input_dtype,
+  const int64_t budget = chunk_columns(ctx, isa::kMaxApDimSize, spec.input_dtype,
                                        detail::kRingDepth * dtype_size_bytes(spec.input_dtype));
   const int64_t width = std::min(spec.cols, budget), chunks = ceil_div(spec.cols, width);
   // Packed tiles reduce on the Vector engine alone (the Scalar accumulator gives one value per
   // partition), which bounds a bf16 product below the DMA rate; only rows short enough that their
   // DMAs would be overhead-bound are packed (the bound a schedule choice).
-  constexpr int64_t kPackMaxCols = 512;
+  constexpr int64_t kPackMaxCols = 512;  // schedule choice
   const std::vector<RowBlock> blocks =
       row_blocks(spec.rows, spec.cols, spec.cols <= kPackMaxCols ? budget : spec.cols, P);
   const int64_t packed = blocks.front().per_partition;  // the most rows per partition

@@ -15,7 +15,7 @@ using detail::sb_ap;
 
 namespace {
 constexpr int64_t kMax8 = 8;           // ISA: max8 returns 8 values per partition
-constexpr int64_t kMaxRowElements = 16384;  // a row tile in SBUF (fp32: 64 KiB per partition, two slots)
+constexpr int64_t kMaxRowElements = 16384;  // schedule choice: a row tile in SBUF (fp32: 64 KiB per partition, two slots)
 
 // Stores m sorted elements at their destination rows `dest` (one per partition): the values
 // (`per` words each) and their positions first .. first + m - 1 as int64 (position, 0) pairs, both

@@ -110,8 +110,8 @@ void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
 void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
   const AccessPattern& src = inst.tensor("src");
+  const bool add = inst.scalar("dst_rmw_op") == 1;
   for_each_indirect_row("scatter", "src", inst.tensor("indices"), src, dst, ctx, [&](uint32_t p, int64_t index) {
-    const bool add = inst.scalar("dst_rmw_op") == 1;
     AccessPattern from = src, to = dst;
     to.offset += index * dst.partition.stride;
     to.partition.size = 1;
