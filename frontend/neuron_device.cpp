@@ -81,7 +81,7 @@ std::shared_ptr<DeviceRuntime> device_runtime() {
 int safe_device_count() noexcept {
   try {
     return device_runtime()->device_info().device_count;
-  } catch (...) {
+  } catch (const std::exception&) {  // e.g. a $TRNSIM_CONFIG that does not load: the next call raises it
     return 0;
   }
 }

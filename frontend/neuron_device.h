@@ -1,6 +1,7 @@
-// The PyTorch device "neuron" seen from outside the torch translation unit: plain C++ only, so
-// the pybind11 bindings (module.cpp) compile without torch headers. The one TU that includes
-// ATen is neuron_device.cpp (allocator, device guard, hooks, native ops, CPU fallback).
+// The PyTorch device "neuron" seen from outside the torch translation units: plain C++ only, so
+// the pybind11 bindings (module.cpp) compile without torch headers. The torch side lives in
+// neuron_device.cpp (config, current device), device/ (memory, guard, native ops, fallback, random
+// ops) and lowering/ (the ops lowered to the kernel library).
 #pragma once
 
 #include <cstdint>

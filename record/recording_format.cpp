@@ -156,6 +156,11 @@ Launch parse_launch(const std::string& line, const std::string& origin, size_t n
     }
     launch.program_hashes = field<std::vector<std::string>>(j, "programs", origin, n);
     if (launch.program_hashes.empty()) fail(origin, n, "a kernel launch without programs");
+    for (const std::string& hash : launch.program_hashes) {
+      // A hash names a file under programs/: nothing else (no path) may stand there.
+      const bool hex = !hash.empty() && hash.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!hex) fail(origin, n, "program hash '" + hash + "' is not a lower-case hex digest");
+    }
     for (const Json& b : field<Json>(j, "bindings", origin, n)) {
       Binding binding;
       binding.allocation = field<std::string>(b, "allocation", origin, n);

@@ -36,7 +36,9 @@ Recording read_recording(const std::string& path) {
     if (recording.footer) throw std::runtime_error(manifest + ":" + std::to_string(number) + ": a line after the footer");
     const LineKind kind = line_kind(line, manifest, number);
     if (!have_header) {
-      if (kind != LineKind::header) throw std::runtime_error(manifest + ":1: the first line must be the header");
+      if (kind != LineKind::header) {
+        throw std::runtime_error(manifest + ":" + std::to_string(number) + ": the first line must be the header");
+      }
       recording.header = parse_header(line, manifest, number);
       have_header = true;
       continue;

@@ -25,12 +25,6 @@
 
 namespace trnsim::frontend {
 namespace {
-
-
-
-}  // namespace
-
-namespace {
 thread_local bool t_in_fallback = false;
 }  // namespace
 

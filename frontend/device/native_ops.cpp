@@ -28,6 +28,7 @@
 #include <stdexcept>
 
 #include "kernels/data_movement.h"
+#include "kernels/kernel_common.h"
 #include "kernels/elementwise.h"
 #include "kernels/spec_json.h"
 
@@ -66,14 +67,6 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
                                            c10::dtype_or_default(dtype));
 }
 
-OpRecord copy_record(const std::string& op, const at::Tensor& t) {
-  OpRecord r;
-  r.op = op;
-  r.shapes.push_back(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
-  r.dtype = c10::toString(t.scalar_type());
-  return r;
-}
-
 // A non-dense view (a slice, a strided window) made contiguous: one DMA pattern over the storage span
 // the view reaches, same dtype only.
 bool strided_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
@@ -93,12 +86,12 @@ bool strided_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   std::ostringstream key;
   key << "strided_copy|" << dims_key(src.sizes()) << dims_key(src.strides()) << "|" << span << "|"
       << dtype_name(*dt);
-  OpRecord record = copy_record("copy device->device", src);
+  OpRecord record = record_for("copy device->device", {src}, src.scalar_type());
   const HostBuffer source{"x", src.data_ptr(), static_cast<size_t>(span), *dt};
   try {
     execute_kernel(dst.device().index(), key.str(), kernels::invocation(kernels::strided_copy_program, spec), {source},
                    {buffer("y", dst)}, std::move(record));
-  } catch (const std::invalid_argument&) {
+  } catch (const kernels::KernelUnsupported&) {
     return false;
   }
   return true;
@@ -149,7 +142,7 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
   bool identity = true;
   for (size_t k = 0; k < perm.size(); ++k) identity = identity && perm[k] == int64_t(k);
   const int device = dst.device().index();
-  OpRecord record = copy_record("copy device->device", src);
+  OpRecord record = record_for("copy device->device", {src}, src.scalar_type());
   try {
     if (*src_dt != *dst_dt) {
       if (!identity) return false;
@@ -177,7 +170,7 @@ bool device_copy_kernel(const at::Tensor& src, const at::Tensor& dst) {
     execute_kernel(device, key.str(), kernels::invocation(kernels::permute_program, spec), {buffer("x", stored)},
                    {buffer("y", dst)}, std::move(record));
     return true;
-  } catch (const std::invalid_argument&) {
+  } catch (const kernels::KernelUnsupported&) {
     return false;
   }
 }
@@ -199,7 +192,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   if (from_device != to_device && self.nbytes() > 0 && !in_fallback()) {
     const at::Tensor& device_side = to_device ? dst : self;
     record_host_transfer(device_side.device().index(), device_side.nbytes(),
-                         copy_record(to_device ? "copy host->device" : "copy device->host", device_side));
+                         record_for(to_device ? "copy host->device" : "copy device->host", {device_side}, device_side.scalar_type()));
   }
   return dst;
 }
@@ -236,7 +229,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(host_alias(self)); }
 
-// Memory initialisation (a DMA memset on the device), like the copies; timing lands with slice 2.
+// Memory initialisation on the host (device memory is host memory); not timed.
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() > 0) host_alias(self).fill_(value);
   return self;
@@ -321,7 +314,7 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 bool integer_to_float_kernel(const at::Tensor& src, const at::Tensor& dst) {
   if (src.numel() == 0 || !dst.is_contiguous()) return false;
   const bool wide = c10::elementSize(src.scalar_type()) >= 4;
-  if (wide && host_alias(src).abs().max().item<double>() > kExactIntegerBound) return false;
+  if (wide && host_max_abs(src) > kExactIntegerBound) return false;
   const at::Tensor stored = kernel_input(src);
   const DType in_dt = *elementwise_dtype(src.scalar_type());
   kernels::UnarySpec spec;
@@ -329,7 +322,7 @@ bool integer_to_float_kernel(const at::Tensor& src, const at::Tensor& dst) {
   spec.op = UnaryOp::copy;
   spec.input_dtype = in_dt;
   spec.output_dtype = *sim_dtype(dst.scalar_type());
-  OpRecord record = copy_record("cast", src);
+  OpRecord record = record_for("cast", {src}, src.scalar_type());
   try {
     execute_kernel(dst.device().index(),
                    "cast|" + std::to_string(src.numel()) + "|" + std::string(dtype_name(in_dt)) + ">" +
@@ -337,7 +330,7 @@ bool integer_to_float_kernel(const at::Tensor& src, const at::Tensor& dst) {
                    kernels::invocation(kernels::unary_program, spec),
                    {HostBuffer{"x", stored.data_ptr(), size_t(src.numel()), in_dt}}, {buffer("y", dst)},
                    std::move(record));
-  } catch (const std::invalid_argument&) {
+  } catch (const kernels::KernelUnsupported&) {
     return false;
   }
   return true;

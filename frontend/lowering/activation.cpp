@@ -119,7 +119,6 @@ enum class HardActivation { sigmoid, swish };
 struct ElementwiseSteps {
   const std::string& op;
   at::ScalarType dtype;
-  static at::Tensor imm(double v) { return at::scalar_tensor(v, at::kDouble); }
   at::Tensor bin(const at::Tensor& a, const at::Tensor& b, BinaryOp k, bool compare = false) const {
     std::optional<at::Tensor> r = lower_binary(op, a, b, k, compare, /*round_immediate=*/false);
     if (!r) throw kernels::KernelUnsupported(op + ": an element-wise step has no kernel");
@@ -137,9 +136,9 @@ std::optional<at::Tensor> lower_hard(const std::string& op, LoweringArgs args, H
   const at::Tensor& x = args[0].toTensor();
   if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return std::nullopt;
   const ElementwiseSteps s{op, x.scalar_type()};
-  at::Tensor t = s.bin(s.bin(s.bin(x, s.imm(3.0), BinaryOp::add), s.imm(0.0), BinaryOp::maximum), s.imm(6.0), BinaryOp::minimum);
+  at::Tensor t = s.bin(s.bin(s.bin(x, scalar_operand(3.0), BinaryOp::add), scalar_operand(0.0), BinaryOp::maximum), scalar_operand(6.0), BinaryOp::minimum);
   if (which == HardActivation::swish) t = s.bin(x, t, BinaryOp::multiply);
-  return s.bin(t, s.imm(6.0), BinaryOp::divide);
+  return s.bin(t, scalar_operand(6.0), BinaryOp::divide);
 }
 
 std::optional<at::Tensor> lower_hard_backward(const std::string& op, LoweringArgs args, HardActivation which) {
@@ -149,14 +148,14 @@ std::optional<at::Tensor> lower_hard_backward(const std::string& op, LoweringArg
   if (!on_neuron(grad) || grad.scalar_type() != x.scalar_type() || grad.sizes() != x.sizes()) return std::nullopt;
   const ElementwiseSteps s{op, x.scalar_type()};
   if (which == HardActivation::sigmoid) {  // grad / 6 where -3 < x < 3, else 0
-    const at::Tensor inside = s.bin(s.bin(x, s.imm(-3.0), BinaryOp::greater, true), s.bin(x, s.imm(3.0), BinaryOp::less, true),
+    const at::Tensor inside = s.bin(s.bin(x, scalar_operand(-3.0), BinaryOp::greater, true), s.bin(x, scalar_operand(3.0), BinaryOp::less, true),
                                     BinaryOp::minimum);
-    return s.where(inside, s.bin(grad, s.imm(6.0), BinaryOp::divide), std::nullopt, std::nullopt, 0.0);
+    return s.where(inside, s.bin(grad, scalar_operand(6.0), BinaryOp::divide), std::nullopt, std::nullopt, 0.0);
   }
   // hardswish_backward: 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
-  const at::Tensor slope = s.bin(grad, s.bin(s.bin(x, s.imm(3.0), BinaryOp::divide), s.imm(0.5), BinaryOp::add), BinaryOp::multiply);
-  const at::Tensor upper = s.where(s.bin(x, s.imm(3.0), BinaryOp::less_equal, true), slope, std::nullopt, grad, std::nullopt);
-  return s.where(s.bin(x, s.imm(-3.0), BinaryOp::less, true), std::nullopt, 0.0, upper, std::nullopt);
+  const at::Tensor slope = s.bin(grad, s.bin(s.bin(x, scalar_operand(3.0), BinaryOp::divide), scalar_operand(0.5), BinaryOp::add), BinaryOp::multiply);
+  const at::Tensor upper = s.where(s.bin(x, scalar_operand(3.0), BinaryOp::less_equal, true), slope, std::nullopt, grad, std::nullopt);
+  return s.where(s.bin(x, scalar_operand(-3.0), BinaryOp::less, true), std::nullopt, 0.0, upper, std::nullopt);
 }
 
 // softplus: x > threshold / beta ? x : log(1 + exp(beta x)) / beta, in fp32 as torch's opmath.

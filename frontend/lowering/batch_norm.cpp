@@ -1,4 +1,4 @@
-// Batch norm and group norm, composed of device kernels (listed with the norm family, norm.cpp).
+// Batch norm and group norm, composed of device kernels.
 #include <ATen/ATen.h>
 
 #include <cmath>

@@ -97,8 +97,8 @@ std::optional<at::Tensor> lower_conv_forward(c10::ArrayRef<c10::IValue> a) {
   return unbatched ? y.squeeze(0) : y;
 }
 
-void decline_convolution(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  neuron_fallback(convolution_handle(), stack);
+void decline_convolution(const c10::OperatorHandle&, torch::jit::Stack* stack, const std::string& reason) {
+  neuron_fallback(convolution_handle(), stack, reason);
 }
 
 // (grad_input, grad_weight, grad_bias); the kernel computes grad_input and grad_weight together,
@@ -136,7 +136,7 @@ std::optional<std::vector<at::Tensor>> lower_conv_backward(c10::ArrayRef<c10::IV
   return std::vector<at::Tensor>{dx, dw, db};
 }
 
-void decline_convolution_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void decline_convolution_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   {
     // convolution_backward takes bias_sizes (the grad_bias shape) after weight.
     const size_t n = op.schema().arguments().size();
@@ -151,7 +151,7 @@ void decline_convolution_backward(const c10::OperatorHandle& op, torch::jit::Sta
       if (i == 3) torch::jit::push(*stack, bias_sizes);
       torch::jit::push(*stack, std::move(args[i]));
     }
-    neuron_fallback(convolution_backward_handle(), stack);
+    neuron_fallback(convolution_backward_handle(), stack, reason);
   }
 }
 

@@ -26,8 +26,9 @@ namespace trnsim::frontend {
 using LoweringArgs = c10::ArrayRef<c10::IValue>;
 using LoweredResults = std::optional<std::vector<c10::IValue>>;
 using LowerFn = std::function<LoweredResults(const std::string& op, LoweringArgs args)>;
-// Where a call the row declines goes; empty: the counted CPU fallback of the op itself.
-using DeclinedFn = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Where a call the row declines goes (`reason`: the kernel's, when a builder declined); empty: the
+// counted CPU fallback of the op itself.
+using DeclinedFn = void (*)(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason);
 
 struct Lowering {
   std::string op;                      // "add.Tensor": also the label of the op's records and cache keys
@@ -67,6 +68,7 @@ std::vector<Lowering> activation_lowerings();
 std::vector<Lowering> arithmetic_lowerings();
 std::vector<Lowering> reduction_lowerings();
 std::vector<Lowering> norm_lowerings();
+std::vector<Lowering> batch_norm_lowerings();
 std::vector<Lowering> loss_lowerings();
 std::vector<Lowering> data_movement_lowerings();
 std::vector<Lowering> attention_lowerings();

@@ -1,6 +1,5 @@
 // Normalization lowerings: softmax / log_softmax and their backward, layer norm and RMS norm
-// forward and backward on the kernels of kernels/normalization.h; batch and group norm composed of
-// device kernels (batch_norm.cpp).
+// forward and backward on the kernels of kernels/normalization.h (batch and group norm: batch_norm.cpp).
 #include <ATen/ATen.h>
 
 #include <limits>
@@ -15,9 +14,6 @@
 #include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
-
-// Batch norm's rows (batch_norm.cpp), listed with this family.
-std::vector<Lowering> batch_norm_lowerings();
 
 namespace {
 
@@ -243,7 +239,7 @@ std::vector<Lowering> norm_lowerings() {
   auto softmax_backward = [](bool log) {
     return [log](const std::string& op, LoweringArgs a) { return lower_softmax_backward_row(op, a, log); };
   };
-  std::vector<Lowering> rows = {
+  return {
       row("_softmax", softmax(false), {"_softmax.out"}),
       row("_log_softmax", softmax(true), {"_log_softmax.out"}),
       row("_softmax_backward_data", softmax_backward(false), {"_softmax_backward_data.out"}),
@@ -253,9 +249,6 @@ std::vector<Lowering> norm_lowerings() {
       row("native_layer_norm_backward", lower_layer_norm_backward),
       row("_fused_rms_norm_backward", lower_rms_norm_backward),
   };
-  std::vector<Lowering> batch = batch_norm_lowerings();
-  rows.insert(rows.end(), batch.begin(), batch.end());
-  return rows;
 }
 
 }  // namespace trnsim::frontend

@@ -142,7 +142,6 @@ void finish(ForeachCall& call, size_t i, const at::Tensor& result) {
   ++call.done;
 }
 
-double scalar_of_tensor(const at::Tensor& t) { return t.item().toDouble(); }
 
 // What a foreach row computes: the op family, the form of its second operand, in place or not, and
 // the kernels of the element-wise families.
@@ -211,7 +210,7 @@ bool lower_foreach(const ForeachOp& f, c10::ArrayRef<c10::IValue> a, ForeachCall
         const at::Tensor& t = a[1].toTensor();
         if (t.numel() != 1 || !(at::isFloatingType(t.scalar_type()) || at::isIntegralType(t.scalar_type(), true)))
           return false;
-        scalars.assign(count, scalar_of_tensor(t) * alpha);
+        scalars.assign(count, host_scalar(t).toDouble() * alpha);
       } else {
         return false;
       }
@@ -346,7 +345,7 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
   double lr = 0;
   if (a[6].isTensor()) {
     if (a[6].toTensor().numel() != 1) return false;
-    lr = scalar_of_tensor(a[6].toTensor());
+    lr = host_scalar(a[6].toTensor()).toDouble();
   } else {
     lr = a[6].toDouble();
   }
@@ -371,7 +370,7 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
     }
     if (m[i].scalar_type() != v[i].scalar_type()) return false;
     if (steps[i].numel() != 1) return false;
-    const double step = scalar_of_tensor(steps[i]);
+    const double step = host_scalar(steps[i]).toDouble();
     if (step < 1 || step != std::floor(step)) return false;
     step_values.push_back(static_cast<int64_t>(step));
   }

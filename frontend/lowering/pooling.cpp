@@ -77,7 +77,7 @@ std::optional<std::pair<int64_t, int64_t>> pair_of(const c10::IValue& v, std::op
 }
 
 // The kernel's spec, or nullopt (unsupported) for these arguments; validate_pool's rejections throw
-// std::invalid_argument, which the callers send to the fallback too.
+// kernels::KernelUnsupported, which the registry sends to the fallback too.
 std::optional<kernels::PoolSpec> spec_of(const at::Tensor& self, const c10::IValue& kernel, const c10::IValue& stride,
                                          const c10::IValue& padding, const c10::IValue* dilation, bool ceil_mode,
                                          bool max) {
@@ -97,7 +97,7 @@ std::optional<kernels::PoolSpec> spec_of(const at::Tensor& self, const c10::IVal
   std::tie(spec.dilation_h, spec.dilation_w) = *d;
   spec.ceil_mode = ceil_mode;
   spec.dtype = *dt;
-  kernels::validate_pool(spec, max);  // throws std::invalid_argument
+  kernels::validate_pool(spec, max);  // throws kernels::KernelUnsupported
   return spec;
 }
 
@@ -149,7 +149,7 @@ std::optional<at::Tensor> max_backward(c10::ArrayRef<c10::IValue> a) {
   if (!matches(grad_output, *spec, unbatched, self.scalar_type()) || !matches(indices, *spec, unbatched, at::kLong)) {
     return std::nullopt;
   }
-  // A plane whose backward does not fit SBUF is rejected when the program is built (std::invalid_argument):
+  // A plane whose backward does not fit SBUF is rejected when the program is built (kernels::KernelUnsupported):
   // nothing the caller sees has been written by then.
   const kernels::PoolSpec s = *spec;
   c10::DeviceGuard guard(self.device());

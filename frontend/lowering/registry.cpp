@@ -60,7 +60,7 @@ class LoweredKernel final : public c10::OperatorKernel {
 
  private:
   void decline(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) const {
-    if (row_->declined) row_->declined(op, stack);
+    if (row_->declined) row_->declined(op, stack, reason);
     else neuron_fallback(op, stack, reason);
   }
 
@@ -90,6 +90,7 @@ const std::vector<Lowering>& lowering_table() {
     add_family(t, "arithmetic", arithmetic_lowerings());
     add_family(t, "reduction", reduction_lowerings());
     add_family(t, "norm", norm_lowerings());
+    add_family(t, "batch_norm", batch_norm_lowerings());
     add_family(t, "loss", loss_lowerings());
     add_family(t, "data_movement", data_movement_lowerings());
     add_family(t, "attention", attention_lowerings(), Operands::may_be_on_host);

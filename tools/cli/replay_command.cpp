@@ -19,7 +19,6 @@ struct ReplayCommandOptions {
   std::string recording;
   std::string config;  // empty: the recording's own
   std::vector<std::string> overrides;
-  bool timing_only = false;  // always so; accepted as the explicit form
   bool rebuild = false;      // build the kernels again for the target from their invocations
   bool diff = false;
   bool force = false;
@@ -130,7 +129,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--set", o->overrides,
                   "Override a config value, e.g. core.sbuf.bytes_per_partition=458752 (repeatable; on top of the "
                   "recording's own config when --config is not given)");
-  cmd->add_flag("--timing-only", o->timing_only, "Timing only (always so: values are not recorded); the explicit form");
+  cmd->add_flag("--timing-only", "Timing only (always so: values are not recorded); the explicit form");
   cmd->add_flag("--rebuild", o->rebuild,
                 "Build every kernel launch that carries its kernel invocation again for the target config (its LNC, "
                 "SBUF, ...) and simulate the new programs; launches without one are re-timed as recorded (counted). "

@@ -6,7 +6,7 @@
         [--set KEY=VALUE]... [--rebuild] --csv OUT.csv [--png OUT.png] [--jobs N]
         [--ray-address ADDR] [--trnsim PATH] [--force]
 
-REC is a recording (a `*.trnrec` directory, or an archive file) that `trnsim.record` wrote. The
+REC is a recording (a `*.trnrec` directory) that `trnsim.record` wrote. The
 points are every --config (one flag may list several, so a shell glob works) times the Cartesian
 product of the --grid values: configs outermost, then the grids in the order given, the first
 slowest. Each point runs `trnsim replay REC --config C --set ... --timing-only --json F` once on Ray;
@@ -88,7 +88,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(usage=usage, description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recording", metavar="REC", nargs="?", help="a recording: *.trnrec directory or archive")
+    parser.add_argument("recording", metavar="REC", nargs="?", help="a recording: a *.trnrec directory")
     parser.add_argument("--config", action="extend", nargs="+", required=True, metavar="C",
                         help="configs (names or files); repeatable, and one flag may list several")
     parser.add_argument("--grid", action="append", type=grid_axis, default=[], metavar="KEY=V1,V2",
@@ -225,6 +225,8 @@ def main(argv=None):
     recording = pathlib.Path(args.recording)
     if not recording.exists():
         sys.exit(f"error: recording {recording} does not exist")
+    if not (recording / "manifest.jsonl").is_file():
+        sys.exit(f"error: {recording} is not a recording (a *.trnrec directory with a manifest.jsonl)")
     csv_path, png_path = check_outputs(args)
 
     validate_points(trnsim, args.config, args.set, args.grid)
@@ -237,7 +239,7 @@ def main(argv=None):
     try:
         with fanout.FanOut(jobs=args.jobs, address=fanout.ray_address(args.ray_address)) as fan:
             exe = fan.file(trnsim, executable=True)
-            rec = fan.tree(recording) if recording.is_dir() else fan.file(recording)
+            rec = fan.tree(recording)
             shipped = {c: fan.text("config.yaml", text, shown=c) for c, text in configs.items()}
             tasks = [fanout.Task([exe, "replay", rec, "--config", shipped[config], *set_flags(args.set + point),
                                   "--timing-only", *(["--rebuild"] if args.rebuild else []), "--json", JSON_NAME],
