@@ -8,15 +8,17 @@ import trnsim
 def test_memory_of_live_tensors_survives_set_config():
     trnsim.set_config("trn2")
     before = trnsim._C.memory_stats(0)["allocated_bytes"]
-    x = torch.empty(1024, 1024, device="neuron")  # 4 MiB
-    assert trnsim._C.memory_stats(0)["allocated_bytes"] == before + 4 * 2**20
-    trnsim.set_config("trn3")
-    stats = trnsim._C.memory_stats(0)
-    assert stats["allocated_bytes"] == before + 4 * 2**20
-    assert stats["capacity_bytes"] == trnsim.config()["hbm_bytes_per_device"]
-    del x
-    assert trnsim._C.memory_stats(0)["allocated_bytes"] == before
-    trnsim.set_config("trn2")
+    try:
+        x = torch.empty(1024, 1024, device="neuron")  # 4 MiB
+        assert trnsim._C.memory_stats(0)["allocated_bytes"] == before + 4 * 2**20
+        trnsim.set_config("trn3")
+        stats = trnsim._C.memory_stats(0)
+        assert stats["allocated_bytes"] == before + 4 * 2**20
+        assert stats["capacity_bytes"] == trnsim.config()["hbm_bytes_per_device"]
+        del x
+        assert trnsim._C.memory_stats(0)["allocated_bytes"] == before
+    finally:
+        trnsim.set_config("trn2")
 
 
 def test_fallback_mode_and_counts_carry_over():
@@ -39,11 +41,13 @@ def test_fallback_mode_and_counts_carry_over():
 
 def test_clock_carries_over_and_the_config_is_the_new_one():
     trnsim.set_config("trn2")
-    x = torch.randn(256, 256, device="neuron")
-    (x @ x).cpu()
-    t = trnsim.simulated_ns()
-    assert t > 0
-    trnsim.set_config("trn3")
-    assert trnsim.simulated_ns() == t
-    assert trnsim.config()["name"] == "trn3"
-    trnsim.set_config("trn2")
+    try:
+        x = torch.randn(256, 256, device="neuron")
+        (x @ x).cpu()
+        t = trnsim.simulated_ns()
+        assert t > 0
+        trnsim.set_config("trn3")
+        assert trnsim.simulated_ns() == t
+        assert trnsim.config()["name"] == "trn3"
+    finally:
+        trnsim.set_config("trn2")

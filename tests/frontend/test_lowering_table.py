@@ -16,8 +16,8 @@ def test_rows_are_unique_aten_ops_registered_on_the_device():
     assert len(names) == len(set(names)), "an op is in two rows"
     for name in names:
         base, _, overload = name.partition(".")
-        schema = torch._C._get_schema("aten::" + base, overload)
-        assert schema is not None
+        schema = torch._C._get_schema("aten::" + base, overload)  # raises for a name ATen lacks
+        assert (schema.name, schema.overload_name) == ("aten::" + base, overload)
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1"), name
     families = {r["family"] for r in rows}
     assert {"matmul", "elementwise", "reduction", "norm", "attention", "conv", "optimizer", "index"} <= families

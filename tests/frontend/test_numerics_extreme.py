@@ -19,6 +19,17 @@ import trnsim  # noqa: F401  (registers the device)
 TOL = {torch.float32: dict(atol=1e-3, rtol=1e-3), torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2)}
 
 
+@pytest.fixture(autouse=True)
+def lowered_only():
+    """Every device op of these tests runs on its kernel: a fallback would compare the CPU with itself."""
+    trnsim.set_fallback_mode("allow")
+    trnsim.reset_fallback_report()
+    yield
+    report = trnsim.fallback_report()
+    trnsim.set_fallback_mode("warn")
+    assert not report, f"ops fell back to the CPU: {report}"
+
+
 def close(dev, ref, dtype=torch.float32):
     """Device values within the dtype's tolerance of the reference, NaN exactly where the reference has it."""
     dev = dev.detach().cpu().float()

@@ -135,6 +135,7 @@ def test_opinfo_results_have_the_meta_layout(name, dtype):
         except Exception:  # noqa: BLE001 - no meta function, or a sample the CPU rejects
             continue
         got = op(move(sample.input, "neuron"), *move(sample.args, "neuron"), **move(sample.kwargs, "neuron"))
+        assert len(tensors_of(got)) == len(tensors_of(meta)), f"{name}: {len(tensors_of(got))} results vs meta's {len(tensors_of(meta))}"
         for m, g in zip(tensors_of(meta), tensors_of(got)):
             assert (g.dtype, g.shape) == (m.dtype, m.shape), f"{name}: {g.dtype} {g.shape} vs meta {m.dtype} {m.shape}"
             assert significant_strides(g) == significant_strides(m), \

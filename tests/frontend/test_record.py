@@ -64,8 +64,9 @@ def test_layout_header_launches_footer_and_programs_once(recorded):
     info = trnsim.config()
     assert header["config"] == {"name": "trn2", "name_or_path": "trn2", "source": info["source_file"],
                                 "overrides": [], "hash": info["hash"]}
-    assert footer == {"end": {"complete": True, "launches": len(launches), "host_s": footer["end"]["host_s"],
-                              "error": ""}}
+    host_s = footer["end"].pop("host_s")
+    assert 0 < host_s < 60
+    assert footer == {"end": {"complete": True, "launches": len(launches), "error": ""}}
     # One launch per op the device ran, in order, with the op log's metadata and times.
     assert [(l["index"], l["op"], l["kind"], l["ns"], l["start_ns"]) for l in launches] == \
         [(i, r["op"], r["kind"], r["ns"], r["start_ns"]) for i, r in enumerate(log)]

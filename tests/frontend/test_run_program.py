@@ -128,3 +128,14 @@ def test_illegal_program_names_instruction_and_rule():
 def test_missing_config():
     with pytest.raises(trnsim.ConfigError, match="no-such-config"):
         trnsim.run_program(SOFTMAX, timing_only=True, config="no-such-config")
+
+
+@pytest.mark.parametrize("program", [SOFTMAX, MATMUL_TILED])
+def test_same_time_as_trnsim_run(program, run_trnsim, tmp_path):
+    stats_path = tmp_path / "stats.json"
+    proc = run_trnsim("run", program, "--timing-only", "--stats", stats_path)
+    assert proc.returncode == 0, proc.stderr
+    cli = json.loads(stats_path.read_text())
+    result = trnsim.run_program(program, timing_only=True)
+    assert result.latency_ns == cli["total_ns"]
+    assert result.stats["engines"] == cli["engines"]

@@ -34,11 +34,7 @@ struct TempDir : testing_support::TempDir {
   TempDir() : testing_support::TempDir("trnsim-rebuild-") {}
 };
 
-std::vector<const isa::Program*> raw(const kernels::ProgramParts& parts) {
-  std::vector<const isa::Program*> out;
-  for (const auto& p : parts) out.push_back(p.get());
-  return out;
-}
+using testing_support::raw;
 
 kernels::KernelInvocation matmul_invocation() {
   kernels::MatmulSpec mm;

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
 #include "config/config_loader.h"
+#include "isa/program.h"
 
 namespace trnsim::record::testing_support {
 
@@ -32,6 +35,13 @@ class TempDir {
 inline const LoadedConfig& trn2() {
   static const LoadedConfig config = load_config("trn2");
   return config;
+}
+
+// Per-core programs as the raw pointers sim::simulate takes.
+inline std::vector<const isa::Program*> raw(const std::vector<std::shared_ptr<const isa::Program>>& parts) {
+  std::vector<const isa::Program*> out;
+  for (const auto& p : parts) out.push_back(p.get());
+  return out;
 }
 
 }  // namespace trnsim::record::testing_support

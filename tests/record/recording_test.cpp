@@ -48,11 +48,7 @@ std::vector<std::shared_ptr<const isa::Program>> build(const MakeProgram& make, 
   return parts;
 }
 
-std::vector<const isa::Program*> raw(const std::vector<std::shared_ptr<const isa::Program>>& parts) {
-  std::vector<const isa::Program*> out;
-  for (const auto& p : parts) out.push_back(p.get());
-  return out;
-}
+using testing_support::raw;
 
 // Everything of a program the timing model or the interpreter reads (source lines excepted).
 void expect_same_program(const isa::Program& a, const isa::Program& b, const std::string& what) {
