@@ -45,8 +45,9 @@ class BuildWithCMake(build_py):
         super().run()  # the sources of frontend/python/trnsim, so setuptools records them
         target = pathlib.Path(self.build_lib) / "trnsim"
         target.mkdir(parents=True, exist_ok=True)
-        for path in sorted(built.glob("*.py")) + native:
-            shutil.copy2(path, target / path.name)
+        for path in sorted(built.rglob("*.py")) + native:
+            (target / path.relative_to(built)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / path.relative_to(built))
         # The shipped hardware configs travel with the package (trnsim/__init__.py puts them on
         # TRNSIM_CONFIG_PATH), so an installed wheel does not need this source tree.
         shutil.copytree(ROOT / "configs", target / "configs", dirs_exist_ok=True)
@@ -59,8 +60,8 @@ class BinaryDistribution(Distribution):
 
 
 setup(
-    packages=["trnsim"],
-    package_dir={"trnsim": "frontend/python/trnsim"},
+    packages=["trnsim", "trnsim.nki"],
+    package_dir={"trnsim": "frontend/python/trnsim", "trnsim.nki": "frontend/python/trnsim/nki"},
     cmdclass={"build_py": BuildWithCMake},
     distclass=BinaryDistribution,
     # Keep setuptools' scratch out of the source root and away from CMake's build/ layout.

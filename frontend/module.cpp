@@ -6,9 +6,12 @@
 #include <fstream>
 #include <set>
 
+#include "config/config_loader.h"
+#include "config/config_printer.h"
 #include "config/config_tree.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/neuron_device.h"
+#include "isa/instruction.h"
 #include "isa/isa_error.h"
 #include "isa/text_form.h"
 #include "sim/program_run.h"
@@ -149,6 +152,47 @@ PYBIND11_MODULE(_C, m) {
         "Run a .tasm program (text, or a path when is_path) on a config with HBM inputs "
         "[(name, npy descr, shape, bytes)]; see trnsim.run_program.");
 
+  m.def("config_leaves", [](const std::string& config, const std::vector<std::string>& overrides) {
+    // Every leaf of a config as canonical text ("core.sbuf.bytes_per_partition" -> "196608"), for
+    // front-ends that size their work by the hardware (the NKI tracer's nl.tile_size, allocator).
+    trnsim::LoadedConfig loaded = trnsim::load_config(config, overrides);
+    py::dict d;
+    for (const trnsim::ConfigLeaf& leaf : trnsim::flatten_config(loaded.hardware)) d[py::str(leaf.path)] = leaf.value;
+    d["name"] = loaded.hardware.name;
+    d["hash"] = loaded.hash;
+    return d;
+  }, py::arg("config"), py::arg("overrides") = std::vector<std::string>{});
+  m.def("instruction_specs", [] {
+    // The ISA table (isa/instructions.def) as data: front-ends that emit .tasm (trnsim.nki) build
+    // their per-instruction calls from it rather than keeping a second list.
+    namespace isa = trnsim::isa;
+    static const char* kind_names[] = {"out", "in", "inout", "in|f32", "f32", "i64", "bool", "alu", "act", "enum",
+                                       "ints", "pairs"};
+    py::list out;
+    for (const isa::InstructionSpec& spec : isa::all_instruction_specs()) {
+      py::dict d;
+      d["name"] = spec.name;
+      py::list engines;
+      for (const isa::EngineAvailability& e : spec.engines) {
+        engines.append(py::make_tuple(std::string(trnsim::enum_name(e.engine)), std::string(trnsim::enum_name(e.since))));
+      }
+      d["engines"] = engines;
+      py::list operands;
+      for (const isa::OperandSpec& o : spec.operands) {
+        py::dict od;
+        od["name"] = o.name;
+        od["kind"] = kind_names[static_cast<int>(o.kind)];
+        od["optional"] = o.optional;
+        od["default"] = o.has_default ? py::object(py::str(o.default_text)) : py::object(py::none());
+        od["values"] = o.enum_values;
+        operands.append(od);
+      }
+      d["operands"] = operands;
+      d["doc"] = spec.doc;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("set_config", &fe::set_config, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
         "Load the hardware config the device simulates (a name such as 'trn2' or a path) with 'a.b=v' overrides.");
   m.def("config_info", [] {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string>
+#include <unordered_map>
 
 #include "config/config_tree.h"
 #include "isa/builder.h"
@@ -247,6 +249,7 @@ class TasmParser {
 
  private:
   Program& program() { return m_builder.mutable_program(); }
+  std::unordered_map<std::string, uint32_t> m_allocation_index;  // name -> index in allocations
 
   void parse_line(Cursor& c, uint32_t line_number) {
     size_t word_pos = c.pos();
@@ -293,10 +296,10 @@ class TasmParser {
     c.skip_ws();
     size_t name_pos = c.pos();
     a.name = std::string(c.identifier("a tensor name"));
-    int existing = program().find_allocation(a.name);
-    if (existing >= 0) {
+    auto existing = m_allocation_index.find(a.name);
+    if (existing != m_allocation_index.end()) {
       c.fail_at(name_pos, "tensor '" + a.name + "' is already declared on line " +
-                              std::to_string(program().allocations[existing].declared_line));
+                              std::to_string(program().allocations[existing->second].declared_line));
     }
     std::string name_error = allocation_name_error(a.name);
     if (!name_error.empty()) c.fail_at(name_pos, name_error + " and cannot name a tensor");
@@ -340,14 +343,19 @@ class TasmParser {
       }
       c.expect_end("the role");
     }
+    const std::string name = a.name;
     if (placed || a.space == MemorySpace::hbm || a.role != AllocationRole::internal) {
-      m_builder.place(std::move(a));
+      // Name and shape are checked above, so the allocation goes in directly: the builder's own
+      // duplicate check is a linear scan, quadratic over the tens of thousands of tiles a traced
+      // NKI kernel declares.
+      program().allocations.push_back(std::move(a));
     } else if (a.space == MemorySpace::sbuf) {
       m_builder.sbuf(a.name, a.dtype, a.shape);
     } else {
       m_builder.psum(a.name, a.dtype, a.shape);
     }
     program().allocations.back().declared_line = line_number;
+    m_allocation_index.emplace(name, uint32_t(program().allocations.size() - 1));
   }
 
   void parse_instruction(Cursor& c, const std::string& word, size_t word_pos, uint32_t line_number) {
@@ -434,7 +442,8 @@ class TasmParser {
   AccessPattern parse_tensor(Cursor& c) {
     size_t name_pos = c.pos();
     std::string name(c.identifier("a tensor name"));
-    int allocation = program().find_allocation(name);
+    auto found = m_allocation_index.find(name);
+    int allocation = found == m_allocation_index.end() ? -1 : int(found->second);
     if (allocation < 0) {
       std::vector<std::string> names;
       for (const Allocation& a : program().allocations) names.push_back(a.name);

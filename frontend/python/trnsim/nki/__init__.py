@@ -1,0 +1,165 @@
+"""trnsim's NKI front-end: unmodified NKI kernels (``import nki`` / ``from neuronxcc import nki``) run
+on the simulator, with values and a timeline.
+
+Opt in, never implicitly (a real Neuron install is never shadowed):
+- ``python -m trnsim.nki script.py [args]`` runs a script with ``nki`` / ``neuronxcc.nki`` served by trnsim;
+- ``pytest -p trnsim.nki`` does the same for a test session;
+- ``trnsim.nki.install()`` in a program (``force=True`` to override a real install).
+
+A kernel is ordinary Python traced once per argument shapes/dtypes into trnsim's ISA (one NKI
+``nki.isa`` call = one instruction) and run on the configured hardware (``NEURON_PLATFORM_TARGET_OVERRIDE``
+= trn1 / trn2 / trn3, else ``trnsim.nki.set_target`` or the device config). Every call leaves
+``kernel.last_latency_ns`` and ``kernel.last_summary`` (per-engine busy time, MFU / HFU / MBU).
+"""
+import functools
+import os
+
+from . import isa, language
+from ._core import KernelError
+from ._runtime import Kernel, RunSummary, set_target
+
+__all__ = ["jit", "simulate", "simulate_kernel", "benchmark", "baremetal", "profile", "install", "uninstall",
+           "language", "isa", "KernelError", "Kernel", "set_target", "missing_api"]
+
+
+def jit(fn=None, mode=None, platform_target=None, **options):
+    """``@nki.jit`` / ``@nki.jit(mode=..., platform_target=...)``: a kernel called with NumPy arrays
+    or torch tensors returns results of the same kind."""
+    if fn is None:
+        return lambda f: jit(f, mode=mode, platform_target=platform_target, **options)
+    if isinstance(fn, Kernel):
+        return fn
+    kernel = Kernel(fn, mode=mode, platform_target=platform_target, **options)
+    functools.update_wrapper(kernel, fn, updated=())
+    return kernel
+
+
+def _as_kernel(kernel):
+    if isinstance(kernel, _GridHandle):
+        return kernel
+    return kernel if isinstance(kernel, Kernel) else jit(kernel)
+
+
+class _GridHandle:
+    pass
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*args)``: runs with values (NumPy in, NumPy out); also ``kernel[2]``."""
+    if hasattr(kernel, "kernel") and hasattr(kernel, "grid"):
+        grid_call = kernel
+
+        def run_grid(*args, **kwargs):
+            return grid_call.kernel.run(_numpy_args(args), kwargs, grid=grid_call.grid)
+        return run_grid
+    k = _as_kernel(kernel)
+
+    def run(*args, **kwargs):
+        return k.run(_numpy_args(args), kwargs)
+    return run
+
+
+def _numpy_args(args):
+    return args
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """Beta 1: runs the kernel on NumPy arrays and returns its result."""
+    return _as_kernel(kernel).run(args, kwargs)
+
+
+class _Latency:
+    """``benchmark_result.nc_latency``: the simulation is deterministic, so every iteration has the
+    same latency and every percentile is it (in microseconds, as NKI reports)."""
+
+    def __init__(self, latency_ns, iters):
+        self._us = latency_ns / 1e3
+        self.iters = iters
+
+    def get_latency_percentile(self, percentile):
+        if not 0 <= percentile <= 100:
+            raise ValueError("a percentile is in 0..100")
+        return self._us
+
+
+class BenchmarkResult:
+    def __init__(self, kernel, warmup, iters):
+        self.nc_latency = _Latency(kernel.last_latency_ns, iters)
+        self.summary = kernel.last_summary
+        self.warmup = warmup
+
+
+class _Benchmarked(Kernel):
+    def __init__(self, kernel, warmup, iters, save_trace_name, timing_only):
+        self.__dict__.update(kernel.__dict__)
+        self._warmup, self._iters, self._trace_name = warmup, iters, save_trace_name
+        self._timing_only = timing_only
+
+    def run(self, args, kwargs, grid=(), timing_only=None, trace_path=None, overwrite=True):
+        out = Kernel.run(self, args, kwargs, grid=grid,
+                         timing_only=self._timing_only if timing_only is None else timing_only,
+                         trace_path=trace_path or self._trace_name, overwrite=True)
+        self.benchmark_result = BenchmarkResult(self, self._warmup, self._iters)
+        return out
+
+
+def benchmark(kernel=None, warmup=10, iters=100, save_trace_name=None, save_neff_name=None, additional_compile_opt=None,
+              timing_only=False, **_hardware_options):
+    """Beta 1 ``@nki.benchmark(warmup=, iters=, save_trace_name=)``: ``kernel.benchmark_result.nc_latency
+    .get_latency_percentile(p)`` in us. ``save_trace_name`` writes the Perfetto trace (trnsim's JSON
+    form, not NTFF). Warm-up and iterations do not change a deterministic simulation: it runs once."""
+    if kernel is None:
+        return lambda k: benchmark(k, warmup, iters, save_trace_name, save_neff_name, additional_compile_opt,
+                                   timing_only)
+    return _Benchmarked(_as_kernel(kernel), warmup, iters, _trace_name(save_trace_name), timing_only)
+
+
+def _trace_name(name):
+    if name is None:
+        return None
+    root, ext = os.path.splitext(os.fspath(name))
+    return root + ".json" if ext in (".ntff", "") else os.fspath(name)
+
+
+def baremetal(kernel=None, save_neff_name=None, save_trace_name=None, additional_compile_opt=None, **_):
+    """Beta 1 ``nki.baremetal``: runs the kernel (values and timing); ``save_trace_name`` writes the trace."""
+    if kernel is None:
+        return lambda k: baremetal(k, save_neff_name, save_trace_name, additional_compile_opt)
+    return _Benchmarked(_as_kernel(kernel), 0, 1, _trace_name(save_trace_name), False)
+
+
+def profile(kernel=None, working_directory=".", save_neff_name=None, save_trace_name="profile.json",
+            profile_nth=1, overwrite=False, **_):
+    """Beta 1 ``nki.profile``: runs the kernel and writes its Perfetto trace and summary JSON into
+    ``working_directory`` (``overwrite=False`` refuses to replace them)."""
+    if kernel is None:
+        return lambda k: profile(k, working_directory, save_neff_name, save_trace_name, profile_nth, overwrite)
+    base = _as_kernel(kernel)
+    trace_path = os.path.join(working_directory, _trace_name(save_trace_name))
+
+    class _Profiled(_Benchmarked):
+        def run(self, args, kwargs, grid=(), timing_only=None, trace_path_=None, overwrite_=True):
+            os.makedirs(working_directory, exist_ok=True)
+            if not overwrite and os.path.exists(trace_path):
+                raise FileExistsError(f"{trace_path} exists: pass overwrite=True to replace it")
+            out = _Benchmarked.run(self, args, kwargs, grid=grid)
+            import json
+            with open(os.path.splitext(trace_path)[0] + "_summary.json", "w") as f:
+                s = self.last_summary
+                json.dump({"latency_ns": s.latency_ns, "mfu": s.mfu, "hfu": s.hfu, "mbu": s.mbu,
+                           "engines": s.engines}, f, indent=1)
+            return out
+    return _Profiled(base, 0, 1, trace_path, False)
+
+
+def missing_api():
+    """What of NKI 0.7 trnsim's front-end lacks: ``{"nki.isa": [...], "nki.language": [...]}``."""
+    return {"nki.isa": isa.missing(), "nki.language": sorted(language.MISSING)}
+
+
+from ._install import install, uninstall  # noqa: E402
+
+
+def pytest_configure(config):
+    """``pytest -p trnsim.nki``: the session's ``import nki`` / ``neuronxcc.nki`` run on trnsim."""
+    install()

@@ -1,0 +1,699 @@
+"""The NKI tracer's core: tensors and their access patterns, on-chip allocation, and the program
+being traced (``.tasm`` lines, each remembering the kernel's ``file.py:line`` it came from).
+
+A kernel runs as ordinary Python once per call (shapes and dtypes fixed by its arguments); every
+``nki.isa`` / ``nki.language`` call appends instructions here. Values and time come afterwards from
+the same core ``trnsim run`` uses (``trnsim.run_program``).
+
+On-chip memory is allocated as the NKI compiler does it, after tracing, from liveness: a tile lives
+from the first to the last instruction that touches it (not while Python holds it), and takes a
+region of SBUF (a byte range on all partitions, 256-byte aligned: the timing model tracks
+dependencies in 256-byte granules, so two tiles never share one) or of PSUM (whole 2 KiB banks).
+A region freed longest ago is reused first, so a tile allocated in a loop gets fresh memory on the
+next iteration while there is room (the next load does not wait for this iteration's reader), the
+multi-buffering the compiler gives loop-local tiles. Tiles whose live ranges do not fit are a
+KernelError at the line that created the tile, listing what else is live.
+"""
+import bisect
+import os
+import sys
+import weakref
+
+import numpy as np
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+SBUF_ALIGN_BYTES = 256    # the timing model's dependency granule (sim/base/dependency_tracker)
+
+
+class KernelError(Exception):
+    """An NKI kernel that cannot run: names the kernel's ``file.py:line``, what and the rule."""
+
+
+# ---------------------------------------------------------------------------------------------
+# dtypes
+
+class DType:
+    """An NKI dtype (``nl.bfloat16`` ...): its trnsim name, size and NumPy type where one exists."""
+    __slots__ = ("nki_name", "name", "size_bytes", "numpy", "is_float")
+
+    def __init__(self, nki_name, name, size_bytes, numpy_dtype, is_float):
+        self.nki_name, self.name, self.size_bytes = nki_name, name, size_bytes
+        self.numpy, self.is_float = numpy_dtype, is_float
+
+    def __repr__(self):
+        return f"nl.{self.nki_name}"
+
+    def __eq__(self, other):
+        try:
+            return as_dtype(other) is self
+        except (TypeError, KeyError):
+            return False
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+def _make_dtypes():
+    import ml_dtypes
+    rows = [
+        ("float32", "fp32", 4, np.float32, True), ("tfloat32", "tf32", 4, np.float32, True),
+        ("bfloat16", "bf16", 2, ml_dtypes.bfloat16, True), ("float16", "fp16", 2, np.float16, True),
+        ("float8_e4m3", "fp8_e4m3", 1, ml_dtypes.float8_e4m3, True),
+        ("float8_e4m3fn", "fp8_e4m3fn", 1, ml_dtypes.float8_e4m3fn, True),
+        ("float8_e5m2", "fp8_e5m2", 1, ml_dtypes.float8_e5m2, True),
+        ("float8_e3m4", "fp8_e3m4", 1, ml_dtypes.float8_e3m4, True),
+        ("float8_e8m0fnu", "fp8_e8m0", 1, None, True),
+        ("int32", "int32", 4, np.int32, False), ("int16", "int16", 2, np.int16, False),
+        ("int8", "int8", 1, np.int8, False), ("uint32", "uint32", 4, np.uint32, False),
+        ("uint16", "uint16", 2, np.uint16, False), ("uint8", "uint8", 1, np.uint8, False),
+    ]
+    table = {}
+    for nki_name, name, size, np_type, is_float in rows:
+        table[nki_name] = DType(nki_name, name, size, np.dtype(np_type) if np_type is not None else None, is_float)
+    table["bool_"] = table["uint8"]
+    return table
+
+
+DTYPES = _make_dtypes()
+_BY_NUMPY = {}
+for _d in DTYPES.values():
+    if _d.numpy is not None and _d.numpy not in _BY_NUMPY and _d.nki_name != "tfloat32":
+        _BY_NUMPY[_d.numpy] = _d
+_BY_NUMPY[np.dtype(np.bool_)] = DTYPES["uint8"]
+_BY_NUMPY[np.dtype(np.float64)] = DTYPES["float32"]   # NKI's host arrays of float64 become fp32 tiles
+_BY_NUMPY[np.dtype(np.int64)] = DTYPES["int32"]
+
+
+def as_dtype(value):
+    """``nl.bfloat16``, ``np.float32``, ``"bfloat16"``, ``torch.bfloat16`` -> DType."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        for d in DTYPES.values():
+            if value in (d.nki_name, d.name):
+                return d
+        raise KeyError(f"unknown dtype {value!r}")
+    mod = type(value).__module__
+    if mod.startswith("torch"):
+        name = str(value).replace("torch.", "")
+        name = {"float": "float32", "half": "float16", "int": "int32", "bool": "uint8", "long": "int32",
+                "float64": "float32", "int64": "int32", "double": "float32"}.get(name, name)
+        return as_dtype(name)
+    try:
+        return _BY_NUMPY[np.dtype(value)]
+    except (TypeError, KeyError):
+        raise TypeError(f"not a dtype NKI knows: {value!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# source locations
+
+def user_location():
+    """(file, line) of the innermost frame outside trnsim.nki: the kernel's line that made this call."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return ("<unknown>", 0)
+    return (frame.f_code.co_filename, frame.f_lineno)
+
+
+def where(location=None):
+    file, line = location or user_location()
+    return f"{os.path.basename(file)}:{line}"
+
+
+def fail(message, location=None):
+    raise KernelError(f"{where(location)}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# index expressions (the beta-1 API's nl.arange / nl.mgrid) and masks
+
+class IndexVar:
+    """One ``nl.arange(n)``: ``size`` values 0..n-1 on result axis ``axis`` of an index tile."""
+    __slots__ = ("size", "axis", "ndim")
+
+    def __init__(self, size, axis, ndim):
+        self.size, self.axis, self.ndim = size, axis, ndim
+
+
+class IndexExpr:
+    """An affine index: ``const + sum(coeff * var)``. ``nl.arange(128)[:, None]`` is one var on axis 0."""
+    __slots__ = ("const", "terms")
+
+    def __init__(self, const=0, terms=None):
+        self.const = const
+        self.terms = terms or {}   # IndexVar -> int coefficient
+
+    def _combine(self, other, sign):
+        if isinstance(other, IndexExpr):
+            terms = dict(self.terms)
+            for v, c in other.terms.items():
+                terms[v] = terms.get(v, 0) + sign * c
+            return IndexExpr(self.const + sign * other.const, {v: c for v, c in terms.items() if c})
+        if isinstance(other, (int, np.integer)):
+            return IndexExpr(self.const + sign * int(other), dict(self.terms))
+        return NotImplemented
+
+    def __add__(self, other):
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._combine(other, -1)
+
+    def __rsub__(self, other):
+        return (-self)._combine(other, 1)
+
+    def __neg__(self):
+        return IndexExpr(-self.const, {v: -c for v, c in self.terms.items()})
+
+    def __mul__(self, other):
+        if isinstance(other, (int, np.integer)):
+            return IndexExpr(self.const * int(other), {v: c * int(other) for v, c in self.terms.items() if other})
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __getitem__(self, key):
+        # nl.arange(n)[:, None] / [None, :]: place the var on an axis of a broadcast index tile.
+        if not isinstance(key, tuple):
+            key = (key,)
+        if len(self.terms) != 1 or self.const != 0:
+            fail("only a bare nl.arange can be placed on an axis with [:, None]")
+        (var, coeff), = self.terms.items()
+        slots = [i for i, k in enumerate(key) if isinstance(k, slice)]
+        if len(slots) != 1 or any(k is not None for k in key if not isinstance(k, slice)):
+            fail("an nl.arange index takes one ':' and Nones, e.g. [:, None]")
+        return IndexExpr(0, {IndexVar(var.size, slots[0], len(key)): coeff})
+
+    # Masks: comparisons of one var against a bound.
+    def _bound(self, other, op):
+        if not isinstance(other, (int, np.integer)) or len(self.terms) != 1:
+            fail("a mask compares one nl.arange expression with an integer")
+        (var, coeff), = self.terms.items()
+        return Mask({var: (op, coeff, int(other) - self.const)})
+
+    def __lt__(self, other):
+        return self._bound(other, "<")
+
+    def __le__(self, other):
+        return self._bound(other, "<=")
+
+    def __gt__(self, other):
+        return self._bound(other, ">")
+
+    def __ge__(self, other):
+        return self._bound(other, ">=")
+
+    @property
+    def shape(self):
+        return tuple(v.size if i == v.axis else 1 for v in self.terms for i in range(v.ndim))
+
+
+class Mask:
+    """``(i_p < n) & (i_f < m)``: the ranges of index vars an instruction keeps."""
+    __slots__ = ("bounds",)
+
+    def __init__(self, bounds):
+        self.bounds = bounds   # IndexVar -> (op, coeff, rhs)
+
+    def __and__(self, other):
+        merged = dict(self.bounds)
+        for v, b in other.bounds.items():
+            if v in merged:
+                fail("a mask bounds each index once")
+            merged[v] = b
+        return Mask(merged)
+
+    def range_of(self, var):
+        """(first, count) of var's values the mask keeps."""
+        if var not in self.bounds:
+            return 0, var.size
+        op, coeff, rhs = self.bounds[var]
+        values = [i for i in range(var.size) if _compare(coeff * i, op, rhs)]
+        if not values:
+            return 0, 0
+        first, last = values[0], values[-1]
+        if last - first + 1 != len(values):
+            fail("a mask must keep a contiguous range")
+        return first, len(values)
+
+
+def _compare(a, op, b):
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+
+
+# ---------------------------------------------------------------------------------------------
+# storage and views
+
+class Storage:
+    """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
+    __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
+                 "pending_zero", "producer", "written", "base", "first", "last", "location", "__weakref__")
+
+    def __init__(self, trace, space, dtype, shape, pdim):
+        self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
+        self.pending_zero = False   # nl.zeros in PSUM: the first matmul overwrites instead
+        self.producer = -1          # index of the instruction that last wrote all of it
+        self.written = False
+        if space == "hbm":
+            self.partitions, self.per_partition = 1, int(np.prod(shape, dtype=np.int64)) if shape else 1
+        else:
+            self.partitions = shape[pdim]
+            self.per_partition = int(np.prod([s for i, s in enumerate(shape) if i != pdim], dtype=np.int64))
+        self.name = None
+        self.region = None
+        self.base = None            # the tile this one aliases (view(dtype))
+        self.first = self.last = -1  # the instructions that first and last touch it
+        self.location = None
+
+    def full_view(self):
+        dims, stride = [], 1
+        for i in range(len(self.shape) - 1, -1, -1):
+            if i == self.pdim:
+                dims.append([0, self.shape[i]])
+            else:
+                dims.append([stride, self.shape[i]])
+                stride *= self.shape[i]
+        dims.reverse()
+        return View(self, 0, dims, self.pdim, 0)
+
+
+class View:
+    """An access pattern into a Storage: ``offset`` plus one (stride, size) per logical dim; on chip,
+    dim ``pdim`` is the partition dim (``pstart`` + index, stride unused). This is what every NKI
+    tile, tensor slice and tensor view is; indexing makes a new View."""
+    __slots__ = ("st", "offset", "dims", "pdim", "pstart", "vars")
+
+    def __init__(self, st, offset, dims, pdim, pstart, vars=None):
+        self.st, self.offset, self.dims, self.pdim, self.pstart = st, offset, dims, pdim, pstart
+        self.vars = vars   # per dim: the IndexVar it was indexed by (masks), or None
+
+    # -- NKI tensor surface
+    @property
+    def shape(self):
+        return tuple(d[1] for d in self.dims)
+
+    @property
+    def dtype(self):
+        return self.st.dtype
+
+    @property
+    def ndim(self):
+        return len(self.dims)
+
+    @property
+    def buffer(self):
+        from . import language
+        return language.buffer_object(self.st.space)
+
+    @property
+    def itemsize(self):
+        return self.st.dtype.size_bytes
+
+    def __len__(self):
+        return self.dims[0][1]
+
+    def __repr__(self):
+        return f"<nki {self.st.space} tensor {self.st.name or '?'} {self.st.dtype.nki_name}{list(self.shape)}>"
+
+    def __bool__(self):
+        fail("a tensor has no truth value while tracing: use nl.where / masks for data-dependent choices")
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def is_whole(self):
+        return self.offset == 0 and self.pstart == 0 and self.dims == self.st.full_view().dims
+
+    # -- indexing
+    def __getitem__(self, key):
+        return index_view(self, key)
+
+    def __setitem__(self, key, value):
+        from . import language
+        # A value nothing else refers to (``t[...] = nl.load(...)``) may be written in place.
+        temporary = sys.getrefcount(value) <= _TEMPORARY_REFS
+        target = index_view(self, key)
+        language.assign(target, value, temporary=temporary)
+
+    def __iadd__(self, value):
+        from . import language
+        language.accumulate(self, value)
+        return _AccumulatedView(self)
+
+    # -- element-wise operators build nl.* calls
+    def _binary(self, other, op, reverse=False):
+        from . import language
+        return language.binary(other, self, op) if reverse else language.binary(self, other, op)
+
+    def __add__(self, o): return self._binary(o, "add")
+    def __radd__(self, o): return self._binary(o, "add", True)
+    def __sub__(self, o): return self._binary(o, "subtract")
+    def __rsub__(self, o): return self._binary(o, "subtract", True)
+    def __mul__(self, o): return self._binary(o, "multiply")
+    def __rmul__(self, o): return self._binary(o, "multiply", True)
+    def __truediv__(self, o): return self._binary(o, "divide")
+    def __rtruediv__(self, o): return self._binary(o, "divide", True)
+    def __pow__(self, o): return self._binary(o, "power")
+    def __gt__(self, o): return self._binary(o, "greater")
+    def __ge__(self, o): return self._binary(o, "greater_equal")
+    def __lt__(self, o): return self._binary(o, "less")
+    def __le__(self, o): return self._binary(o, "less_equal")
+    def __and__(self, o): return self._binary(o, "logical_and")
+    def __or__(self, o): return self._binary(o, "logical_or")
+    def __neg__(self):
+        from . import language
+        return language.negative(self)
+
+    # -- tensor views (NKI 0.5+)
+    def reshape(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        return reshape_view(self, shape)
+
+    def permute(self, *order):
+        order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
+        if sorted(order) != list(range(self.ndim)):
+            fail(f"permute({order}) is not a permutation of {self.ndim} dims")
+        pdim = order.index(self.pdim) if self.pdim is not None else None
+        return View(self.st, self.offset, [list(self.dims[i]) for i in order], pdim, self.pstart)
+
+    def broadcast(self, dim, size):
+        if self.dims[dim][1] != 1:
+            fail(f"broadcast: dim {dim} has size {self.dims[dim][1]}, not 1")
+        dims = [list(d) for d in self.dims]
+        dims[dim] = [0, int(size)]
+        return View(self.st, self.offset, dims, self.pdim, self.pstart)
+
+    def expand_dim(self, dim):
+        dims = [list(d) for d in self.dims]
+        dims.insert(dim, [0, 1])
+        pdim = self.pdim + 1 if self.pdim is not None and dim <= self.pdim else self.pdim
+        return View(self.st, self.offset, dims, pdim, self.pstart)
+
+    def squeeze_dim(self, dim):
+        if self.dims[dim][1] != 1 or dim == self.pdim:
+            fail(f"squeeze_dim: dim {dim} has size {self.dims[dim][1]}")
+        dims = [list(d) for i, d in enumerate(self.dims) if i != dim]
+        pdim = self.pdim - 1 if self.pdim is not None and dim < self.pdim else self.pdim
+        return View(self.st, self.offset, dims, pdim, self.pstart)
+
+    def slice(self, dim, start, end, step=1):
+        key = [slice(None)] * self.ndim
+        key[dim] = slice(start, end, step)
+        return index_view(self, tuple(key))
+
+    def select(self, dim, index):
+        key = [slice(None)] * self.ndim
+        key[dim] = index
+        return index_view(self, tuple(key))
+
+    def view(self, dtype):
+        dtype = as_dtype(dtype)
+        if dtype.size_bytes != self.st.dtype.size_bytes:
+            fail("view(dtype) between dtypes of different sizes is not supported yet")
+        alias = self.st.trace.alias(self.st, dtype)
+        return View(alias, self.offset, [list(d) for d in self.dims], self.pdim, self.pstart)
+
+    def ap(self, pattern, offset=0, **unsupported):
+        """``t.ap([[stride, num], ...], offset)``: an explicit access pattern over this tensor's
+        storage. On chip the first pair is [partition step, partitions]."""
+        if unsupported:
+            fail(f"ap(): {', '.join(sorted(unsupported))} not supported yet")
+        dims = [[int(s), int(n)] for s, n in pattern]
+        base = self.st.full_view()
+        if self.st.space == "hbm":
+            return View(self.st, self.offset + int(offset), dims, None, 0)
+        if dims[0][0] not in (0, 1) and dims[0][1] > 1:
+            fail("ap(): on-chip partitions are contiguous (partition step 1)")
+        dims[0][0] = 0
+        return View(self.st, self.offset + int(offset), dims, 0, self.pstart)
+
+
+def _temporary_refs():
+    """sys.getrefcount of a temporary inside __setitem__ (``x[k] = f()``), on this interpreter."""
+    seen = []
+
+    class Probe:
+        def __setitem__(self, key, value):
+            seen.append(sys.getrefcount(value))
+
+    Probe()[0] = object()
+    return seen[0]
+
+
+_TEMPORARY_REFS = _temporary_refs()
+
+
+class _AccumulatedView(View):
+    """What ``t[...] += x`` hands to ``__setitem__``: already written, so the store is a no-op."""
+    __slots__ = ()
+
+    def __init__(self, view):
+        View.__init__(self, view.st, view.offset, view.dims, view.pdim, view.pstart, view.vars)
+
+
+def _norm_index(i, size, what):
+    i = int(i)
+    if i < 0:
+        i += size
+    if not 0 <= i < size:
+        fail(f"index {i} is out of range for {what} of size {size}")
+    return i
+
+
+def index_view(view, key):
+    """NumPy-style basic indexing (ints, slices, ``nl.ds``, ``...``) and beta-1 index expressions."""
+    from .language import DynSlice
+    if not isinstance(key, tuple):
+        key = (key,)
+    if any(isinstance(k, IndexExpr) for k in key):
+        return _index_expressions(view, key)
+    if any(k is Ellipsis for k in key):
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (view.ndim - len(key) + 1) + key[i + 1:]
+    if len(key) > view.ndim:
+        fail(f"{len(key)} indices for a tensor of {view.ndim} dims {list(view.shape)}")
+    offset, pstart, pdim = view.offset, view.pstart, view.pdim
+    dims, vars_out = [], []
+    for d, (stride, size) in enumerate(view.dims):
+        k = key[d] if d < len(key) else slice(None)
+        if isinstance(k, DynSlice):
+            k = slice(k.start, k.start + k.size)
+        if isinstance(k, slice):
+            start, stop, step = k.indices(size)
+            if k.stop is not None and not isinstance(k.stop, (int, np.integer)):
+                fail(f"slice bound {k.stop!r} is not an integer")
+            count = max(0, (stop - start + (step - (1 if step > 0 else -1))) // step)
+            if k.stop is not None and (k.stop > size if isinstance(k.stop, (int, np.integer)) and k.stop >= 0 else False):
+                fail(f"slice {start}:{k.stop} exceeds dim {d} of size {size} (tensor {list(view.shape)})")
+            if count == 0:
+                fail(f"slice {k.start}:{k.stop} of dim {d} (size {size}) is empty")
+            if d == pdim:
+                if step != 1:
+                    fail("partitions are contiguous: a partition slice takes step 1")
+                pstart += start
+                dims.append([0, count])
+            else:
+                offset += stride * start
+                dims.append([stride * step, count])
+            vars_out.append(None)
+        elif isinstance(k, (int, np.integer)):
+            i = _norm_index(k, size, f"dim {d}")
+            if d == pdim:
+                # One partition: the partition dim stays (size 1) so the tile keeps its layout.
+                pstart += i
+                dims.append([0, 1])
+                vars_out.append(None)
+            else:
+                offset += stride * i
+        else:
+            fail(f"cannot index a tensor with {type(k).__name__} {k!r}")
+    new_pdim = None
+    if pdim is not None:
+        kept = 0
+        for d in range(pdim):
+            k = key[d] if d < len(key) else slice(None)
+            if not isinstance(k, (int, np.integer)):
+                kept += 1
+        new_pdim = kept
+    return View(view.st, offset, dims, new_pdim, pstart)
+
+
+def _index_expressions(view, key):
+    """``t[k * 128 + i_p, i_f]``: each index an affine expression of index vars; the result has one
+    dim per var, in the order of the vars' axes."""
+    if len(key) != view.ndim:
+        fail(f"{len(key)} index expressions for a tensor of {view.ndim} dims {list(view.shape)}")
+    offset, pstart = view.offset, view.pstart
+    var_stride = {}
+    var_pdim = None
+    for d, k in enumerate(key):
+        stride, size = view.dims[d]
+        if isinstance(k, slice):
+            fail("do not mix ':' slices with nl.arange index expressions")
+        expr = k if isinstance(k, IndexExpr) else IndexExpr(int(k))
+        if d == view.pdim:
+            if len(expr.terms) > 1 or any(c != 1 for c in expr.terms.values()):
+                fail("the partition index must be one nl.arange with coefficient 1 (plus a constant)")
+            pstart += expr.const
+            if expr.terms:
+                (v, _), = expr.terms.items()
+                var_pdim = v
+                if expr.const < 0 or expr.const + v.size > size:
+                    fail(f"partition index {expr.const}..{expr.const + v.size - 1} exceeds {size} partitions")
+            elif not 0 <= expr.const < size:
+                fail(f"partition index {expr.const} exceeds {size} partitions")
+        else:
+            offset += stride * expr.const
+            hi = lo = expr.const
+            for v, c in expr.terms.items():
+                var_stride[v] = var_stride.get(v, 0) + stride * c
+                span = c * (v.size - 1)
+                hi, lo = (hi + span, lo) if span > 0 else (hi, lo + span)
+            if lo < 0 or hi >= size:
+                fail(f"index expression reaches {lo}..{hi} on dim {d} of size {size} (tensor {list(view.shape)})")
+    all_vars = list(var_stride)
+    if var_pdim is not None and var_pdim not in var_stride:
+        all_vars.append(var_pdim)
+    all_vars.sort(key=lambda v: v.axis)
+    dims, vars_out, pdim = [], [], None
+    for v in all_vars:
+        if v is var_pdim:
+            pdim = len(dims)
+            dims.append([0, v.size])
+        else:
+            dims.append([var_stride[v], v.size])
+        vars_out.append(v)
+    if view.pdim is not None and pdim is None:
+        pdim = 0
+        dims.insert(0, [0, 1])
+        vars_out.insert(0, None)
+    if not dims:
+        dims, vars_out = [[1, 1]], [None]
+    return View(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out)
+
+
+def apply_mask(view, mask):
+    """The part of ``view`` an instruction with ``mask=`` touches."""
+    if mask is None:
+        return view
+    dims = [list(d) for d in view.dims]
+    offset, pstart = view.offset, view.pstart
+    for d, (stride, size) in enumerate(view.dims):
+        var = view.vars[d] if view.vars else None
+        if var is None:
+            # A whole tile under a mask: an arange var on axis d bounds it.
+            var = next((v for v in mask.bounds if v.axis == d and v.size == size), None)
+        if var is None:
+            continue
+        first, count = mask.range_of(var)
+        if count == 0:
+            return None
+        if d == view.pdim:
+            pstart += first
+        else:
+            offset += stride * first
+        dims[d][1] = count
+    return View(view.st, offset, dims, view.pdim, pstart, view.vars)
+
+
+def reshape_view(view, shape):
+    shape = list(shape)
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        shape[shape.index(-1)] = int(np.prod(view.shape)) // max(known, 1)
+    if int(np.prod(shape)) != int(np.prod(view.shape)):
+        fail(f"cannot reshape {list(view.shape)} into {shape}")
+    if view.pdim is not None:
+        if shape[0] != view.shape[view.pdim] or view.pdim != 0:
+            fail("reshape of an on-chip tile keeps its partition dim first and unchanged")
+        free = _reshape_dims([d for i, d in enumerate(view.dims) if i != 0], shape[1:])
+        return View(view.st, view.offset, [[0, shape[0]]] + free, 0, view.pstart)
+    return View(view.st, view.offset, _reshape_dims(view.dims, shape), None, 0)
+
+
+def _reshape_dims(dims, shape):
+    merged = merge_dims([list(d) for d in dims if d[1] != 1])
+    if len(merged) > 1:
+        fail("reshape needs a contiguous view (this one has strides " + str([d[0] for d in dims]) + ")")
+    stride0 = merged[0][0] if merged else 1
+    out, stride = [], stride0
+    for s in reversed(shape):
+        out.append([stride, s])
+        stride *= s
+    return list(reversed(out))
+
+
+def merge_dims(dims):
+    """Adjacent (stride, size) pairs that walk one run merge: [[512, 4], [1, 512]] -> [[1, 2048]]."""
+    out = []
+    for d in dims:
+        if out and out[-1][0] == d[0] * d[1]:
+            out[-1] = [d[0], out[-1][1] * d[1]]
+        else:
+            out.append(list(d))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# on-chip allocation (after tracing)
+
+class LruAllocator:
+    """Free byte ranges of one partition, each remembering when it was freed; an allocation takes
+    the range freed longest ago that fits (never-used memory counts as freed at the start)."""
+
+    def __init__(self, capacity_bytes, align_bytes):
+        self.capacity, self.align = capacity_bytes, align_bytes
+        self.free = [[0, capacity_bytes, -1]]   # [start, end, freed_at], sorted by start
+        self.in_use = 0
+        self.high_water = 0
+
+    def size_of(self, nbytes):
+        return max(self.align, -(-nbytes // self.align) * self.align)
+
+    def take(self, size):
+        start = self._take(size)
+        if start is None and self._coalesce():
+            start = self._take(size)
+        return start
+
+    def _take(self, size):
+        best = None
+        for i, (a, b, t) in enumerate(self.free):
+            if b - a >= size and (best is None or t < self.free[best][2]):
+                best = i
+        if best is None:
+            return None
+        a, b, t = self.free[best]
+        if a + size < b:
+            self.free[best] = [a + size, b, t]
+        else:
+            del self.free[best]
+        self.in_use += size
+        self.high_water = max(self.high_water, a + size)
+        return a
+
+    def release(self, start, size, now):
+        # Not merged with its neighbours yet: each range keeps its own age until an allocation
+        # finds nothing that fits (then _coalesce).
+        self.in_use -= size
+        bisect.insort(self.free, [start, start + size, now])
+
+    def _coalesce(self):
+        merged = []
+        for a, b, t in self.free:
+            if merged and merged[-1][1] == a:
+                merged[-1] = [merged[-1][0], b, max(merged[-1][2], t)]
+            else:
+                merged.append([a, b, t])
+        changed = len(merged) != len(self.free)
+        self.free = merged
+        return changed
+
+    def largest_free(self):
+        return max((b - a for a, b, _ in self.free), default=0)

@@ -1,0 +1,200 @@
+"""One ``nki.isa`` call -> one ``.tasm`` instruction, driven by the ISA table itself
+(``trnsim._C.instruction_specs()``, i.e. ``isa/instructions.def``): operand names, order, kinds and
+defaults are read from there, so an instruction added to the ISA is callable from NKI at once."""
+import numpy as np
+
+from . import _core, _trace
+from ._core import View, fail, merge_dims, user_location
+
+_SPECS = None
+
+
+def specs():
+    global _SPECS
+    if _SPECS is None:
+        from .. import _C
+        _SPECS = {s["name"]: s for s in _C.instruction_specs()}
+    return _SPECS
+
+
+# NKI passes operators as functions (nl.add, np.add, nl.exp, ...): their ISA names.
+_NUMPY_OPS = {
+    np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
+    np.true_divide: "divide", np.maximum: "maximum", np.minimum: "minimum", np.power: "power",
+    np.equal: "equal", np.not_equal: "not_equal", np.greater: "greater", np.greater_equal: "greater_equal",
+    np.less: "less", np.less_equal: "less_equal", np.logical_and: "logical_and", np.logical_or: "logical_or",
+    np.logical_xor: "logical_xor", np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or",
+    np.bitwise_xor: "bitwise_xor", np.invert: "invert", np.left_shift: "left_shift", np.right_shift: "right_shift",
+    np.abs: "abs", np.square: "square", np.mod: "mod", np.exp: "exp", np.log: "log", np.tanh: "tanh",
+    np.sin: "sin", np.cos: "cos", np.arctan: "arctan", np.sqrt: "sqrt", np.sign: "sign", np.reciprocal: "reciprocal",
+}
+
+
+def op_name(op, what):
+    if op is None:
+        return None
+    name = getattr(op, "_isa_name", None) or _NUMPY_OPS.get(op) or (op if isinstance(op, str) else None)
+    if name is None:
+        fail(f"{what}: {op!r} is not an NKI operator")
+    return name
+
+
+def ap_text(v):
+    st = v.st
+    if st.space == "hbm":
+        # The outer dim stays the transfer's "partition" dim (as the on-chip side has it); the
+        # rest merge where contiguous. The cost model reads runs, not dims, so this is only layout.
+        dims = [d for d in v.dims if d[1] != 1] or [[1, 1]]
+        dims = dims[:1] + merge_dims(dims[1:])
+        if len(dims) > 5:
+            fail(f"an HBM access of {len(dims)} non-contiguous dims: the DMA takes at most 5")
+        inner = "".join(f", [{s}, {n}]" for s, n in dims[1:])
+        return f"{st.name}{{offset={v.offset}, ap=[[{dims[0][0]}, {dims[0][1]}]{inner}]}}"
+    free = merge_dims([d for i, d in enumerate(v.dims) if i != v.pdim and d[1] != 1])
+    if len(free) > 4:
+        fail(f"an access of {len(free)} non-contiguous free dims: engines take at most 4")
+    inner = "".join(f", [{s}, {n}]" for s, n in free)
+    return f"{st.name}{{offset={v.offset}, ap=[[{v.pstart}, {v.dims[v.pdim][1]}]{inner}]}}"
+
+
+def as_view(value, what):
+    """Tiles, views, lazy matmul results (materialised here) -> View."""
+    if isinstance(value, View):
+        return value
+    materialise = getattr(value, "_trnsim_view", None)
+    if materialise is not None:
+        return materialise()
+    fail(f"{what}: expected a tensor, got {type(value).__name__} {value!r}")
+
+
+def _number(value, what):
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if v != v:
+            return "nan"
+        if v in (float("inf"), float("-inf")):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    fail(f"{what}: expected a number, got {type(value).__name__} {value!r}")
+
+
+_ENGINES = {"tensor", "vector", "scalar", "gpsimd", "sync", "dma", "act", "pe", "pool", "unknown"}
+_ENGINE_ALIAS = {"act": "scalar", "pe": "tensor", "pool": "gpsimd"}
+
+
+def engine_word(engine):
+    if engine is None:
+        return None
+    name = getattr(engine, "_isa_name", None) or (engine if isinstance(engine, str) else None)
+    name = _ENGINE_ALIAS.get(name, name)
+    if name in (None, "unknown"):
+        return None
+    if name not in _ENGINES:
+        fail(f"engine={engine!r} is not an NKI engine")
+    return name
+
+
+def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
+    """Emit instruction ``name`` with NKI-style arguments (dst first). Returns the instruction's index."""
+    location = location or user_location()
+    spec = specs().get(name)
+    if spec is None:
+        fail(f"nki.isa.{name} is not an instruction of trnsim's ISA yet", location)
+    operands = spec["operands"]
+    kwargs = dict(kwargs)
+    engine = engine_word(kwargs.pop("engine", None))
+    kwargs.pop("name", None)
+    mask = kwargs.pop("mask", None)
+    if len(args) > len(operands):
+        fail(f"nisa.{name} takes at most {len(operands)} positional arguments, got {len(args)}", location)
+    values = {}
+    for o, a in zip(operands, args):
+        values[o["name"]] = a
+    for k, a in kwargs.items():
+        if k in values:
+            fail(f"nisa.{name}: argument {k!r} given twice", location)
+        if not any(o["name"] == k for o in operands):
+            valid = ", ".join(o["name"] for o in operands)
+            fail(f"nisa.{name} has no argument {k!r} (it takes: {valid})", location)
+        values[k] = a
+    trace = _trace.current()
+    parts = []
+    written = []
+    touched = []
+    for o in operands:
+        oname, kind = o["name"], o["kind"]
+        if oname not in values or (values[oname] is None and skip_none):
+            if not o["optional"] and o["default"] is None:
+                fail(f"nisa.{name}: missing argument {oname!r}", location)
+            continue
+        v = values[oname]
+        if kind in ("out", "in", "inout"):
+            view = _core.apply_mask(as_view(v, f"nisa.{name} {oname}"), mask)
+            if view is None:
+                return -1   # the mask keeps nothing
+            touched.append(view.st)
+            if kind in ("out", "inout"):
+                written.append(view)
+            if kind in ("in", "inout"):
+                _flush_zero(view.st, trace, location)
+            text = ap_text(view)
+        elif kind == "in|f32":
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+                text = _number(v, f"nisa.{name} {oname}")
+            else:
+                view = _core.apply_mask(as_view(v, f"nisa.{name} {oname}"), mask)
+                _flush_zero(view.st, trace, location)
+                touched.append(view.st)
+                text = ap_text(view)
+        elif kind in ("f32", "i64"):
+            text = _number(v, f"nisa.{name} {oname}")
+        elif kind == "bool":
+            text = "true" if v else "false"
+        elif kind == "alu" or kind == "act":
+            text = op_name(v, f"nisa.{name} {oname}")
+        elif kind == "enum":
+            if isinstance(v, bool):
+                text = "true" if v else "false"
+            else:
+                text = getattr(v, "_isa_name", None) or _NUMPY_OPS.get(v) or str(v)
+            if text not in o["values"]:
+                fail(f"nisa.{name} {oname}={v!r}: one of {', '.join(o['values'])}", location)
+        elif kind == "ints":
+            text = "[" + ", ".join(str(int(x)) for x in v) + "]"
+        elif kind == "pairs":
+            text = "[" + ", ".join(f"[{int(a)}, {int(b)}]" for a, b in v) + "]"
+        else:
+            fail(f"nisa.{name}: operand kind {kind} not handled", location)
+        parts.append(f"{oname}={text}")
+    if engine is not None:
+        if engine not in [e for e, _ in spec["engines"]]:
+            fail(f"nisa.{name} cannot run on the {engine} engine (engines: "
+                 f"{', '.join(e for e, _ in spec['engines'])}) [engine]", location)
+        parts.append(f"engine={engine}")
+    for view in written:
+        if view.st.pending_zero and name != "nc_matmul":
+            _flush_zero(view.st, trace, location)
+    if name == "nc_transpose" and engine in (None, "tensor"):
+        data = values.get("data")
+        if isinstance(data, View):
+            p = data.dims[data.pdim][1]
+            trace.transpose_flops += 2 * p * p * (int(np.prod(data.shape)) // p)
+    index = trace.emit(f"{name} " + ", ".join(parts), location)
+    for st in touched:
+        if st.space != "hbm":
+            trace.touch(st, index)
+    for view in written:
+        view.st.written = True
+        view.st.producer = index if view.is_whole() else -1
+    return index
+
+
+def _flush_zero(st, trace, location):
+    """A PSUM tile from nl.zeros that something other than a matmul touches is zeroed first."""
+    if st.pending_zero:
+        st.pending_zero = False
+        trace.touch(st, trace.emit(f"memset dst={ap_text(st.full_view())}, value=0", location))

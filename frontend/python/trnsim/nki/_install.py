@@ -1,0 +1,50 @@
+"""Serving ``import nki`` and ``from neuronxcc import nki`` from trnsim, on request only."""
+import importlib.machinery
+import sys
+import types
+
+_ALIASES = {}
+
+
+def _real_install(name):
+    """A Neuron package on sys.path (not one of ours)."""
+    spec = importlib.machinery.PathFinder.find_spec(name)
+    return spec is not None
+
+
+def install(force=False):
+    """Make ``nki`` (NKI 0.3+) and ``neuronxcc.nki`` (beta 1) import trnsim's front-end. Refuses
+    (RuntimeError) where a real Neuron package is importable, unless ``force=True``."""
+    if _ALIASES:
+        return
+    if not force:
+        for name in ("nki", "neuronxcc"):
+            if name not in sys.modules and _real_install(name):
+                raise RuntimeError(f"a real '{name}' package is installed: trnsim.nki.install() will not shadow "
+                                   f"it (pass force=True to run kernels on trnsim anyway)")
+    from .. import nki as current
+    from . import isa, language, legacy, legacy_isa, typing as nki_typing
+    neuronxcc = types.ModuleType("neuronxcc")
+    neuronxcc.__doc__ = "trnsim's stand-in for the Neuron compiler package (only .nki)"
+    neuronxcc.__path__ = []
+    neuronxcc.nki = legacy
+    modules = {
+        "nki": current, "nki.language": language, "nki.isa": isa, "nki.typing": nki_typing,
+        "neuronxcc": neuronxcc, "neuronxcc.nki": legacy, "neuronxcc.nki.language": language,
+        "neuronxcc.nki.isa": legacy_isa, "neuronxcc.nki.typing": nki_typing,
+    }
+    for name, module in modules.items():
+        if name in sys.modules and not force and sys.modules[name] is not module:
+            raise RuntimeError(f"module '{name}' is already imported from elsewhere")
+        _ALIASES[name] = sys.modules.get(name)
+        sys.modules[name] = module
+
+
+def uninstall():
+    """Undo install(): the names import what they did before."""
+    for name, previous in _ALIASES.items():
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+    _ALIASES.clear()

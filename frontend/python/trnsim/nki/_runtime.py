@@ -1,0 +1,340 @@
+"""Calling a kernel: trace it for its arguments' shapes and dtypes (cached), run the program on the
+simulator with values (or timing only), and hand results back in the caller's framework."""
+import inspect
+import json
+import os
+
+import numpy as np
+
+from . import _core, _trace
+from ._core import KernelError, View, as_dtype
+
+# NEURON_PLATFORM_TARGET_OVERRIDE names (NKI docs) -> trnsim configs.
+_TARGETS = {"trn1": "trn1", "gen2": "trn1", "inf2": "trn1", "trn2": "trn2", "gen3": "trn2", "trn3": "trn3",
+            "gen4": "trn3"}
+_default_target = {"config": None, "overrides": []}
+
+
+def set_target(config, overrides=None):
+    """The config kernels run on when NEURON_PLATFORM_TARGET_OVERRIDE does not say (default: the
+    device's config, ``trnsim.config()``)."""
+    _default_target["config"], _default_target["overrides"] = str(config), list(overrides or [])
+
+
+def _target_config(platform_target=None):
+    name = platform_target or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    if name:
+        if name not in _TARGETS:
+            raise KernelError(f"platform target {name!r}: one of {', '.join(sorted(_TARGETS))}")
+        return _TARGETS[name], []
+    if _default_target["config"]:
+        return _default_target["config"], _default_target["overrides"]
+    import trnsim
+    return trnsim.config()["name"], []
+
+
+def _framework(value):
+    mod = type(value).__module__
+    if mod.startswith("torch"):
+        import torch
+        if isinstance(value, torch.Tensor):
+            return "torch"
+    if isinstance(value, np.ndarray):
+        return "numpy"
+    return None
+
+
+def _host_array(value):
+    """NumPy view of an argument (torch tensors through .cpu(); bf16 kept as ml_dtypes bf16)."""
+    if _framework(value) == "torch":
+        import torch
+        t = value.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.dtype == torch.bfloat16:
+            import ml_dtypes
+            return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.contiguous().numpy()
+    return np.asarray(value)
+
+
+def _to_framework(array, like_framework, device=None):
+    if like_framework != "torch":
+        return array
+    import ml_dtypes
+    import torch
+    if array.dtype == ml_dtypes.bfloat16:
+        t = torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+    elif array.dtype in (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)):
+        t = torch.from_numpy(array.astype(np.float32))
+    else:
+        t = torch.from_numpy(array.copy())
+    return t.to(device) if device is not None and str(device) != "cpu" else t
+
+
+class RunSummary:
+    """What one call measured: latency, busy time and utilisation per engine, and the Neuron Explorer
+    summary figures (PROF): MFU (model matmul FLOPs over peak x time), HFU (also the Tensor engine's
+    transposes), MBU (HBM bytes over time x one stack's bandwidth)."""
+
+    def __init__(self, result, trace, target):
+        stats = result.stats
+        self.latency_ns = result.latency_ns
+        self.engines = {k: dict(v) for k, v in stats["engines"].items()}
+        self.utilization = {k: v["utilization"] for k, v in stats["engines"].items()}
+        self.flops = stats.get("flops", 0)
+        peak = stats.get("peak_tflops", 0) * 1e12
+        seconds = self.latency_ns * 1e-9
+        self.mfu = self.flops / (peak * seconds) if peak and seconds else 0.0
+        self.hfu = (self.flops + trace.transpose_flops) / (peak * seconds) if peak and seconds else 0.0
+        hbm_bytes = stats.get("dma", {}).get("hbm_bytes", 0)
+        stack_gbps = target.hbm_gbps / max(1, target.hbm_stacks)
+        self.mbu = hbm_bytes / (self.latency_ns * stack_gbps) if self.latency_ns else 0.0
+        self.hbm_bytes = hbm_bytes
+        self.instructions = stats.get("instructions", {})
+        self.stats = stats
+
+    def __repr__(self):
+        busy = ", ".join(f"{k.split('.')[-1]} {v:.0%}" for k, v in sorted(self.utilization.items()) if v > 0)
+        return (f"<{self.latency_ns / 1e3:.3f} us; MFU {self.mfu:.1%} HFU {self.hfu:.1%} MBU {self.mbu:.1%}; "
+                f"active: {busy}>")
+
+
+class _Traced:
+    __slots__ = ("tasm", "trace", "inputs", "outputs", "written_args", "result_shape", "prints")
+
+
+def _structure(value, seen):
+    """The kernel's return value: HBM views -> output names (a nested tuple/list/dict of them)."""
+    if value is None:
+        return None
+    if isinstance(value, View):
+        if value.st.space != "hbm" or not value.is_whole():
+            raise KernelError(f"a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)); got {value!r}")
+        seen.append(value.st)
+        return ("tensor", value.st.name)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, [_structure(v, seen) for v in value])
+    if isinstance(value, dict):
+        return ("dict", {k: _structure(v, seen) for k, v in value.items()})
+    raise KernelError(f"a kernel returns HBM tensors, got {type(value).__name__}")
+
+
+def _rebuild(structure, arrays):
+    if structure is None:
+        return None
+    kind, payload = structure
+    if kind == "tensor":
+        return arrays[payload]
+    if kind in ("tuple", "list"):
+        items = [_rebuild(s, arrays) for s in payload]
+        return tuple(items) if kind == "tuple" else items
+    return {k: _rebuild(s, arrays) for k, s in payload.items()}
+
+
+class Kernel:
+    """An ``@nki.jit`` kernel. ``kernel(*arrays)`` runs it with values and timing; ``kernel[grid]``
+    runs an SPMD grid; ``kernel.last_latency_ns`` / ``kernel.last_summary`` describe the last call."""
+
+    def __init__(self, fn, mode=None, platform_target=None, values=True, **options):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+        self.platform_target = platform_target
+        self.values = values
+        self.options = options
+        self.last_latency_ns = None
+        self.last_summary = None
+        self.last_result = None
+        self.last_program = None
+        self.benchmark_result = None
+        self._cache = {}
+        self.trace_count = 0
+
+    def __repr__(self):
+        return f"<trnsim NKI kernel {self.__name__}>"
+
+    def __getitem__(self, grid):
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        return _GridCall(self, tuple(int(g) for g in grid))
+
+    def __call__(self, *args, **kwargs):
+        return self.run(args, kwargs)
+
+    def run(self, args, kwargs, grid=(), timing_only=None, trace_path=None, overwrite=True):
+        config, overrides = _target_config(self.platform_target)
+        timing_only = (not self.values) if timing_only is None else timing_only
+        sig = inspect.signature(self.fn)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arrays, framework, device = {}, None, None
+        for name, value in bound.arguments.items():
+            fw = _framework(value)
+            if fw is not None:
+                framework = framework or fw
+                if fw == "torch" and device is None:
+                    device = value.device
+                arrays[name] = (value, _host_array(value))
+        instances = _instances(grid)
+        total_ns, summaries, state = 0.0, [], {}
+        per_core_ns = {}
+        cores = _logical_cores(config, overrides, grid)
+        results = None
+        for index, program_id in enumerate(instances):
+            traced = self._traced(bound, arrays, config, overrides, program_id, grid)
+            inputs = {}
+            for arg_name, st_name in traced.inputs.items():
+                inputs[st_name] = state.get(st_name, arrays[arg_name][1])
+            for st_name in traced.outputs:
+                if st_name in state and st_name not in inputs:
+                    inputs[st_name] = state[st_name]
+            import trnsim
+            try:
+                result = trnsim.run_program(traced.tasm, inputs, config=config, overrides=overrides,
+                                            timing_only=timing_only,
+                                            trace=trace_path if index == 0 else None, overwrite=overwrite)
+            except trnsim.ProgramError as e:
+                raise KernelError(traced.trace.explain(str(e))) from None
+            if trace_path and index == 0:
+                _annotate_trace(trace_path, traced.trace)
+            state.update(result.outputs)
+            core = index % cores
+            per_core_ns[core] = per_core_ns.get(core, 0.0) + result.latency_ns
+            summaries.append(RunSummary(result, traced.trace, traced.trace.target))
+            self.last_result, self.last_program = result, traced.tasm
+            if not timing_only:
+                _device_prints(traced, result)
+            results = traced
+        # Grid instances share the logical core's physical cores round-robin; contention between
+        # them for HBM is not modelled in this mode.
+        self.last_latency_ns = max(per_core_ns.values()) if per_core_ns else 0.0
+        self.last_summary = summaries[0] if len(summaries) == 1 else _GridSummary(summaries, self.last_latency_ns)
+        if timing_only:
+            return None
+        for arg_name, st_name in results.written_args.items():
+            value, host = arrays[arg_name]
+            out = state[st_name]
+            if _framework(value) == "torch":
+                value.data.copy_(_to_framework(out, "torch").to(value.dtype).reshape(value.shape))
+            else:
+                np.copyto(host, out.astype(host.dtype, copy=False).reshape(host.shape), casting="unsafe")
+        arrays_out = {name: _to_framework(state[name], framework, device) for name in results.outputs}
+        return _rebuild(results.result_shape, arrays_out)
+
+    def _traced(self, bound, arrays, config, overrides, program_id, grid):
+        key = (config, tuple(overrides), program_id, grid)
+        for name, value in bound.arguments.items():
+            if name in arrays:
+                host = arrays[name][1]
+                key += ((name, host.shape, str(host.dtype)),)
+            else:
+                try:
+                    hash(value)
+                    key += ((name, value),)
+                except TypeError:
+                    key += ((name, repr(value)),)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        target = _trace.Target(config, overrides)
+        trace = _trace.Trace(self.__name__, target, program_id, grid)
+        call_args = {}
+        arg_storage = {}
+        with trace:
+            for name, value in bound.arguments.items():
+                if name in arrays:
+                    host = arrays[name][1]
+                    st = trace.hbm_tensor(host.shape, as_dtype(host.dtype), name, role="input")
+                    arg_storage[name] = st
+                    call_args[name] = st.full_view()
+                else:
+                    call_args[name] = value
+            returned = self.fn(**call_args)
+            seen = []
+            structure = _structure(returned, seen)
+        traced = _Traced()
+        traced.trace = trace
+        traced.result_shape = structure
+        traced.inputs = {name: st.name for name, st in arg_storage.items()}
+        traced.written_args = {name: st.name for name, st in arg_storage.items() if st.written}
+        outputs = [st.name for st in seen]
+        for st in trace.hbm:
+            role = trace.roles[st.name]
+            if st in seen or st.name in traced.written_args.values() or st.name.startswith("print"):
+                trace.roles[st.name] = "output"
+            elif role == "output":
+                trace.roles[st.name] = "internal"
+        for name in traced.written_args.values():
+            if name not in outputs:
+                outputs.append(name)
+        traced.outputs = outputs
+        traced.prints = list(trace.prints)
+        traced.tasm = trace.tasm()
+        self._cache[key] = traced
+        self.trace_count += 1
+        return traced
+
+
+def _instances(grid):
+    if not grid:
+        return [()]
+    out = [()]
+    for g in grid:
+        out = [ids + (i,) for ids in out for i in range(g)]
+    return out
+
+
+def _logical_cores(config, overrides, grid):
+    """An LNC launch ``kernel[2]`` on trn2/trn3 runs its two programs on the two physical cores of
+    the logical core; any other grid runs its instances one after another on one core."""
+    from .. import _C
+    leaves = _C.config_leaves(config, list(overrides))
+    lnc = int(leaves.get("chip.default_logical_core_size", 1))
+    if len(grid) == 1 and grid[0] == lnc and lnc > 1:
+        return lnc
+    return 1
+
+
+class _GridSummary:
+    def __init__(self, summaries, latency_ns):
+        self.instances = summaries
+        self.latency_ns = latency_ns
+
+    def __repr__(self):
+        return f"<{len(self.instances)} instances, {self.latency_ns / 1e3:.3f} us>"
+
+
+class _GridCall:
+    def __init__(self, kernel, grid):
+        self.kernel, self.grid = kernel, grid
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel.run(args, kwargs, grid=self.grid)
+
+
+def _device_prints(traced, result):
+    for prefix, name, view in traced.prints:
+        if name in result.outputs:
+            print(prefix, result.outputs[name])
+
+
+def _annotate_trace(path, trace):
+    """Names every instruction slice of the Perfetto trace after the kernel line that issued it."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    for ev in events:
+        args = ev.get("args") or {}
+        line = args.get("line")
+        if isinstance(line, int):
+            loc = trace.location_of_line(line)
+            if loc:
+                args["source"] = f"{loc[0]}:{loc[1]}"
+                ev["name"] = f"{ev.get('name', '')} {os.path.basename(loc[0])}:{loc[1]}"
+    with open(path, "w") as f:
+        json.dump(doc, f)

@@ -1,0 +1,210 @@
+"""The program a kernel call traces: HBM tensors, on-chip tiles and the instruction stream, turned
+into ``.tasm`` text whose every instruction line maps back to the kernel's ``file.py:line``."""
+import re
+import threading
+
+from . import _core
+from ._core import KernelError, LruAllocator, Storage, fail, user_location
+
+_local = threading.local()
+
+
+def current():
+    trace = getattr(_local, "trace", None)
+    if trace is None:
+        raise KernelError(f"{_core.where()}: an NKI call outside a kernel: call it from an @nki.jit function")
+    return trace
+
+
+def active():
+    return getattr(_local, "trace", None)
+
+
+class Target:
+    """What the tracer needs from the hardware config (``trnsim._C.config_leaves``)."""
+
+    def __init__(self, config, overrides):
+        from .. import _C
+        leaves = _C.config_leaves(str(config), list(overrides or []))
+        self.config, self.overrides = str(config), list(overrides or [])
+        self.name, self.hash, self.generation = leaves["name"], leaves["hash"], leaves["generation"]
+        self.pmax = int(leaves["core.sbuf.partitions"])
+        self.sbuf_bytes = int(leaves["core.sbuf.bytes_per_partition"])
+        self.psum_partitions = int(leaves["core.psum.partitions"])
+        self.psum_bytes = int(leaves["core.psum.bytes_per_partition"])
+        self.psum_banks = int(leaves["core.psum.banks"])
+        self.psum_bank_bytes = int(leaves["core.psum.bank_bytes"])
+        self.stationary_fmax = int(leaves["core.tensor.max_stationary_free_size"])
+        self.moving_fmax = int(leaves.get("core.tensor.max_moving_free_size_by_psum_dtype.fp32", 512))
+        self.pe_rows = int(leaves["core.tensor.pe_rows"])
+        self.cores = int(leaves.get("chip.physical_cores", 1))
+        self.hbm_gbps = float(leaves["hbm.bandwidth_gbps"])
+        self.hbm_stacks = int(leaves["hbm.stacks"])
+
+
+class Trace:
+    def __init__(self, name, target, program_id=(), num_programs=()):
+        self.name = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "kernel"
+        self.target = target
+        self.program_id, self.num_programs = tuple(program_id), tuple(num_programs)
+        self.hbm = []            # Storage, in declaration order
+        self.roles = {}          # hbm name -> "input" | "output" | internal
+        self.body = []           # instruction lines
+        self.locs = []           # (file, line) per instruction
+        self.prints = []         # nl.device_print: (instruction index, prefix, storage name)
+        self._names = set()
+        self.tiles = []          # on-chip Storage, in creation order
+        self.sbuf_high_water = self.psum_high_water = 0
+        self.transpose_flops = 0   # HFU: the Tensor engine's transposes (identity matmuls)
+
+    # -- context
+    def __enter__(self):
+        self._previous = active()
+        _local.trace = self
+        return self
+
+    def __exit__(self, *exc):
+        _local.trace = self._previous
+        return False
+
+    # -- names
+    def unique(self, base):
+        base = re.sub(r"[^A-Za-z0-9_]", "_", base) or "t"
+        if base[0].isdigit():
+            base = "t" + base
+        name, n = base, 0
+        while name in self._names:
+            n += 1
+            name = f"{base}_{n}"
+        self._names.add(name)
+        return name
+
+    # -- HBM
+    def hbm_tensor(self, shape, dtype, name=None, role="internal"):
+        st = Storage(self, "hbm", _core.as_dtype(dtype), shape, None)
+        base = name or f"hbm{len(self.hbm)}"
+        if re.match(r"^(sb|ps)_\d", base):
+            base = "h_" + base   # on-chip tiles are named sb_N / ps_N
+        st.name = self.unique(base)
+        self.hbm.append(st)
+        self.roles[st.name] = role
+        return st
+
+    # -- on-chip
+    def tile(self, shape, dtype, space, pdim=0, location=None):
+        """A tile; its address is chosen after tracing (allocate())."""
+        location = location or user_location()
+        dtype = _core.as_dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        if not shape:
+            fail("a tile needs at least a partition dim", location)
+        if any(s <= 0 for s in shape):
+            fail(f"tile shape {list(shape)} has an empty dim", location)
+        limit = self.target.pmax if space == "sbuf" else self.target.psum_partitions
+        if shape[pdim] > limit:
+            fail(f"tile {dtype.nki_name}{list(shape)}: partition dim {shape[pdim]} exceeds {limit} partitions "
+                 f"[partition-limit]", location)
+        st = Storage(self, space, dtype, shape, pdim)
+        capacity = self.target.sbuf_bytes if space == "sbuf" else self.target.psum_bytes
+        if st.per_partition * dtype.size_bytes > capacity:
+            fail(f"{space.upper()} overflow: tile {dtype.nki_name}{list(shape)} needs "
+                 f"{st.per_partition * dtype.size_bytes} bytes per partition, the {space.upper()} has {capacity} "
+                 f"[{space}-capacity]", location)
+        st.location = location
+        st.name = f"{'sb' if space == 'sbuf' else 'ps'}_{len(self.tiles)}"
+        self.tiles.append(st)
+        return st
+
+    def alias(self, st, dtype):
+        """The same bytes seen as another dtype of the same size (``t.view(dtype)``)."""
+        if st.space == "hbm":
+            fail("view(dtype) of an HBM tensor is not supported yet")
+        root = st.base or st
+        alias = Storage(self, st.space, dtype, st.shape, st.pdim)
+        alias.base = root
+        alias.location = user_location()
+        alias.name = f"{root.name}_as_{dtype.name}"
+        if not any(t.name == alias.name for t in self.tiles):
+            self.tiles.append(alias)
+        return alias
+
+    def touch(self, st, index):
+        root = st.base or st
+        if root.first < 0:
+            root.first = index
+        root.last = index
+
+    def allocate(self):
+        """Addresses from live ranges, in program order: at each instruction the tiles it touches
+        first are placed, then those it touches last are freed."""
+        allocators = {"sbuf": LruAllocator(self.target.sbuf_bytes, _core.SBUF_ALIGN_BYTES),
+                      "psum": LruAllocator(self.target.psum_bytes, self.target.psum_bank_bytes)}
+        roots = [t for t in self.tiles if t.base is None and t.first >= 0]
+        starts, ends = {}, {}
+        for t in roots:
+            starts.setdefault(t.first, []).append(t)
+            ends.setdefault(t.last, []).append(t)
+        live = set()
+        for i in sorted(set(starts) | set(ends)):
+            for t in starts.get(i, ()):
+                allocator = allocators[t.space]
+                size = allocator.size_of(t.per_partition * t.dtype.size_bytes)
+                start = allocator.take(size)
+                if start is None:
+                    self._overflow(t, size, allocator, live)
+                t.region = (start, size)
+                live.add(t)
+            for t in ends.get(i, ()):
+                allocators[t.space].release(t.region[0], t.region[1], i)
+                live.discard(t)
+        self.sbuf_high_water = allocators["sbuf"].high_water
+        self.psum_high_water = allocators["psum"].high_water
+        decls = []
+        for t in self.tiles:
+            root = t.base or t
+            if root.region is None:
+                continue   # never touched (a temporary folded into its assignment)
+            decls.append(f"{t.space} {t.name} : {t.dtype.name}[{t.partitions}, {t.per_partition}] @ 0:{root.region[0]}")
+        return decls
+
+    def _overflow(self, tile, size, allocator, live):
+        space = tile.space.upper()
+        by_line = {}
+        for t in live:
+            if t.space == tile.space:
+                key = _core.where(t.location)
+                by_line[key] = by_line.get(key, 0) + t.region[1]
+        held = ", ".join(f"{k}: {v} B" for k, v in sorted(by_line.items(), key=lambda kv: -kv[1])[:5])
+        unit = "in 2 KiB banks" if tile.space == "psum" else "per partition"
+        fail(f"{space} overflow: tile {tile.dtype.nki_name}{list(tile.shape)} needs {size} bytes {unit}, "
+             f"{allocator.capacity - allocator.in_use} of {allocator.capacity} free (largest run "
+             f"{allocator.largest_free()}) while live tiles hold the rest ({held}) [{tile.space}-capacity]",
+             tile.location)
+
+    # -- instructions
+    def emit(self, text, location):
+        self.body.append(text)
+        self.locs.append(location)
+        return len(self.body) - 1
+
+    def tasm(self):
+        head = [f"kernel {self.name}", f"target {self.target.generation}"]
+        for st in self.hbm:
+            role = self.roles[st.name]
+            shape = ", ".join(str(s) for s in st.shape) if st.shape else "1"
+            head.append(f"hbm {st.name} : {st.dtype.name}[{shape}]" + (f" {role}" if role != "internal" else ""))
+        lines = head + self.allocate()
+        self.first_body_line = len(lines) + 1
+        return "\n".join(lines + self.body) + "\n"
+
+    def location_of_line(self, line):
+        i = line - self.first_body_line
+        return self.locs[i] if 0 <= i < len(self.locs) else None
+
+    def explain(self, message):
+        """A ProgramError's text with each '(line N)' of the .tasm replaced by the kernel's file:line."""
+        def repl(m):
+            loc = self.location_of_line(int(m.group(2)))
+            return f"{_core.where(loc)}: " if loc else m.group(0)
+        out = re.sub(r"instruction (\d+) \(line (\d+)\) ", lambda m: repl(m), message)
+        return out

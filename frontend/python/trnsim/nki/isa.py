@@ -1,0 +1,107 @@
+"""``nki.isa`` (NKI 0.2+): every instruction with ``dst`` first, one trnsim instruction per call.
+
+The functions are made from trnsim's ISA table (``isa/instructions.def``): each takes the operands
+of its ``.def`` line in that order, positionally or by name, plus ``engine=`` (one of the engines the
+table allows) and ``mask=`` (beta-1 masks). An instruction trnsim's ISA lacks raises a KernelError
+naming it (see ``missing()``).
+"""
+from . import _core, _emit, _trace
+from ._core import fail, user_location
+
+
+class _Word:
+    """An enum member NKI passes by attribute (``nisa.engine.vector``): its ISA word."""
+    __slots__ = ("_isa_name", "_group")
+
+    def __init__(self, group, name):
+        self._group, self._isa_name = group, name
+
+    def __repr__(self):
+        return f"nisa.{self._group}.{self._isa_name}"
+
+    def __eq__(self, other):
+        return isinstance(other, _Word) and other._isa_name == self._isa_name and other._group == self._group
+
+    def __hash__(self):
+        return hash((self._group, self._isa_name))
+
+
+class _Enum:
+    def __init__(self, group, names):
+        self._group = group
+        for n in names:
+            setattr(self, n, _Word(group, n))
+
+    def __iter__(self):
+        return (v for k, v in vars(self).items() if not k.startswith("_"))
+
+
+engine = _Enum("engine", ["tensor", "vector", "scalar", "gpsimd", "sync", "unknown"])
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = engine.tensor, engine.vector, engine.scalar, engine.gpsimd
+unknown_engine = engine.unknown
+dge_mode = _Enum("dge_mode", ["unknown", "none", "swdge", "hwdge"])
+matmul_perf_mode = _Enum("matmul_perf_mode", ["none", "double_row"])
+nc_version = _Enum("nc_version", ["gen2", "gen3", "gen4"])
+_NC_VERSIONS = {"trn1": nc_version.gen2, "trn2": nc_version.gen3, "trn3": nc_version.gen4}
+
+# NKI 0.7's nki.isa functions (../shared/reference/nki-api.md §2); those trnsim's ISA lacks are
+# listed by missing().
+NKI_FUNCTIONS = [
+    "activation", "activation_reduce", "activate2", "affine_select", "bn_aggr", "bn_stats", "core_barrier",
+    "dma_compute", "dma_copy", "dma_transpose", "dropout", "exponential", "iota", "local_gather", "max8",
+    "memset", "nc_find_index8", "nc_match_replace8", "nc_matmul", "nc_matmul_mx", "nc_n_gather",
+    "nc_stream_shuffle", "nc_transpose", "nonzero_with_count", "quantize_mx", "rand2", "rand_get_state",
+    "rand_set_state", "range_select", "reciprocal", "register_alloc", "register_load", "register_move",
+    "register_store", "rng", "scalar_tensor_tensor", "select_reduce", "sendrecv", "sequence_bounds",
+    "set_rng_seed", "tensor_copy", "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce",
+    "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
+    "topk", "get_nc_version", "dma_gather",
+]
+
+
+def get_nc_version():
+    return _NC_VERSIONS[_trace.current().target.generation]
+
+
+def missing():
+    """The NKI 0.7 nki.isa functions trnsim cannot run yet."""
+    have = set(_emit.specs()) | {"get_nc_version"}
+    return sorted(n for n in NKI_FUNCTIONS if n not in have)
+
+
+def nc_matmul(dst, stationary, moving, *args, **kwargs):
+    """dst[M, N] (+)= stationary[K, M].T @ moving[K, N]. A PSUM tile fresh from nl.zeros is written
+    by its first matmul (accumulate=False), as the compiler folds the zeroing in."""
+    location = user_location()
+    dst_view = _emit.as_view(dst, "nisa.nc_matmul dst")
+    if dst_view.st.pending_zero:
+        if dst_view.is_whole() and kwargs.get("accumulate") in (None, True, "auto"):
+            dst_view.st.pending_zero = False
+            kwargs["accumulate"] = False
+        else:
+            _emit._flush_zero(dst_view.st, _trace.current(), location)
+    return _emit.emit("nc_matmul", (dst_view, stationary, moving) + args, kwargs, location)
+
+
+def _make(name):
+    def instruction(*args, **kwargs):
+        _emit.emit(name, args, kwargs, user_location())
+    instruction.__name__ = instruction.__qualname__ = name
+    spec = _emit.specs()[name]
+    ops = ", ".join(o["name"] + ("" if o["default"] is None and not o["optional"] else "=" +
+                                 (o["default"] if o["default"] is not None else "None")) for o in spec["operands"])
+    instruction.__doc__ = f"nisa.{name}({ops}): {spec['doc']}"
+    return instruction
+
+
+def __getattr__(name):
+    specs = _emit.specs()
+    if name in specs:
+        fn = _make(name)
+        globals()[name] = fn
+        return fn
+    if name in NKI_FUNCTIONS:
+        def unavailable(*args, **kwargs):
+            fail(f"nki.isa.{name} is not supported by trnsim yet (trnsim.nki.isa.missing() lists what is not)")
+        return unavailable
+    raise AttributeError(f"module 'nki.isa' has no attribute {name!r}")

@@ -1,0 +1,736 @@
+"""``nki.language`` (``nl``): buffers, tensor creation, loads and stores, loops, index helpers and the
+element-wise / reduction / activation / matmul conveniences, each lowered to the ``nki.isa``
+instructions the NKI compiler uses. Engine choices (trainium.md §4, NKI docs):
+
+- activation functions (``exp``, ``tanh``, ``gelu``, ``sigmoid``, ``silu``, ``sqrt``, ``rsqrt``, ``log``,
+  ...) -> ``activation`` on the Scalar engine (it owns the function tables);
+- arithmetic, comparisons, logic (``add`` ... ``maximum``, ``equal``, ``logical_and``, ...) ->
+  ``tensor_tensor`` (two tiles) or ``tensor_scalar`` (a tile and a number or a [P, 1] column) on Vector;
+- reductions over free axes (``sum``, ``max``, ``min``, ``mean``, ``prod``, ``all``, ``any``) ->
+  ``tensor_reduce`` on Vector; ``reciprocal`` -> ``reciprocal`` on Vector; ``copy`` -> ``tensor_copy``;
+- ``matmul`` -> ``nc_matmul`` on Tensor (``transpose_x=False`` transposes x on Tensor first);
+  ``transpose`` -> ``nc_transpose`` on Tensor (into PSUM);
+- ``softmax`` -> max reduce (Vector), exp with bias = -max and a sum reduce (Scalar), reciprocal and
+  a per-row multiply (Vector); ``rms_norm`` -> square with a sum reduce (Scalar), then Vector;
+- ``load`` / ``store`` -> ``dma_copy``; ``zeros`` in SBUF -> ``memset`` (Vector), in PSUM folded into
+  the first ``nc_matmul``.
+
+Both the current namespace (NKI 0.3-0.7) and the beta-1 ``neuronxcc.nki.language`` extras
+(``arange``, ``mgrid``, ``mask=``, ``par_dim``, ``loop_reduce``, ``static_cast``) live here.
+"""
+import numpy as np
+
+from . import _core, _emit, _trace
+from ._core import DTYPES, IndexExpr, IndexVar, View, as_dtype, fail, user_location
+
+# ---- dtypes
+for _name, _d in DTYPES.items():
+    globals()[_name] = _d
+bool_ = DTYPES["uint8"]
+
+
+# ---- buffers
+
+class Buffer:
+    __slots__ = ("name", "space")
+
+    def __init__(self, name, space):
+        self.name, self.space = name, space
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+    def view(self, dtype, shape, **_):
+        return ndarray(shape, dtype, buffer=self)
+
+
+sbuf = Buffer("sbuf", "sbuf")
+psum = Buffer("psum", "psum")
+hbm = Buffer("hbm", "hbm")
+shared_hbm = Buffer("shared_hbm", "hbm")
+private_hbm = Buffer("private_hbm", "hbm")
+
+
+def buffer_object(space):
+    return {"sbuf": sbuf, "psum": psum, "hbm": hbm}[space]
+
+
+class par_dim:
+    """Beta-1: marks the partition dim of a tile shape with block dims, ``(4, nl.par_dim(128), 512)``."""
+
+    def __init__(self, size):
+        self.size = int(size)
+
+    def __int__(self):
+        return self.size
+
+    def __index__(self):
+        return self.size
+
+
+def _shape(shape):
+    if isinstance(shape, (int, np.integer, par_dim)):
+        shape = (shape,)
+    pdim = next((i for i, s in enumerate(shape) if isinstance(s, par_dim)), 0)
+    return tuple(int(s) for s in shape), pdim
+
+
+# ---- creation
+
+def ndarray(shape, dtype, buffer=None, name=None, address=None, **_ignored):
+    shape, pdim = _shape(shape)
+    buffer = sbuf if buffer is None else buffer
+    if not isinstance(buffer, Buffer):
+        fail(f"buffer={buffer!r}: one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, nl.private_hbm")
+    trace = _trace.current()
+    if buffer.space == "hbm":
+        role = "output" if buffer is shared_hbm else "internal"
+        return trace.hbm_tensor(shape, dtype, name, role=role).full_view()
+    if address is not None:
+        fail("nl.ndarray(address=...) placement is not supported yet: trnsim allocates tiles itself")
+    return trace.tile(shape, dtype, buffer.space, pdim, user_location()).full_view()
+
+
+def empty_like(t, dtype=None, buffer=None, **kw):
+    return ndarray(t.shape, dtype or t.dtype, buffer=buffer or t.buffer, **kw)
+
+
+def zeros(shape, dtype, buffer=None, name=None, **kw):
+    return full(shape, 0.0, dtype, buffer=buffer, name=name, **kw)
+
+
+def zeros_like(t, dtype=None, buffer=None, **kw):
+    return zeros(t.shape, dtype or t.dtype, buffer=buffer or t.buffer, **kw)
+
+
+def ones(shape, dtype, buffer=None, name=None, **kw):
+    return full(shape, 1.0, dtype, buffer=buffer, name=name, **kw)
+
+
+def full(shape, fill_value, dtype, buffer=None, name=None, **kw):
+    location = user_location()
+    t = ndarray(shape, dtype, buffer=buffer, name=name, **kw)
+    if t.st.space == "psum" and fill_value == 0:
+        t.st.pending_zero = True    # folded into the first nc_matmul, or a memset when read first
+        return t
+    if t.st.space == "hbm":
+        fail("nl.zeros/full in HBM: fill a tile and store it")
+    _emit.emit("memset", (t, float(fill_value)), {}, location)
+    return t
+
+
+# ---- index helpers
+
+class DynSlice:
+    """``nl.ds(start, size)``: ``size`` elements from ``start``."""
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size):
+        self.start, self.size = int(start), int(size)
+
+
+def ds(start, size):
+    return DynSlice(start, size)
+
+
+def arange(*args):
+    """Beta 1: an index tile of values start..stop-1 (``nl.arange(128)[:, None]``)."""
+    r = range(*[int(a) for a in args])
+    if r.step != 1:
+        fail("nl.arange with a step: multiply the index instead")
+    return IndexExpr(r.start, {IndexVar(len(r), 0, 1): 1})
+
+
+class _MGridResult(tuple):
+    @property
+    def p(self):
+        return self[0]
+
+    @property
+    def x(self):
+        return self[1]
+
+    @property
+    def y(self):
+        return self[2]
+
+    @property
+    def z(self):
+        return self[3]
+
+
+class _MGrid:
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        out = []
+        for axis, k in enumerate(key):
+            start = k.start or 0
+            if k.step not in (None, 1):
+                fail("nl.mgrid with a step is not supported")
+            out.append(IndexExpr(int(start), {IndexVar(int(k.stop) - int(start), axis, len(key)): 1}))
+        return _MGridResult(out)
+
+
+mgrid = _MGrid()
+
+
+# ---- loops (all unrolled at trace time; the deprecated aliases are Python's range)
+
+def affine_range(*args, **_):
+    return range(*args)
+
+
+sequential_range = static_range = dynamic_range = affine_range
+
+
+def fori_loop(lower, upper, body, step=1, init=None):
+    """Runs ``body(i, state)`` for i in range(lower, upper, step) at trace time (static bounds)."""
+    state = init
+    for i in range(int(lower), int(upper), int(step)):
+        out = body(i, state) if init is not None else body(i)
+        state = out if init is not None else state
+    return state
+
+
+def while_loop(*_args, **_kw):
+    fail("nl.while_loop (a data-dependent trip count) needs the register ISA, not in trnsim yet")
+
+
+# ---- SPMD
+
+def program_id(axis=0):
+    ids = _trace.current().program_id
+    return ids[axis] if axis < len(ids) else 0
+
+
+def num_programs(axis=None):
+    n = _trace.current().num_programs
+    if axis is None:
+        return int(np.prod(n)) if n else 1
+    return n[axis] if axis < len(n) else 1
+
+
+def program_ndim():
+    return len(_trace.current().num_programs)
+
+
+# ---- tile sizes of the traced target
+
+class _TileSize:
+    def _target(self):
+        trace = _trace.active()
+        return trace.target if trace else _trace.Target("trn2", [])
+
+    pmax = property(lambda self: self._target().pmax)
+    gemm_stationary_fmax = property(lambda self: self._target().stationary_fmax)
+    gemm_moving_fmax = property(lambda self: self._target().moving_fmax)
+    psum_fmax = property(lambda self: self._target().psum_bank_bytes // 4)
+    psum_bank_fmax = psum_fmax
+    psum_num_banks = property(lambda self: self._target().psum_banks)
+    sbuf_size_bytes = property(lambda self: self._target().sbuf_bytes * self._target().pmax)
+    sbuf_fmax_bytes = property(lambda self: self._target().sbuf_bytes)
+    bn_stats_fmax = 512
+    psum_min_align = property(lambda self: self._target().psum_bank_bytes)
+    sbuf_min_align = _core.SBUF_ALIGN_BYTES
+
+
+tile_size = _TileSize()
+
+
+# ---- operator objects: callable as nl.add(x, y) and passable as op=nl.add to nki.isa
+
+class _Op:
+    __slots__ = ("_isa_name", "_fn", "__name__", "__doc__")
+
+    def __init__(self, isa_name, fn, doc):
+        self._isa_name, self._fn, self.__name__, self.__doc__ = isa_name, fn, isa_name, doc
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self):
+        return f"nl.{self.__name__}"
+
+
+def _result_tile(like_shape, dtype, location, space="sbuf"):
+    return _trace.current().tile(like_shape, dtype, space, 0, location).full_view()
+
+
+def _tile_shape(view):
+    """A result's shape: the operand's dims with the partition dim first."""
+    shape = list(view.shape)
+    if view.pdim not in (0, None):
+        p = shape.pop(view.pdim)
+        shape.insert(0, p)
+    return tuple(shape)
+
+
+def _operand(x, what):
+    if isinstance(x, View):
+        return x
+    return _emit.as_view(x, what)
+
+
+def _out_dtype(dtype, *views):
+    if dtype is not None:
+        return as_dtype(dtype)
+    for v in views:
+        if isinstance(v, View) or hasattr(v, "_trnsim_view"):
+            d = v.dtype
+            return DTYPES["float32"] if d.name in ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn") else d
+    return DTYPES["float32"]
+
+
+def _is_number(x):
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _is_column(v, like):
+    """A [P, 1] operand against a [P, F] tile: a per-partition scalar."""
+    return (isinstance(v, View) and v.pdim is not None and v.dims[v.pdim][1] == like.dims[like.pdim][1]
+            and int(np.prod(v.shape)) == v.dims[v.pdim][1] and int(np.prod(like.shape)) > v.dims[v.pdim][1])
+
+
+def binary(x, y, op, dtype=None, mask=None, location=None, **_):
+    location = location or user_location()
+    if _is_number(x) and _is_number(y):
+        fail(f"nl.{op} of two numbers: compute it in Python")
+    if _is_number(x) or (isinstance(x, View) and isinstance(y, View) and _is_column(x, y)):
+        # number op tile, [P,1] op tile: a tensor_scalar with the operand reversed.
+        yv = _operand(y, f"nl.{op}")
+        out = _result_tile(_tile_shape(yv), _out_dtype(dtype, yv), location)
+        _emit.emit("tensor_scalar", (out, yv, op, x), {"reverse0": True, "mask": mask}, location)
+        return out
+    xv = _operand(x, f"nl.{op}")
+    if _is_number(y) or _is_column(y, xv):
+        out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+        _emit.emit("tensor_scalar", (out, xv, op, y), {"mask": mask}, location)
+        return out
+    yv = _operand(y, f"nl.{op}")
+    if int(np.prod(xv.shape)) != int(np.prod(yv.shape)):
+        fail(f"nl.{op}: shapes {list(xv.shape)} and {list(yv.shape)} do not match (engines broadcast only a "
+             f"[P, 1] column or a number; broadcast across partitions with a DMA of .broadcast(...))", location)
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv, yv), location)
+    _emit.emit("tensor_tensor", (out, xv, yv, op), {"mask": mask}, location)
+    return out
+
+
+def _binary_op(name):
+    def fn(x, y, dtype=None, mask=None, **kw):
+        return binary(x, y, name, dtype=dtype, mask=mask, location=user_location(), **kw)
+    return _Op(name, fn, f"nl.{name}(x, y, dtype=None, mask=None): tensor_tensor / tensor_scalar on Vector")
+
+
+for _n in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "equal", "not_equal", "greater",
+           "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+           "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "mod"]:
+    globals()[_n] = _binary_op(_n)
+fmod = globals()["mod"]
+
+
+def activation_op(x, func, dtype=None, mask=None, bias=None, scale=1.0, location=None):
+    location = location or user_location()
+    xv = _operand(x, f"nl.{func}")
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+    kwargs = {"mask": mask, "scale": scale}
+    if bias is not None:
+        kwargs["bias"] = bias
+    _emit.emit("activation", (out, func, xv), kwargs, location)
+    return out
+
+
+def _activation(name):
+    def fn(x, dtype=None, mask=None, **kw):
+        return activation_op(x, name, dtype=dtype, mask=mask, location=user_location())
+    return _Op(name, fn, f"nl.{name}(x, dtype=None, mask=None): activation on Scalar")
+
+
+for _n in ["exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_dx", "gelu_apprx_tanh", "gelu_apprx_sigmoid",
+           "silu", "silu_dx", "softplus", "mish", "erf", "erf_dx", "sin", "cos", "arctan", "sqrt", "rsqrt", "sign"]:
+    globals()[_n] = _activation(_n)
+
+
+def _unary_vector(name, isa_op, operand):
+    def fn(x, dtype=None, mask=None, **kw):
+        location = user_location()
+        xv = _operand(x, f"nl.{name}")
+        out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+        _emit.emit("tensor_scalar", (out, xv, isa_op, operand), {"mask": mask}, location)
+        return out
+    return _Op(isa_op, fn, f"nl.{name}(x): tensor_scalar {isa_op} on Vector")
+
+
+abs = _unary_vector("abs", "abs", 0.0)
+square = _unary_vector("square", "square", 0.0)
+negative = _unary_vector("negative", "multiply", -1.0)
+invert = _unary_vector("invert", "invert", 0.0)
+
+
+def _reciprocal(x, dtype=None, mask=None, **kw):
+    location = user_location()
+    xv = _operand(x, "nl.reciprocal")
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+    _emit.emit("reciprocal", (out, xv), {"mask": mask}, location)
+    return out
+
+
+reciprocal = _Op("reciprocal", _reciprocal, "nl.reciprocal(x): reciprocal on Vector")
+
+
+def copy(x, dtype=None, mask=None, engine=None, **kw):
+    location = user_location()
+    xv = _operand(x, "nl.copy")
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv) if dtype else xv.dtype, location)
+    _emit.emit("tensor_copy", (out, xv), {"mask": mask, "engine": engine}, location)
+    return out
+
+
+# ---- reductions
+
+def _free_axes(view, axis, what, location):
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = sorted({int(a) % view.ndim for a in axes})
+    if view.pdim in axes:
+        fail(f"{what}: axis {view.pdim} is the partition dim; reduce across partitions with nl.matmul or "
+             f"nisa.tensor_partition_reduce [reduce-partition]", location)
+    return axes
+
+
+def reduce_op(x, op, axis, dtype=None, keepdims=False, mask=None, negate=False, location=None):
+    location = location or user_location()
+    xv = _operand(x, f"nl.{op}")
+    axes = _free_axes(xv, axis, f"reduce {op}", location)
+    # tensor_reduce's axis list counts the emitted free dims (1-based): the reduced dims go last so
+    # that they are the trailing free dims whatever merging does to the rest.
+    kept = [d for d in range(xv.ndim) if d not in axes and d != xv.pdim]
+    order = [xv.pdim] + kept + axes
+    data = xv.permute(*order) if order != list(range(xv.ndim)) else xv
+    reduced = [data.dims[i] for i in range(1 + len(kept), data.ndim) if data.dims[i][1] != 1]
+    n_kept = len(_core.merge_dims([data.dims[i] for i in range(1, 1 + len(kept)) if data.dims[i][1] != 1]))
+    n_red = len(_core.merge_dims(reduced))
+    out_shape = [xv.shape[d] if d not in axes else 1 for d in range(xv.ndim)]
+    out = _result_tile(tuple(out_shape) if keepdims else tuple(s for d, s in enumerate(out_shape) if d not in axes)
+                       or (xv.shape[xv.pdim], 1), _out_dtype(dtype, xv), location)
+    if n_red == 0:
+        _emit.emit("tensor_copy", (out, data), {"mask": mask}, location)
+        return out
+    # Merged dims change the count: emit with explicit dims so that the axis numbers hold.
+    red_axes = list(range(1 + n_kept, 1 + n_kept + n_red))
+    _emit.emit("tensor_reduce", (out, op, data, red_axes), {"negate": negate, "mask": mask}, location)
+    return out
+
+
+def _reduction(name, isa_op):
+    def fn(x, axis, dtype=None, keepdims=False, mask=None, **kw):
+        return reduce_op(x, isa_op, axis, dtype=dtype, keepdims=keepdims, mask=mask, location=user_location())
+    return _Op(isa_op, fn, f"nl.{name}(x, axis, dtype=None, keepdims=False): tensor_reduce {isa_op} on Vector")
+
+
+sum = _reduction("sum", "add")
+max = _reduction("max", "maximum")
+min = _reduction("min", "minimum")
+prod = _reduction("prod", "multiply")
+all = _reduction("all", "logical_and")
+any = _reduction("any", "logical_or")
+
+
+def mean(x, axis, dtype=None, keepdims=False, mask=None, **kw):
+    location = user_location()
+    xv = _operand(x, "nl.mean")
+    axes = _free_axes(xv, axis, "nl.mean", location)
+    count = int(np.prod([xv.shape[a] for a in axes]))
+    s = reduce_op(xv, "add", axes, dtype=nl_float32(), keepdims=keepdims, mask=mask, location=location)
+    out = _result_tile(s.shape, _out_dtype(dtype, xv), location)
+    _emit.emit("tensor_scalar", (out, s, "multiply", 1.0 / count), {}, location)
+    return out
+
+
+def nl_float32():
+    return DTYPES["float32"]
+
+
+# ---- matmul and transpose
+
+class LazyMatmul:
+    """``nl.matmul`` / beta-1 ``nisa.nc_matmul`` results: written where they are assigned
+    (``psum[...] += ...`` accumulates), or into a fresh PSUM tile when used as an operand."""
+    __slots__ = ("stationary", "moving", "kwargs", "location", "_view")
+
+    def __init__(self, stationary, moving, kwargs, location):
+        self.stationary, self.moving, self.kwargs, self.location = stationary, moving, kwargs, location
+        self._view = None
+
+    @property
+    def shape(self):
+        return (self.stationary.shape[-1] if self.stationary.ndim > 1 else 1, self.moving.shape[-1])
+
+    @property
+    def dtype(self):
+        return DTYPES["float32"]
+
+    def write(self, dst, accumulate):
+        from . import isa
+        kwargs = dict(self.kwargs)
+        kwargs["accumulate"] = accumulate
+        if accumulate and dst.st.pending_zero and dst.is_whole():
+            dst.st.pending_zero = False
+            kwargs["accumulate"] = False
+        elif dst.st.pending_zero:
+            _emit._flush_zero(dst.st, _trace.current(), self.location)
+        _emit.emit("nc_matmul", (dst, self.stationary, self.moving), kwargs, self.location)
+
+    def _trnsim_view(self):
+        if self._view is None:
+            self._view = _result_tile(self.shape, DTYPES["float32"], self.location, "psum")
+            self.write(self._view, False)
+        return self._view
+
+    def __getattr__(self, name):
+        return getattr(self._trnsim_view(), name)
+
+    def __getitem__(self, key):
+        return self._trnsim_view()[key]
+
+
+def matmul(x, y, transpose_x=False, mask=None, **kw):
+    """x @ y on the Tensor engine into PSUM (fp32). With ``transpose_x=True`` x is given as [K, M]."""
+    location = user_location()
+    xv, yv = _operand(x, "nl.matmul x"), _operand(y, "nl.matmul y")
+    if mask is not None:
+        xv, yv = _core.apply_mask(xv, mask), _core.apply_mask(yv, mask)
+    if not transpose_x:
+        xv = _transpose_to_sbuf(xv, location)
+    return LazyMatmul(xv, yv, {}, location)
+
+
+def _transpose_to_sbuf(xv, location):
+    t = transpose(xv, location=location)
+    out = _result_tile(t.shape, xv.dtype, location)
+    _emit.emit("tensor_copy", (out, t), {}, location)
+    return out
+
+
+def transpose(x, dtype=None, mask=None, engine=None, location=None, **kw):
+    """x.T of a tile of at most 128 x 128: nc_transpose on Tensor into PSUM (Vector: 32 x 32)."""
+    location = location or user_location()
+    xv = _operand(x, "nl.transpose")
+    shape = _tile_shape(xv)
+    if len(shape) != 2:
+        fail(f"nl.transpose of a {len(shape)}-d tile: transpose 2-d tiles", location)
+    space = "sbuf" if _emit.engine_word(engine) == "vector" else "psum"
+    out = _result_tile((shape[1], shape[0]), _out_dtype(dtype, xv) if dtype else
+                       (DTYPES["float32"] if space == "psum" and xv.dtype.name == "fp32" else xv.dtype), location, space)
+    _emit.emit("nc_transpose", (out, xv), {"engine": engine}, location)
+    return out
+
+
+# ---- loads, stores, assignment
+
+def load(src, mask=None, dtype=None, **kw):
+    location = user_location()
+    sv = _operand(src, "nl.load")
+    if sv.st.space != "hbm":
+        fail("nl.load reads HBM; copy on-chip tiles with nl.copy", location)
+    shape = sv.shape if sv.ndim > 1 else (1, sv.shape[0])
+    t = _trace.current().tile(shape, sv.dtype, "sbuf", 0, location).full_view()
+    t.vars = sv.vars if sv.ndim > 1 else None
+    if sv.ndim == 1:
+        sv = View(sv.st, sv.offset, [[0, 1], sv.dims[0]], None, 0)
+    _emit.emit("dma_copy", (_core.apply_mask(t, mask), _core.apply_mask(sv, mask)), {}, location)
+    if dtype is not None and as_dtype(dtype) is not sv.dtype:
+        out = _result_tile(shape, dtype, location)
+        _emit.emit("tensor_copy", (out, t), {"mask": mask}, location)
+        return out
+    return t
+
+
+def store(dst, value, mask=None, **kw):
+    location = user_location()
+    dv = _operand(dst, "nl.store dst")
+    if dv.st.space != "hbm":
+        fail("nl.store writes HBM; assign on-chip tiles with t[...] = value", location)
+    _store(dv, value, mask, location)
+
+
+def _store(dv, value, mask, location):
+    if _is_number(value):
+        tile_ = full(_tile_shape(dv) if dv.ndim > 1 else (1, dv.shape[0]), value, dv.dtype)
+        value = tile_
+    vv = _operand(value, "nl.store value")
+    if vv.st.space == "psum" or vv.dtype is not dv.dtype:
+        # DMA neither reads PSUM nor converts: a Vector copy (with the cast) first, as the compiler does.
+        staged = _result_tile(_tile_shape(vv), dv.dtype, location)
+        _emit.emit("tensor_copy", (staged, vv), {"mask": mask}, location)
+        vv = staged
+    dv = dv if dv.ndim > 1 else View(dv.st, dv.offset, [[0, 1], dv.dims[0]], None, 0)
+    _emit.emit("dma_copy", (_core.apply_mask(dv, mask), _core.apply_mask(vv, mask)), {}, location)
+
+
+class LoopReduce:
+    """Beta-1 ``nl.loop_reduce(x, op, loop_indices)``: ``target[...] = loop_reduce(x)`` combines x
+    into target (target op= x) on each iteration."""
+    __slots__ = ("value", "op", "dtype_")
+
+    def __init__(self, value, op, dtype):
+        self.value, self.op, self.dtype_ = value, op, dtype
+
+
+def loop_reduce(x, op, loop_indices=None, dtype=None, mask=None, **kw):
+    return LoopReduce(x, _emit.op_name(op, "nl.loop_reduce"), dtype)
+
+
+def assign(target, value, mask=None, location=None, temporary=False):
+    """``target[...] = value``: writes into target, folding the producing instruction when the value
+    is a temporary (``t[...] = nl.load(...)`` is one DMA into t, not a DMA and a copy)."""
+    location = location or user_location()
+    if isinstance(value, _core._AccumulatedView) and value.st is target.st:
+        return
+    if isinstance(value, LazyMatmul):
+        if value._view is None:
+            value.write(target, False)
+            return
+        value = value._view
+    if isinstance(value, LoopReduce):
+        v = _operand(value.value, "nl.loop_reduce")
+        if target.st.pending_zero:
+            _emit._flush_zero(target.st, _trace.current(), location)
+        _emit.emit("tensor_tensor", (target, target, v, value.op), {"mask": mask}, location)
+        return
+    if target.st.space == "hbm":
+        _store(target, value, mask, location)
+        return
+    if _is_number(value):
+        _emit.emit("memset", (target, float(value)), {"mask": mask}, location)
+        return
+    vv = _operand(value, "assignment")
+    trace = _trace.current()
+    if (vv.st.producer == len(trace.body) - 1 and vv.st.producer >= 0 and vv.is_whole()
+            and vv.st.dtype is target.st.dtype and int(np.prod(vv.shape)) == int(np.prod(target.shape))
+            and vv.dims[vv.pdim][1] == target.dims[target.pdim][1] and temporary):
+        old = f"dst={_emit.ap_text(vv)}"
+        text = trace.body[-1]
+        if old in text and vv.st.first == vv.st.last == len(trace.body) - 1:
+            trace.body[-1] = text.replace(old, f"dst={_emit.ap_text(target)}", 1)
+            target.st.written = True
+            vv.st.producer = -1
+            vv.st.first = vv.st.last = -1   # the temporary is never touched: it takes no memory
+            if target.st.space != "hbm":
+                trace.touch(target.st, len(trace.body) - 1)
+            return
+    if vv.st.space == "hbm":
+        _emit.emit("dma_copy", (target, vv), {"mask": mask}, location)
+    else:
+        _emit.emit("tensor_copy", (target, vv), {"mask": mask}, location)
+
+
+def accumulate(target, value, location=None):
+    """``target += value``: a matmul accumulates in PSUM; anything else is an add on Vector."""
+    location = location or user_location()
+    if isinstance(value, LazyMatmul) and value._view is None:
+        value.write(target, True)
+        return
+    vv = _operand(value, "+=")
+    if target.st.pending_zero:
+        _emit._flush_zero(target.st, _trace.current(), location)
+    _emit.emit("tensor_tensor", (target, target, vv, "add"), {}, location)
+
+
+# ---- compound ops
+
+def softmax(x, axis=-1, dtype=None, mask=None, **kw):
+    """Row softmax over the free axis: max (Vector), exp(x - max) with the row sum (Scalar),
+    1/sum (Vector), scale (Vector)."""
+    location = user_location()
+    xv = _operand(x, "nl.softmax")
+    rows = xv.shape[xv.pdim]
+    neg_max = _result_tile((rows, 1), DTYPES["float32"], location)
+    axes = _free_axes(xv, axis, "nl.softmax", location)
+    if len(axes) != xv.ndim - 1:
+        fail("nl.softmax over some of several free axes is not supported", location)
+    _emit.emit("tensor_reduce", (neg_max, "maximum", xv, list(range(1, 1 + len(_core.merge_dims(
+        [d for i, d in enumerate(xv.dims) if i != xv.pdim and d[1] != 1]))))), {"negate": True}, location)
+    e = _result_tile(_tile_shape(xv), DTYPES["float32"], location)
+    total = _result_tile((rows, 1), DTYPES["float32"], location)
+    _emit.emit("activation", (e, "exp", xv), {"bias": neg_max, "reduce_op": "add", "reduce_res": total}, location)
+    inv = _result_tile((rows, 1), DTYPES["float32"], location)
+    _emit.emit("reciprocal", (inv, total), {}, location)
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+    _emit.emit("tensor_scalar", (out, e, "multiply", inv), {}, location)
+    return out
+
+
+def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kw):
+    """x / sqrt(mean(x^2) + eps) * w over the free axis: square + sum (Scalar), rsqrt via
+    (ms + eps) ^ -0.5 (Vector), per-row scale then * w (Vector). w is [P, F] or a [1, F] row that
+    the kernel broadcast (``w.broadcast(0, P)`` or a broadcast load)."""
+    location = user_location()
+    xv = _operand(x, "nl.rms_norm")
+    rows = xv.shape[xv.pdim]
+    count = n or int(np.prod([s for i, s in enumerate(xv.shape) if i != xv.pdim]))
+    sq = _result_tile(_tile_shape(xv), DTYPES["float32"], location)
+    total = _result_tile((rows, 1), DTYPES["float32"], location)
+    _emit.emit("activation", (sq, "square", xv), {"reduce_op": "add", "reduce_res": total}, location)
+    rstd = _result_tile((rows, 1), DTYPES["float32"], location)
+    _emit.emit("tensor_scalar", (rstd, total, "multiply", 1.0 / count),
+               {"op1": "add", "operand1": float(epsilon)}, location)
+    _emit.emit("tensor_scalar", (rstd, rstd, "power", -0.5), {}, location)
+    normed = _result_tile(_tile_shape(xv), DTYPES["float32"], location)
+    _emit.emit("tensor_scalar", (normed, xv, "multiply", rstd), {}, location)
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+    wv = _operand(w, "nl.rms_norm w")
+    _emit.emit("tensor_tensor", (out, normed, wv, "multiply"), {}, location)
+    return out
+
+
+def where(condition, x, y, dtype=None, mask=None, **kw):
+    """condition ? x : y: y copied (Vector), then x copied where condition (tensor_copy_predicated)."""
+    location = user_location()
+    cv = _operand(condition, "nl.where condition")
+    out = _result_tile(_tile_shape(cv), _out_dtype(dtype, *(v for v in (x, y) if isinstance(v, View))), location)
+    if _is_number(y):
+        _emit.emit("memset", (out, float(y)), {"mask": mask}, location)
+    else:
+        _emit.emit("tensor_copy", (out, _operand(y, "nl.where y")), {"mask": mask}, location)
+    src = float(x) if _is_number(x) else _operand(x, "nl.where x")
+    _emit.emit("tensor_copy_predicated", (out, src, cv), {"mask": mask}, location)
+    return out
+
+
+def device_print(prefix, x, **kw):
+    """Prints the tile's values when the kernel has run (values mode): a DMA of it to a scratch HBM
+    tensor at this point of the program (its time is in the kernel's latency)."""
+    location = user_location()
+    xv = _operand(x, "nl.device_print")
+    trace = _trace.current()
+    if xv.st.space == "hbm":
+        st = xv.st
+        trace.prints.append((str(prefix), st.name, xv))
+        return
+    if xv.st.space == "psum":
+        xv = copy(xv)
+    st = trace.hbm_tensor(_tile_shape(xv), xv.dtype, f"print{len(trace.prints)}", role="output")
+    trace.prints.append((str(prefix), st.name, None))
+    _emit.emit("dma_copy", (st.full_view(), xv), {}, location)
+
+
+def static_cast(array, dtype):
+    """Beta 1, host side: a NumPy array in another dtype (bf16 / fp8 through ml_dtypes)."""
+    d = as_dtype(dtype)
+    if d.numpy is None:
+        raise TypeError(f"nl.static_cast: no host type for {d.nki_name}")
+    return np.asarray(array).astype(d.numpy)
+
+
+# nki.language API of NKI 0.7 that this front-end does not offer yet (trnsim.nki.missing_api()).
+MISSING = [
+    "while_loop (register-driven, data-dependent trip count)",
+    "fori_loop / dynamic_range with register bounds (static bounds work)",
+    "ndarray(address=...) explicit placement",
+    "Tensor.ap(scalar_offset=, vector_offset=, indirect_dim=)",
+    "Tensor.indirect (gather/scatter views)",
+    "rearrange", "flatten_dims", "reshape_dim", "vector_select",
+    "dropout", "rand", "random_seed",
+    "gather_flattened", "all_reduce and nki.collectives",
+    "view(dtype) between dtypes of different sizes",
+]

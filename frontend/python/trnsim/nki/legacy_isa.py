@@ -1,0 +1,135 @@
+"""``neuronxcc.nki.isa`` (NKI beta 1): the instructions return their result instead of taking ``dst``.
+Each call allocates the result tile (shape from the operands, ``dtype=`` or the input's dtype,
+SBUF unless the instruction writes PSUM) and emits the same instruction as ``nki.isa``."""
+import numpy as np
+
+from . import _core, _emit, _trace, language
+from ._core import IndexExpr, fail, user_location
+from .isa import (dge_mode, engine, get_nc_version, gpsimd_engine, matmul_perf_mode, nc_version,  # noqa: F401
+                  scalar_engine, tensor_engine, unknown_engine, vector_engine)
+
+
+def _first_tensor(args, kwargs, names):
+    for n, a in list(zip(names, args)) + [(k, kwargs.get(k)) for k in names]:
+        if a is not None and (isinstance(a, _core.View) or hasattr(a, "_trnsim_view")):
+            return _emit.as_view(a, n)
+    fail("no tensor operand")
+
+
+def _shape_same(src):
+    return language._tile_shape(src)
+
+
+def _shape_reduce(src, kwargs, args):
+    axis = kwargs.get("axis", args[2] if len(args) > 2 else None)
+    axes = axis if isinstance(axis, (list, tuple)) else (axis,)
+    axes = {int(a) % src.ndim for a in axes}
+    keep = kwargs.get("keepdims", False)
+    shape = [1 if d in axes else s for d, s in enumerate(src.shape)] if keep else \
+        [s for d, s in enumerate(src.shape) if d not in axes]
+    return tuple(shape) if len(shape) > 1 else (src.shape[src.pdim], 1)
+
+
+_OUT = {
+    # name: (input names in order after dst, shape rule, result dtype, space)
+    "activation": (("op", "data"), "same", None, "sbuf"),
+    "activation_reduce": (("op", "data"), "same", None, "sbuf"),
+    "tensor_tensor": (("data1", "data2"), "same", None, "sbuf"),
+    "tensor_scalar": (("data",), "same", None, "sbuf"),
+    "scalar_tensor_tensor": (("data",), "same", None, "sbuf"),
+    "tensor_copy": (("src",), "same", None, "sbuf"),
+    "tensor_reduce": (("op", "data"), "reduce", None, "sbuf"),
+    "reciprocal": (("data",), "same", None, "sbuf"),
+    "bn_stats": (("data",), (6,), "float32", "sbuf"),
+    "bn_aggr": (("data",), (2,), "float32", "sbuf"),
+    "max8": (("src",), (8,), None, "sbuf"),
+    "nc_find_index8": (("data", "vals"), (8,), "uint32", "sbuf"),
+    "tensor_tensor_scan": (("data0", "data1"), "same", None, "sbuf"),
+    "select_reduce": (("predicate", "on_true"), "same", None, "sbuf"),
+    "range_select": (("on_true_tile",), "same", None, "sbuf"),
+    "tensor_copy_predicated": (("src", "predicate"), "same", None, "sbuf"),
+}
+
+
+def _make(name):
+    inputs, rule, out_dtype, space = _OUT[name]
+
+    def instruction(*args, dtype=None, buffer=None, **kwargs):
+        location = user_location()
+        src = _first_tensor(args, kwargs, [n for n in inputs if n not in ("op",)] + list(inputs))
+        if rule == "same":
+            shape = _shape_same(src)
+        elif rule == "reduce":
+            shape = _shape_reduce(src, kwargs, args)
+        else:
+            shape = (src.shape[src.pdim],) + rule
+        d = dtype or out_dtype or language._out_dtype(None, src)
+        out = _trace.current().tile(shape, _core.as_dtype(d), buffer.space if buffer is not None else space, 0,
+                                    location).full_view()
+        _emit.emit(name, (out,) + args, kwargs, location)
+        return out
+    instruction.__name__ = name
+    instruction.__doc__ = f"beta-1 nisa.{name}(...) -> tile (see nki.isa.{name})"
+    return instruction
+
+
+for _n in _OUT:
+    globals()[_n] = _make(_n)
+
+
+def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, mask=None,
+              is_transpose=False, tile_position=(), tile_size=(), perf_mode=None, **_):
+    """stationary[K, M].T @ moving[K, N] -> a PSUM result; ``psum[...] += nisa.nc_matmul(...)`` accumulates."""
+    location = user_location()
+    s, m = _emit.as_view(stationary, "stationary"), _emit.as_view(moving, "moving")
+    if mask is not None:
+        s, m = _core.apply_mask(s, mask), _core.apply_mask(m, mask)
+    kwargs = {"is_stationary_onezero": is_stationary_onezero, "is_moving_onezero": is_moving_onezero,
+              "is_transpose": is_transpose}
+    if tile_position:
+        kwargs["tile_position"], kwargs["tile_size"] = list(tile_position), list(tile_size)
+    if perf_mode is not None:
+        kwargs["perf_mode"] = perf_mode
+    return language.LazyMatmul(s, m, kwargs, location)
+
+
+def nc_transpose(data, mask=None, dtype=None, engine=None, **_):
+    location = user_location()
+    return language.transpose(data, dtype=dtype, mask=mask, engine=engine, location=location)
+
+
+def memset(shape, value, dtype, mask=None, engine=None, buffer=None, **_):
+    location = user_location()
+    t = _trace.current().tile(language._shape(shape)[0], _core.as_dtype(dtype),
+                              buffer.space if buffer is not None else "sbuf", 0, location).full_view()
+    _emit.emit("memset", (t, float(value)), {"mask": mask, "engine": engine}, location)
+    return t
+
+
+def iota(expr, dtype, mask=None, **_):
+    """Beta 1: the values of an affine index expression (``nl.arange(128)[:, None] * 4 + ...``) as a
+    tile, by GpSimd's iota (offset, partition multiplier, one (step, count) per free axis)."""
+    location = user_location()
+    if not isinstance(expr, IndexExpr):
+        fail("nisa.iota takes an nl.arange / nl.mgrid expression", location)
+    vars_ = sorted(expr.terms, key=lambda v: v.axis)
+    part = next((v for v in vars_ if v.axis == 0), None)
+    free = [v for v in vars_ if v is not part]
+    shape = (part.size if part else 1,) + tuple(v.size for v in free)
+    t = _trace.current().tile(shape if len(shape) > 1 else shape + (1,), _core.as_dtype(dtype), "sbuf", 0,
+                              location).full_view()
+    pattern = [[expr.terms[v], v.size] for v in free] or [[0, 1]]
+    _emit.emit("iota", (t, pattern), {"offset": expr.const,
+                                      "channel_multiplier": expr.terms[part] if part else 0, "mask": mask}, location)
+    return t
+
+
+def dma_copy(dst=None, src=None, **kwargs):
+    location = user_location()
+    _emit.emit("dma_copy", (dst, src), kwargs, location)
+
+
+def __getattr__(name):
+    from . import isa
+    fn = getattr(isa, name)
+    return fn
