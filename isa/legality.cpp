@@ -250,6 +250,7 @@ class Checker {
     check_operand_shapes(inst);
     check_accumulating(inst);
     check_random(inst);
+    if (inst.opcode == Opcode::topk) check_topk(inst);
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -528,6 +529,37 @@ class Checker {
       case Opcode::rand_get_state: state_tile("dst"); break;
       default: break;
     }
+  }
+
+  // ISA topk: bf16 source in SBUF on a multiple of 16 partitions, 8 <= n < 65536, 1 <= K <= n with K < 32768,
+  // ceil(n / 16) source columns, val_dst bf16 and idx_dst uint32 [P, K] in SBUF.
+  void check_topk(const Instruction& inst) {
+    const AccessPattern* src = given(inst, "src");
+    const AccessPattern* values = given(inst, "val_dst");
+    const AccessPattern* indices = given(inst, "idx_dst");
+    if (!src || !values || !indices) return;
+    const int64_t n = static_cast<int64_t>(inst.scalar("n"));
+    const uint64_t k = values->free_elements();
+    for (const char* name : {"src", "val_dst", "idx_dst"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("topk", std::string(name) + " must be in SBUF");
+    }
+    if (src->dtype != DType::bf16 || values->dtype != DType::bf16) {
+      fail("topk", "src and val_dst must be bf16, not " + std::string(dtype_name(src->dtype)) + " / " +
+                       std::string(dtype_name(values->dtype)));
+    }
+    if (indices->dtype != DType::uint32) fail("topk", "idx_dst must be uint32, not " + std::string(dtype_name(indices->dtype)));
+    if (src->partitions() % 16 != 0) {
+      fail("topk", "src has " + std::to_string(src->partitions()) + " partitions; topk needs a multiple of 16");
+    }
+    if (n < 8 || n >= 65536 || k < 1 || k >= 32768 || int64_t(k) > n) {
+      fail("topk", "topk needs 8 <= n < 65536 and 1 <= K <= n, K < 32768; got n = " + std::to_string(n) +
+                       ", K = " + std::to_string(k));
+    } else if (src->free_elements() < uint64_t(n + 15) / 16) {
+      fail("topk", "src has " + std::to_string(src->free_elements()) + " columns; n = " + std::to_string(n) +
+                       " needs ceil(n / 16)");
+    }
+    shape_is(inst, "val_dst", src->partitions(), k);
+    shape_is(inst, "idx_dst", src->partitions(), k);
   }
 
   void check_tensor_reduce(const Instruction& inst) {

@@ -317,7 +317,12 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state and
   // rand_get_state have no published cost and are assumed to take the same GPSIMD_START + N.
   double cycles = start + n;
-  if (inst.opcode == Opcode::tensor_partition_reduce) {
+  if (inst.opcode == Opcode::topk) {
+    // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition
+    // groups in parallel; taken as the whole cost (no GPSIMD_START on top: the published estimate is complete).
+    constexpr double kTopkCyclesPerElement = 4;  // ISA topk "4*n + K"
+    cycles = kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements());
+  } else if (inst.opcode == Opcode::tensor_partition_reduce) {
     // Assumed (no published cost): each processor is wired to lanes/processors partitions and
     // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).
     const AccessPattern& data = inst.tensor("data");

@@ -1,5 +1,8 @@
 // GpSimd engine semantics (memset also runs on Vector): generated index patterns, the affine
 // select behind causal masks, and the cross-partition reduction.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <string>
 
 #include "isa/alu.h"
@@ -141,6 +144,72 @@ void exec_tensor_partition_reduce(const Instruction& inst, ExecContext& ctx) {
     out.at(0, i) = acc;
   }
   ctx.write(dst, out);
+}
+
+// ISA topk: each group of 16 partitions (one GpSimd core's partitions, ISA nonzero_with_count) holds one "snake" of
+// n bf16 values, element e at partition 16g + e % 16, column e / 16. The K largest (K = val_dst's free size) are
+// written in ascending order with their snake indices e. Assumed where NKI is silent: the group's result goes to
+// every partition of the group ("for each partition"); ties prefer the lower index and list in index order; NaN
+// ranks above +inf (as max8).
+void exec_topk(const Instruction& inst, ExecContext& ctx) {
+  constexpr uint32_t kSnake = 16;  // ISA topk: a 16-partition snake
+  const AccessPattern& val_dst = inst.tensor("val_dst");
+  const AccessPattern& idx_dst = inst.tensor("idx_dst");
+  const AccessPattern& src = inst.tensor("src");
+  const int64_t n = static_cast<int64_t>(inst.scalar("n"));
+  const uint64_t k = val_dst.free_elements();
+  const uint32_t partitions = src.partitions();
+  if (partitions == 0 || partitions % kSnake != 0) {
+    throw IsaError("src has " + std::to_string(partitions) + " partitions; topk needs a multiple of 16");
+  }
+  if (n < 8 || n >= 65536 || k < 1 || k >= 32768 || int64_t(k) > n) {
+    throw IsaError("topk needs 8 <= n < 65536 and 1 <= K <= n, K < 32768; got n = " + std::to_string(n) +
+                   ", K = " + std::to_string(k));
+  }
+  if (src.free_elements() < uint64_t(n + kSnake - 1) / kSnake) {
+    throw IsaError("src has " + std::to_string(src.free_elements()) + " columns; n = " + std::to_string(n) +
+                   " needs ceil(n / 16) = " + std::to_string((n + kSnake - 1) / kSnake));
+  }
+  for (const AccessPattern* out : {&val_dst, &idx_dst}) {
+    if (out->partitions() != partitions || out->free_elements() != k) {
+      throw IsaError(std::string(out == &val_dst ? "val_dst" : "idx_dst") + " must be " +
+                     shape_text(partitions, k) + ", got " + shape_text(*out));
+    }
+  }
+  if (dtype_info(idx_dst.dtype).is_float) throw IsaError("idx_dst must be uint32, not " + std::string(dtype_name(idx_dst.dtype)));
+  Tile in = ctx.read(src);
+  Tile values(partitions, k);
+  std::vector<int64_t> indices(size_t{partitions} * k);
+  auto ranks_above = [](float a, float b) {  // a ranks strictly above b
+    if (std::isnan(a)) return !std::isnan(b);
+    if (std::isnan(b)) return false;
+    return a > b;
+  };
+  std::vector<uint32_t> order(static_cast<size_t>(n));
+  for (uint32_t g = 0; g < partitions / kSnake; ++g) {
+    auto value = [&](uint32_t e) { return in.at(g * kSnake + e % kSnake, e / kSnake); };
+    std::iota(order.begin(), order.end(), 0u);
+    // The K best by (value descending, index ascending), then listed by value ascending, index ascending.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](uint32_t a, uint32_t b) {
+      if (ranks_above(value(a), value(b))) return true;
+      if (ranks_above(value(b), value(a))) return false;
+      return a < b;
+    });
+    std::vector<uint32_t> top(order.begin(), order.begin() + k);
+    std::stable_sort(top.begin(), top.end(), [&](uint32_t a, uint32_t b) {
+      if (ranks_above(value(b), value(a))) return true;
+      if (ranks_above(value(a), value(b))) return false;
+      return a < b;
+    });
+    for (uint32_t p = g * kSnake; p < (g + 1) * kSnake; ++p) {
+      for (uint64_t j = 0; j < k; ++j) {
+        values.at(p, j) = value(top[j]);
+        indices[size_t{p} * k + j] = top[j];
+      }
+    }
+  }
+  ctx.write(val_dst, values);
+  write_ints(ctx, idx_dst, indices);
 }
 
 }  // namespace trnsim::isa

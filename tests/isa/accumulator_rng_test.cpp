@@ -613,5 +613,44 @@ TEST(RngTest, DropoutProbZeroAndOneAndIntegerData) {
   EXPECT_EQ(k.get_bits(drop), std::vector<uint32_t>(200, 0u));
 }
 
+// ---- topk (GpSimd) ----
+
+TEST(TopkTest, SnakeOfEachSixteenPartitionGroup) {
+  std::mt19937 rng(31);
+  const uint32_t P = 32, n = 42, columns = 3, K = 8;
+  Kernel k;
+  auto src = k.tensor(DType::bf16, {P, columns}), vals = k.tensor(DType::bf16, {P, K});
+  auto idx = k.tensor(DType::uint32, {P, K});
+  k.emit(Opcode::topk).tensor("val_dst", vals).tensor("idx_dst", idx).tensor("src", src).imm("n", n);
+  k.build();
+  std::vector<float> v(P * columns);
+  for (float& e : v) e = static_cast<float>(static_cast<int>(rng() % 30) - 15);  // duplicates: ties by index
+  Tile x = k.set(src, v);
+  k.run();
+  std::vector<float> want_vals, want_idx;
+  for (uint32_t g = 0; g < P / 16; ++g) {
+    std::vector<std::pair<float, uint32_t>> snake;  // (value, snake index); columns past n are ignored
+    for (uint32_t e = 0; e < n; ++e) snake.push_back({x.at(g * 16 + e % 16, e / 16), e});
+    std::vector<std::pair<float, uint32_t>> best;
+    for (uint32_t j = 0; j < K; ++j) {  // K passes of "largest remaining, lowest index first"
+      size_t pick = SIZE_MAX;
+      for (size_t c = 0; c < snake.size(); ++c) {
+        if (pick == SIZE_MAX || snake[c].first > snake[pick].first) pick = c;
+      }
+      best.push_back(snake[pick]);
+      snake.erase(snake.begin() + pick);
+    }
+    std::sort(best.begin(), best.end());  // ascending value, then index
+    for (uint32_t p = 0; p < 16; ++p) {
+      for (auto& [value, index] : best) {
+        want_vals.push_back(value);
+        want_idx.push_back(static_cast<float>(index));
+      }
+    }
+  }
+  expect_exact(k.get(vals), want_vals, "topk values");
+  expect_exact(k.get(idx), want_idx, "topk indices");
+}
+
 }  // namespace
 }  // namespace trnsim::isa

@@ -303,7 +303,8 @@ INSTANTIATE_TEST_SUITE_P(
         InterpreterRule{"rng dst=a", "rng-dtype"},
         InterpreterRule{"set_rng_seed src_seeds=col", "rng-seed"},
         InterpreterRule{"rand_set_state src_seeds=i", "rng-state"},
-        InterpreterRule{"rand_get_state dst=a", "rng-state"}));
+        InterpreterRule{"rand_get_state dst=a", "rng-state"},
+        InterpreterRule{"topk val_dst=h, idx_dst=i, src=h, n=8", "topk"}));
 
 // What only the timing model met before: a DMA queue the config does not have, an HBM tensor
 // larger than HBM.

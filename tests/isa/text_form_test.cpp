@@ -69,6 +69,7 @@ rand2 dst=a, min=-1.5, max=col
 set_rng_seed src_seeds=st[0:1, 0:1]
 rand_set_state src_seeds=st, engine=vector
 rand_get_state dst=st[:, 0:6]
+topk val_dst=a[0:32, 0:8], idx_dst=idx[0:32, 0:8], src=a[0:32, 8:11], n=42
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

@@ -827,5 +827,25 @@ TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);
 }
 
+// ISA topk (the cost HEAD docs keep): 4 * n + K GpSimd cycles, nothing added.
+TEST_P(CostModelTest, GpSimdTopkIsFourNPlusK) {
+  uint32_t src = b().sbuf("src", DType::bf16, {128, 64});
+  uint32_t vals = b().sbuf("vals", DType::bf16, {128, 16});
+  uint32_t idx = b().sbuf("idx", DType::uint32, {128, 16});
+  b().emit(Opcode::topk)
+      .tensor("val_dst", b().view(vals))
+      .tensor("idx_dst", b().view(idx))
+      .tensor("src", b().view(src))
+      .imm("n", 1000);
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 4 * 1000.0 + 16);
+  b().emit(Opcode::topk)
+      .tensor("val_dst", b().view(vals, {Slice::all(), Slice::range(0, 8)}))
+      .tensor("idx_dst", b().view(idx, {Slice::all(), Slice::range(0, 8)}))
+      .tensor("src", b().view(src, {Slice::all(), Slice::range(0, 3)}))
+      .imm("n", 42);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 4 * 42.0 + 8);
+}
+
 }  // namespace
 }  // namespace trnsim::sim
