@@ -373,6 +373,8 @@ class Checker {
   // tensor_scalar_cumulative also subtract).
   void accumulating_op(const Instruction& inst, const char* name, bool allow_subtract, const char* rule) {
     AluOp op = alu(inst, name);
+    // A reduce_* operand that is no reduction at all is reported once, by check_instruction's reduce-op rule.
+    if (std::string(name).find("reduce") != std::string::npos && !alu_op_is_reduction(op)) return;
     bool ok = op == AluOp::add || op == AluOp::multiply || op == AluOp::maximum || op == AluOp::minimum ||
               (allow_subtract && op == AluOp::subtract);
     if (!ok) {
@@ -392,7 +394,22 @@ class Checker {
     fail("reduce-init", std::string(init) + " is read only with reduce_cmd=load_reduce, not " + command);
   }
 
+  // Operands the ISA takes as fp32 only (imm0/imm1 of tensor_scalar_cumulative, reduce_init, max_value), when given
+  // as tensors.
+  void fp32_operand(const Instruction& inst, const char* name) {
+    const AccessPattern* ap = given(inst, name);
+    if (ap && ap->dtype != DType::fp32) {
+      fail("operand-dtype", std::string(name) + " must be fp32, not " + std::string(dtype_name(ap->dtype)));
+    }
+  }
+
   void check_accumulating(const Instruction& inst) {
+    if (inst.opcode == Opcode::tensor_scalar_reduce || inst.opcode == Opcode::tensor_scalar_cumulative ||
+        inst.opcode == Opcode::exponential) {
+      for (const char* name : {"imm0", "imm1", "reduce_init", "max_value"}) {
+        if (inst.spec().find(name)) fp32_operand(inst, name);
+      }
+    }
     switch (inst.opcode) {
       case Opcode::tensor_scalar_reduce: {
         same_shape(inst, "dst", "data");

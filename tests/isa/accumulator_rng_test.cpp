@@ -357,6 +357,13 @@ TEST(AccumulatorTest, ExponentialAndRand2LegalityOnTrn3) {
   EXPECT_THAT(rules("trn1", "rng dst=g, engine=gpsimd"), Contains(HasSubstr("trn1")));
   EXPECT_THAT(rules("trn1", "rng dst=g"), IsEmpty());  // Vector on every generation
   EXPECT_THAT(rules("trn2", "dropout dst=a, data=a, prob=1.5"), Contains("dropout-prob"));
+  // fp32-only scalar operands (ISA: imm0/imm1, reduce_init, max_value "must be FP32").
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, max_value=g[:, 0:1]"), Contains("operand-dtype"));
+  EXPECT_THAT(rules("trn2", "tensor_scalar_cumulative dst=a, src=a, op0=add, op1=add, imm0=g[:, 0:1]"),
+              Contains("operand-dtype"));
+  // A reduce_op that is no reduction is reported once.
+  EXPECT_THAT(rules("trn2", "tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1, reduce_op=divide"),
+              ::testing::ElementsAre("reduce-op"));
 }
 
 // ---- nc_match_replace8 ----
