@@ -251,6 +251,7 @@ class Checker {
     check_accumulating(inst);
     check_random(inst);
     if (inst.opcode == Opcode::topk) check_topk(inst);
+    if (inst.opcode == Opcode::nc_n_gather) check_nc_n_gather(inst);
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -545,6 +546,29 @@ class Checker {
       }
       case Opcode::rand_get_state: state_tile("dst"); break;
       default: break;
+    }
+  }
+
+  // ISA nc_n_gather: uint32 indices, dst.dtype = data.dtype (not packed MX), equal partitions, one dst element per
+  // index; all in SBUF.
+  void check_nc_n_gather(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* data = given(inst, "data");
+    const AccessPattern* indices = given(inst, "indices");
+    if (!dst || !data || !indices) return;
+    for (const char* name : {"dst", "data", "indices"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("gather", std::string(name) + " must be in SBUF");
+    }
+    if (indices->dtype != DType::uint32) fail("gather", "indices must be uint32, not " + std::string(dtype_name(indices->dtype)));
+    if (dst->dtype != data->dtype) {
+      fail("gather", "dst.dtype must match data.dtype (" + std::string(dtype_name(data->dtype)) + "), not " +
+                         std::string(dtype_name(dst->dtype)));
+    }
+    if (is_mx_x4(data->dtype)) fail("gather", "nc_n_gather does not move packed MX dtypes");
+    if (data->partitions() != indices->partitions() || dst->partitions() != indices->partitions() ||
+        dst->free_elements() != indices->free_elements()) {
+      fail("operand-shape", "dst is " + shape_text(*dst) + ", data " + shape_text(*data) + " and indices " +
+                                shape_text(*indices) + " (partitions must match; dst holds one element per index)");
     }
   }
 

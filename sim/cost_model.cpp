@@ -314,14 +314,16 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   // ISA-COST GPSIMD_START (~150 cycles) is the start-up of the processors' program: the engine is
   // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
   const double start = pool.fixed_overhead_cycles;
-  // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state and
-  // rand_get_state have no published cost and are assumed to take the same GPSIMD_START + N.
+  // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state, rand_get_state and
+  // nc_n_gather (N = indices per partition) have no published cost and are assumed to take the same GPSIMD_START + N.
   double cycles = start + n;
   if (inst.opcode == Opcode::topk) {
     // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition
     // groups in parallel; taken as the whole cost (no GPSIMD_START on top: the published estimate is complete).
     constexpr double kTopkCyclesPerElement = 4;  // ISA topk "4*n + K"
     cycles = kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements());
+  } else if (inst.opcode == Opcode::nc_n_gather) {
+    cycles = start + double(inst.tensor("indices").free_elements());  // assumed, as noted above
   } else if (inst.opcode == Opcode::tensor_partition_reduce) {
     // Assumed (no published cost): each processor is wired to lanes/processors partitions and
     // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).

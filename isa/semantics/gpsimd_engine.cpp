@@ -212,4 +212,47 @@ void exec_topk(const Instruction& inst, ExecContext& ctx) {
   write_ints(ctx, idx_dst, indices);
 }
 
+// ISA nc_n_gather: a gather inside each partition, element for element of `indices` (uint32, read as raw bits),
+// the elements moved bit for bit (dst.dtype = data.dtype). An index outside [0, data's elements per partition) is an
+// error (NKI: "must be within the range").
+void exec_nc_n_gather(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  const AccessPattern& indices = inst.tensor("indices");
+  if (indices.dtype != DType::uint32) throw IsaError("indices must be uint32, not " + std::string(dtype_name(indices.dtype)));
+  if (dst.dtype != data.dtype) {
+    throw IsaError("dst.dtype must match data.dtype (" + std::string(dtype_name(data.dtype)) + "), not " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  if (data.partitions() != indices.partitions() || dst.partitions() != indices.partitions() ||
+      dst.free_elements() != indices.free_elements()) {
+    throw IsaError("dst is " + shape_text(dst) + ", data " + shape_text(data) + " and indices " + shape_text(indices) +
+                   " (partitions must match; dst holds one element per index)");
+  }
+  const uint32_t bytes = dtype_size_bytes(data.dtype);
+  if (numerics::element_bytes(data.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+    throw IsaError("nc_n_gather does not move " + std::string(dtype_name(data.dtype)));
+  }
+  // Same-width stand-ins whose fp32 conversion is exact: the elements' bits.
+  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
+  AccessPattern source = data, target = dst, raw_indices = indices;
+  source.dtype = target.dtype = alias;
+  raw_indices.dtype = DType::fp32;
+  Tile in = ctx.read(source);
+  Tile index = ctx.read(raw_indices);
+  Tile out(dst.partitions(), dst.free_elements());
+  for (uint32_t p = 0; p < out.partitions; ++p) {
+    for (uint64_t j = 0; j < out.free; ++j) {
+      uint32_t i = numerics::float_bits(index.at(p, j));
+      if (i >= in.free) {
+        throw IsaError("index " + std::to_string(i) + " (partition " + std::to_string(p) + ") is outside data's " +
+                       std::to_string(in.free) + " elements per partition");
+      }
+      out.at(p, j) = in.at(p, i);
+    }
+  }
+  ctx.state.write(target, out);
+  ctx.state.set_psum_accumulating(target, false);
+}
+
 }  // namespace trnsim::isa

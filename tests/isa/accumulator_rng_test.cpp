@@ -659,5 +659,58 @@ TEST(TopkTest, SnakeOfEachSixteenPartitionGroup) {
   expect_exact(k.get(idx), want_idx, "topk indices");
 }
 
+// ---- nc_n_gather (GpSimd) ----
+
+TEST(GatherTest, NcNGatherPicksWithinEachPartitionBitForBit) {
+  std::mt19937 rng(32);
+  for (DType dtype : {DType::fp32, DType::bf16, DType::int32, DType::fp8_e4m3}) {
+    const uint32_t P = 1 + rng() % 128, F = 1 + rng() % 100, J = 1 + rng() % 70;
+    Kernel k;
+    auto data = k.tensor(dtype, {P, F}), dst = k.tensor(dtype, {P, J}), indices = k.tensor(DType::uint32, {P, J});
+    k.emit(Opcode::nc_n_gather).tensor("dst", dst).tensor("data", data).tensor("indices", indices);
+    k.build();
+    // Element bits: 32-bit dtypes through set_bits; narrower ones through fp32 values the dtype holds exactly.
+    std::vector<uint32_t> words(size_t{P} * F);
+    for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+    Tile x;
+    if (dtype_size_bytes(dtype) == 4) {
+      k.set_bits(data, words);
+    } else {
+      x = k.set(data, random_values(rng, size_t{P} * F));
+    }
+    std::vector<uint32_t> idx(size_t{P} * J);
+    for (uint32_t& i : idx) i = static_cast<uint32_t>(rng() % F);
+    k.set_bits(indices, idx);
+    k.run();
+    if (dtype_size_bytes(dtype) == 4) {
+      std::vector<uint32_t> want;
+      for (uint32_t p = 0; p < P; ++p) {
+        for (uint32_t j = 0; j < J; ++j) want.push_back(words[p * F + idx[p * J + j]]);
+      }
+      EXPECT_EQ(k.get_bits(dst), want) << dtype_name(dtype);
+    } else {
+      std::vector<float> want;
+      for (uint32_t p = 0; p < P; ++p) {
+        for (uint32_t j = 0; j < J; ++j) want.push_back(x.at(p, idx[p * J + j]));
+      }
+      expect_exact(k.get(dst), want, std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST(GatherTest, NcNGatherIndexOutOfRangeIsAnError) {
+  Kernel k;
+  auto data = k.tensor(DType::fp32, {2, 5}), dst = k.tensor(DType::fp32, {2, 3}), indices = k.tensor(DType::uint32, {2, 3});
+  k.emit(Opcode::nc_n_gather).tensor("dst", dst).tensor("data", data).tensor("indices", indices);
+  k.build();
+  k.set_bits(indices, {0, 4, 1, 2, 5, 0});
+  try {
+    k.run();
+    FAIL() << "expected IsaError";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("nc_n_gather: index 5 (partition 1) is outside data's 5 elements"));
+  }
+}
+
 }  // namespace
 }  // namespace trnsim::isa

@@ -304,7 +304,9 @@ INSTANTIATE_TEST_SUITE_P(
         InterpreterRule{"set_rng_seed src_seeds=col", "rng-seed"},
         InterpreterRule{"rand_set_state src_seeds=i", "rng-state"},
         InterpreterRule{"rand_get_state dst=a", "rng-state"},
-        InterpreterRule{"topk val_dst=h, idx_dst=i, src=h, n=8", "topk"}));
+        InterpreterRule{"topk val_dst=h, idx_dst=i, src=h, n=8", "topk"},
+        InterpreterRule{"nc_n_gather dst=a, data=a, indices=i", "gather"},
+        InterpreterRule{"nc_n_gather dst=h, data=a, indices=i", "gather"}));
 
 // What only the timing model met before: a DMA queue the config does not have, an HBM tensor
 // larger than HBM.
@@ -389,6 +391,7 @@ TEST(Legality, EveryProgramTheInterpreterRejectsIsIllegal) {
       "set_rng_seed src_seeds=one",
       "rand_set_state src_seeds=g6",
       "rand_get_state dst=g6",
+      "nc_n_gather dst=a, data=a, indices=u8",
   };
   auto program_of = [&](const std::string& instruction) {
     return parse_tasm("kernel k\ntarget trn2\n" + pool + instruction + "\n", "case.tasm");

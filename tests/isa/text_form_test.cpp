@@ -70,6 +70,7 @@ set_rng_seed src_seeds=st[0:1, 0:1]
 rand_set_state src_seeds=st, engine=vector
 rand_get_state dst=st[:, 0:6]
 topk val_dst=a[0:32, 0:8], idx_dst=idx[0:32, 0:8], src=a[0:32, 8:11], n=42
+nc_n_gather dst=b[:, 0:8], data=b, indices=idx
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

@@ -827,6 +827,25 @@ TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);
 }
 
+// nc_n_gather: no published cost; assumed GPSIMD_START + N (N = indices per partition).
+TEST_P(CostModelTest, GpSimdNcNGatherIsStartPlusN) {
+  uint32_t data = b().sbuf("data", DType::fp32, {128, 4096});
+  uint32_t dst = b().sbuf("dst", DType::fp32, {128, 300});
+  uint32_t idx = b().sbuf("idx", DType::uint32, {128, 300});
+  b().emit(Opcode::nc_n_gather)
+      .tensor("dst", b().view(dst))
+      .tensor("data", b().view(data, {Slice::all(), Slice::range(0, 200)}))
+      .tensor("indices", b().view(idx));
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
+  // A larger data tile does not change N: the indices are what the engine walks.
+  b().emit(Opcode::nc_n_gather)
+      .tensor("dst", b().view(dst))
+      .tensor("data", b().view(data))
+      .tensor("indices", b().view(idx));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
+}
+
 // ISA topk (the cost HEAD docs keep): 4 * n + K GpSimd cycles, nothing added.
 TEST_P(CostModelTest, GpSimdTopkIsFourNPlusK) {
   uint32_t src = b().sbuf("src", DType::bf16, {128, 64});
