@@ -204,6 +204,32 @@ TEST(AccumulatorTest, TensorScalarReduceChainsThroughTheRegisters) {
   expect_exact(k.get(r3), want3, "load_reduce from reduce_init");
 }
 
+// select_reduce and range_select reduce in the same registers: a following reduce_cmd=reduce continues from them.
+TEST(AccumulatorTest, SelectReduceLeavesItsReductionInTheRegisters) {
+  std::mt19937 rng(33);
+  const uint32_t P = 32, F = 16;
+  Kernel k;
+  auto pred = k.tensor(DType::fp32, {P, F}), on_true = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::fp32, {P, F});
+  auto low = k.tensor(DType::fp32, {P, F}), res = k.tensor(DType::fp32, {P, 1}), res2 = k.tensor(DType::fp32, {P, 1});
+  k.emit(Opcode::select_reduce).tensor("dst", dst).tensor("predicate", pred).tensor("on_true", on_true)
+      .imm("on_false", -50.0).word("reduce_op", "maximum").tensor("reduce_res", res);
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", dst).tensor("data", low).word("op0", "add").imm("operand0", 0.0)
+      .word("reduce_op", "maximum").word("reduce_cmd", "reduce").tensor("reduce_res", res2);
+  k.build();
+  std::vector<float> p(P * F);
+  for (float& e : p) e = static_cast<float>(rng() % 2);
+  Tile sel = k.set(pred, p), x = k.set(on_true, random_values(rng, P * F));
+  k.set(low, std::vector<float>(P * F, -100.0f));
+  k.run();
+  std::vector<float> want;
+  for (uint32_t q = 0; q < P; ++q) {
+    double top = -100.0;  // the second instruction's elements
+    for (uint32_t i = 0; i < F; ++i) top = std::max<double>(top, sel.at(q, i) != 0 ? x.at(q, i) : -50.0);
+    want.push_back(static_cast<float>(top));
+  }
+  expect_exact(k.get(res2), want, "select_reduce then reduce");
+}
+
 // ---- tensor_scalar_cumulative ----
 
 TEST(AccumulatorTest, TensorScalarCumulativeScansAndCarriesOver) {
