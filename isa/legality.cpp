@@ -252,6 +252,7 @@ class Checker {
     check_random(inst);
     if (inst.opcode == Opcode::topk) check_topk(inst);
     if (inst.opcode == Opcode::nc_n_gather) check_nc_n_gather(inst);
+    if (inst.opcode == Opcode::nonzero_with_count) check_nonzero_with_count(inst);
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -570,6 +571,21 @@ class Checker {
       fail("operand-shape", "dst is " + shape_text(*dst) + ", data " + shape_text(*data) + " and indices " +
                                 shape_text(*indices) + " (partitions must match; dst holds one element per index)");
     }
+  }
+
+  // ISA nonzero_with_count: src fp32/int32, dst int32, both in SBUF, dst one element per partition longer.
+  void check_nonzero_with_count(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src");
+    if (!dst || !src) return;
+    for (const char* name : {"dst", "src"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("nonzero", std::string(name) + " must be in SBUF");
+    }
+    if ((src->dtype != DType::fp32 && src->dtype != DType::int32) || dst->dtype != DType::int32) {
+      fail("nonzero", "src must be fp32 or int32 and dst int32, not " + std::string(dtype_name(src->dtype)) + " / " +
+                          std::string(dtype_name(dst->dtype)));
+    }
+    shape_is(inst, "dst", src->partitions(), src->free_elements() + 1);
   }
 
   // ISA topk: bf16 source in SBUF on a multiple of 16 partitions, 8 <= n < 65536, 1 <= K <= n with K < 32768,

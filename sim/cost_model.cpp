@@ -315,7 +315,7 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
   const double start = pool.fixed_overhead_cycles;
   // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state, rand_get_state and
-  // nc_n_gather (N = indices per partition) have no published cost and are assumed to take the same GPSIMD_START + N.
+  // nonzero_with_count and nc_n_gather (N = indices per partition) have no published cost and are assumed to take the same GPSIMD_START + N.
   double cycles = start + n;
   if (inst.opcode == Opcode::topk) {
     // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition

@@ -255,4 +255,44 @@ void exec_nc_n_gather(const Instruction& inst, ExecContext& ctx) {
   ctx.state.set_psum_accumulating(target, false);
 }
 
+// ISA nonzero_with_count: each GpSimd core works on the first of its 16 partitions only (absolute partitions 0, 16,
+// ..., 112); the other partitions of dst keep their bytes. fp32 elements are nonzero unless +-0 (NaN counts as
+// nonzero); int32 elements by their bits. Results are int32 (two's complement wrap of index + index_offset).
+void exec_nonzero_with_count(const Instruction& inst, ExecContext& ctx) {
+  constexpr uint32_t kPartitionsPerCore = 16;  // ISA: each GpSimd core connects to 16 SBUF partitions
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  if ((src.dtype != DType::fp32 && src.dtype != DType::int32) || dst.dtype != DType::int32) {
+    throw IsaError("src must be fp32 or int32 and dst int32, not " + std::string(dtype_name(src.dtype)) + " / " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  if (dst.partitions() != src.partitions() || dst.free_elements() != src.free_elements() + 1) {
+    throw IsaError("dst must be " + shape_text(src.partitions(), src.free_elements() + 1) + " for src " +
+                   shape_text(src) + ", got " + shape_text(dst));
+  }
+  const int64_t offset = static_cast<int64_t>(inst.scalar("index_offset"));
+  const int64_t padding = static_cast<int64_t>(inst.scalar("padding_val"));
+  const uint32_t first = ctx.state.first_partition(src);
+  AccessPattern raw = src;
+  raw.dtype = DType::fp32;  // int32 as bits
+  Tile in = ctx.read(raw);
+  const uint64_t t = src.free_elements();
+  for (uint32_t p = 0; p < src.partitions(); ++p) {
+    if ((first + p) % kPartitionsPerCore != 0) continue;
+    std::vector<int64_t> row;
+    for (uint64_t i = 0; i < t; ++i) {
+      float v = in.at(p, i);
+      bool nonzero = src.dtype == DType::int32 ? numerics::float_bits(v) != 0 : v != 0.0f || std::isnan(v);
+      if (nonzero) row.push_back(static_cast<int32_t>(static_cast<uint32_t>(int64_t(i) + offset)));
+    }
+    const int64_t count = static_cast<int64_t>(row.size());
+    row.resize(t, padding);
+    row.push_back(count);
+    AccessPattern one = dst;  // this partition of dst only
+    one.start_partition += p;
+    one.partition.size = 1;
+    write_ints(ctx, one, row);
+  }
+}
+
 }  // namespace trnsim::isa

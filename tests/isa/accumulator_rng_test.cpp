@@ -738,5 +738,53 @@ TEST(GatherTest, NcNGatherIndexOutOfRangeIsAnError) {
   }
 }
 
+// ---- nonzero_with_count (GpSimd, trn2+) ----
+
+TEST(GatherTest, NonzeroWithCountOnTheFirstPartitionOfEachGpSimdCore) {
+  const uint32_t P = 128, T = 8;
+  Kernel k;
+  auto src = k.tensor(DType::fp32, {P, T}), isrc = k.tensor(DType::int32, {P, T});
+  auto dst = k.tensor(DType::int32, {P, T + 1}), idst = k.tensor(DType::int32, {P, T + 1});
+  k.emit(Opcode::nonzero_with_count).tensor("dst", dst).tensor("src", src).imm("index_offset", 16)
+      .imm("padding_val", -1);
+  k.emit(Opcode::nonzero_with_count).tensor("dst", idst).tensor("src", isrc);
+  k.build();
+  std::mt19937 rng(34);
+  std::vector<float> v(P * T);
+  for (float& e : v) e = (rng() % 3 == 0) ? static_cast<float>(rng() % 5) - 2.0f : 0.0f;
+  v[0 * T + 0] = 0, v[0 * T + 1] = 1, v[0 * T + 2] = 1, v[0 * T + 3] = 0;  // the NKI docstring's example row
+  v[0 * T + 4] = 0, v[0 * T + 5] = 1, v[0 * T + 6] = 0, v[0 * T + 7] = 0;
+  v[16 * T + 3] = -0.0f, v[16 * T + 4] = NAN;  // -0 is zero, NaN is not
+  Tile x = k.set(src, v);
+  std::vector<uint32_t> bits(P * T);
+  for (uint32_t& b : bits) b = rng() % 2 ? 0u : static_cast<uint32_t>(rng());
+  k.set_bits(isrc, bits);
+  const std::vector<uint32_t> sentinel(P * (T + 1), 0xABCDu);
+  k.set_bits(dst, sentinel);
+  k.set_bits(idst, sentinel);
+  k.run();
+  std::vector<uint32_t> got = k.get_bits(dst), igot = k.get_bits(idst);
+  // The docstring's example: [17, 18, 21, -1, -1, -1, -1, -1, 3].
+  EXPECT_EQ(std::vector<uint32_t>(got.begin(), got.begin() + 9),
+            (std::vector<uint32_t>{17, 18, 21, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 3}));
+  for (uint32_t p = 0; p < P; ++p) {
+    std::vector<uint32_t> want(T + 1, 0xABCDu), iwant(T + 1, 0xABCDu);
+    if (p % 16 == 0) {
+      uint32_t n = 0, in = 0;
+      for (uint32_t i = 0; i < T; ++i) {
+        float e = x.at(p, i);
+        if (e != 0.0f || std::isnan(e)) want[n++] = i + 16;
+        if (bits[p * T + i] != 0) iwant[in++] = i;
+      }
+      std::fill(want.begin() + n, want.end() - 1, 0xFFFFFFFFu);
+      std::fill(iwant.begin() + in, iwant.end() - 1, 0xFFFFFFFFu);
+      want[T] = n;
+      iwant[T] = in;
+    }
+    EXPECT_EQ(std::vector<uint32_t>(got.begin() + p * (T + 1), got.begin() + (p + 1) * (T + 1)), want) << p;
+    EXPECT_EQ(std::vector<uint32_t>(igot.begin() + p * (T + 1), igot.begin() + (p + 1) * (T + 1)), iwant) << p;
+  }
+}
+
 }  // namespace
 }  // namespace trnsim::isa

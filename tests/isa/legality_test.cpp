@@ -306,7 +306,9 @@ INSTANTIATE_TEST_SUITE_P(
         InterpreterRule{"rand_get_state dst=a", "rng-state"},
         InterpreterRule{"topk val_dst=h, idx_dst=i, src=h, n=8", "topk"},
         InterpreterRule{"nc_n_gather dst=a, data=a, indices=i", "gather"},
-        InterpreterRule{"nc_n_gather dst=h, data=a, indices=i", "gather"}));
+        InterpreterRule{"nc_n_gather dst=h, data=a, indices=i", "gather"},
+        InterpreterRule{"nonzero_with_count dst=i, src=a", "operand-shape"},
+        InterpreterRule{"nonzero_with_count dst=b, src=a", "nonzero"}));
 
 // What only the timing model met before: a DMA queue the config does not have, an HBM tensor
 // larger than HBM.

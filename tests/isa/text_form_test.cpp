@@ -71,6 +71,8 @@ rand_set_state src_seeds=st, engine=vector
 rand_get_state dst=st[:, 0:6]
 topk val_dst=a[0:32, 0:8], idx_dst=idx[0:32, 0:8], src=a[0:32, 8:11], n=42
 nc_n_gather dst=b[:, 0:8], data=b, indices=idx
+sbuf nz : int32[128, 9]
+nonzero_with_count dst=nz, src=b[:, 0:8], index_offset=16, padding_val=-7
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

@@ -838,6 +838,12 @@ TEST_P(CostModelTest, GpSimdNcNGatherIsStartPlusN) {
       .tensor("indices", b().view(idx));
   EXPECT_EQ(k.cost().engine, Engine::gpsimd);
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
+  // nonzero_with_count (trn2+, no published cost): assumed GPSIMD_START + N, N = dst's T + 1 elements.
+  uint32_t nz = b().sbuf("nz", DType::int32, {128, 513});
+  b().emit(Opcode::nonzero_with_count)
+      .tensor("dst", b().view(nz))
+      .tensor("src", b().view(data, {Slice::all(), Slice::range(0, 512)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 513.0);
   // A larger data tile does not change N: the indices are what the engine walks.
   b().emit(Opcode::nc_n_gather)
       .tensor("dst", b().view(dst))
