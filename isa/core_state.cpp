@@ -36,6 +36,11 @@ CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared
   }
   // Allocations may alias (explicit placement): a write to one changes the bytes of every
   // allocation it overlaps, so each write bumps the versions of the whole overlap set.
+  m_vector_accumulators.assign(core.sbuf.partitions, 0.0f);
+  m_vector_rng.resize(size_t(core.sbuf.partitions) * kVectorRngStatesPerLane);
+  m_gpsimd_rng.resize(size_t(core.sbuf.partitions) * kGpSimdRngStatesPerLane);
+  seed_rng(Engine::vector, kDefaultRngSeed);
+  seed_rng(Engine::gpsimd, kDefaultRngSeed);
   m_versions.assign(program.allocations.size(), 0);
   m_overlaps.resize(program.allocations.size());
   for (size_t i = 0; i < program.allocations.size(); ++i) {
@@ -52,6 +57,28 @@ CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared
       if (overlap) m_overlaps[i].push_back(static_cast<uint32_t>(j));
     }
   }
+}
+
+uint32_t CoreState::first_partition(const AccessPattern& ap) const {
+  return m_program.allocation(ap).base_partition + ap.start_partition;
+}
+
+uint32_t CoreState::rng_states_per_lane(Engine engine) const {
+  return engine == Engine::gpsimd ? kGpSimdRngStatesPerLane : kVectorRngStatesPerLane;
+}
+
+std::vector<XorwowState>& CoreState::rng_states(Engine engine) {
+  if (engine != Engine::vector && engine != Engine::gpsimd) {
+    throw IsaError(std::string("the ") + std::string(enum_name(engine)) + " engine has no random number generator");
+  }
+  return engine == Engine::gpsimd ? m_gpsimd_rng : m_vector_rng;
+}
+
+void CoreState::seed_rng(Engine engine, uint32_t seed) {
+  std::vector<XorwowState>& states = rng_states(engine);
+  // Distinct streams for the two engines, so their default sequences differ.
+  uint32_t first_stream = engine == Engine::gpsimd ? 0x80000000u : 0u;
+  for (size_t i = 0; i < states.size(); ++i) states[i] = seed_xorwow(seed, first_stream + static_cast<uint32_t>(i));
 }
 
 void CoreState::bump_version(uint32_t allocation) {

@@ -10,6 +10,7 @@
 #include "config/hardware_config.h"
 #include "isa/numerics/float_format.h"
 #include "isa/program.h"
+#include "isa/rng.h"
 
 namespace trnsim::isa {
 
@@ -85,6 +86,22 @@ class CoreState {
   const Program& program() const { return m_program; }
   const CoreConfig& core() const { return m_core; }
 
+  // The absolute partition (= compute lane) of the first partition of an SBUF/PSUM access.
+  uint32_t first_partition(const AccessPattern& ap) const;
+
+  // Engine-internal state the ISA reaches besides memory; like the memories, it carries over from one
+  // instruction to the next in program order (each engine runs its own instructions in order).
+  // The Vector engine's accumulator registers, one fp32 per lane, shared by its accumulating instructions
+  // (ISA tensor_scalar_reduce, tensor_scalar_cumulative, exponential, select_reduce, range_select: reduce_cmd).
+  // They start at 0 (assumed: the reset value is not published; NKI says to reset_reduce before relying on them).
+  std::vector<float>& vector_accumulators() { return m_vector_accumulators; }
+  // PRNG states (isa/rng.h): lanes x kVectorRngStatesPerLane for Engine::vector, lanes x
+  // kGpSimdRngStatesPerLane for Engine::gpsimd, lane-major. Seeded with kDefaultRngSeed at construction.
+  std::vector<XorwowState>& rng_states(Engine engine);
+  uint32_t rng_states_per_lane(Engine engine) const;
+  // set_rng_seed: every state of the engine from `seed` (isa/rng.h).
+  void seed_rng(Engine engine, uint32_t seed);
+
  private:
   // Calls visit(partition_index, element_pointer, element_index) for every element of ap, in
   // row-major order of (partition, free dims).
@@ -118,6 +135,8 @@ class CoreState {
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
   std::vector<uint64_t> m_versions;                  // by allocation
   std::vector<std::vector<uint32_t>> m_overlaps;     // allocations sharing bytes, by allocation
+  std::vector<float> m_vector_accumulators;          // by lane
+  std::vector<XorwowState> m_vector_rng, m_gpsimd_rng;  // by lane x state
   void bump_version(uint32_t allocation);
 };
 

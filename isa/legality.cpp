@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <utility>
 
 #include "config/derived_figures.h"
 #include "isa/alu.h"
 #include "isa/isa_error.h"
+#include "isa/rng.h"
 
 namespace trnsim::isa {
 namespace {
@@ -246,6 +248,11 @@ class Checker {
       default: break;
     }
     check_operand_shapes(inst);
+    check_accumulating(inst);
+    check_random(inst);
+    if (inst.opcode == Opcode::topk) check_topk(inst);
+    if (inst.opcode == Opcode::nc_n_gather) check_nc_n_gather(inst);
+    if (inst.opcode == Opcode::nonzero_with_count) check_nonzero_with_count(inst);
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -349,6 +356,267 @@ class Checker {
     }
     per_partition(inst, "operand0", data->partitions());
     per_partition(inst, "operand1", data->partitions());
+  }
+
+  // ---- The Vector accumulator and PRNG instructions (ISA tensor_scalar_reduce, tensor_scalar_cumulative,
+  // exponential, nc_match_replace8, dropout, rng, rand2, set_rng_seed, rand_set_state, rand_get_state). ----
+
+  static std::string enum_word(const Instruction& inst, const char* name) {
+    const OperandSpec* operand = inst.spec().find(name);
+    return operand->enum_values.at(static_cast<size_t>(inst.scalar(name)));
+  }
+  void arithmetic_op(const Instruction& inst, const char* name) {
+    if (alu_op_is_bitvec(alu(inst, name))) {
+      fail("alu-op", inst.spec().name + " takes an arithmetic " + name + ", not bitvec " +
+                         std::string(alu_op_name(alu(inst, name))));
+    }
+  }
+  // The reductions the accumulator registers run (ISA tensor_scalar_reduce: add, multiply, max, min;
+  // tensor_scalar_cumulative also subtract).
+  void accumulating_op(const Instruction& inst, const char* name, bool allow_subtract, const char* rule) {
+    AluOp op = alu(inst, name);
+    // A reduce_* operand that is no reduction at all is reported once, by check_instruction's reduce-op rule.
+    if (std::string(name).find("reduce") != std::string::npos && !alu_op_is_reduction(op)) return;
+    bool ok = op == AluOp::add || op == AluOp::multiply || op == AluOp::maximum || op == AluOp::minimum ||
+              (allow_subtract && op == AluOp::subtract);
+    if (!ok) {
+      fail(rule, std::string(name) + " must be add, " + (allow_subtract ? "subtract, " : "") +
+                     "multiply, maximum or minimum, not " + std::string(alu_op_name(op)));
+    }
+  }
+  // reduce_cmd=load_reduce reads `init`; any other command must leave it unset (NKI), or 0.0 where it has that
+  // default (exponential).
+  void reduce_init(const Instruction& inst, const char* init, bool zero_is_unset) {
+    std::string command = enum_word(inst, "reduce_cmd");
+    if (command == "load_reduce") {
+      if (!inst.has(init)) fail("missing-operand", std::string("reduce_cmd=load_reduce needs ") + init);
+      return;
+    }
+    if (!inst.has(init) || (zero_is_unset && !inst.is_tensor(init) && inst.scalar(init) == 0.0)) return;
+    fail("reduce-init", std::string(init) + " is read only with reduce_cmd=load_reduce, not " + command);
+  }
+
+  // Operands the ISA takes as fp32 only (imm0/imm1 of tensor_scalar_cumulative, reduce_init, max_value), when given
+  // as tensors.
+  void fp32_operand(const Instruction& inst, const char* name) {
+    const AccessPattern* ap = given(inst, name);
+    if (ap && ap->dtype != DType::fp32) {
+      fail("operand-dtype", std::string(name) + " must be fp32, not " + std::string(dtype_name(ap->dtype)));
+    }
+  }
+
+  void check_accumulating(const Instruction& inst) {
+    if (inst.opcode == Opcode::tensor_scalar_reduce || inst.opcode == Opcode::tensor_scalar_cumulative ||
+        inst.opcode == Opcode::exponential) {
+      for (const char* name : {"imm0", "imm1", "reduce_init", "max_value"}) {
+        if (inst.spec().find(name)) fp32_operand(inst, name);
+      }
+    }
+    switch (inst.opcode) {
+      case Opcode::tensor_scalar_reduce: {
+        same_shape(inst, "dst", "data");
+        arithmetic_op(inst, "op0");
+        accumulating_op(inst, "reduce_op", false, "reduce-op");
+        reduce_init(inst, "reduce_init", false);
+        if (const AccessPattern* data = given(inst, "data")) {
+          per_partition(inst, "operand0", data->partitions());
+          per_partition(inst, "reduce_init", data->partitions());
+          shape_is(inst, "reduce_res", data->partitions(), 1);
+        }
+        break;
+      }
+      case Opcode::tensor_scalar_cumulative: {
+        same_shape(inst, "dst", "src");
+        arithmetic_op(inst, "op0");
+        accumulating_op(inst, "op1", true, "alu-op");
+        reduce_init(inst, "imm1", false);
+        for (const char* name : {"dst", "src"}) {
+          const AccessPattern* ap = given(inst, name);
+          if (ap && (ap->dtype == DType::int32 || ap->dtype == DType::uint32)) {
+            fail("cumulative-dtype", std::string(name) + ": tensor_scalar_cumulative does not take " +
+                                         std::string(dtype_name(ap->dtype)) + " (ISA: int32/uint32 unsupported)");
+          }
+        }
+        if (const AccessPattern* src = given(inst, "src")) {
+          per_partition(inst, "imm0", src->partitions());
+          per_partition(inst, "imm1", src->partitions());
+        }
+        break;
+      }
+      case Opcode::exponential: {
+        same_shape(inst, "dst", "src");
+        reduce_init(inst, "reduce_init", true);
+        if (given(inst, "reduce_res") && enum_word(inst, "reduce_cmd") == "idle") {
+          fail("reduce-cmd", "reduce_res is written only with an accumulating reduce_cmd, not idle");
+        }
+        if (const AccessPattern* src = given(inst, "src")) {
+          per_partition(inst, "max_value", src->partitions());
+          per_partition(inst, "reduce_init", src->partitions());
+          shape_is(inst, "reduce_res", src->partitions(), 1);
+        }
+        break;
+      }
+      case Opcode::nc_match_replace8: {
+        same_shape(inst, "dst", "data");
+        const AccessPattern* idx = given(inst, "dst_idx");
+        if (idx && dtype_info(idx->dtype).is_float) {
+          fail("integer-dtype", "dst_idx must be an integer dtype (uint16 or uint32), not " +
+                                    std::string(dtype_name(idx->dtype)));
+        }
+        if (const AccessPattern* data = given(inst, "data")) {
+          shape_is(inst, "vals", data->partitions(), 8);
+          shape_is(inst, "dst_idx", data->partitions(), 8);
+        }
+        break;
+      }
+      default: break;
+    }
+  }
+
+  void check_random(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const uint32_t states = inst.engine == Engine::gpsimd ? kGpSimdRngStatesPerLane : kVectorRngStatesPerLane;
+    auto state_tile = [&](const char* name) {
+      const AccessPattern* ap = given(inst, name);
+      if (ap && (ap->dtype != DType::uint32 || ap->free_elements() != uint64_t{states} * kXorwowWords)) {
+        fail("rng-state", std::string(name) + " must be uint32 [P, " + std::to_string(states * kXorwowWords) +
+                              "] (" + std::to_string(states) + " XORWOW states per lane on the " +
+                              std::string(enum_name(inst.engine)) + " engine), got " +
+                              std::string(dtype_name(ap->dtype)) + shape_text(*ap));
+      }
+    };
+    switch (inst.opcode) {
+      case Opcode::dropout: {
+        same_shape(inst, "dst", "data");
+        const AccessPattern* data = given(inst, "data");
+        if (!data) break;
+        if (dst && dst->dtype != data->dtype) {
+          fail("dropout-dtype", "dst.dtype must match data.dtype (" + std::string(dtype_name(data->dtype)) + "), not " +
+                                    std::string(dtype_name(dst->dtype)));
+        }
+        per_partition(inst, "prob", data->partitions());
+        const AccessPattern* prob = given(inst, "prob");
+        if (prob && !dtype_info(data->dtype).is_float && prob->dtype != DType::fp32) {
+          fail("dropout-dtype", "with integer data, prob must be fp32, not " + std::string(dtype_name(prob->dtype)));
+        }
+        if (prob && dtype_info(data->dtype).is_float && !dtype_info(prob->dtype).is_float) {
+          fail("dropout-dtype", "prob must be a float dtype, not " + std::string(dtype_name(prob->dtype)));
+        }
+        if (inst.has("prob") && !prob && !(inst.scalar("prob") >= 0.0 && inst.scalar("prob") <= 1.0)) {
+          fail("dropout-prob", "prob " + std::to_string(inst.scalar("prob")) + " is not a probability in [0, 1]");
+        }
+        break;
+      }
+      case Opcode::rng:
+        if (dst && dst->dtype != DType::int8 && dst->dtype != DType::int16 && dst->dtype != DType::int32 &&
+            dst->dtype != DType::uint8 && dst->dtype != DType::uint16 && dst->dtype != DType::uint32) {
+          fail("rng-dtype", "dst must be int8, int16, int32, uint8, uint16 or uint32, not " +
+                                std::string(dtype_name(dst->dtype)));
+        }
+        break;
+      case Opcode::rand2: {
+        static const DType kRand2Dtypes[] = {DType::fp8_e4m3, DType::fp8_e5m2, DType::fp16,  DType::bf16,
+                                             DType::fp32,     DType::tf32,     DType::int8,  DType::int16,
+                                             DType::int32,    DType::uint8,    DType::uint16, DType::uint32};
+        if (dst && std::find(std::begin(kRand2Dtypes), std::end(kRand2Dtypes), dst->dtype) == std::end(kRand2Dtypes)) {
+          fail("rng-dtype", "rand2 does not write " + std::string(dtype_name(dst->dtype)));
+        }
+        if (dst) {
+          per_partition(inst, "min", dst->partitions());
+          per_partition(inst, "max", dst->partitions());
+        }
+        if (inst.has("min") && inst.has("max") && !inst.is_tensor("min") && !inst.is_tensor("max") &&
+            !(inst.scalar("min") < inst.scalar("max"))) {
+          fail("rand2-range", "min must be below max");
+        }
+        break;
+      }
+      case Opcode::set_rng_seed: {
+        const AccessPattern* seeds = given(inst, "src_seeds");
+        if (seeds && (seeds->partitions() != 1 || seeds->free_elements() != 1 || dtype_size_bytes(seeds->dtype) != 4)) {
+          fail("rng-seed", "src_seeds must be a [1, 1] tensor of a 32-bit dtype, got " +
+                               std::string(dtype_name(seeds->dtype)) + shape_text(*seeds));
+        }
+        break;
+      }
+      case Opcode::rand_set_state: {
+        state_tile("src_seeds");
+        const AccessPattern* seeds = given(inst, "src_seeds");
+        if (seeds && alloc(*seeds).space != MemorySpace::sbuf) fail("rng-state", "src_seeds must be in SBUF");
+        break;
+      }
+      case Opcode::rand_get_state: state_tile("dst"); break;
+      default: break;
+    }
+  }
+
+  // ISA nc_n_gather: uint32 indices, dst.dtype = data.dtype (not packed MX), equal partitions, one dst element per
+  // index; all in SBUF.
+  void check_nc_n_gather(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* data = given(inst, "data");
+    const AccessPattern* indices = given(inst, "indices");
+    if (!dst || !data || !indices) return;
+    for (const char* name : {"dst", "data", "indices"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("gather", std::string(name) + " must be in SBUF");
+    }
+    if (indices->dtype != DType::uint32) fail("gather", "indices must be uint32, not " + std::string(dtype_name(indices->dtype)));
+    if (dst->dtype != data->dtype) {
+      fail("gather", "dst.dtype must match data.dtype (" + std::string(dtype_name(data->dtype)) + "), not " +
+                         std::string(dtype_name(dst->dtype)));
+    }
+    if (is_mx_x4(data->dtype)) fail("gather", "nc_n_gather does not move packed MX dtypes");
+    if (data->partitions() != indices->partitions() || dst->partitions() != indices->partitions() ||
+        dst->free_elements() != indices->free_elements()) {
+      fail("operand-shape", "dst is " + shape_text(*dst) + ", data " + shape_text(*data) + " and indices " +
+                                shape_text(*indices) + " (partitions must match; dst holds one element per index)");
+    }
+  }
+
+  // ISA nonzero_with_count: src fp32/int32, dst int32, both in SBUF, dst one element per partition longer.
+  void check_nonzero_with_count(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src");
+    if (!dst || !src) return;
+    for (const char* name : {"dst", "src"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("nonzero", std::string(name) + " must be in SBUF");
+    }
+    if ((src->dtype != DType::fp32 && src->dtype != DType::int32) || dst->dtype != DType::int32) {
+      fail("nonzero", "src must be fp32 or int32 and dst int32, not " + std::string(dtype_name(src->dtype)) + " / " +
+                          std::string(dtype_name(dst->dtype)));
+    }
+    shape_is(inst, "dst", src->partitions(), src->free_elements() + 1);
+  }
+
+  // ISA topk: bf16 source in SBUF on a multiple of 16 partitions, 8 <= n < 65536, 1 <= K <= n with K < 32768,
+  // ceil(n / 16) source columns, val_dst bf16 and idx_dst uint32 [P, K] in SBUF.
+  void check_topk(const Instruction& inst) {
+    const AccessPattern* src = given(inst, "src");
+    const AccessPattern* values = given(inst, "val_dst");
+    const AccessPattern* indices = given(inst, "idx_dst");
+    if (!src || !values || !indices) return;
+    const int64_t n = static_cast<int64_t>(inst.scalar("n"));
+    const uint64_t k = values->free_elements();
+    for (const char* name : {"src", "val_dst", "idx_dst"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("topk", std::string(name) + " must be in SBUF");
+    }
+    if (src->dtype != DType::bf16 || values->dtype != DType::bf16) {
+      fail("topk", "src and val_dst must be bf16, not " + std::string(dtype_name(src->dtype)) + " / " +
+                       std::string(dtype_name(values->dtype)));
+    }
+    if (indices->dtype != DType::uint32) fail("topk", "idx_dst must be uint32, not " + std::string(dtype_name(indices->dtype)));
+    if (src->partitions() % 16 != 0) {
+      fail("topk", "src has " + std::to_string(src->partitions()) + " partitions; topk needs a multiple of 16");
+    }
+    if (n < 8 || n >= 65536 || k < 1 || k >= 32768 || int64_t(k) > n) {
+      fail("topk", "topk needs 8 <= n < 65536 and 1 <= K <= n, K < 32768; got n = " + std::to_string(n) +
+                       ", K = " + std::to_string(k));
+    } else if (src->free_elements() < uint64_t(n + 15) / 16) {
+      fail("topk", "src has " + std::to_string(src->free_elements()) + " columns; n = " + std::to_string(n) +
+                       " needs ceil(n / 16)");
+    }
+    shape_is(inst, "val_dst", src->partitions(), k);
+    shape_is(inst, "idx_dst", src->partitions(), k);
   }
 
   void check_tensor_reduce(const Instruction& inst) {

@@ -34,6 +34,10 @@ constexpr double kReciprocalFactor = 8;     // ISA-COST: reciprocal max(MIN_II, 
 constexpr double kBnAggrNumerator = 13;     // ISA-COST: bn_aggr max(MIN_II, 13 * (N / 3))
 constexpr double kBnAggrDenominator = 3;
 constexpr uint32_t kDoubleRowContraction = 2;  // A-V3: FP8 double_row contracts 2 x 128 rows (K = 256)
+// A-V4: the NC-v4 Vector engine's exponential runs at 4x the throughput of the Scalar engine's activation(exp).
+constexpr double kExponentialSpeedup = 4;
+// A-V4: the NC-v4 Vector engine's XORWOW PRNG produces 4 x 32-bit values per lane per cycle (rand2, rng).
+constexpr double kXorwowValuesPerCycle = 4;
 
 bool is_16bit_float(DType d) { return d == DType::bf16 || d == DType::fp16; }
 
@@ -219,6 +223,28 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
       break;
     }
     case Opcode::tensor_tensor_scan: cycles = std::max(min_ii, kTwoInputFactor * n); break;
+    // ISA-COST: tensor_scalar_reduce max(MIN_II, N) + MIN_II (the reduction's "small additional cost").
+    case Opcode::tensor_scalar_reduce: cycles = std::max(min_ii, n) + min_ii; break;
+    // tensor_scalar_cumulative: no published cost (§5.2 "n/a"). Assumed: A-V2's one-input rule, max(MIN_II, N),
+    // as tensor_scalar (the scan's carry is the accumulator register, not a second input stream).
+    case Opcode::tensor_scalar_cumulative: cycles = std::max(min_ii, n); break;
+    case Opcode::exponential: {
+      // A-V4: 4x the throughput of ScalarE activation(exp), which costs max(MIN_II, N) ScalarE cycles (ISA-COST):
+      // N elements take N / 4 ScalarE cycles, converted to Vector cycles by the two clocks of the config.
+      const double scalar_cycles = n / kExponentialSpeedup;
+      cycles = std::max(min_ii, scalar_cycles * dve.clock_ghz / config.core.scalar.clock_ghz);
+      // Reading the accumulators out into reduce_res: assumed to cost MIN_II, as ISA-COST charges
+      // tensor_scalar_reduce for its reduction (A-V4 calls the accumulation itself fused).
+      if (inst.has("reduce_res") && inst.tensor("reduce_res").present()) cycles += min_ii;
+      break;
+    }
+    // rand2 (NC-v4 only) and rng on the NC-v4 Vector engine: A-V4's 4 values per lane per cycle. rng before
+    // NC-v4 (an LFSR, A-V4): no published rate; assumed one value per lane per cycle, max(MIN_II, N) (A-V2
+    // one-output rule).
+    case Opcode::rand2: cycles = std::max(min_ii, n / kXorwowValuesPerCycle); break;
+    case Opcode::rng:
+      cycles = std::max(min_ii, config.generation >= Generation::trn3 ? n / kXorwowValuesPerCycle : n);
+      break;
     case Opcode::bn_aggr: cycles = std::max(min_ii, kBnAggrNumerator * (n / kBnAggrDenominator)); break;
     case Opcode::reciprocal: cycles = std::max(min_ii, kReciprocalFactor * n); break;
     case Opcode::memset: {
@@ -239,8 +265,11 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
       cycles = std::max(min_ii, sbuf && psum ? n : kTwoInputFactor * n);
       break;
     }
-    // bn_stats, range_select, max8, nc_find_index8, nc_transpose: max(MIN_II, N) (ISA-COST; max8
-    // and nc_find_index8 publish N, taken as at least MIN_II like every Vector instruction).
+    // bn_stats, range_select, max8, nc_find_index8, nc_transpose, dropout: max(MIN_II, N) (ISA-COST; max8
+    // and nc_find_index8 publish N, taken as at least MIN_II like every Vector instruction). nc_match_replace8:
+    // ISA-COST prints min(MIN_II, N), read as max(MIN_II, N) (trainium.md §13.12: a min would make long rows free).
+    // set_rng_seed, rand_set_state, rand_get_state: no published cost; assumed max(MIN_II, N) (N = 1 or the state
+    // words per lane).
     default: break;
   }
   cost.occupancy_cycles = cycles;
@@ -285,8 +314,17 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   // ISA-COST GPSIMD_START (~150 cycles) is the start-up of the processors' program: the engine is
   // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
   const double start = pool.fixed_overhead_cycles;
-  double cycles = start + n;  // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar
-  if (inst.opcode == Opcode::tensor_partition_reduce) {
+  // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state, rand_get_state and
+  // nonzero_with_count and nc_n_gather (N = indices per partition) have no published cost and are assumed to take the same GPSIMD_START + N.
+  double cycles = start + n;
+  if (inst.opcode == Opcode::topk) {
+    // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition
+    // groups in parallel; taken as the whole cost (no GPSIMD_START on top: the published estimate is complete).
+    constexpr double kTopkCyclesPerElement = 4;  // ISA topk "4*n + K"
+    cycles = kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements());
+  } else if (inst.opcode == Opcode::nc_n_gather) {
+    cycles = start + double(inst.tensor("indices").free_elements());  // assumed, as noted above
+  } else if (inst.opcode == Opcode::tensor_partition_reduce) {
     // Assumed (no published cost): each processor is wired to lanes/processors partitions and
     // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).
     const AccessPattern& data = inst.tensor("data");

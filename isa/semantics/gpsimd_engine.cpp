@@ -1,5 +1,8 @@
 // GpSimd engine semantics (memset also runs on Vector): generated index patterns, the affine
 // select behind causal masks, and the cross-partition reduction.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <string>
 
 #include "isa/alu.h"
@@ -141,6 +144,155 @@ void exec_tensor_partition_reduce(const Instruction& inst, ExecContext& ctx) {
     out.at(0, i) = acc;
   }
   ctx.write(dst, out);
+}
+
+// ISA topk: each group of 16 partitions (one GpSimd core's partitions, ISA nonzero_with_count) holds one "snake" of
+// n bf16 values, element e at partition 16g + e % 16, column e / 16. The K largest (K = val_dst's free size) are
+// written in ascending order with their snake indices e. Assumed where NKI is silent: the group's result goes to
+// every partition of the group ("for each partition"); ties prefer the lower index and list in index order; NaN
+// ranks above +inf (as max8).
+void exec_topk(const Instruction& inst, ExecContext& ctx) {
+  constexpr uint32_t kSnake = 16;  // ISA topk: a 16-partition snake
+  const AccessPattern& val_dst = inst.tensor("val_dst");
+  const AccessPattern& idx_dst = inst.tensor("idx_dst");
+  const AccessPattern& src = inst.tensor("src");
+  const int64_t n = static_cast<int64_t>(inst.scalar("n"));
+  const uint64_t k = val_dst.free_elements();
+  const uint32_t partitions = src.partitions();
+  if (partitions == 0 || partitions % kSnake != 0) {
+    throw IsaError("src has " + std::to_string(partitions) + " partitions; topk needs a multiple of 16");
+  }
+  if (n < 8 || n >= 65536 || k < 1 || k >= 32768 || int64_t(k) > n) {
+    throw IsaError("topk needs 8 <= n < 65536 and 1 <= K <= n, K < 32768; got n = " + std::to_string(n) +
+                   ", K = " + std::to_string(k));
+  }
+  if (src.free_elements() < uint64_t(n + kSnake - 1) / kSnake) {
+    throw IsaError("src has " + std::to_string(src.free_elements()) + " columns; n = " + std::to_string(n) +
+                   " needs ceil(n / 16) = " + std::to_string((n + kSnake - 1) / kSnake));
+  }
+  for (const AccessPattern* out : {&val_dst, &idx_dst}) {
+    if (out->partitions() != partitions || out->free_elements() != k) {
+      throw IsaError(std::string(out == &val_dst ? "val_dst" : "idx_dst") + " must be " +
+                     shape_text(partitions, k) + ", got " + shape_text(*out));
+    }
+  }
+  if (dtype_info(idx_dst.dtype).is_float) throw IsaError("idx_dst must be uint32, not " + std::string(dtype_name(idx_dst.dtype)));
+  Tile in = ctx.read(src);
+  Tile values(partitions, k);
+  std::vector<int64_t> indices(size_t{partitions} * k);
+  auto ranks_above = [](float a, float b) {  // a ranks strictly above b
+    if (std::isnan(a)) return !std::isnan(b);
+    if (std::isnan(b)) return false;
+    return a > b;
+  };
+  std::vector<uint32_t> order(static_cast<size_t>(n));
+  for (uint32_t g = 0; g < partitions / kSnake; ++g) {
+    auto value = [&](uint32_t e) { return in.at(g * kSnake + e % kSnake, e / kSnake); };
+    std::iota(order.begin(), order.end(), 0u);
+    // The K best by (value descending, index ascending), then listed by value ascending, index ascending.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](uint32_t a, uint32_t b) {
+      if (ranks_above(value(a), value(b))) return true;
+      if (ranks_above(value(b), value(a))) return false;
+      return a < b;
+    });
+    std::vector<uint32_t> top(order.begin(), order.begin() + k);
+    std::stable_sort(top.begin(), top.end(), [&](uint32_t a, uint32_t b) {
+      if (ranks_above(value(b), value(a))) return true;
+      if (ranks_above(value(a), value(b))) return false;
+      return a < b;
+    });
+    for (uint32_t p = g * kSnake; p < (g + 1) * kSnake; ++p) {
+      for (uint64_t j = 0; j < k; ++j) {
+        values.at(p, j) = value(top[j]);
+        indices[size_t{p} * k + j] = top[j];
+      }
+    }
+  }
+  ctx.write(val_dst, values);
+  write_ints(ctx, idx_dst, indices);
+}
+
+// ISA nc_n_gather: a gather inside each partition, element for element of `indices` (uint32, read as raw bits),
+// the elements moved bit for bit (dst.dtype = data.dtype). An index outside [0, data's elements per partition) is an
+// error (NKI: "must be within the range").
+void exec_nc_n_gather(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  const AccessPattern& indices = inst.tensor("indices");
+  if (indices.dtype != DType::uint32) throw IsaError("indices must be uint32, not " + std::string(dtype_name(indices.dtype)));
+  if (dst.dtype != data.dtype) {
+    throw IsaError("dst.dtype must match data.dtype (" + std::string(dtype_name(data.dtype)) + "), not " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  if (data.partitions() != indices.partitions() || dst.partitions() != indices.partitions() ||
+      dst.free_elements() != indices.free_elements()) {
+    throw IsaError("dst is " + shape_text(dst) + ", data " + shape_text(data) + " and indices " + shape_text(indices) +
+                   " (partitions must match; dst holds one element per index)");
+  }
+  const uint32_t bytes = dtype_size_bytes(data.dtype);
+  if (numerics::element_bytes(data.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+    throw IsaError("nc_n_gather does not move " + std::string(dtype_name(data.dtype)));
+  }
+  // Same-width stand-ins whose fp32 conversion is exact: the elements' bits.
+  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
+  AccessPattern source = data, target = dst, raw_indices = indices;
+  source.dtype = target.dtype = alias;
+  raw_indices.dtype = DType::fp32;
+  Tile in = ctx.read(source);
+  Tile index = ctx.read(raw_indices);
+  Tile out(dst.partitions(), dst.free_elements());
+  for (uint32_t p = 0; p < out.partitions; ++p) {
+    for (uint64_t j = 0; j < out.free; ++j) {
+      uint32_t i = numerics::float_bits(index.at(p, j));
+      if (i >= in.free) {
+        throw IsaError("index " + std::to_string(i) + " (partition " + std::to_string(p) + ") is outside data's " +
+                       std::to_string(in.free) + " elements per partition");
+      }
+      out.at(p, j) = in.at(p, i);
+    }
+  }
+  ctx.state.write(target, out);
+  ctx.state.set_psum_accumulating(target, false);
+}
+
+// ISA nonzero_with_count: each GpSimd core works on the first of its 16 partitions only (absolute partitions 0, 16,
+// ..., 112); the other partitions of dst keep their bytes. fp32 elements are nonzero unless +-0 (NaN counts as
+// nonzero); int32 elements by their bits. Results are int32 (two's complement wrap of index + index_offset).
+void exec_nonzero_with_count(const Instruction& inst, ExecContext& ctx) {
+  constexpr uint32_t kPartitionsPerCore = 16;  // ISA: each GpSimd core connects to 16 SBUF partitions
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  if ((src.dtype != DType::fp32 && src.dtype != DType::int32) || dst.dtype != DType::int32) {
+    throw IsaError("src must be fp32 or int32 and dst int32, not " + std::string(dtype_name(src.dtype)) + " / " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  if (dst.partitions() != src.partitions() || dst.free_elements() != src.free_elements() + 1) {
+    throw IsaError("dst must be " + shape_text(src.partitions(), src.free_elements() + 1) + " for src " +
+                   shape_text(src) + ", got " + shape_text(dst));
+  }
+  const int64_t offset = static_cast<int64_t>(inst.scalar("index_offset"));
+  const int64_t padding = static_cast<int64_t>(inst.scalar("padding_val"));
+  const uint32_t first = ctx.state.first_partition(src);
+  AccessPattern raw = src;
+  raw.dtype = DType::fp32;  // int32 as bits
+  Tile in = ctx.read(raw);
+  const uint64_t t = src.free_elements();
+  for (uint32_t p = 0; p < src.partitions(); ++p) {
+    if ((first + p) % kPartitionsPerCore != 0) continue;
+    std::vector<int64_t> row;
+    for (uint64_t i = 0; i < t; ++i) {
+      float v = in.at(p, i);
+      bool nonzero = src.dtype == DType::int32 ? numerics::float_bits(v) != 0 : v != 0.0f || std::isnan(v);
+      if (nonzero) row.push_back(static_cast<int32_t>(static_cast<uint32_t>(int64_t(i) + offset)));
+    }
+    const int64_t count = static_cast<int64_t>(row.size());
+    row.resize(t, padding);
+    row.push_back(count);
+    AccessPattern one = dst;  // this partition of dst only
+    one.start_partition += p;
+    one.partition.size = 1;
+    write_ints(ctx, one, row);
+  }
 }
 
 }  // namespace trnsim::isa

@@ -140,6 +140,50 @@ bool bit_alias(DType dtype, DType& alias) {
   }
 }
 
+// The word an enumeration operand holds (reduce_cmd).
+std::string enum_word(const Instruction& inst, const char* operand) {
+  const OperandSpec* spec = inst.spec().find(operand);
+  return spec->enum_values.at(static_cast<size_t>(inst.scalar(operand)));
+}
+
+// The Vector engine's accumulator registers of the lanes `ap`'s partitions run on (isa/core_state.h).
+float* lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
+  std::vector<float>& registers = ctx.state.vector_accumulators();
+  uint32_t first = ctx.state.first_partition(ap);
+  if (size_t{first} + ap.partitions() > registers.size()) {
+    throw IsaError("partitions " + std::to_string(first) + ".." + std::to_string(first + ap.partitions() - 1) +
+                   " have no Vector engine lane (the engine has " + std::to_string(registers.size()) + ")");
+  }
+  return registers.data() + first;
+}
+
+// The accumulators after reduce_cmd's first step (NKI reduce_cmd): reset_reduce sets them to `identity`,
+// reduce keeps them, load_reduce loads `init` (one value per partition; required).
+float* start_accumulation(const Instruction& inst, ExecContext& ctx, const AccessPattern& lanes,
+                          const std::string& command, float identity, const char* init) {
+  float* acc = lane_accumulators(ctx, lanes);
+  uint32_t partitions = lanes.partitions();
+  if (command == "reset_reduce") {
+    std::fill(acc, acc + partitions, identity);
+  } else if (command == "load_reduce") {
+    if (!inst.has(init)) throw IsaError(std::string("reduce_cmd=load_reduce needs ") + init);
+    std::vector<float> values = ctx.per_partition(inst, init, partitions);
+    std::copy(values.begin(), values.end(), acc);
+  }
+  return acc;
+}
+
+// Operands that only load_reduce reads (NKI: "should only be set when reduce_cmd is load_reduce").
+void check_init_operand(const Instruction& inst, const std::string& command, const char* init, bool zero_is_unset) {
+  if (command == "load_reduce" || !inst.has(init)) return;
+  if (zero_is_unset && !inst.is_tensor(init) && inst.scalar(init) == 0.0) return;
+  throw IsaError(std::string(init) + " is read only with reduce_cmd=load_reduce, not " + command);
+}
+
+bool is_accumulating_reduce_op(AluOp op) {
+  return op == AluOp::add || op == AluOp::multiply || op == AluOp::maximum || op == AluOp::minimum;
+}
+
 }  // namespace
 
 void exec_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
@@ -375,6 +419,8 @@ void exec_select_reduce(const Instruction& inst, ExecContext& ctx) {
     // The accumulator sees the fp32 selection, before the cast to dst.dtype (as for activation).
     if (has_res) reduced.at(p, 0) = fold(reduce_op, out.row(p), out.free);
   }
+  // The reduction runs in the shared accumulator registers (NKI reduce_cmd note): it stays there.
+  if (has_res) std::copy(reduced.values.begin(), reduced.values.end(), lane_accumulators(ctx, dst));
   ctx.write(dst, out);
   if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
 }
@@ -417,6 +463,7 @@ void exec_range_select(const Instruction& inst, ExecContext& ctx) {
     // where a bf16 dst holds -inf.
     if (has_res) reduced.at(p, 0) = fold(reduce_op, out.row(p), out.free);
   }
+  if (has_res) std::copy(reduced.values.begin(), reduced.values.end(), lane_accumulators(ctx, dst));
   ctx.write(dst, out);
   if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
 }
@@ -564,6 +611,147 @@ void exec_nc_find_index8(const Instruction& inst, ExecContext& ctx) {
     }
   }
   write_int_bits(ctx, dst, out);
+}
+
+// ---- Accumulating instructions (the shared accumulator registers, reduce_cmd) ----
+
+// dst = data op0 operand0 (one arithmetic operator); the lane's accumulator folds in the fp32 results (before the
+// cast to dst.dtype, as for activation) in element order; reduce_res = the accumulator, negated on request (the
+// register keeps the un-negated value).
+void exec_tensor_scalar_reduce(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  check_same_shape("dst", dst, "data", data);
+  AluOp op0 = alu(inst, "op0"), reduce_op = alu(inst, "reduce_op");
+  if (alu_op_is_bitvec(op0)) throw IsaError("tensor_scalar_reduce takes an arithmetic op0, not bitvec");
+  if (!is_accumulating_reduce_op(reduce_op)) {
+    throw IsaError("reduce_op must be add, multiply, maximum or minimum, not " + std::string(alu_op_name(reduce_op)));
+  }
+  const std::string command = enum_word(inst, "reduce_cmd");
+  check_init_operand(inst, command, "reduce_init", false);
+  bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
+  if (has_res) check_shape("reduce_res", inst.tensor("reduce_res"), data.partitions(), 1);
+  bool reverse = inst.scalar("reverse0") != 0, negate = inst.scalar("reduce_res_negate") != 0;
+  Tile x = ctx.read(data);
+  std::vector<float> s0 = ctx.per_partition(inst, "operand0", x.partitions);
+  float* acc = start_accumulation(inst, ctx, data, command, reduction_identity(reduce_op), "reduce_init");
+  Tile reduced(x.partitions, 1);
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    float* row = x.row(p);
+    for (uint64_t i = 0; i < x.free; ++i) {
+      row[i] = reverse ? apply_alu(op0, s0[p], row[i]) : apply_alu(op0, row[i], s0[p]);
+      acc[p] = apply_alu(reduce_op, acc[p], row[i]);
+    }
+    reduced.at(p, 0) = negate ? -acc[p] : acc[p];
+  }
+  ctx.write(dst, x);
+  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+}
+
+// NKI's pseudo code: acc = op1(op0(src[i], imm0), acc), dst[i] = acc, with acc carried in fp32 (the stored copy is
+// rounded to dst.dtype) and left in the lane's accumulator.
+void exec_tensor_scalar_cumulative(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  check_same_shape("dst", dst, "src", src);
+  AluOp op0 = alu(inst, "op0"), op1 = alu(inst, "op1");
+  if (alu_op_is_bitvec(op0)) throw IsaError("tensor_scalar_cumulative takes an arithmetic op0, not bitvec");
+  if (!is_accumulating_reduce_op(op1) && op1 != AluOp::subtract) {
+    throw IsaError("op1 must be add, subtract, multiply, maximum or minimum, not " + std::string(alu_op_name(op1)));
+  }
+  for (const AccessPattern* ap : {&dst, &src}) {
+    if (is_int32_storage(ap->dtype)) {
+      throw IsaError("tensor_scalar_cumulative does not take " + std::string(dtype_name(ap->dtype)) +
+                     " (ISA: int32/uint32 are not supported)");
+    }
+  }
+  const std::string command = enum_word(inst, "reduce_cmd");
+  check_init_operand(inst, command, "imm1", false);
+  Tile x = ctx.read(src);
+  std::vector<float> s0 = ctx.per_partition(inst, "imm0", x.partitions);
+  float* acc = start_accumulation(inst, ctx, src, command, reduction_identity(op1), "imm1");
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    float* row = x.row(p);
+    for (uint64_t i = 0; i < x.free; ++i) {
+      acc[p] = apply_alu(op1, apply_alu(op0, row[i], s0[p]), acc[p]);
+      row[i] = acc[p];
+    }
+  }
+  ctx.write(dst, x);
+}
+
+// dst = exp(src - max_value) in fp32; unless reduce_cmd is idle the accumulator adds each fp32 result (before the
+// cast to dst.dtype) in element order. With idle the registers are left as they are (NKI: "state unknown").
+void exec_exponential(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  check_same_shape("dst", dst, "src", src);
+  const std::string command = enum_word(inst, "reduce_cmd");
+  check_init_operand(inst, command, "reduce_init", true);
+  bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
+  bool accumulate = command != "idle";
+  if (has_res && !accumulate) throw IsaError("reduce_res is written only with an accumulating reduce_cmd, not idle");
+  if (has_res) check_shape("reduce_res", inst.tensor("reduce_res"), src.partitions(), 1);
+  Tile x = ctx.read(src);
+  std::vector<float> max_value = ctx.per_partition(inst, "max_value", x.partitions);
+  float* acc = accumulate ? start_accumulation(inst, ctx, src, command, 0.0f, "reduce_init") : nullptr;
+  Tile reduced(x.partitions, 1);
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    float* row = x.row(p);
+    for (uint64_t i = 0; i < x.free; ++i) {
+      row[i] = apply_activation(ActivationFunc::exp, row[i] - max_value[p]);
+      if (acc) acc[p] += row[i];
+    }
+    if (acc) reduced.at(p, 0) = acc[p];
+  }
+  ctx.write(dst, x);
+  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+}
+
+// ---- Top-8 replace ----
+
+// vals are taken in the order 7, 6, ..., 0 (NKI); each takes the first position of data equal to it (fp32
+// comparison, as nc_find_index8: -0 matches +0, NaN matches nothing) that no earlier val took, so duplicate vals
+// pair with successive positions. A val with no such position writes the all-ones index (assumed, as
+// nc_find_index8's sentinel; NKI does not say) and replaces nothing.
+void exec_nc_match_replace8(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data = inst.tensor("data");
+  const AccessPattern& vals = inst.tensor("vals");
+  check_same_shape("dst", dst, "data", data);
+  check_shape("vals", vals, data.partitions(), 8);
+  bool has_idx = inst.has("dst_idx") && inst.tensor("dst_idx").present();
+  if (has_idx) {
+    const AccessPattern& idx = inst.tensor("dst_idx");
+    check_shape("dst_idx", idx, data.partitions(), 8);
+    if (dtype_info(idx.dtype).is_float) {
+      throw IsaError("dst_idx must be an integer dtype (uint16 or uint32), not " + std::string(dtype_name(idx.dtype)));
+    }
+  }
+  float imm = static_cast<float>(inst.scalar("imm"));
+  Tile x = ctx.read(data);
+  Tile wanted = ctx.read(vals);
+  std::vector<int64_t> index(size_t{x.partitions} * 8, int64_t{0xFFFFFFFF});
+  std::vector<char> taken(x.free);
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    float* row = x.row(p);
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int k = 7; k >= 0; --k) {
+      float v = wanted.at(p, k);
+      for (uint64_t i = 0; i < x.free; ++i) {
+        if (!taken[i] && row[i] == v) {
+          taken[i] = 1;
+          index[size_t{p} * 8 + k] = static_cast<int64_t>(i);
+          break;
+        }
+      }
+    }
+    for (uint64_t i = 0; i < x.free; ++i) {
+      if (taken[i]) row[i] = imm;
+    }
+  }
+  ctx.write(dst, x);
+  if (has_idx) write_int_bits(ctx, inst.tensor("dst_idx"), index);
 }
 
 }  // namespace trnsim::isa

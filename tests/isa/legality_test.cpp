@@ -275,7 +275,40 @@ INSTANTIATE_TEST_SUITE_P(
                         "operand-shape"},
         InterpreterRule{"tensor_partition_reduce dst=a, op=add, data=a", "operand-shape"},
         InterpreterRule{"nc_transpose dst=p, data=a", "operand-shape"},
-        InterpreterRule{"dma_transpose dst=h, src=h", "operand-shape"}));
+        InterpreterRule{"dma_transpose dst=h, src=h", "operand-shape"},
+        // The Vector accumulator instructions and the PRNG instructions.
+        InterpreterRule{"tensor_scalar_reduce dst=b, data=a, op0=add, operand0=1.0, reduce_op=add", "operand-shape"},
+        InterpreterRule{"tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1.0, reduce_op=add, reduce_res=c2",
+                        "operand-shape"},
+        InterpreterRule{"tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1.0, reduce_op=subtract", "reduce-op"},
+        InterpreterRule{"tensor_scalar_reduce dst=i, data=i, op0=bitwise_and, operand0=1, reduce_op=add", "alu-op"},
+        InterpreterRule{"tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1.0, reduce_op=add, "
+                        "reduce_cmd=load_reduce",
+                        "missing-operand"},
+        InterpreterRule{"tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1.0, reduce_op=add, reduce_init=col",
+                        "reduce-init"},
+        InterpreterRule{"tensor_scalar_reduce dst=a, data=a, op0=add, operand0=c2, reduce_op=add",
+                        "per-partition-operand"},
+        InterpreterRule{"tensor_scalar_cumulative dst=a, src=a, op0=add, op1=divide, imm0=1.0", "alu-op"},
+        InterpreterRule{"tensor_scalar_cumulative dst=i, src=i, op0=add, op1=add, imm0=1.0", "cumulative-dtype"},
+        InterpreterRule{"tensor_scalar_cumulative dst=a, src=a, op0=add, op1=add, imm0=1.0, reduce_cmd=load_reduce",
+                        "missing-operand"},
+        InterpreterRule{"tensor_scalar_cumulative dst=a, src=a, op0=add, op1=add, imm0=1.0, imm1=2.0", "reduce-init"},
+        InterpreterRule{"tensor_scalar_cumulative dst=b, src=a, op0=add, op1=add, imm0=1.0", "operand-shape"},
+        InterpreterRule{"nc_match_replace8 dst=a, data=a, vals=c2, imm=0", "operand-shape"},
+        InterpreterRule{"nc_match_replace8 dst=a, data=a, vals=a, imm=0, dst_idx=a", "integer-dtype"},
+        InterpreterRule{"dropout dst=b, data=a, prob=0.5", "operand-shape"},
+        InterpreterRule{"dropout dst=h, data=a, prob=0.5", "dropout-dtype"},
+        InterpreterRule{"dropout dst=a, data=a, prob=c2", "per-partition-operand"},
+        InterpreterRule{"rng dst=a", "rng-dtype"},
+        InterpreterRule{"set_rng_seed src_seeds=col", "rng-seed"},
+        InterpreterRule{"rand_set_state src_seeds=i", "rng-state"},
+        InterpreterRule{"rand_get_state dst=a", "rng-state"},
+        InterpreterRule{"topk val_dst=h, idx_dst=i, src=h, n=8", "topk"},
+        InterpreterRule{"nc_n_gather dst=a, data=a, indices=i", "gather"},
+        InterpreterRule{"nc_n_gather dst=h, data=a, indices=i", "gather"},
+        InterpreterRule{"nonzero_with_count dst=i, src=a", "operand-shape"},
+        InterpreterRule{"nonzero_with_count dst=b, src=a", "nonzero"}));
 
 // What only the timing model met before: a DMA queue the config does not have, an HBM tensor
 // larger than HBM.
@@ -316,9 +349,9 @@ TEST(Legality, EveryProgramTheInterpreterRejectsIsIllegal) {
       "sbuf a : fp32[4, 8]\nsbuf b : fp32[4, 9]\nsbuf c2 : fp32[4, 2]\nsbuf d3 : fp32[3, 8]\nsbuf col : fp32[4, 1]\n"
       "sbuf i : int32[4, 8]\nsbuf i1 : int32[4, 1]\nsbuf u8 : uint32[4, 8]\nsbuf h : bf16[4, 8]\nsbuf h4 : bf16[4, 4]\n"
       "sbuf ht : bf16[8, 4]\nsbuf s6 : fp32[4, 6]\nsbuf r1 : fp32[1, 8]\nsbuf t8 : fp32[8, 4]\npsum pm : fp32[4, 8]\n"
-      "psum p8 : fp32[8, 4]\n";
-  const std::vector<std::string> names = {"a", "b", "c2", "d3", "col", "i", "i1", "u8",
-                                          "h", "h4", "ht", "s6", "r1", "t8", "pm", "p8"};
+      "psum p8 : fp32[8, 4]\nsbuf g6 : uint32[4, 6]\nsbuf one : uint32[1, 1]\n";
+  const std::vector<std::string> names = {"a", "b", "c2", "d3", "col", "i", "i1", "u8", "h",
+                                          "h4", "ht", "s6", "r1", "t8", "pm", "p8", "g6", "one"};
   const std::vector<std::string> baselines = {
       "tensor_tensor dst=a, data1=a, data2=a, op=add",
       "tensor_tensor dst=i, data1=i, data2=i, op=bitwise_and",
@@ -349,6 +382,18 @@ TEST(Legality, EveryProgramTheInterpreterRejectsIsIllegal) {
       "dma_transpose dst=ht, src=h",
       "nc_matmul dst=pm, stationary=h4, moving=h",
       "memset dst=a, value=1",
+      "tensor_scalar_reduce dst=a, data=a, op0=add, operand0=col, reduce_op=add, reduce_res=col",
+      "tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1.0, reduce_op=maximum, reduce_cmd=load_reduce, "
+      "reduce_init=col",
+      "tensor_scalar_cumulative dst=a, src=a, op0=multiply, op1=add, imm0=col, imm1=col, reduce_cmd=load_reduce",
+      "nc_match_replace8 dst=a, data=a, vals=a, imm=0, dst_idx=u8",
+      "dropout dst=a, data=a, prob=col",
+      "rng dst=u8",
+      "rng dst=u8, engine=gpsimd",
+      "set_rng_seed src_seeds=one",
+      "rand_set_state src_seeds=g6",
+      "rand_get_state dst=g6",
+      "nc_n_gather dst=a, data=a, indices=u8",
   };
   auto program_of = [&](const std::string& instruction) {
     return parse_tasm("kernel k\ntarget trn2\n" + pool + instruction + "\n", "case.tasm");

@@ -58,6 +58,21 @@ sbuf mx : mxfp8_e4m3[128, 128]
 sbuf mx_scale : fp8_e8m0[128, 512]
 nc_matmul_mx dst=acc[0:128, 0:128], stationary=mx, moving=mx, stationary_scale=mx_scale[4:128, 0:128], moving_scale=mx_scale[4:128, 0:128], accumulate=true, tile_position=[64, 0], tile_size=[64, 128]
 dma_scatter dst=out_a, src=b[0:32, 0:512], indices=idx[0:32, 0:1], queue=4, dst_rmw_op=add
+sbuf st : uint32[128, 24]
+tensor_scalar_reduce dst=b, data=acc, op0=multiply, operand0=col, reduce_op=maximum, reduce_res=col, reverse0=true, reduce_cmd=load_reduce, reduce_init=col, reduce_res_negate=true
+tensor_scalar_cumulative dst=b, src=b, op0=add, op1=multiply, imm0=0.5, imm1=col, reduce_cmd=load_reduce
+exponential dst=a, src=acc, max_value=col, reduce_res=col, reduce_cmd=load_reduce, reduce_init=-2.5
+nc_match_replace8 dst=b, data=b, vals=b[:, 0:8], imm=-inf, dst_idx=idx
+dropout dst=b, data=b, prob=col
+rng dst=st, engine=gpsimd
+rand2 dst=a, min=-1.5, max=col
+set_rng_seed src_seeds=st[0:1, 0:1]
+rand_set_state src_seeds=st, engine=vector
+rand_get_state dst=st[:, 0:6]
+topk val_dst=a[0:32, 0:8], idx_dst=idx[0:32, 0:8], src=a[0:32, 8:11], n=42
+nc_n_gather dst=b[:, 0:8], data=b, indices=idx
+sbuf nz : int32[128, 9]
+nonzero_with_count dst=nz, src=b[:, 0:8], index_offset=16, padding_val=-7
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

@@ -727,5 +727,150 @@ TEST(CostModelDma, ComputeAndDmaCostsRejectTheOtherKind) {
   EXPECT_THROW(k.dma(), std::logic_error);
 }
 
+// ---- The Vector accumulator and PRNG instructions ----
+
+TEST_P(CostModelTest, VectorAccumulatingAndRandomFormulas) {
+  const double min_ii = vector_min_ii();
+  uint32_t a = b().sbuf("a", DType::fp32, {128, 1024});
+  uint32_t out = b().sbuf("out", DType::fp32, {128, 1024});
+  uint32_t col = b().sbuf("col", DType::fp32, {128, 1});
+  auto first = [&](uint32_t t, uint32_t n) { return b().view(t, {Slice::all(), Slice::range(0, n)}); };
+  // ISA-COST tensor_scalar_reduce: max(MIN_II, N) + MIN_II.
+  for (uint32_t n : {512u, 16u}) {
+    b().emit(Opcode::tensor_scalar_reduce)
+        .tensor("dst", first(out, n))
+        .tensor("data", first(a, n))
+        .word("op0", "multiply")
+        .imm("operand0", 2.0)
+        .word("reduce_op", "add")
+        .tensor("reduce_res", b().view(col));
+    EXPECT_EQ(k.cost().engine, Engine::vector);
+    EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, double(n)) + min_ii) << n;
+  }
+  // tensor_scalar_cumulative (assumed, A-V2 one-input rule): max(MIN_II, N).
+  for (uint32_t n : {512u, 16u}) {
+    b().emit(Opcode::tensor_scalar_cumulative)
+        .tensor("dst", first(out, n))
+        .tensor("src", first(a, n))
+        .word("op0", "multiply")
+        .word("op1", "add")
+        .imm("imm0", 0.5);
+    EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, double(n))) << n;
+  }
+  // ISA-COST dropout: max(MIN_II, N).
+  b().emit(Opcode::dropout).tensor("dst", first(out, 512)).tensor("data", first(a, 512)).imm("prob", 0.25);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 512.0));
+  // ISA-COST nc_match_replace8: max(MIN_II, N) (the doc's "min" read as max, trainium.md §13.12).
+  uint32_t vals = b().sbuf("vals", DType::fp32, {128, 8});
+  b().emit(Opcode::nc_match_replace8)
+      .tensor("dst", b().view(out))
+      .tensor("data", b().view(a))
+      .tensor("vals", b().view(vals))
+      .imm("imm", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 1024.0));
+  b().emit(Opcode::nc_match_replace8)
+      .tensor("dst", first(out, 16))
+      .tensor("data", first(a, 16))
+      .tensor("vals", b().view(vals))
+      .imm("imm", 0.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);
+  // rng on Vector: A-V4's 4 values per lane per cycle on trn3; assumed one per cycle before.
+  uint32_t bits = b().sbuf("bits", DType::uint32, {128, 512});
+  b().emit(Opcode::rng).tensor("dst", b().view(bits));
+  const bool v4 = hw().generation >= Generation::trn3;
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, v4 ? 512.0 / 4 : 512.0));
+  // set_rng_seed (assumed max(MIN_II, N), N = 1).
+  uint32_t seed = b().sbuf("seed", DType::uint32, {1, 1});
+  b().emit(Opcode::set_rng_seed).tensor("src_seeds", b().view(seed));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);
+  if (!v3_or_later()) return;
+  // GpSimd rng / rand_set_state / rand_get_state (trn2+): assumed GPSIMD_START + N.
+  b().emit(Opcode::rng).tensor("dst", b().view(bits)).on(Engine::gpsimd);
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 512.0);
+  uint32_t state = b().sbuf("state", DType::uint32, {128, 6});
+  b().emit(Opcode::rand_set_state).tensor("src_seeds", b().view(state));
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 6.0);
+  b().emit(Opcode::rand_get_state).tensor("dst", b().view(state));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 6.0);
+}
+
+// trn3-only Vector instructions: exponential at 4x ScalarE exp's max(MIN_II, N) (A-V4), plus MIN_II (assumed) when
+// reduce_res is read out; rand2 at 4 values per lane per cycle (A-V4).
+TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
+  Kernel k("trn3");
+  const CoreConfig& core = k.hw().core;
+  const double min_ii = core.vector.min_initiation_interval_cycles;
+  const double clocks = core.vector.clock_ghz / core.scalar.clock_ghz;
+  EXPECT_DOUBLE_EQ(clocks, 1.0);  // A-V4: both engines at 1.2 GHz, so the formula is max(MIN_II, N / 4)
+  auto& b = k.b();
+  uint32_t x = b.sbuf("x", DType::bf16, {128, 2048});
+  uint32_t y = b.sbuf("y", DType::bf16, {128, 2048});
+  uint32_t col = b.sbuf("col", DType::fp32, {128, 1});
+  auto first = [&](uint32_t t, uint32_t n) { return b.view(t, {Slice::all(), Slice::range(0, n)}); };
+  b.emit(Opcode::exponential).tensor("dst", b.view(y)).tensor("src", b.view(x)).tensor("max_value", b.view(col));
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2048.0 / 4 * clocks));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 512.0);
+  b.emit(Opcode::exponential)
+      .tensor("dst", b.view(y))
+      .tensor("src", b.view(x))
+      .tensor("reduce_res", b.view(col))
+      .word("reduce_cmd", "reset_reduce");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 512.0 + min_ii);
+  b.emit(Opcode::exponential).tensor("dst", first(y, 128)).tensor("src", first(x, 128));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);  // 128 / 4 = 32 < MIN_II
+  b.emit(Opcode::rand2).tensor("dst", b.view(y)).imm("min", 0.0).imm("max", 1.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2048.0 / 4));
+  b.emit(Opcode::rand2).tensor("dst", first(y, 100)).imm("min", 0.0).imm("max", 1.0);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);
+}
+
+// nc_n_gather: no published cost; assumed GPSIMD_START + N (N = indices per partition).
+TEST_P(CostModelTest, GpSimdNcNGatherIsStartPlusN) {
+  uint32_t data = b().sbuf("data", DType::fp32, {128, 4096});
+  uint32_t dst = b().sbuf("dst", DType::fp32, {128, 300});
+  uint32_t idx = b().sbuf("idx", DType::uint32, {128, 300});
+  b().emit(Opcode::nc_n_gather)
+      .tensor("dst", b().view(dst))
+      .tensor("data", b().view(data, {Slice::all(), Slice::range(0, 200)}))
+      .tensor("indices", b().view(idx));
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
+  // nonzero_with_count (trn2+, no published cost): assumed GPSIMD_START + N, N = dst's T + 1 elements.
+  uint32_t nz = b().sbuf("nz", DType::int32, {128, 513});
+  b().emit(Opcode::nonzero_with_count)
+      .tensor("dst", b().view(nz))
+      .tensor("src", b().view(data, {Slice::all(), Slice::range(0, 512)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 513.0);
+  // A larger data tile does not change N: the indices are what the engine walks.
+  b().emit(Opcode::nc_n_gather)
+      .tensor("dst", b().view(dst))
+      .tensor("data", b().view(data))
+      .tensor("indices", b().view(idx));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
+}
+
+// ISA topk (the cost HEAD docs keep): 4 * n + K GpSimd cycles, nothing added.
+TEST_P(CostModelTest, GpSimdTopkIsFourNPlusK) {
+  uint32_t src = b().sbuf("src", DType::bf16, {128, 64});
+  uint32_t vals = b().sbuf("vals", DType::bf16, {128, 16});
+  uint32_t idx = b().sbuf("idx", DType::uint32, {128, 16});
+  b().emit(Opcode::topk)
+      .tensor("val_dst", b().view(vals))
+      .tensor("idx_dst", b().view(idx))
+      .tensor("src", b().view(src))
+      .imm("n", 1000);
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 4 * 1000.0 + 16);
+  b().emit(Opcode::topk)
+      .tensor("val_dst", b().view(vals, {Slice::all(), Slice::range(0, 8)}))
+      .tensor("idx_dst", b().view(idx, {Slice::all(), Slice::range(0, 8)}))
+      .tensor("src", b().view(src, {Slice::all(), Slice::range(0, 3)}))
+      .imm("n", 42);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 4 * 42.0 + 8);
+}
+
 }  // namespace
 }  // namespace trnsim::sim

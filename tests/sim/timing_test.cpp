@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
 #include "config/config_loader.h"
 #include "isa/builder.h"
+#include "isa/interpreter.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
@@ -95,6 +97,64 @@ TEST(SingleInstruction, DependentScalarChainMatchesTheMeasuredInterval) {
   SimResult r = run(b.program(), hw);
   double interval_cycles = r.stats.total_ns / count * hw.core.scalar.clock_ghz;
   EXPECT_NEAR(interval_cycles, 264, 264 * 0.02);
+}
+
+TEST(SingleInstruction, AccumulatingVectorAndTopkFollowTheirFormulas) {
+  for (const char* name : {"trn2", "trn3"}) {
+    HardwareConfig hw = config(name);
+    const double vclk = hw.core.vector.clock_ghz, min_ii = hw.core.vector.min_initiation_interval_cycles;
+    ProgramBuilder b("acc", hw.generation);
+    uint32_t x = b.sbuf("x", DType::fp32, {128, 1024});
+    uint32_t y = b.sbuf("y", DType::fp32, {128, 1024});
+    uint32_t r = b.sbuf("r", DType::fp32, {128, 1});
+    b.emit(Opcode::tensor_scalar_reduce).tensor("dst", b.view(y)).tensor("data", b.view(x)).word("op0", "add")
+        .imm("operand0", 1.0).word("reduce_op", "add").tensor("reduce_res", b.view(r));
+    SimResult one = run(b.program(), hw);
+    // ISA-COST max(MIN_II, N) + MIN_II busy, then the Vector engine's fixed latency.
+    double busy = (std::max(min_ii, 1024.0) + min_ii) / vclk;
+    EXPECT_NEAR(one.stats.engines.at("core0.vector").busy_ns, busy, 1e-6) << name;
+    EXPECT_NEAR(one.stats.total_ns, busy + hw.core.vector.fixed_overhead_cycles / vclk, 1e-6) << name;
+
+    // topk on GpSimd: 4n + K cycles (ISA), results visible when it ends.
+    ProgramBuilder t("topk", hw.generation);
+    uint32_t src = t.sbuf("src", DType::bf16, {128, 64});
+    uint32_t vals = t.sbuf("vals", DType::bf16, {128, 8});
+    uint32_t idx = t.sbuf("idx", DType::uint32, {128, 8});
+    t.emit(Opcode::topk).tensor("val_dst", t.view(vals)).tensor("idx_dst", t.view(idx)).tensor("src", t.view(src))
+        .imm("n", 1000);
+    SimResult topk = run(t.program(), hw);
+    EXPECT_NEAR(topk.stats.total_ns, (4 * 1000.0 + 8) / hw.core.gpsimd.clock_ghz, 1e-6) << name;
+  }
+}
+
+// The PRNG state lives in the core's state: the timing model with values gives the interpreter's bits, and the
+// same bits on every run.
+TEST(Determinism, RandomNumbersAreTheSameEveryRunAndMatchTheInterpreter) {
+  HardwareConfig hw = config("trn3");
+  ProgramBuilder b("rand", hw.generation);
+  uint32_t u = b.sbuf("u", DType::fp32, {128, 512});
+  uint32_t d = b.sbuf("d", DType::fp32, {128, 512});
+  uint32_t bits = b.sbuf("bits", DType::uint32, {128, 64});
+  b.emit(Opcode::rand2).tensor("dst", b.view(u)).imm("min", -1.0).imm("max", 1.0);
+  b.emit(Opcode::dropout).tensor("dst", b.view(d)).tensor("data", b.view(u)).imm("prob", 0.5);
+  b.emit(Opcode::rng).tensor("dst", b.view(bits)).on(Engine::gpsimd);
+  isa::Program program = b.finish();
+  SimResult first = run(program, hw, {0}, /*timing_only=*/false);
+  SimResult second = run(program, hw, {0}, /*timing_only=*/false);
+  isa::CoreState reference(hw.core, program);
+  isa::interpret(program, reference, hw);
+  ProgramBuilder views("views", hw.generation);  // the same allocation ids, for their access patterns
+  for (uint32_t id : {u, d, bits}) {
+    isa::AccessPattern ap = views.view(views.sbuf("x" + std::to_string(id), DType::fp32,
+                                                  {128, id == bits ? 64u : 512u}));
+    ap.allocation = id;
+    ap.dtype = DType::fp32;  // raw 32-bit patterns
+    std::vector<float> a = first.states.at(0)->read(ap).values, c = second.states.at(0)->read(ap).values;
+    std::vector<float> want = reference.read(ap).values;
+    ASSERT_EQ(a.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), want.data(), a.size() * sizeof(float))) << "allocation " << id;
+    EXPECT_EQ(0, std::memcmp(c.data(), want.data(), c.size() * sizeof(float))) << "allocation " << id;
+  }
 }
 
 // --- DMA ---

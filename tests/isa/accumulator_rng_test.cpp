@@ -1,0 +1,790 @@
+// The Vector engine's accumulator instructions (tensor_scalar_reduce, tensor_scalar_cumulative, exponential; the
+// registers shared across instructions by reduce_cmd), nc_match_replace8, and the PRNG instructions (rng, rand2,
+// dropout, set_rng_seed, rand_set_state, rand_get_state), against references computed here: element loops in
+// double rounded to fp32 after every step the engine performs in fp32, and an XORWOW written from Marsaglia's paper
+// (independently of isa/rng.cpp) driven from states the test loads with rand_set_state.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/config_loader.h"
+#include "isa/alu.h"
+#include "isa/builder.h"
+#include "isa/interpreter.h"
+#include "isa/legality.h"
+#include "isa/numerics/float_format.h"
+#include "isa/text_form.h"
+
+namespace trnsim::isa {
+namespace {
+
+using numerics::round_to;
+
+const HardwareConfig& config(const std::string& name) {
+  static std::map<std::string, HardwareConfig> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, load_config(name).hardware).first;
+  return it->second;
+}
+
+double f32(double v) { return static_cast<float>(v); }
+
+class Kernel {
+ public:
+  explicit Kernel(const std::string& target = "trn2")
+      : m_target(target), m_builder("accumulator_rng_test", config(target).generation) {}
+  AccessPattern tensor(DType dtype, std::vector<uint32_t> shape) {
+    return m_builder.view(m_builder.sbuf("t" + std::to_string(m_count++), dtype, std::move(shape)));
+  }
+  InstructionBuilder emit(Opcode opcode) { return m_builder.emit(opcode); }
+  void build() {
+    m_program = std::make_unique<Program>(m_builder.finish());
+    check_program(*m_program, config(m_target));  // every program here is legal
+    m_state = std::make_unique<CoreState>(config(m_target).core, *m_program);
+  }
+  Tile set(const AccessPattern& ap, const std::vector<float>& values) {
+    Tile tile(ap.partitions(), ap.free_elements());
+    tile.values = values;
+    m_state->write(ap, tile);
+    return m_state->read(ap);
+  }
+  void set_bits(const AccessPattern& ap, const std::vector<uint32_t>& bits) {
+    AccessPattern raw = ap;
+    raw.dtype = DType::fp32;
+    Tile tile(ap.partitions(), ap.free_elements());
+    for (size_t i = 0; i < bits.size(); ++i) tile.values[i] = numerics::bits_float(bits[i]);
+    m_state->write(raw, tile);
+  }
+  std::vector<uint32_t> get_bits(const AccessPattern& ap) const {
+    AccessPattern raw = ap;
+    raw.dtype = DType::fp32;
+    std::vector<uint32_t> out;
+    for (float v : m_state->read(raw).values) out.push_back(numerics::float_bits(v));
+    return out;
+  }
+  void run() { interpret(*m_program, *m_state, config(m_target)); }
+  Tile get(const AccessPattern& ap) const { return m_state->read(ap); }
+
+ private:
+  std::string m_target;
+  ProgramBuilder m_builder;
+  std::unique_ptr<Program> m_program;
+  std::unique_ptr<CoreState> m_state;
+  int m_count = 0;
+};
+
+void expect_exact(const Tile& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.values.size(), want.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < want.size() && failures < 5; ++i) {
+    float g = got.values[i], w = want[i];
+    if (!((std::isnan(g) && std::isnan(w)) || numerics::float_bits(g) == numerics::float_bits(w))) {
+      ++failures;
+      ADD_FAILURE() << what << " element " << i << ": got " << g << " want " << w;
+    }
+  }
+}
+
+std::vector<float> random_values(std::mt19937& rng, size_t count, float low = -4.0f, float high = 4.0f) {
+  std::uniform_real_distribution<float> dist(low, high);
+  std::vector<float> out(count);
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+double ref_op(AluOp op, double a, double b) {
+  switch (op) {
+    case AluOp::add: return a + b;
+    case AluOp::subtract: return a - b;
+    case AluOp::multiply: return a * b;
+    case AluOp::maximum: return std::max(a, b);
+    case AluOp::minimum: return std::min(a, b);
+    default: ADD_FAILURE() << "ref_op: " << alu_op_name(op); return 0;
+  }
+}
+double ref_identity(AluOp op) {
+  switch (op) {
+    case AluOp::multiply: return 1;
+    case AluOp::maximum: return -std::numeric_limits<double>::infinity();
+    case AluOp::minimum: return std::numeric_limits<double>::infinity();
+    default: return 0;
+  }
+}
+
+// ---- tensor_scalar_reduce ----
+
+TEST(AccumulatorTest, TensorScalarReduceMatchesReference) {
+  std::mt19937 rng(21);
+  const AluOp ops0[] = {AluOp::add, AluOp::subtract, AluOp::multiply, AluOp::maximum};
+  const AluOp reduce_ops[] = {AluOp::add, AluOp::multiply, AluOp::maximum, AluOp::minimum};
+  for (DType out_dtype : {DType::fp32, DType::bf16}) {
+    for (AluOp op0 : ops0) {
+      for (AluOp reduce_op : reduce_ops) {
+        const uint32_t P = 1 + rng() % 128, F = 1 + rng() % 40;
+        const bool reverse = rng() % 2, per_partition = rng() % 2;
+        Kernel k;
+        auto data = k.tensor(DType::fp32, {P, F}), dst = k.tensor(out_dtype, {P, F});
+        auto s0 = k.tensor(DType::fp32, {P, 1}), res = k.tensor(DType::fp32, {P, 1});
+        auto inst = k.emit(Opcode::tensor_scalar_reduce);
+        inst.tensor("dst", dst).tensor("data", data).word("op0", std::string(alu_op_name(op0)));
+        inst.word("reduce_op", std::string(alu_op_name(reduce_op))).tensor("reduce_res", res);
+        inst.imm("reverse0", reverse ? 1 : 0);
+        if (per_partition) inst.tensor("operand0", s0); else inst.imm("operand0", 0.75);
+        k.build();
+        // Multiplying 40 values of magnitude up to 4 stays finite in fp32.
+        Tile x = k.set(data, random_values(rng, size_t{P} * F, -1.5f, 1.5f));
+        Tile c = k.set(s0, random_values(rng, P));
+        k.run();
+        std::vector<float> want_dst, want_res;
+        for (uint32_t p = 0; p < P; ++p) {
+          double s = per_partition ? c.at(p, 0) : 0.75, acc = ref_identity(reduce_op);
+          for (uint32_t i = 0; i < F; ++i) {
+            double v = f32(reverse ? ref_op(op0, s, x.at(p, i)) : ref_op(op0, x.at(p, i), s));
+            want_dst.push_back(round_to(out_dtype, static_cast<float>(v)));
+            acc = f32(ref_op(reduce_op, acc, v));  // the accumulator sees fp32 results, before dst's cast
+          }
+          want_res.push_back(static_cast<float>(acc));
+        }
+        std::string what = std::string(alu_op_name(op0)) + "/" + std::string(alu_op_name(reduce_op)) + " " +
+                           std::string(dtype_name(out_dtype));
+        expect_exact(k.get(dst), want_dst, "dst " + what);
+        expect_exact(k.get(res), want_res, "reduce_res " + what);
+      }
+    }
+  }
+}
+
+// reduce_cmd across instructions: reset_reduce without reduce_res keeps the sum in the registers, reduce adds the
+// next tile and writes it out negated (the registers keep the positive sum), load_reduce starts from reduce_init.
+TEST(AccumulatorTest, TensorScalarReduceChainsThroughTheRegisters) {
+  std::mt19937 rng(22);
+  const uint32_t P = 64, F = 24;
+  Kernel k;
+  auto a = k.tensor(DType::fp32, {P, F}), b = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::fp32, {P, F});
+  auto r1 = k.tensor(DType::fp32, {P, 1}), r2 = k.tensor(DType::fp32, {P, 1}), init = k.tensor(DType::fp32, {P, 1});
+  auto r3 = k.tensor(DType::fp32, {P, 1});
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", dst).tensor("data", a).word("op0", "add").imm("operand0", 1.0)
+      .word("reduce_op", "add");
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", dst).tensor("data", b).word("op0", "add").imm("operand0", 1.0)
+      .word("reduce_op", "add").word("reduce_cmd", "reduce").tensor("reduce_res", r1).imm("reduce_res_negate", 1);
+  // The registers hold the positive sum: one more tile with nothing added (multiply by 0) leaves it unchanged.
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", dst).tensor("data", b).word("op0", "multiply")
+      .imm("operand0", 0.0).word("reduce_op", "add").word("reduce_cmd", "reduce").tensor("reduce_res", r2);
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", dst).tensor("data", a).word("op0", "multiply")
+      .imm("operand0", 1.0).word("reduce_op", "maximum").word("reduce_cmd", "load_reduce").tensor("reduce_init", init)
+      .tensor("reduce_res", r3);
+  k.build();
+  Tile x = k.set(a, random_values(rng, P * F)), y = k.set(b, random_values(rng, P * F));
+  Tile i0 = k.set(init, random_values(rng, P, -8, 8));
+  k.run();
+  std::vector<float> want1, want2, want3;
+  for (uint32_t p = 0; p < P; ++p) {
+    double acc = 0, top = i0.at(p, 0);
+    for (uint32_t i = 0; i < F; ++i) acc = f32(acc + f32(x.at(p, i) + 1.0));
+    for (uint32_t i = 0; i < F; ++i) acc = f32(acc + f32(y.at(p, i) + 1.0));
+    double after_zero = acc;
+    for (uint32_t i = 0; i < F; ++i) after_zero = f32(after_zero + 0.0 * y.at(p, i));
+    for (uint32_t i = 0; i < F; ++i) top = std::max<double>(top, x.at(p, i));
+    want1.push_back(static_cast<float>(-acc));
+    want2.push_back(static_cast<float>(after_zero));
+    want3.push_back(static_cast<float>(top));
+  }
+  expect_exact(k.get(r1), want1, "reset then reduce, negated");
+  expect_exact(k.get(r2), want2, "registers kept the un-negated sum");
+  expect_exact(k.get(r3), want3, "load_reduce from reduce_init");
+}
+
+// select_reduce and range_select reduce in the same registers: a following reduce_cmd=reduce continues from them.
+TEST(AccumulatorTest, SelectReduceLeavesItsReductionInTheRegisters) {
+  std::mt19937 rng(33);
+  const uint32_t P = 32, F = 16;
+  Kernel k;
+  auto pred = k.tensor(DType::fp32, {P, F}), on_true = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::fp32, {P, F});
+  auto low = k.tensor(DType::fp32, {P, F}), res = k.tensor(DType::fp32, {P, 1}), res2 = k.tensor(DType::fp32, {P, 1});
+  k.emit(Opcode::select_reduce).tensor("dst", dst).tensor("predicate", pred).tensor("on_true", on_true)
+      .imm("on_false", -50.0).word("reduce_op", "maximum").tensor("reduce_res", res);
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", dst).tensor("data", low).word("op0", "add").imm("operand0", 0.0)
+      .word("reduce_op", "maximum").word("reduce_cmd", "reduce").tensor("reduce_res", res2);
+  k.build();
+  std::vector<float> p(P * F);
+  for (float& e : p) e = static_cast<float>(rng() % 2);
+  Tile sel = k.set(pred, p), x = k.set(on_true, random_values(rng, P * F));
+  k.set(low, std::vector<float>(P * F, -100.0f));
+  k.run();
+  std::vector<float> want;
+  for (uint32_t q = 0; q < P; ++q) {
+    double top = -100.0;  // the second instruction's elements
+    for (uint32_t i = 0; i < F; ++i) top = std::max<double>(top, sel.at(q, i) != 0 ? x.at(q, i) : -50.0);
+    want.push_back(static_cast<float>(top));
+  }
+  expect_exact(k.get(res2), want, "select_reduce then reduce");
+}
+
+// ---- tensor_scalar_cumulative ----
+
+TEST(AccumulatorTest, TensorScalarCumulativeScansAndCarriesOver) {
+  std::mt19937 rng(23);
+  for (AluOp op1 : {AluOp::add, AluOp::subtract, AluOp::multiply, AluOp::maximum, AluOp::minimum}) {
+    for (DType out_dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+      const uint32_t P = 1 + rng() % 128, F = 1 + rng() % 50;
+      Kernel k;
+      auto src = k.tensor(DType::fp32, {P, F}), src2 = k.tensor(DType::fp32, {P, F});
+      auto dst = k.tensor(out_dtype, {P, F}), dst2 = k.tensor(DType::fp32, {P, F}), dst3 = k.tensor(DType::fp32, {P, F});
+      auto imm0 = k.tensor(DType::fp32, {P, 1}), imm1 = k.tensor(DType::fp32, {P, 1});
+      const std::string name(alu_op_name(op1));
+      // 1: reset_reduce with a per-partition imm0; 2: reduce continues from 1's last value; 3: load_reduce from imm1.
+      k.emit(Opcode::tensor_scalar_cumulative).tensor("dst", dst).tensor("src", src).word("op0", "multiply")
+          .word("op1", name).tensor("imm0", imm0);
+      k.emit(Opcode::tensor_scalar_cumulative).tensor("dst", dst2).tensor("src", src2).word("op0", "add")
+          .word("op1", name).imm("imm0", -0.25).word("reduce_cmd", "reduce");
+      k.emit(Opcode::tensor_scalar_cumulative).tensor("dst", dst3).tensor("src", src).word("op0", "subtract")
+          .word("op1", name).imm("imm0", 0.5).tensor("imm1", imm1).word("reduce_cmd", "load_reduce");
+      k.build();
+      // Factors near 1 keep a 100-step product finite.
+      Tile x = k.set(src, random_values(rng, size_t{P} * F, 0.9f, 1.1f));
+      Tile y = k.set(src2, random_values(rng, size_t{P} * F, 0.9f, 1.1f));
+      Tile s0 = k.set(imm0, random_values(rng, P, 0.9f, 1.1f));
+      Tile s1 = k.set(imm1, random_values(rng, P, -2.0f, 2.0f));
+      k.run();
+      std::vector<float> want1, want2, want3;
+      for (uint32_t p = 0; p < P; ++p) {
+        double reg = ref_identity(op1);
+        for (uint32_t i = 0; i < F; ++i) {
+          reg = f32(ref_op(op1, f32(x.at(p, i) * s0.at(p, 0)), reg));
+          want1.push_back(round_to(out_dtype, static_cast<float>(reg)));
+        }
+        for (uint32_t i = 0; i < F; ++i) {
+          reg = f32(ref_op(op1, f32(y.at(p, i) + -0.25), reg));
+          want2.push_back(static_cast<float>(reg));
+        }
+        reg = s1.at(p, 0);
+        for (uint32_t i = 0; i < F; ++i) {
+          reg = f32(ref_op(op1, f32(x.at(p, i) - 0.5), reg));
+          want3.push_back(static_cast<float>(reg));
+        }
+      }
+      std::string what = name + " " + std::string(dtype_name(out_dtype));
+      expect_exact(k.get(dst), want1, "reset_reduce " + what);
+      expect_exact(k.get(dst2), want2, "reduce " + what);
+      expect_exact(k.get(dst3), want3, "load_reduce " + what);
+    }
+  }
+}
+
+// ---- exponential (trn3) ----
+
+TEST(AccumulatorTest, ExponentialSubtractsMaxAndSumsIntoTheSharedRegisters) {
+  std::mt19937 rng(24);
+  const uint32_t P = 96, F = 40;
+  Kernel k("trn3");
+  auto src = k.tensor(DType::fp32, {P, F}), src2 = k.tensor(DType::fp32, {P, F});
+  auto dst = k.tensor(DType::fp32, {P, F}), dst_bf = k.tensor(DType::bf16, {P, F});
+  auto maxv = k.tensor(DType::fp32, {P, 1}), res = k.tensor(DType::fp32, {P, 1}), res2 = k.tensor(DType::fp32, {P, 1});
+  auto res3 = k.tensor(DType::fp32, {P, 1}), scratch = k.tensor(DType::fp32, {P, F});
+  k.emit(Opcode::exponential).tensor("dst", dst).tensor("src", src).tensor("max_value", maxv)
+      .word("reduce_cmd", "reset_reduce").tensor("reduce_res", res);
+  // idle: no accumulation, registers untouched; then reduce continues the sum with the second tile (bf16 dst:
+  // the registers add the fp32 values).
+  k.emit(Opcode::exponential).tensor("dst", scratch).tensor("src", src2).imm("max_value", 1.0);
+  k.emit(Opcode::exponential).tensor("dst", dst_bf).tensor("src", src2).imm("max_value", 1.0)
+      .word("reduce_cmd", "reduce").tensor("reduce_res", res2);
+  // load_reduce from an immediate; then tensor_scalar_reduce continues on the same registers (they are shared).
+  k.emit(Opcode::exponential).tensor("dst", scratch).tensor("src", src).imm("max_value", 0.0)
+      .word("reduce_cmd", "load_reduce").imm("reduce_init", 100.0);
+  k.emit(Opcode::tensor_scalar_reduce).tensor("dst", scratch).tensor("data", src2).word("op0", "multiply")
+      .imm("operand0", 2.0).word("reduce_op", "add").word("reduce_cmd", "reduce").tensor("reduce_res", res3);
+  k.build();
+  Tile x = k.set(src, random_values(rng, P * F, -6, 6)), y = k.set(src2, random_values(rng, P * F, -6, 6));
+  Tile m = k.set(maxv, random_values(rng, P, 0, 6));
+  k.run();
+  std::vector<double> want_dst, want_res, want_res2, want_res3;
+  std::vector<float> want_bf;
+  for (uint32_t p = 0; p < P; ++p) {
+    double sum = 0, sum3 = 100;
+    for (uint32_t i = 0; i < F; ++i) {
+      double e = std::exp(double(float(x.at(p, i) - m.at(p, 0))));
+      want_dst.push_back(e);
+      sum += e;
+      sum3 += std::exp(double(x.at(p, i)));
+    }
+    want_res.push_back(sum);
+    for (uint32_t i = 0; i < F; ++i) {
+      double e = std::exp(double(float(y.at(p, i) - 1.0f)));
+      sum += e;
+      sum3 += f32(2.0 * y.at(p, i));
+    }
+    want_res2.push_back(sum);
+    want_res3.push_back(sum3);
+  }
+  // exp in fp32 vs double: a few ulps per element; sums of 40-80 positive terms: relative 1e-5.
+  auto near = [](const Tile& got, const std::vector<double>& want, double rel, const std::string& what) {
+    ASSERT_EQ(got.values.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got.values[i], want[i], rel * std::fabs(want[i])) << what << i;
+  };
+  near(k.get(dst), want_dst, 1e-6, "dst");
+  near(k.get(res), want_res, 1e-5, "reset_reduce sum");
+  near(k.get(res2), want_res2, 1e-5, "idle kept, reduce continued");
+  near(k.get(res3), want_res3, 1e-5, "load_reduce, then tensor_scalar_reduce on the same registers");
+  Tile bf = k.get(dst_bf);
+  for (uint32_t p = 0; p < P; ++p) {
+    for (uint32_t i = 0; i < F; ++i) {
+      double e = std::exp(double(float(y.at(p, i) - 1.0f)));
+      EXPECT_NEAR(bf.at(p, i), e, e * (1.0 / 256)) << "bf16 dst " << p << "," << i;  // bf16: 8 significant bits
+    }
+  }
+}
+
+TEST(AccumulatorTest, ExponentialAndRand2LegalityOnTrn3) {
+  // The rule ids legality reports, or the parser's message where the text form itself refuses the instruction
+  // (an opcode or engine the target generation lacks).
+  auto rules = [](const std::string& target, const std::string& instruction) -> std::vector<std::string> {
+    Program program;
+    try {
+      program = parse_tasm("kernel k\ntarget " + target +
+                                     "\nsbuf a : fp32[4, 8]\nsbuf col : fp32[4, 1]\nsbuf c2 : fp32[4, 2]\n"
+                                     "sbuf s : uint32[4, 24]\nsbuf g : uint32[4, 6]\n" + instruction + "\n",
+                                 "case.tasm");
+    } catch (const IsaError& e) {
+      return {e.what()};
+    }
+    std::vector<std::string> out;
+    for (const LegalityIssue& issue : find_legality_issues(program, config(target))) out.push_back(issue.rule);
+    return out;
+  };
+  using ::testing::Contains;
+  using ::testing::IsEmpty;
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, max_value=col, reduce_res=col, reduce_cmd=reset_reduce"),
+              IsEmpty());
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, reduce_res=col"), Contains("reduce-cmd"));
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, reduce_init=2.0, reduce_cmd=reduce"), Contains("reduce-init"));
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, max_value=c2"), Contains("per-partition-operand"));
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, reduce_res=c2, reduce_cmd=reduce"), Contains("operand-shape"));
+  using ::testing::HasSubstr;
+  EXPECT_THAT(rules("trn2", "exponential dst=a, src=a"), Contains(HasSubstr("exponential is not available on trn2")));
+  EXPECT_THAT(rules("trn3", "rand2 dst=a, min=0, max=col"), IsEmpty());
+  EXPECT_THAT(rules("trn3", "rand2 dst=a, min=1, max=1"), Contains("rand2-range"));
+  EXPECT_THAT(rules("trn3", "rand2 dst=s, min=0, max=c2"), Contains("per-partition-operand"));
+  EXPECT_THAT(rules("trn2", "rand2 dst=a, min=0, max=1"), Contains(HasSubstr("rand2 is not available on trn2")));
+  EXPECT_THAT(rules("trn3", "rand_set_state src_seeds=s, engine=vector"), IsEmpty());
+  EXPECT_THAT(rules("trn3", "rand_set_state src_seeds=g, engine=vector"), Contains("rng-state"));
+  EXPECT_THAT(rules("trn3", "rand_get_state dst=g"), IsEmpty());  // GpSimd: 6 words per lane
+  EXPECT_THAT(rules("trn2", "rand_get_state dst=s, engine=vector"), Contains(HasSubstr("trn2")));
+  EXPECT_THAT(rules("trn1", "rand_get_state dst=g"), Contains(HasSubstr("rand_get_state is not available on trn1")));
+  EXPECT_THAT(rules("trn1", "rng dst=g, engine=gpsimd"), Contains(HasSubstr("trn1")));
+  EXPECT_THAT(rules("trn1", "rng dst=g"), IsEmpty());  // Vector on every generation
+  EXPECT_THAT(rules("trn2", "dropout dst=a, data=a, prob=1.5"), Contains("dropout-prob"));
+  // fp32-only scalar operands (ISA: imm0/imm1, reduce_init, max_value "must be FP32").
+  EXPECT_THAT(rules("trn3", "exponential dst=a, src=a, max_value=g[:, 0:1]"), Contains("operand-dtype"));
+  EXPECT_THAT(rules("trn2", "tensor_scalar_cumulative dst=a, src=a, op0=add, op1=add, imm0=g[:, 0:1]"),
+              Contains("operand-dtype"));
+  // A reduce_op that is no reduction is reported once.
+  EXPECT_THAT(rules("trn2", "tensor_scalar_reduce dst=a, data=a, op0=add, operand0=1, reduce_op=divide"),
+              ::testing::ElementsAre("reduce-op"));
+}
+
+// ---- nc_match_replace8 ----
+
+TEST(MatchReplace8Test, DuplicateValsTakeSuccessivePositionsInReverseOrder) {
+  // The example of the NKI docstring.
+  Kernel k;
+  auto data = k.tensor(DType::fp32, {1, 11}), vals = k.tensor(DType::fp32, {1, 8});
+  auto dst = k.tensor(DType::fp32, {1, 11}), idx = k.tensor(DType::uint32, {1, 8});
+  k.emit(Opcode::nc_match_replace8).tensor("dst", dst).tensor("data", data).tensor("vals", vals).imm("imm", -1.0)
+      .tensor("dst_idx", idx);
+  k.build();
+  k.set(data, {1, 2, 3, 4, 8, 8, 8, 8, 8, 8, 8});
+  k.set(vals, {3, 8, 8, 8, 8, 8, 8, 8});
+  k.run();
+  EXPECT_EQ(k.get_bits(idx), (std::vector<uint32_t>{2, 10, 9, 8, 7, 6, 5, 4}));
+  expect_exact(k.get(dst), {1, 2, -1, 4, -1, -1, -1, -1, -1, -1, -1}, "replaced");
+}
+
+TEST(MatchReplace8Test, Max8ThenReplaceMatchesReference) {
+  std::mt19937 rng(25);
+  for (DType idx_dtype : {DType::uint32, DType::uint16}) {
+    const uint32_t P = 1 + rng() % 128, F = 8 + rng() % 200;
+    Kernel k;
+    auto data = k.tensor(DType::fp32, {P, F}), top = k.tensor(DType::fp32, {P, 8});
+    auto dst = k.tensor(DType::bf16, {P, F}), idx = k.tensor(idx_dtype, {P, 8});
+    k.emit(Opcode::max8).tensor("dst", top).tensor("src", data);
+    k.emit(Opcode::nc_match_replace8).tensor("dst", dst).tensor("data", data).tensor("vals", top)
+        .imm("imm", -std::numeric_limits<double>::infinity()).tensor("dst_idx", idx);
+    k.build();
+    std::vector<float> v(size_t{P} * F);
+    for (float& e : v) e = static_cast<float>(static_cast<int>(rng() % 40) - 20) * 0.25f;  // many duplicates
+    Tile x = k.set(data, v);
+    k.run();
+    std::vector<float> want_dst, want_idx;
+    for (uint32_t p = 0; p < P; ++p) {
+      std::vector<float> row(x.row(p), x.row(p) + F), sorted = row;
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      std::vector<bool> used(F, false);
+      std::vector<float> index(8);
+      for (int j = 7; j >= 0; --j) {  // vals taken from the last one (NKI)
+        for (uint32_t i = 0; i < F; ++i) {
+          if (!used[i] && row[i] == sorted[j]) {
+            used[i] = true;
+            index[j] = static_cast<float>(i);
+            break;
+          }
+        }
+      }
+      for (uint32_t i = 0; i < F; ++i) want_dst.push_back(used[i] ? -INFINITY : round_to(DType::bf16, row[i]));
+      want_idx.insert(want_idx.end(), index.begin(), index.end());
+    }
+    expect_exact(k.get(dst), want_dst, "dst");
+    expect_exact(k.get(idx), want_idx, "dst_idx " + std::string(dtype_name(idx_dtype)));
+  }
+}
+
+TEST(MatchReplace8Test, UnmatchedValWritesAllOnesAndReplacesNothing) {
+  Kernel k;
+  auto data = k.tensor(DType::fp32, {1, 9}), vals = k.tensor(DType::fp32, {1, 8});
+  auto dst = k.tensor(DType::fp32, {1, 9}), idx = k.tensor(DType::uint32, {1, 8});
+  k.emit(Opcode::nc_match_replace8).tensor("dst", dst).tensor("data", data).tensor("vals", vals).imm("imm", 7.0)
+      .tensor("dst_idx", idx);
+  k.build();
+  k.set(data, {5, 4, 3, 2, 1, 0, -0.0f, NAN, 4});
+  k.set(vals, {4, -0.0f, NAN, 9, 5, 1, 4, 3});
+  k.run();
+  // vals 7..0: 3 -> 2, 4 -> 1, 1 -> 4, 5 -> 0, 9 -> none, NaN -> none, -0 -> 5 (equal to +0), 4 -> 8 (1 taken).
+  EXPECT_EQ(k.get_bits(idx), (std::vector<uint32_t>{8, 5, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, 4, 1, 2}));
+  Tile got = k.get(dst);
+  expect_exact(Tile(got), {7, 7, 7, 2, 7, 7, -0.0f, NAN, 7}, "dst");
+}
+
+// ---- PRNG ----
+
+// Marsaglia's xorwow ("Xorshift RNGs", 2003, section 3.1), words x, y, z, w, v, d.
+struct RefXorwow {
+  uint32_t x, y, z, w, v, d;
+  uint32_t next() {
+    uint32_t t = x ^ (x >> 2);
+    x = y;
+    y = z;
+    z = w;
+    w = v;
+    v = (v ^ (v << 4)) ^ (t ^ (t << 1));
+    d += 362437;
+    return d + v;
+  }
+};
+
+// Marsaglia's x..v are trnsim's words 4..0 in reverse age order: word 0 is the newest (his v), word 4 the oldest
+// (his x), word 5 the counter d (isa/rng.h).
+RefXorwow ref_from_words(const uint32_t* words) {
+  return RefXorwow{words[4], words[3], words[2], words[1], words[0], words[5]};
+}
+
+std::vector<uint32_t> known_states(uint32_t partitions, uint32_t words_per_lane, uint32_t salt) {
+  std::mt19937 rng(salt);
+  std::vector<uint32_t> words(size_t{partitions} * words_per_lane);
+  for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+  return words;
+}
+
+TEST(RngTest, VectorRngDrawsFromFourStatesPerLaneOnTrn3) {
+  const uint32_t P = 32, F = 37;
+  Kernel k("trn3");
+  auto state = k.tensor(DType::uint32, {P, 24}), out_state = k.tensor(DType::uint32, {P, 24});
+  auto bits = k.tensor(DType::uint32, {P, F}), narrow = k.tensor(DType::int8, {P, F});
+  k.emit(Opcode::rand_set_state).tensor("src_seeds", state).on(Engine::vector);
+  k.emit(Opcode::rng).tensor("dst", bits);
+  k.emit(Opcode::rng).tensor("dst", narrow);
+  k.emit(Opcode::rand_get_state).tensor("dst", out_state).on(Engine::vector);
+  k.build();
+  std::vector<uint32_t> words = known_states(P, 24, 26);
+  k.set_bits(state, words);
+  k.run();
+  std::vector<uint32_t> want_bits, want_state;
+  std::vector<float> want_narrow;
+  for (uint32_t p = 0; p < P; ++p) {
+    RefXorwow g[4];
+    for (int s = 0; s < 4; ++s) g[s] = ref_from_words(&words[p * 24 + s * 6]);
+    for (uint32_t i = 0; i < F; ++i) want_bits.push_back(g[i % 4].next());
+    for (uint32_t i = 0; i < F; ++i) want_narrow.push_back(static_cast<float>(static_cast<int8_t>(g[i % 4].next() & 0xFF)));
+    for (int s = 0; s < 4; ++s) want_state.insert(want_state.end(), {g[s].v, g[s].w, g[s].z, g[s].y, g[s].x, g[s].d});
+  }
+  EXPECT_EQ(k.get_bits(bits), want_bits);
+  expect_exact(k.get(narrow), want_narrow, "int8: the low 8 bits");
+  EXPECT_EQ(k.get_bits(out_state), want_state);
+}
+
+TEST(RngTest, GpSimdRngHasOneStatePerLaneOnTrn2) {
+  const uint32_t P = 16, F = 10;
+  Kernel k("trn2");
+  auto state = k.tensor(DType::uint32, {P, 6}), out = k.tensor(DType::uint16, {P, F});
+  k.emit(Opcode::rand_set_state).tensor("src_seeds", state);  // default engine: GpSimd
+  k.emit(Opcode::rng).tensor("dst", out).on(Engine::gpsimd);
+  k.build();
+  std::vector<uint32_t> words = known_states(P, 6, 27);
+  k.set_bits(state, words);
+  k.run();
+  std::vector<float> want;
+  for (uint32_t p = 0; p < P; ++p) {
+    RefXorwow g = ref_from_words(&words[p * 6]);
+    for (uint32_t i = 0; i < F; ++i) want.push_back(static_cast<float>(g.next() & 0xFFFF));
+  }
+  expect_exact(k.get(out), want, "uint16 from GpSimd");
+}
+
+TEST(RngTest, Rand2IsUniformInItsRange) {
+  const uint32_t P = 8, F = 20;
+  Kernel k("trn3");
+  auto state = k.tensor(DType::uint32, {P, 24}), out = k.tensor(DType::fp32, {P, F});
+  auto low = k.tensor(DType::fp32, {P, 1});
+  k.emit(Opcode::rand_set_state).tensor("src_seeds", state).on(Engine::vector);
+  k.emit(Opcode::rand2).tensor("dst", out).tensor("min", low).imm("max", 3.0);
+  k.build();
+  std::vector<uint32_t> words = known_states(P, 24, 28);
+  k.set_bits(state, words);
+  Tile lo = k.set(low, {-1, -2, 0, 1, 2, -0.5f, -3, 2.5f});
+  k.run();
+  std::vector<float> want;
+  for (uint32_t p = 0; p < P; ++p) {
+    RefXorwow g[4];
+    for (int s = 0; s < 4; ++s) g[s] = ref_from_words(&words[p * 24 + s * 6]);
+    for (uint32_t i = 0; i < F; ++i) {
+      double u = double(g[i % 4].next() >> 8) / 16777216.0;  // top 24 bits: exact in fp32
+      want.push_back(static_cast<float>(f32(lo.at(p, 0) + f32(u * f32(3.0 - lo.at(p, 0))))));
+    }
+  }
+  Tile got = k.get(out);
+  expect_exact(got, want, "rand2");
+  for (uint32_t p = 0; p < P; ++p) {
+    for (uint32_t i = 0; i < F; ++i) {
+      EXPECT_GE(got.at(p, i), lo.at(p, 0));
+      EXPECT_LE(got.at(p, i), 3.0f);
+    }
+  }
+}
+
+TEST(RngTest, DropoutKeepsWhereTheDrawIsAtLeastProb) {
+  const uint32_t P = 16, F = 64;
+  Kernel k("trn3");
+  auto state = k.tensor(DType::uint32, {P, 24}), data = k.tensor(DType::bf16, {P, F}), dst = k.tensor(DType::bf16, {P, F});
+  auto prob = k.tensor(DType::fp32, {P, 1});
+  k.emit(Opcode::rand_set_state).tensor("src_seeds", state).on(Engine::vector);
+  k.emit(Opcode::dropout).tensor("dst", dst).tensor("data", data).tensor("prob", prob);
+  k.build();
+  std::vector<uint32_t> words = known_states(P, 24, 29);
+  k.set_bits(state, words);
+  std::mt19937 rng(30);
+  Tile x = k.set(data, random_values(rng, P * F));
+  Tile pr = k.set(prob, {0, 1, 0.5f, 0.1f, 0.9f, 0.25f, 0.75f, 0.3f, 0, 1, 0.5f, 0.2f, 0.4f, 0.6f, 0.8f, 0.05f});
+  k.run();
+  std::vector<float> want;
+  for (uint32_t p = 0; p < P; ++p) {
+    RefXorwow g[4];
+    for (int s = 0; s < 4; ++s) g[s] = ref_from_words(&words[p * 24 + s * 6]);
+    for (uint32_t i = 0; i < F; ++i) {
+      double u = double(g[i % 4].next() >> 8) / 16777216.0;
+      want.push_back(u >= pr.at(p, 0) ? x.at(p, i) : 0.0f);  // kept values unscaled (ISA dropout)
+    }
+  }
+  expect_exact(k.get(dst), want, "dropout");
+}
+
+// The same program gives the same bits every run (the default seed), set_rng_seed reseeds reproducibly, and
+// rand_get_state / rand_set_state replay a sequence.
+TEST(RngTest, DeterministicSeedingAndStateReplay) {
+  const uint32_t P = 128, F = 2048;
+  auto run = [&](uint32_t seed, bool reseed) {
+    Kernel k("trn2");
+    auto dst = k.tensor(DType::fp32, {P, F}), data = k.tensor(DType::fp32, {P, F}), seeds = k.tensor(DType::uint32, {1, 1});
+    if (reseed) k.emit(Opcode::set_rng_seed).tensor("src_seeds", seeds);
+    k.emit(Opcode::dropout).tensor("dst", dst).tensor("data", data).imm("prob", 0.3);
+    k.build();
+    k.set_bits(seeds, {seed});
+    k.set(data, std::vector<float>(size_t{P} * F, 1.0f));
+    k.run();
+    return k.get_bits(dst);
+  };
+  std::vector<uint32_t> first = run(0, false);
+  EXPECT_EQ(run(0, false), first);
+  EXPECT_EQ(run(7, true), run(7, true));
+  EXPECT_NE(run(7, true), run(8, true));
+  EXPECT_NE(run(7, true), first);
+  // About 30% dropped: 262144 draws, 5 standard deviations ~ 0.0045.
+  double dropped = double(std::count(first.begin(), first.end(), 0u)) / first.size();
+  EXPECT_NEAR(dropped, 0.3, 0.005);
+
+  Kernel k("trn2");
+  auto saved = k.tensor(DType::uint32, {P, 6}), a = k.tensor(DType::uint32, {P, 100}), b = k.tensor(DType::uint32, {P, 100});
+  k.emit(Opcode::rand_get_state).tensor("dst", saved);
+  k.emit(Opcode::rng).tensor("dst", a).on(Engine::gpsimd);
+  k.emit(Opcode::rand_set_state).tensor("src_seeds", saved);
+  k.emit(Opcode::rng).tensor("dst", b).on(Engine::gpsimd);
+  k.build();
+  k.run();
+  EXPECT_EQ(k.get_bits(a), k.get_bits(b));
+  std::vector<uint32_t> bits = k.get_bits(a);
+  EXPECT_GT(std::set<uint32_t>(bits.begin(), bits.end()).size(), bits.size() - 10);  // distinct lanes and draws
+}
+
+TEST(RngTest, DropoutProbZeroAndOneAndIntegerData) {
+  Kernel k("trn2");
+  auto data = k.tensor(DType::int32, {4, 50}), keep = k.tensor(DType::int32, {4, 50}), drop = k.tensor(DType::int32, {4, 50});
+  k.emit(Opcode::dropout).tensor("dst", keep).tensor("data", data).imm("prob", 0.0);
+  k.emit(Opcode::dropout).tensor("dst", drop).tensor("data", data).imm("prob", 1.0);
+  k.build();
+  std::vector<uint32_t> values(200);
+  for (uint32_t i = 0; i < 200; ++i) values[i] = 16777217u + i * 1000003u;  // beyond fp32's exact integers
+  k.set_bits(data, values);
+  k.run();
+  EXPECT_EQ(k.get_bits(keep), values);  // bit for bit
+  EXPECT_EQ(k.get_bits(drop), std::vector<uint32_t>(200, 0u));
+}
+
+// ---- topk (GpSimd) ----
+
+TEST(TopkTest, SnakeOfEachSixteenPartitionGroup) {
+  std::mt19937 rng(31);
+  const uint32_t P = 32, n = 42, columns = 3, K = 8;
+  Kernel k;
+  auto src = k.tensor(DType::bf16, {P, columns}), vals = k.tensor(DType::bf16, {P, K});
+  auto idx = k.tensor(DType::uint32, {P, K});
+  k.emit(Opcode::topk).tensor("val_dst", vals).tensor("idx_dst", idx).tensor("src", src).imm("n", n);
+  k.build();
+  std::vector<float> v(P * columns);
+  for (float& e : v) e = static_cast<float>(static_cast<int>(rng() % 30) - 15);  // duplicates: ties by index
+  Tile x = k.set(src, v);
+  k.run();
+  std::vector<float> want_vals, want_idx;
+  for (uint32_t g = 0; g < P / 16; ++g) {
+    std::vector<std::pair<float, uint32_t>> snake;  // (value, snake index); columns past n are ignored
+    for (uint32_t e = 0; e < n; ++e) snake.push_back({x.at(g * 16 + e % 16, e / 16), e});
+    std::vector<std::pair<float, uint32_t>> best;
+    for (uint32_t j = 0; j < K; ++j) {  // K passes of "largest remaining, lowest index first"
+      size_t pick = SIZE_MAX;
+      for (size_t c = 0; c < snake.size(); ++c) {
+        if (pick == SIZE_MAX || snake[c].first > snake[pick].first) pick = c;
+      }
+      best.push_back(snake[pick]);
+      snake.erase(snake.begin() + pick);
+    }
+    std::sort(best.begin(), best.end());  // ascending value, then index
+    for (uint32_t p = 0; p < 16; ++p) {
+      for (auto& [value, index] : best) {
+        want_vals.push_back(value);
+        want_idx.push_back(static_cast<float>(index));
+      }
+    }
+  }
+  expect_exact(k.get(vals), want_vals, "topk values");
+  expect_exact(k.get(idx), want_idx, "topk indices");
+}
+
+// ---- nc_n_gather (GpSimd) ----
+
+TEST(GatherTest, NcNGatherPicksWithinEachPartitionBitForBit) {
+  std::mt19937 rng(32);
+  for (DType dtype : {DType::fp32, DType::bf16, DType::int32, DType::fp8_e4m3}) {
+    const uint32_t P = 1 + rng() % 128, F = 1 + rng() % 100, J = 1 + rng() % 70;
+    Kernel k;
+    auto data = k.tensor(dtype, {P, F}), dst = k.tensor(dtype, {P, J}), indices = k.tensor(DType::uint32, {P, J});
+    k.emit(Opcode::nc_n_gather).tensor("dst", dst).tensor("data", data).tensor("indices", indices);
+    k.build();
+    // Element bits: 32-bit dtypes through set_bits; narrower ones through fp32 values the dtype holds exactly.
+    std::vector<uint32_t> words(size_t{P} * F);
+    for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+    Tile x;
+    if (dtype_size_bytes(dtype) == 4) {
+      k.set_bits(data, words);
+    } else {
+      x = k.set(data, random_values(rng, size_t{P} * F));
+    }
+    std::vector<uint32_t> idx(size_t{P} * J);
+    for (uint32_t& i : idx) i = static_cast<uint32_t>(rng() % F);
+    k.set_bits(indices, idx);
+    k.run();
+    if (dtype_size_bytes(dtype) == 4) {
+      std::vector<uint32_t> want;
+      for (uint32_t p = 0; p < P; ++p) {
+        for (uint32_t j = 0; j < J; ++j) want.push_back(words[p * F + idx[p * J + j]]);
+      }
+      EXPECT_EQ(k.get_bits(dst), want) << dtype_name(dtype);
+    } else {
+      std::vector<float> want;
+      for (uint32_t p = 0; p < P; ++p) {
+        for (uint32_t j = 0; j < J; ++j) want.push_back(x.at(p, idx[p * J + j]));
+      }
+      expect_exact(k.get(dst), want, std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST(GatherTest, NcNGatherIndexOutOfRangeIsAnError) {
+  Kernel k;
+  auto data = k.tensor(DType::fp32, {2, 5}), dst = k.tensor(DType::fp32, {2, 3}), indices = k.tensor(DType::uint32, {2, 3});
+  k.emit(Opcode::nc_n_gather).tensor("dst", dst).tensor("data", data).tensor("indices", indices);
+  k.build();
+  k.set_bits(indices, {0, 4, 1, 2, 5, 0});
+  try {
+    k.run();
+    FAIL() << "expected IsaError";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("nc_n_gather: index 5 (partition 1) is outside data's 5 elements"));
+  }
+}
+
+// ---- nonzero_with_count (GpSimd, trn2+) ----
+
+TEST(GatherTest, NonzeroWithCountOnTheFirstPartitionOfEachGpSimdCore) {
+  const uint32_t P = 128, T = 8;
+  Kernel k;
+  auto src = k.tensor(DType::fp32, {P, T}), isrc = k.tensor(DType::int32, {P, T});
+  auto dst = k.tensor(DType::int32, {P, T + 1}), idst = k.tensor(DType::int32, {P, T + 1});
+  k.emit(Opcode::nonzero_with_count).tensor("dst", dst).tensor("src", src).imm("index_offset", 16)
+      .imm("padding_val", -1);
+  k.emit(Opcode::nonzero_with_count).tensor("dst", idst).tensor("src", isrc);
+  k.build();
+  std::mt19937 rng(34);
+  std::vector<float> v(P * T);
+  for (float& e : v) e = (rng() % 3 == 0) ? static_cast<float>(rng() % 5) - 2.0f : 0.0f;
+  v[0 * T + 0] = 0, v[0 * T + 1] = 1, v[0 * T + 2] = 1, v[0 * T + 3] = 0;  // the NKI docstring's example row
+  v[0 * T + 4] = 0, v[0 * T + 5] = 1, v[0 * T + 6] = 0, v[0 * T + 7] = 0;
+  v[16 * T + 3] = -0.0f, v[16 * T + 4] = NAN;  // -0 is zero, NaN is not
+  Tile x = k.set(src, v);
+  std::vector<uint32_t> bits(P * T);
+  for (uint32_t& b : bits) b = rng() % 2 ? 0u : static_cast<uint32_t>(rng());
+  k.set_bits(isrc, bits);
+  const std::vector<uint32_t> sentinel(P * (T + 1), 0xABCDu);
+  k.set_bits(dst, sentinel);
+  k.set_bits(idst, sentinel);
+  k.run();
+  std::vector<uint32_t> got = k.get_bits(dst), igot = k.get_bits(idst);
+  // The docstring's example: [17, 18, 21, -1, -1, -1, -1, -1, 3].
+  EXPECT_EQ(std::vector<uint32_t>(got.begin(), got.begin() + 9),
+            (std::vector<uint32_t>{17, 18, 21, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 3}));
+  for (uint32_t p = 0; p < P; ++p) {
+    std::vector<uint32_t> want(T + 1, 0xABCDu), iwant(T + 1, 0xABCDu);
+    if (p % 16 == 0) {
+      uint32_t n = 0, in = 0;
+      for (uint32_t i = 0; i < T; ++i) {
+        float e = x.at(p, i);
+        if (e != 0.0f || std::isnan(e)) want[n++] = i + 16;
+        if (bits[p * T + i] != 0) iwant[in++] = i;
+      }
+      std::fill(want.begin() + n, want.end() - 1, 0xFFFFFFFFu);
+      std::fill(iwant.begin() + in, iwant.end() - 1, 0xFFFFFFFFu);
+      want[T] = n;
+      iwant[T] = in;
+    }
+    EXPECT_EQ(std::vector<uint32_t>(got.begin() + p * (T + 1), got.begin() + (p + 1) * (T + 1)), want) << p;
+    EXPECT_EQ(std::vector<uint32_t>(igot.begin() + p * (T + 1), igot.begin() + (p + 1) * (T + 1)), iwant) << p;
+  }
+}
+
+}  // namespace
+}  // namespace trnsim::isa
