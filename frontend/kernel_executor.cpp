@@ -7,10 +7,16 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "frontend/device_runtime.h"
+#include "frontend/program_executor.h"
+#include "config/enum_names.h"
+#include "isa/isa_error.h"
+#include "isa/legality.h"
 #include "isa/numerics/float_format.h"
 #include "record/launch_timing.h"
 
@@ -83,12 +89,14 @@ void executor_describe_config(const std::string& name_or_path, const std::vector
 
 uint32_t cores_per_device(const HardwareConfig& config) { return kernels::logical_core_size(config); }
 
-OpRecord execute_kernel(int device, const std::string& key, const kernels::KernelInvocation& invocation,
-                        const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
-                        OpRecord record) {
-  const auto host_start = std::chrono::steady_clock::now();
-  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
-  const ProgramParts parts = build_parts(*runtime, key, invocation);
+namespace {
+
+// Simulates `parts` on the device's cores with values: inputs into HBM first, outputs back after;
+// the launch goes to the op log, the clock, the timeline and the recording.
+OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& key, const ProgramParts& parts,
+                       std::optional<kernels::KernelInvocation> invocation, const std::vector<HostBuffer>& inputs,
+                       const std::vector<HostBuffer>& outputs, OpRecord record,
+                       std::chrono::steady_clock::time_point host_start) {
   const isa::Program& program = *parts.front();
   auto allocation = [&](const HostBuffer& buffer) {
     const int id = program.find_allocation(buffer.allocation);
@@ -107,9 +115,9 @@ OpRecord execute_kernel(int device, const std::string& key, const kernels::Kerne
       copy_converted(in.dtype, in.data, dst, bytes.data(), in.count);
     }
   };
-  const bool trace = runtime->timeline_enabled();
+  const bool trace = runtime.timeline_enabled();
   sim::SimResult result =
-      record::simulate_kernel(programs, runtime->config(), runtime->hash(), /*timing_only=*/false, trace, prepare);
+      record::simulate_kernel(programs, runtime.config(), runtime.hash(), /*timing_only=*/false, trace, prepare);
   if (result.states.empty()) throw std::runtime_error("trnsim: the simulation returned no values");
   for (const HostBuffer& out : outputs) {
     const uint32_t id = allocation(out);
@@ -123,7 +131,7 @@ OpRecord execute_kernel(int device, const std::string& key, const kernels::Kerne
   record.device = device;
   record::Launch launch = launch_of(record);
   launch.key = key;
-  launch.invocation = invocation;
+  launch.invocation = std::move(invocation);
   launch.programs = parts;
   add_bindings(launch, inputs, "in");
   add_bindings(launch, outputs, "out");
@@ -133,8 +141,39 @@ OpRecord execute_kernel(int device, const std::string& key, const kernels::Kerne
   record.mfu = launch.mfu;
   record.bottleneck = launch.bottleneck;
   record.host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
-  runtime->commit(record, launch, trace ? result.trace.get() : nullptr);
+  runtime.commit(record, launch, trace ? result.trace.get() : nullptr);
   return record;
+}
+
+}  // namespace
+
+OpRecord execute_kernel(int device, const std::string& key, const kernels::KernelInvocation& invocation,
+                        const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
+                        OpRecord record) {
+  const auto host_start = std::chrono::steady_clock::now();
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
+  const ProgramParts parts = build_parts(*runtime, key, invocation);
+  return run_on_device(*runtime, device, key, parts, invocation, inputs, outputs, std::move(record), host_start);
+}
+
+OpRecord execute_program(int device, const std::string& key, const std::function<isa::Program()>& make_program,
+                         const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
+                         OpRecord record) {
+  const auto host_start = std::chrono::steady_clock::now();
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
+  ProgramParts parts = runtime->find_program(key);
+  if (parts.empty()) {
+    isa::Program program = make_program();
+    if (program.generation != runtime->config().generation) {
+      throw isa::IsaError("program '" + program.name + "' targets " + std::string(enum_name(program.generation)) +
+                          " but the device simulates " + runtime->config().name);
+    }
+    isa::check_program(program, runtime->config());
+    // One core runs it: a program names no core of its own, so the device's other cores idle.
+    parts = {std::make_shared<const isa::Program>(std::move(program))};
+    runtime->cache_program(key, parts);
+  }
+  return run_on_device(*runtime, device, key, parts, std::nullopt, inputs, outputs, std::move(record), host_start);
 }
 
 OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record) {

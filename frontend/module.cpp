@@ -10,7 +10,9 @@
 #include "config/config_printer.h"
 #include "config/config_tree.h"
 #include "frontend/kernel_executor.h"
+#include "frontend/device_runtime.h"
 #include "frontend/neuron_device.h"
+#include "frontend/program_executor.h"
 #include "isa/instruction.h"
 #include "isa/isa_error.h"
 #include "isa/text_form.h"
@@ -193,6 +195,54 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  m.def("device_config_leaves", [] {
+    fe::config_info();  // loads the device's config if nothing has yet
+    const trnsim::HardwareConfig& config = fe::current_runtime()->config();
+    py::dict d;
+    for (const trnsim::ConfigLeaf& leaf : trnsim::flatten_config(config)) d[py::str(leaf.path)] = leaf.value;
+    d["name"] = config.name;
+    d["hash"] = fe::current_runtime()->hash();
+    return d;
+  });
+  m.def("execute_program", [](int device, const std::string& key, const std::string& tasm, const std::string& origin,
+                              const std::vector<py::tuple>& inputs, const std::vector<py::tuple>& outputs,
+                              const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
+                              const std::string& dtype) {
+    // A traced NKI kernel on `neuron` tensors: buffers are (HBM tensor, host address of the device
+    // tensor's data, elements, dtype name); see trnsim/nki/_runtime.py.
+    auto buffers = [](const std::vector<py::tuple>& items) {
+      std::vector<fe::HostBuffer> out;
+      for (const py::tuple& t : items) {
+        fe::HostBuffer b;
+        b.allocation = t[0].cast<std::string>();
+        b.data = reinterpret_cast<void*>(t[1].cast<uintptr_t>());
+        b.count = t[2].cast<size_t>();
+        auto dtype = trnsim::parse_dtype(t[3].cast<std::string>());
+        if (!dtype) throw py::value_error("unknown dtype " + t[3].cast<std::string>());
+        b.dtype = *dtype;
+        out.push_back(b);
+      }
+      return out;
+    };
+    std::vector<fe::HostBuffer> in = buffers(inputs), out = buffers(outputs);
+    fe::OpRecord record;
+    record.op = op;
+    record.shapes = shapes;
+    record.dtype = dtype;
+    fe::OpRecord done;
+    {
+      py::gil_scoped_release release;
+      done = fe::execute_program(device, key, [&] { return trnsim::isa::parse_tasm(tasm, origin); }, in, out, record);
+    }
+    py::dict d;
+    d["start_ns"] = done.start_ns;
+    d["ns"] = done.ns;
+    d["flops"] = done.flops;
+    d["mfu"] = done.mfu;
+    d["bottleneck"] = done.bottleneck;
+    return d;
+  }, py::arg("device"), py::arg("key"), py::arg("tasm"), py::arg("origin"), py::arg("inputs"), py::arg("outputs"),
+     py::arg("op"), py::arg("shapes"), py::arg("dtype"));
   m.def("set_config", &fe::set_config, py::arg("name_or_path"), py::arg("overrides") = std::vector<std::string>{},
         "Load the hardware config the device simulates (a name such as 'trn2' or a path) with 'a.b=v' overrides.");
   m.def("config_info", [] {

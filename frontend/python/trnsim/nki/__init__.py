@@ -64,7 +64,10 @@ def _numpy_args(args):
 
 
 def simulate_kernel(kernel, *args, **kwargs):
-    """Beta 1: runs the kernel on NumPy arrays and returns its result."""
+    """Beta 1: runs the kernel on NumPy arrays and returns its result; ``simulate_kernel(kernel[2, 2], ...)``
+    runs an SPMD grid."""
+    if hasattr(kernel, "kernel") and hasattr(kernel, "grid"):
+        return kernel.kernel.run(args, kwargs, grid=kernel.grid)
     return _as_kernel(kernel).run(args, kwargs)
 
 

@@ -14,12 +14,13 @@ next iteration while there is room (the next load does not wait for this iterati
 multi-buffering the compiler gives loop-local tiles. Tiles whose live ranges do not fit are a
 KernelError at the line that created the tile, listing what else is live.
 """
-import bisect
+import heapq
 import os
 import sys
 import weakref
 
 import numpy as np
+from math import prod as _prod
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SBUF_ALIGN_BYTES = 256    # the timing model's dependency granule (sim/base/dependency_tracker)
@@ -252,7 +253,7 @@ def _compare(a, op, b):
 class Storage:
     """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
     __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
-                 "pending_zero", "producer", "written", "base", "first", "last", "location", "__weakref__")
+                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "__weakref__")
 
     def __init__(self, trace, space, dtype, shape, pdim):
         self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
@@ -260,37 +261,45 @@ class Storage:
         self.producer = -1          # index of the instruction that last wrote all of it
         self.written = False
         if space == "hbm":
-            self.partitions, self.per_partition = 1, int(np.prod(shape, dtype=np.int64)) if shape else 1
+            self.partitions, self.per_partition = 1, _prod(shape)
         else:
             self.partitions = shape[pdim]
-            self.per_partition = int(np.prod([s for i, s in enumerate(shape) if i != pdim], dtype=np.int64))
+            self.per_partition = _prod([s for i, s in enumerate(shape) if i != pdim])
         self.name = None
         self.region = None
         self.base = None            # the tile this one aliases (view(dtype))
         self.first = self.last = -1  # the instructions that first and last touch it
         self.location = None
+        self._full = None
+
+    def full_dims(self):
+        dims = self._full
+        if dims is None:
+            dims, stride = [], 1
+            for i in range(len(self.shape) - 1, -1, -1):
+                if i == self.pdim:
+                    dims.append([0, self.shape[i]])
+                else:
+                    dims.append([stride, self.shape[i]])
+                    stride *= self.shape[i]
+            dims.reverse()
+            self._full = dims
+        return dims
 
     def full_view(self):
-        dims, stride = [], 1
-        for i in range(len(self.shape) - 1, -1, -1):
-            if i == self.pdim:
-                dims.append([0, self.shape[i]])
-            else:
-                dims.append([stride, self.shape[i]])
-                stride *= self.shape[i]
-        dims.reverse()
-        return View(self, 0, dims, self.pdim, 0)
+        return View(self, 0, [list(d) for d in self.full_dims()], self.pdim, 0)
 
 
 class View:
     """An access pattern into a Storage: ``offset`` plus one (stride, size) per logical dim; on chip,
     dim ``pdim`` is the partition dim (``pstart`` + index, stride unused). This is what every NKI
     tile, tensor slice and tensor view is; indexing makes a new View."""
-    __slots__ = ("st", "offset", "dims", "pdim", "pstart", "vars")
+    __slots__ = ("st", "offset", "dims", "pdim", "pstart", "vars", "text")
 
     def __init__(self, st, offset, dims, pdim, pstart, vars=None):
         self.st, self.offset, self.dims, self.pdim, self.pstart = st, offset, dims, pdim, pstart
         self.vars = vars   # per dim: the IndexVar it was indexed by (masks), or None
+        self.text = None   # the .tasm form, once made (a View is not changed after it is made)
 
     # -- NKI tensor surface
     @property
@@ -328,7 +337,7 @@ class View:
             yield self[i]
 
     def is_whole(self):
-        return self.offset == 0 and self.pstart == 0 and self.dims == self.st.full_view().dims
+        return self.offset == 0 and self.pstart == 0 and self.dims == self.st.full_dims()
 
     # -- indexing
     def __getitem__(self, key):
@@ -449,12 +458,26 @@ def _temporary_refs():
 _TEMPORARY_REFS = _temporary_refs()
 
 
+class ExactView(View):
+    """A view whose free dims are emitted as they are, not merged where contiguous: for an
+    instruction whose other operands number those dims (tensor_reduce's axis list)."""
+    __slots__ = ()
+
+
 class _AccumulatedView(View):
     """What ``t[...] += x`` hands to ``__setitem__``: already written, so the store is a no-op."""
     __slots__ = ()
 
     def __init__(self, view):
         View.__init__(self, view.st, view.offset, view.dims, view.pdim, view.pstart, view.vars)
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: ``size`` elements from ``start``."""
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size):
+        self.start, self.size = int(start), int(size)
 
 
 def _norm_index(i, size, what):
@@ -468,12 +491,12 @@ def _norm_index(i, size, what):
 
 def index_view(view, key):
     """NumPy-style basic indexing (ints, slices, ``nl.ds``, ``...``) and beta-1 index expressions."""
-    from .language import DynSlice
-    if not isinstance(key, tuple):
+    if type(key) is not tuple:
         key = (key,)
-    if any(isinstance(k, IndexExpr) for k in key):
-        return _index_expressions(view, key)
-    if any(k is Ellipsis for k in key):
+    for k in key:
+        if type(k) is IndexExpr:
+            return _index_expressions(view, key)
+    if Ellipsis in key:
         i = key.index(Ellipsis)
         key = key[:i] + (slice(None),) * (view.ndim - len(key) + 1) + key[i + 1:]
     if len(key) > view.ndim:
@@ -503,7 +526,9 @@ def index_view(view, key):
                 dims.append([stride * step, count])
             vars_out.append(None)
         elif isinstance(k, (int, np.integer)):
-            i = _norm_index(k, size, f"dim {d}")
+            i = int(k)
+            if not 0 <= i < size:
+                i = _norm_index(k, size, f"dim {d}")
             if d == pdim:
                 # One partition: the partition dim stays (size 1) so the tile keeps its layout.
                 pstart += i
@@ -532,6 +557,7 @@ def _index_expressions(view, key):
     offset, pstart = view.offset, view.pstart
     var_stride = {}
     var_pdim = None
+    unchecked = []   # out-of-range indices: an error unless a mask= keeps them in range
     for d, k in enumerate(key):
         stride, size = view.dims[d]
         if isinstance(k, slice):
@@ -556,7 +582,8 @@ def _index_expressions(view, key):
                 span = c * (v.size - 1)
                 hi, lo = (hi + span, lo) if span > 0 else (hi, lo + span)
             if lo < 0 or hi >= size:
-                fail(f"index expression reaches {lo}..{hi} on dim {d} of size {size} (tensor {list(view.shape)})")
+                unchecked.append((expr, size, f"index expression reaches {lo}..{hi} on dim {d} of size {size} "
+                                              f"(tensor {list(view.shape)})"))
     all_vars = list(var_stride)
     if var_pdim is not None and var_pdim not in var_stride:
         all_vars.append(var_pdim)
@@ -575,11 +602,36 @@ def _index_expressions(view, key):
         vars_out.insert(0, None)
     if not dims:
         dims, vars_out = [[1, 1]], [None]
+    if unchecked:
+        out = _UncheckedView(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out)
+        out.checks = unchecked
+        return out
     return View(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out)
+
+
+class _UncheckedView(View):
+    """An index expression that reaches past its tensor (beta 1's partial last tile): legal only
+    under a ``mask=`` that keeps every index in range (checked by apply_mask)."""
+    __slots__ = ("checks",)
+
+
+def _check_masked(view, mask):
+    for expr, size, message in view.checks:
+        lo = hi = expr.const
+        for v, c in expr.terms.items():
+            first, count = mask.range_of(v) if mask is not None else (0, v.size)
+            if count == 0:
+                return
+            a, b = c * first, c * (first + count - 1)
+            lo, hi = lo + min(a, b), hi + max(a, b)
+        if lo < 0 or hi >= size:
+            fail(message + (" under its mask" if mask is not None else ""))
 
 
 def apply_mask(view, mask):
     """The part of ``view`` an instruction with ``mask=`` touches."""
+    if type(view) is _UncheckedView:
+        _check_masked(view, mask)
     if mask is None:
         return view
     dims = [list(d) for d in view.dims]
@@ -605,9 +657,9 @@ def apply_mask(view, mask):
 def reshape_view(view, shape):
     shape = list(shape)
     if -1 in shape:
-        known = int(np.prod([s for s in shape if s != -1]))
-        shape[shape.index(-1)] = int(np.prod(view.shape)) // max(known, 1)
-    if int(np.prod(shape)) != int(np.prod(view.shape)):
+        known = _prod([s for s in shape if s != -1])
+        shape[shape.index(-1)] = _prod(view.shape) // max(known, 1)
+    if _prod(shape) != _prod(view.shape):
         fail(f"cannot reshape {list(view.shape)} into {shape}")
     if view.pdim is not None:
         if shape[0] != view.shape[view.pdim] or view.pdim != 0:
@@ -645,11 +697,13 @@ def merge_dims(dims):
 
 class LruAllocator:
     """Free byte ranges of one partition, each remembering when it was freed; an allocation takes
-    the range freed longest ago that fits (never-used memory counts as freed at the start)."""
+    the range freed longest ago that fits (never-used memory counts as freed at the start). Ranges
+    sit in a heap by age; adjacent ones merge only when nothing fits (merging keeps the newer age)."""
 
     def __init__(self, capacity_bytes, align_bytes):
         self.capacity, self.align = capacity_bytes, align_bytes
-        self.free = [[0, capacity_bytes, -1]]   # [start, end, freed_at], sorted by start
+        self.free = {0: (capacity_bytes, -1)}       # start -> (end, freed_at)
+        self.heap = [(-1, 0, capacity_bytes)]       # (freed_at, start, end), stale entries skipped
         self.in_use = 0
         self.high_water = 0
 
@@ -663,37 +717,50 @@ class LruAllocator:
         return start
 
     def _take(self, size):
-        best = None
-        for i, (a, b, t) in enumerate(self.free):
-            if b - a >= size and (best is None or t < self.free[best][2]):
-                best = i
-        if best is None:
+        aside, found = [], None
+        heap, free = self.heap, self.free
+        while heap:
+            entry = heapq.heappop(heap)
+            t, a, b = entry
+            if free.get(a) != (b, t):
+                continue   # stale
+            if b - a >= size:
+                found = entry
+                break
+            aside.append(entry)
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        if found is None:
             return None
-        a, b, t = self.free[best]
+        t, a, b = found
+        del free[a]
         if a + size < b:
-            self.free[best] = [a + size, b, t]
-        else:
-            del self.free[best]
+            free[a + size] = (b, t)
+            heapq.heappush(heap, (t, a + size, b))
         self.in_use += size
         self.high_water = max(self.high_water, a + size)
         return a
 
     def release(self, start, size, now):
-        # Not merged with its neighbours yet: each range keeps its own age until an allocation
-        # finds nothing that fits (then _coalesce).
         self.in_use -= size
-        bisect.insort(self.free, [start, start + size, now])
+        self.free[start] = (start + size, now)
+        heapq.heappush(self.heap, (now, start, start + size))
 
     def _coalesce(self):
-        merged = []
-        for a, b, t in self.free:
-            if merged and merged[-1][1] == a:
-                merged[-1] = [merged[-1][0], b, max(merged[-1][2], t)]
+        merged = {}
+        last = None
+        for a in sorted(self.free):
+            b, t = self.free[a]
+            if last is not None and merged[last][0] == a:
+                merged[last] = (b, max(merged[last][1], t))
             else:
-                merged.append([a, b, t])
+                merged[a] = (b, t)
+                last = a
         changed = len(merged) != len(self.free)
         self.free = merged
+        self.heap = [(t, a, b) for a, (b, t) in merged.items()]
+        heapq.heapify(self.heap)
         return changed
 
     def largest_free(self):
-        return max((b - a for a, b, _ in self.free), default=0)
+        return max((b - a for a, (b, _) in self.free.items()), default=0)

@@ -2,6 +2,7 @@
 (``trnsim._C.instruction_specs()``, i.e. ``isa/instructions.def``): operand names, order, kinds and
 defaults are read from there, so an instruction added to the ISA is callable from NKI at once."""
 import numpy as np
+from math import prod as _prod
 
 from . import _core, _trace
 from ._core import View, fail, merge_dims, user_location
@@ -40,21 +41,36 @@ def op_name(op, what):
 
 
 def ap_text(v):
+    if v.text is None:
+        v.text = _ap_text(v)
+    return v.text
+
+
+def _ap_text(v):
     st = v.st
+    dims = v.dims
     if st.space == "hbm":
         # The outer dim stays the transfer's "partition" dim (as the on-chip side has it); the
         # rest merge where contiguous. The cost model reads runs, not dims, so this is only layout.
-        dims = [d for d in v.dims if d[1] != 1] or [[1, 1]]
-        dims = dims[:1] + merge_dims(dims[1:])
+        dims = [d for d in dims if d[1] != 1] or [[1, 1]]
+        if len(dims) > 2:
+            dims = dims[:1] + merge_dims(dims[1:])
         if len(dims) > 5:
             fail(f"an HBM access of {len(dims)} non-contiguous dims: the DMA takes at most 5")
-        inner = "".join(f", [{s}, {n}]" for s, n in dims[1:])
+        inner = "".join([f", [{s}, {n}]" for s, n in dims[1:]])
         return f"{st.name}{{offset={v.offset}, ap=[[{dims[0][0]}, {dims[0][1]}]{inner}]}}"
-    free = merge_dims([d for i, d in enumerate(v.dims) if i != v.pdim and d[1] != 1])
-    if len(free) > 4:
-        fail(f"an access of {len(free)} non-contiguous free dims: engines take at most 4")
-    inner = "".join(f", [{s}, {n}]" for s, n in free)
-    return f"{st.name}{{offset={v.offset}, ap=[[{v.pstart}, {v.dims[v.pdim][1]}]{inner}]}}"
+    pdim = v.pdim
+    if len(dims) == 2 and pdim == 0:
+        s, n = dims[1]
+        inner = f", [{s}, {n}]" if n != 1 else ""
+    else:
+        free = [d for i, d in enumerate(dims) if i != pdim and d[1] != 1]
+        if len(free) > 1 and not isinstance(v, _core.ExactView):
+            free = merge_dims(free)
+        if len(free) > 4:
+            fail(f"an access of {len(free)} non-contiguous free dims: engines take at most 4")
+        inner = "".join([f", [{s}, {n}]" for s, n in free])
+    return f"{st.name}{{offset={v.offset}, ap=[[{v.pstart}, {dims[pdim][1]}]{inner}]}}"
 
 
 def as_view(value, what):
@@ -105,19 +121,22 @@ def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
     if spec is None:
         fail(f"nki.isa.{name} is not an instruction of trnsim's ISA yet", location)
     operands = spec["operands"]
-    kwargs = dict(kwargs)
-    engine = engine_word(kwargs.pop("engine", None))
-    kwargs.pop("name", None)
-    mask = kwargs.pop("mask", None)
+    names = spec.get("_names")
+    if names is None:
+        names = spec["_names"] = frozenset(o["name"] for o in operands)
+    engine = mask = None
+    if kwargs:
+        kwargs = dict(kwargs)
+        engine = engine_word(kwargs.pop("engine", None))
+        kwargs.pop("name", None)
+        mask = kwargs.pop("mask", None)
     if len(args) > len(operands):
         fail(f"nisa.{name} takes at most {len(operands)} positional arguments, got {len(args)}", location)
-    values = {}
-    for o, a in zip(operands, args):
-        values[o["name"]] = a
+    values = {o["name"]: a for o, a in zip(operands, args)}
     for k, a in kwargs.items():
         if k in values:
             fail(f"nisa.{name}: argument {k!r} given twice", location)
-        if not any(o["name"] == k for o in operands):
+        if k not in names:
             valid = ", ".join(o["name"] for o in operands)
             fail(f"nisa.{name} has no argument {k!r} (it takes: {valid})", location)
         values[k] = a
@@ -133,7 +152,9 @@ def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
             continue
         v = values[oname]
         if kind in ("out", "in", "inout"):
-            view = _core.apply_mask(as_view(v, f"nisa.{name} {oname}"), mask)
+            view = v if type(v) is View else as_view(v, f"nisa.{name} {oname}")
+            if mask is not None:
+                view = _core.apply_mask(view, mask)
             if view is None:
                 return -1   # the mask keeps nothing
             touched.append(view.st)
@@ -182,7 +203,7 @@ def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
         data = values.get("data")
         if isinstance(data, View):
             p = data.dims[data.pdim][1]
-            trace.transpose_flops += 2 * p * p * (int(np.prod(data.shape)) // p)
+            trace.transpose_flops += 2 * p * p * (_prod(data.shape) // p)
     index = trace.emit(f"{name} " + ", ".join(parts), location)
     for st in touched:
         if st.space != "hbm":

@@ -7,9 +7,10 @@ _ALIASES = {}
 
 
 def _real_install(name):
-    """A Neuron package on sys.path (not one of ours)."""
+    """A Neuron package on sys.path (not one of ours). A bare directory of that name (a namespace
+    package: a project's ``tests/nki`` folder on sys.path) is not one."""
     spec = importlib.machinery.PathFinder.find_spec(name)
-    return spec is not None
+    return spec is not None and spec.origin is not None
 
 
 def install(force=False):
@@ -34,8 +35,10 @@ def install(force=False):
         "neuronxcc.nki.isa": legacy_isa, "neuronxcc.nki.typing": nki_typing,
     }
     for name, module in modules.items():
+        # All checked before any is replaced: a refused install changes nothing.
         if name in sys.modules and not force and sys.modules[name] is not module:
             raise RuntimeError(f"module '{name}' is already imported from elsewhere")
+    for name, module in modules.items():
         _ALIASES[name] = sys.modules.get(name)
         sys.modules[name] = module
 

@@ -175,7 +175,10 @@ class Kernel:
                 framework = framework or fw
                 if fw == "torch" and device is None:
                     device = value.device
-                arrays[name] = (value, _host_array(value))
+                on_device = fw == "torch" and value.device.type != "cpu"
+                arrays[name] = (value, None if on_device else _host_array(value))
+        if device is not None and device.type != "cpu":
+            return self._run_on_device(bound, arrays, device, grid)
         instances = _instances(grid)
         total_ns, summaries, state = 0.0, [], {}
         per_core_ns = {}
@@ -222,11 +225,55 @@ class Kernel:
         arrays_out = {name: _to_framework(state[name], framework, device) for name in results.outputs}
         return _rebuild(results.result_shape, arrays_out)
 
-    def _traced(self, bound, arrays, config, overrides, program_id, grid):
+    def _run_on_device(self, bound, arrays, device, grid):
+        """Tensors on ``neuron``: the kernel is one op of the PyTorch program, simulated on the device
+        (its clock, op log, profiler table, timeline and recordings), reading and writing the device
+        tensors' memory in place."""
+        import torch
+        from .. import _C
+        for name, (value, _) in arrays.items():
+            if value.device != device:
+                raise KernelError(f"argument {name!r} is on {value.device}, others on {device}")
+        leaves = _C.device_config_leaves()
+        config = ("device", leaves["hash"])
+        inputs = {name: value.detach().contiguous() for name, (value, _) in arrays.items()}
+        host = {name: _HostShape(t) for name, t in inputs.items()}
+        total, outputs, structure = 0.0, None, None
+        for program_id in _instances(grid):
+            traced = self._traced(bound, host, config[0], [config[1]], program_id, grid, leaves=leaves)
+            if outputs is None:
+                outputs = {}
+                for st in traced.trace.hbm:
+                    if st.name in traced.outputs and st.name not in traced.written_args.values():
+                        outputs[st.name] = torch.empty(st.shape, dtype=_torch_dtype(st.dtype), device=device)
+                structure = traced.result_shape
+            by_name = {traced.inputs[n]: t for n, t in inputs.items()}
+            by_name.update(outputs)
+            ins = [_buffer(name, by_name[name]) for name in traced.inputs.values()]
+            if grid:   # later instances see what earlier ones wrote
+                ins += [_buffer(name, t) for name, t in outputs.items()]
+            outs = [_buffer(name, by_name[name]) for name in traced.outputs]
+            shapes = [list(t.shape) for t in inputs.values()]
+            dtype = str(next(iter(inputs.values())).dtype).replace("torch.", "") if inputs else ""
+            try:
+                done = _C.execute_program(device.index or 0, f"nki:{self.__name__}:{hash(traced.tasm)}", traced.tasm,
+                                          f"<nki kernel {self.__name__}>", ins, outs, f"nki.{self.__name__}",
+                                          shapes, dtype)
+            except RuntimeError as e:
+                raise KernelError(traced.trace.explain(str(e))) from None
+            total += done["ns"]
+        self.last_latency_ns = total
+        self.last_summary = None
+        for arg_name, st_name in traced.written_args.items():
+            if inputs[arg_name].data_ptr() != arrays[arg_name][0].data_ptr():
+                arrays[arg_name][0].data.copy_(inputs[arg_name])
+        return _rebuild(structure, outputs)
+
+    def _traced(self, bound, arrays, config, overrides, program_id, grid, leaves=None):
         key = (config, tuple(overrides), program_id, grid)
         for name, value in bound.arguments.items():
             if name in arrays:
-                host = arrays[name][1]
+                host = arrays[name][1] if isinstance(arrays[name], tuple) else arrays[name]
                 key += ((name, host.shape, str(host.dtype)),)
             else:
                 try:
@@ -237,14 +284,14 @@ class Kernel:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        target = _trace.Target(config, overrides)
+        target = _trace.Target(config, overrides, leaves)
         trace = _trace.Trace(self.__name__, target, program_id, grid)
         call_args = {}
         arg_storage = {}
         with trace:
             for name, value in bound.arguments.items():
                 if name in arrays:
-                    host = arrays[name][1]
+                    host = arrays[name][1] if isinstance(arrays[name], tuple) else arrays[name]
                     st = trace.hbm_tensor(host.shape, as_dtype(host.dtype), name, role="input")
                     arg_storage[name] = st
                     call_args[name] = st.full_view()
@@ -274,6 +321,30 @@ class Kernel:
         self._cache[key] = traced
         self.trace_count += 1
         return traced
+
+
+class _HostShape:
+    """Shape and dtype of a device tensor, as the tracer reads them from a host array."""
+
+    def __init__(self, tensor):
+        self.shape = tuple(tensor.shape)
+        self.dtype = as_dtype(tensor.dtype)
+
+
+_TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int32": "int32", "int16": "int16",
+                 "int8": "int8", "uint8": "uint8", "fp8_e4m3fn": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def _torch_dtype(dtype):
+    import torch
+    name = _TORCH_DTYPES.get(dtype.name)
+    if name is None:
+        raise KernelError(f"a {dtype.nki_name} result has no torch dtype")
+    return getattr(torch, name)
+
+
+def _buffer(name, tensor):
+    return (name, tensor.data_ptr(), tensor.numel(), as_dtype(tensor.dtype).name)
 
 
 def _instances(grid):

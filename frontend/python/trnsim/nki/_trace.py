@@ -23,9 +23,10 @@ def active():
 class Target:
     """What the tracer needs from the hardware config (``trnsim._C.config_leaves``)."""
 
-    def __init__(self, config, overrides):
+    def __init__(self, config, overrides, leaves=None):
         from .. import _C
-        leaves = _C.config_leaves(str(config), list(overrides or []))
+        if leaves is None:
+            leaves = _C.config_leaves(str(config), list(overrides or []))
         self.config, self.overrides = str(config), list(overrides or [])
         self.name, self.hash, self.generation = leaves["name"], leaves["hash"], leaves["generation"]
         self.pmax = int(leaves["core.sbuf.partitions"])

@@ -83,6 +83,39 @@ def nc_matmul(dst, stationary, moving, *args, **kwargs):
     return _emit.emit("nc_matmul", (dst_view, stationary, moving) + args, kwargs, location)
 
 
+def tensor_reduce(dst, op, data, axis, *args, **kwargs):
+    """Reduce ``data`` over free axes ``axis`` (an int or a list, NKI's numbering: axis 0 is the
+    partition dim, the reduced axes are the trailing free dims). The emitted access pattern merges
+    contiguous free dims, so the axes are renumbered to the emitted dims here."""
+    location = user_location()
+    dv = _emit.as_view(data, "nisa.tensor_reduce data")
+    axes = sorted({int(a) % dv.ndim for a in (axis if isinstance(axis, (list, tuple)) else (axis,))})
+    if dv.pdim in axes:
+        fail("nisa.tensor_reduce: axis 0 is the partition dim; reduce across partitions with nc_matmul or "
+             "nisa.tensor_partition_reduce [reduce-partition]", location)
+    free = [d for d in range(dv.ndim) if d != dv.pdim]
+    kept = [dv.dims[d] for d in free if d not in axes and dv.dims[d][1] != 1]
+    red = [dv.dims[d] for d in free if d in axes and dv.dims[d][1] != 1]
+    if not red:
+        # Only size-1 dims reduced: each result is its one element (negated if asked).
+        negate = kwargs.pop("negate", args[0] if args else False)
+        kwargs.pop("keepdims", None)
+        extra = {k: v for k, v in kwargs.items() if k == "mask"}
+        if negate:
+            return _emit.emit("tensor_scalar", (dst, dv, "multiply", -1.0), extra, location)
+        return _emit.emit("tensor_copy", (dst, dv), extra, location)
+    n_all = len(_core.merge_dims(kept + red))
+    n_kept, n_red = len(_core.merge_dims(kept)), len(_core.merge_dims(red))
+    if n_all == n_kept + n_red:
+        axis = list(range(1 + n_kept, 1 + n_kept + n_red)) or [1]
+    elif not kept:
+        axis = list(range(1, 1 + n_all))
+    else:
+        fail("nisa.tensor_reduce: the kept and reduced free dims of this access pattern are one contiguous run; "
+             "reshape the tile so that they are separate dims", location)
+    return _emit.emit("tensor_reduce", (dst, op, dv, axis) + args, kwargs, location)
+
+
 def _make(name):
     def instruction(*args, **kwargs):
         _emit.emit(name, args, kwargs, user_location())

@@ -19,6 +19,7 @@ Both the current namespace (NKI 0.3-0.7) and the beta-1 ``neuronxcc.nki.language
 (``arange``, ``mgrid``, ``mask=``, ``par_dim``, ``loop_reduce``, ``static_cast``) live here.
 """
 import numpy as np
+from math import prod as _prod
 
 from . import _core, _emit, _trace
 from ._core import DTYPES, IndexExpr, IndexVar, View, as_dtype, fail, user_location
@@ -121,12 +122,7 @@ def full(shape, fill_value, dtype, buffer=None, name=None, **kw):
 
 # ---- index helpers
 
-class DynSlice:
-    """``nl.ds(start, size)``: ``size`` elements from ``start``."""
-    __slots__ = ("start", "size")
-
-    def __init__(self, start, size):
-        self.start, self.size = int(start), int(size)
+DynSlice = _core.DynSlice
 
 
 def ds(start, size):
@@ -207,7 +203,7 @@ def program_id(axis=0):
 def num_programs(axis=None):
     n = _trace.current().num_programs
     if axis is None:
-        return int(np.prod(n)) if n else 1
+        return _prod(n) if n else 1
     return n[axis] if axis < len(n) else 1
 
 
@@ -289,7 +285,7 @@ def _is_number(x):
 def _is_column(v, like):
     """A [P, 1] operand against a [P, F] tile: a per-partition scalar."""
     return (isinstance(v, View) and v.pdim is not None and v.dims[v.pdim][1] == like.dims[like.pdim][1]
-            and int(np.prod(v.shape)) == v.dims[v.pdim][1] and int(np.prod(like.shape)) > v.dims[v.pdim][1])
+            and _prod(v.shape) == v.dims[v.pdim][1] and _prod(like.shape) > v.dims[v.pdim][1])
 
 
 def binary(x, y, op, dtype=None, mask=None, location=None, **_):
@@ -308,7 +304,7 @@ def binary(x, y, op, dtype=None, mask=None, location=None, **_):
         _emit.emit("tensor_scalar", (out, xv, op, y), {"mask": mask}, location)
         return out
     yv = _operand(y, f"nl.{op}")
-    if int(np.prod(xv.shape)) != int(np.prod(yv.shape)):
+    if _prod(xv.shape) != _prod(yv.shape):
         fail(f"nl.{op}: shapes {list(xv.shape)} and {list(yv.shape)} do not match (engines broadcast only a "
              f"[P, 1] column or a number; broadcast across partitions with a DMA of .broadcast(...))", location)
     out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv, yv), location)
@@ -378,12 +374,16 @@ def _reciprocal(x, dtype=None, mask=None, **kw):
 reciprocal = _Op("reciprocal", _reciprocal, "nl.reciprocal(x): reciprocal on Vector")
 
 
-def copy(x, dtype=None, mask=None, engine=None, **kw):
+def _copy(x, dtype=None, mask=None, engine=None, **kw):
     location = user_location()
     xv = _operand(x, "nl.copy")
     out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv) if dtype else xv.dtype, location)
     _emit.emit("tensor_copy", (out, xv), {"mask": mask, "engine": engine}, location)
     return out
+
+
+# An _Op so that ``nisa.activation(op=nl.copy, ...)`` (the Scalar engine's identity) names it too.
+copy = _Op("copy", _copy, "nl.copy(x, dtype=None): tensor_copy (Vector); as an activation op, the identity")
 
 
 # ---- reductions
@@ -417,6 +417,11 @@ def reduce_op(x, op, axis, dtype=None, keepdims=False, mask=None, negate=False, 
         return out
     # Merged dims change the count: emit with explicit dims so that the axis numbers hold.
     red_axes = list(range(1 + n_kept, 1 + n_kept + n_red))
+    kept_dims = _core.merge_dims([data.dims[i] for i in range(1, 1 + len(kept)) if data.dims[i][1] != 1])
+    red_dims = _core.merge_dims(reduced)
+    if len(_core.merge_dims(kept_dims + red_dims)) < n_kept + n_red:
+        # The last kept dim and the first reduced one are contiguous: keep them apart.
+        data = _core.ExactView(data.st, data.offset, [data.dims[0]] + kept_dims + red_dims, 0, data.pstart)
     _emit.emit("tensor_reduce", (out, op, data, red_axes), {"negate": negate, "mask": mask}, location)
     return out
 
@@ -439,7 +444,7 @@ def mean(x, axis, dtype=None, keepdims=False, mask=None, **kw):
     location = user_location()
     xv = _operand(x, "nl.mean")
     axes = _free_axes(xv, axis, "nl.mean", location)
-    count = int(np.prod([xv.shape[a] for a in axes]))
+    count = _prod([xv.shape[a] for a in axes])
     s = reduce_op(xv, "add", axes, dtype=nl_float32(), keepdims=keepdims, mask=mask, location=location)
     out = _result_tile(s.shape, _out_dtype(dtype, xv), location)
     _emit.emit("tensor_scalar", (out, s, "multiply", 1.0 / count), {}, location)
@@ -606,7 +611,7 @@ def assign(target, value, mask=None, location=None, temporary=False):
     vv = _operand(value, "assignment")
     trace = _trace.current()
     if (vv.st.producer == len(trace.body) - 1 and vv.st.producer >= 0 and vv.is_whole()
-            and vv.st.dtype is target.st.dtype and int(np.prod(vv.shape)) == int(np.prod(target.shape))
+            and vv.st.dtype is target.st.dtype and _prod(vv.shape) == _prod(target.shape)
             and vv.dims[vv.pdim][1] == target.dims[target.pdim][1] and temporary):
         old = f"dst={_emit.ap_text(vv)}"
         text = trace.body[-1]
@@ -667,7 +672,7 @@ def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kw):
     location = user_location()
     xv = _operand(x, "nl.rms_norm")
     rows = xv.shape[xv.pdim]
-    count = n or int(np.prod([s for i, s in enumerate(xv.shape) if i != xv.pdim]))
+    count = n or _prod([s for i, s in enumerate(xv.shape) if i != xv.pdim])
     sq = _result_tile(_tile_shape(xv), DTYPES["float32"], location)
     total = _result_tile((rows, 1), DTYPES["float32"], location)
     _emit.emit("activation", (sq, "square", xv), {"reduce_op": "add", "reduce_res": total}, location)

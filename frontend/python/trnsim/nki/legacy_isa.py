@@ -2,6 +2,7 @@
 Each call allocates the result tile (shape from the operands, ``dtype=`` or the input's dtype,
 SBUF unless the instruction writes PSUM) and emits the same instruction as ``nki.isa``."""
 import numpy as np
+from math import prod as _prod
 
 from . import _core, _emit, _trace, language
 from ._core import IndexExpr, fail, user_location
@@ -66,6 +67,11 @@ def _make(name):
         d = dtype or out_dtype or language._out_dtype(None, src)
         out = _trace.current().tile(shape, _core.as_dtype(d), buffer.space if buffer is not None else space, 0,
                                     location).full_view()
+        if name == "tensor_reduce":
+            # axis as an int or a list, renumbered to the emitted dims (nki.isa.tensor_reduce).
+            from . import isa
+            isa.tensor_reduce(out, *args, **kwargs)
+            return out
         _emit.emit(name, (out,) + args, kwargs, location)
         return out
     instruction.__name__ = name
