@@ -253,7 +253,7 @@ def _compare(a, op, b):
 class Storage:
     """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
     __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
-                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "__weakref__")
+                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "__weakref__")
 
     def __init__(self, trace, space, dtype, shape, pdim):
         self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
@@ -271,6 +271,7 @@ class Storage:
         self.first = self.last = -1  # the instructions that first and last touch it
         self.location = None
         self._full = None
+        self.mask = None            # the beta-1 mask its last writer had: only that part holds values
 
     def full_dims(self):
         dims = self._full

@@ -211,6 +211,7 @@ def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
     for view in written:
         view.st.written = True
         view.st.producer = index if view.is_whole() else -1
+        view.st.mask = mask
     return index
 
 

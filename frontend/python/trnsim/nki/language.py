@@ -623,6 +623,8 @@ def assign(target, value, mask=None, location=None, temporary=False):
             if target.st.space != "hbm":
                 trace.touch(target.st, len(trace.body) - 1)
             return
+    if mask is None and vv.st.mask is not None and vv.is_whole():
+        mask = vv.st.mask   # a masked result: the masked-off part of the target keeps its values
     if vv.st.space == "hbm":
         _emit.emit("dma_copy", (target, vv), {"mask": mask}, location)
     else:
@@ -702,6 +704,41 @@ def where(condition, x, y, dtype=None, mask=None, **kw):
     return out
 
 
+# ---- random numbers (the engines' PRNGs: deterministic per program, isa/rng.h)
+
+def dropout(x, rate, dtype=None, mask=None, **kw):
+    """Elements of x zeroed with probability ``rate`` (not rescaled): ``dropout`` on Vector."""
+    location = user_location()
+    xv = _operand(x, "nl.dropout")
+    out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
+    _emit.emit("dropout", (out, xv, rate if _is_number(rate) else _operand(rate, "nl.dropout rate")),
+               {"mask": mask}, location)
+    return out
+
+
+def rand(shape, dtype=None, buffer=None, **kw):
+    """Uniform [0, 1) values: ``rand2`` on trn3's Vector engine; before trn3, 32 random bits from
+    ``rng`` (Vector) scaled by 2^-32 (Vector)."""
+    location = user_location()
+    dtype = as_dtype(dtype or DTYPES["float32"])
+    shape, _ = _shape(shape)
+    trace = _trace.current()
+    out = trace.tile(shape, dtype, "sbuf", 0, location).full_view()
+    if trace.target.generation == "trn3":
+        _emit.emit("rand2", (out, 0.0, 1.0), {}, location)
+        return out
+    bits = trace.tile(shape, DTYPES["uint32"], "sbuf", 0, location).full_view()
+    _emit.emit("rng", (bits,), {}, location)
+    _emit.emit("tensor_scalar", (out, bits, "multiply", 2.0 ** -32), {}, location)
+    return out
+
+
+def random_seed(seed, **kw):
+    """Seeds the Vector engine's PRNG from seed[0, 0] (an int32 / uint32 tile): ``set_rng_seed``."""
+    location = user_location()
+    _emit.emit("set_rng_seed", (_operand(seed, "nl.random_seed"),), {}, location)
+
+
 def device_print(prefix, x, **kw):
     """Prints the tile's values when the kernel has run (values mode): a DMA of it to a scratch HBM
     tensor at this point of the program (its time is in the kernel's latency)."""
@@ -735,7 +772,6 @@ MISSING = [
     "Tensor.ap(scalar_offset=, vector_offset=, indirect_dim=)",
     "Tensor.indirect (gather/scatter views)",
     "rearrange", "flatten_dims", "reshape_dim", "vector_select",
-    "dropout", "rand", "random_seed",
     "gather_flattened", "all_reduce and nki.collectives",
     "view(dtype) between dtypes of different sizes",
 ]
