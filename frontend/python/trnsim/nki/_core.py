@@ -253,7 +253,7 @@ def _compare(a, op, b):
 class Storage:
     """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
     __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
-                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "__weakref__")
+                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "address", "__weakref__")
 
     def __init__(self, trace, space, dtype, shape, pdim):
         self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
@@ -272,6 +272,7 @@ class Storage:
         self.location = None
         self._full = None
         self.mask = None            # the beta-1 mask its last writer had: only that part holds values
+        self.address = None         # nl.ndarray(address=(partition, byte)): placed by the kernel
 
     def full_dims(self):
         dims = self._full
@@ -398,6 +399,23 @@ class View:
         dims = [list(d) for d in self.dims]
         dims[dim] = [0, int(size)]
         return View(self.st, self.offset, dims, self.pdim, self.pstart)
+
+    def flatten_dims(self, start, end):
+        """Dims start..end (inclusive) as one (they must be contiguous, and not the partition dim)."""
+        start, end = start % self.ndim, end % self.ndim
+        shape = list(self.shape)
+        merged = _prod(shape[start:end + 1])
+        return reshape_view(self, tuple(shape[:start] + [merged] + shape[end + 1:]))
+
+    def reshape_dim(self, dim, shape):
+        """Dim ``dim`` split into ``shape``."""
+        dim = dim % self.ndim
+        full = list(self.shape)
+        return reshape_view(self, tuple(full[:dim] + list(shape) + full[dim + 1:]))
+
+    def rearrange(self, pattern, **sizes):
+        """einops-style ``"a b c -> a (c b)"``: a permutation, then groups merged or split."""
+        return rearrange_view(self, pattern, sizes)
 
     def expand_dim(self, dim):
         dims = [list(d) for d in self.dims]
@@ -656,6 +674,8 @@ def apply_mask(view, mask):
 
 
 def reshape_view(view, shape):
+    if tuple(shape) == view.shape:
+        return view
     shape = list(shape)
     if -1 in shape:
         known = _prod([s for s in shape if s != -1])
@@ -668,6 +688,48 @@ def reshape_view(view, shape):
         free = _reshape_dims([d for i, d in enumerate(view.dims) if i != 0], shape[1:])
         return View(view.st, view.offset, [[0, shape[0]]] + free, 0, view.pstart)
     return View(view.st, view.offset, _reshape_dims(view.dims, shape), None, 0)
+
+
+def _rearrange_side(text):
+    groups, current = [], None
+    for token in text.replace("(", " ( ").replace(")", " ) ").split():
+        if token == "(":
+            current = []
+        elif token == ")":
+            groups.append(current)
+            current = None
+        elif current is not None:
+            current.append(token)
+        else:
+            groups.append([token])
+    return groups
+
+
+def rearrange_view(view, pattern, sizes):
+    if "->" not in pattern:
+        fail(f"rearrange pattern {pattern!r} has no '->'")
+    left, right = (_rearrange_side(side) for side in pattern.split("->"))
+    if len(left) != view.ndim:
+        fail(f"rearrange: {pattern!r} names {len(left)} dims, the tensor has {view.ndim}")
+    known = dict(sizes)
+    for group, size in zip(left, view.shape):
+        unknown = [n for n in group if n not in known]
+        rest = _prod([known[n] for n in group if n in known])
+        if len(unknown) > 1:
+            fail(f"rearrange: sizes of {unknown} are not given")
+        if unknown:
+            known[unknown[0]] = size // rest
+        elif rest != size:
+            fail(f"rearrange: {group} is {rest}, the dim is {size}")
+    names = [n for g in left for n in g]
+    split = reshape_view(view, tuple(known[n] for n in names)) if len(names) != view.ndim else view
+    order = [n for g in right for n in g]
+    if sorted(order) != sorted(names):
+        fail(f"rearrange: {pattern!r} must use each name once on both sides")
+    permuted = split.permute(*[names.index(n) for n in order])
+    if all(len(g) == 1 for g in right):
+        return permuted
+    return reshape_view(permuted, tuple(_prod([known[n] for n in g]) for g in right))
 
 
 def _reshape_dims(dims, shape):
@@ -741,6 +803,25 @@ class LruAllocator:
         self.in_use += size
         self.high_water = max(self.high_water, a + size)
         return a
+
+    def take_at(self, start, size):
+        """The range [start, start + size) if it is free (an ``address=`` placement), else None."""
+        for attempt in range(2):
+            for a, (b, t) in self.free.items():
+                if a <= start and start + size <= b:
+                    del self.free[a]
+                    if a < start:
+                        self.free[a] = (start, t)
+                        heapq.heappush(self.heap, (t, a, start))
+                    if start + size < b:
+                        self.free[start + size] = (b, t)
+                        heapq.heappush(self.heap, (t, start + size, b))
+                    self.in_use += size
+                    self.high_water = max(self.high_water, start + size)
+                    return start
+            if attempt == 0 and not self._coalesce():
+                break
+        return None
 
     def release(self, start, size, now):
         self.in_use -= size

@@ -150,7 +150,16 @@ class Trace:
             for t in starts.get(i, ()):
                 allocator = allocators[t.space]
                 size = allocator.size_of(t.per_partition * t.dtype.size_bytes)
-                start = allocator.take(size)
+                if t.address is not None:
+                    # A kernel-placed tile takes its bytes on every partition (conservative).
+                    start = allocator.take_at(t.address[1], size)
+                    if start is None:
+                        clash = [_core.where(o.location) for o in live if o.space == t.space
+                                 and o.region[0] < t.address[1] + size and t.address[1] < o.region[0] + o.region[1]]
+                        fail(f"address={t.address}: bytes {t.address[1]}..{t.address[1] + size - 1} are held by live "
+                             f"tiles ({', '.join(clash[:5]) or 'fragmented'}) [{t.space}-address]", t.location)
+                else:
+                    start = allocator.take(size)
                 if start is None:
                     self._overflow(t, size, allocator, live)
                 t.region = (start, size)
@@ -165,7 +174,9 @@ class Trace:
             root = t.base or t
             if root.region is None:
                 continue   # never touched (a temporary folded into its assignment)
-            decls.append(f"{t.space} {t.name} : {t.dtype.name}[{t.partitions}, {t.per_partition}] @ 0:{root.region[0]}")
+            partition = root.address[0] if root.address else 0
+            decls.append(f"{t.space} {t.name} : {t.dtype.name}[{t.partitions}, {t.per_partition}] "
+                         f"@ {partition}:{root.region[0]}")
         return decls
 
     def _overflow(self, tile, size, allocator, live):

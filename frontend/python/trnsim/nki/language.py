@@ -87,9 +87,15 @@ def ndarray(shape, dtype, buffer=None, name=None, address=None, **_ignored):
     if buffer.space == "hbm":
         role = "output" if buffer is shared_hbm else "internal"
         return trace.hbm_tensor(shape, dtype, name, role=role).full_view()
+    st = trace.tile(shape, dtype, buffer.space, pdim, user_location())
     if address is not None:
-        fail("nl.ndarray(address=...) placement is not supported yet: trnsim allocates tiles itself")
-    return trace.tile(shape, dtype, buffer.space, pdim, user_location()).full_view()
+        partition, byte = (int(a) for a in address)
+        if partition + st.partitions > (trace.target.pmax if buffer.space == "sbuf" else trace.target.psum_partitions):
+            fail(f"address={address}: partitions {partition}..{partition + st.partitions - 1} do not exist")
+        if buffer.space == "psum" and byte % trace.target.psum_bank_bytes:
+            fail(f"address={address}: a PSUM tile starts on a {trace.target.psum_bank_bytes}-byte bank boundary")
+        st.address = (partition, byte)
+    return st.full_view()
 
 
 def empty_like(t, dtype=None, buffer=None, **kw):
@@ -768,10 +774,9 @@ def static_cast(array, dtype):
 MISSING = [
     "while_loop (register-driven, data-dependent trip count)",
     "fori_loop / dynamic_range with register bounds (static bounds work)",
-    "ndarray(address=...) explicit placement",
     "Tensor.ap(scalar_offset=, vector_offset=, indirect_dim=)",
     "Tensor.indirect (gather/scatter views)",
-    "rearrange", "flatten_dims", "reshape_dim", "vector_select",
+    "vector_select",
     "gather_flattened", "all_reduce and nki.collectives",
     "view(dtype) between dtypes of different sizes",
 ]
