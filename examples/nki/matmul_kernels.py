@@ -4,8 +4,8 @@ the NKI tutorial walks through (written for trnsim, following the tutorial's pla
 1. ``matmul_tiled``: for every [128, 512] output tile, stream the K tiles of A^T and B and
    accumulate in PSUM. Every A^T tile is loaded again for every output tile.
 2. ``matmul_hoisted``: the A^T tiles of one row of output tiles are loaded once and reused across N.
-3. ``matmul_blocked``: a block of output tiles (2 x 2) accumulates in PSUM at once, so every loaded
-   K tile of A^T and of B feeds two matmuls.
+3. ``matmul_blocked``: blocks of BLOCK_M columns of A^T and BLOCK_N columns of B, each over all of K,
+   stay in SBUF while every output tile of the block is computed (each loaded tile feeds 2 matmuls).
 4. ``matmul_optimized``: blocks in K too, partial sums kept in SBUF across K blocks, so each
    operand block is loaded once per block pair and the DMA streams whole rows.
 
@@ -71,25 +71,26 @@ def matmul_blocked(lhsT, rhs, TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=2):
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     TILE_M, TILE_K, TILE_N = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
     BLOCK_M, BLOCK_N = TILE_M * TILES_IN_BLOCK_M, TILE_N * TILES_IN_BLOCK_N
+    TILES_K = K // TILE_K
     for m in nl.affine_range(M // BLOCK_M):
+        # A block of BLOCK_M columns of A^T over all of K stays in SBUF for every n block ...
+        a_tiles = nl.ndarray((TILES_K, nl.par_dim(TILE_K), BLOCK_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        for k in nl.affine_range(TILES_K):
+            a_tiles[k] = nl.load(lhsT[k * TILE_K:(k + 1) * TILE_K, m * BLOCK_M:(m + 1) * BLOCK_M])
         for n in nl.affine_range(N // BLOCK_N):
-            # One PSUM accumulator per output tile of the block: each loaded K tile of A^T feeds
-            # TILES_IN_BLOCK_N matmuls and each of B feeds TILES_IN_BLOCK_M.
-            accs = [[nl.zeros((TILE_M, TILE_N), nl.float32, buffer=nl.psum) for _ in range(TILES_IN_BLOCK_N)]
-                    for _ in range(TILES_IN_BLOCK_M)]
-            for k in nl.affine_range(K // TILE_K):
-                a_block = nl.load(lhsT[k * TILE_K:(k + 1) * TILE_K, m * BLOCK_M:(m + 1) * BLOCK_M])
-                b_block = nl.load(rhs[k * TILE_K:(k + 1) * TILE_K, n * BLOCK_N:(n + 1) * BLOCK_N])
-                for bm in nl.affine_range(TILES_IN_BLOCK_M):
-                    for bn in nl.affine_range(TILES_IN_BLOCK_N):
-                        accs[bm][bn] += nisa.nc_matmul(a_block[:, bm * TILE_M:(bm + 1) * TILE_M],
-                                                       b_block[:, bn * TILE_N:(bn + 1) * TILE_N])
+            # ... and a block of BLOCK_N columns of B over all of K for every tile of the C block.
+            b_tiles = nl.ndarray((TILES_K, nl.par_dim(TILE_K), BLOCK_N), dtype=rhs.dtype, buffer=nl.sbuf)
+            for k in nl.affine_range(TILES_K):
+                b_tiles[k] = nl.load(rhs[k * TILE_K:(k + 1) * TILE_K, n * BLOCK_N:(n + 1) * BLOCK_N])
             for bm in nl.affine_range(TILES_IN_BLOCK_M):
                 for bn in nl.affine_range(TILES_IN_BLOCK_N):
-                    out_tile = nl.copy(accs[bm][bn], dtype=result.dtype)
+                    acc = nl.zeros((TILE_M, TILE_N), nl.float32, buffer=nl.psum)
+                    for k in nl.affine_range(TILES_K):
+                        acc += nisa.nc_matmul(a_tiles[k, :, bm * TILE_M:(bm + 1) * TILE_M],
+                                              b_tiles[k, :, bn * TILE_N:(bn + 1) * TILE_N])
+                    out_tile = nl.copy(acc, dtype=result.dtype)
                     nl.store(result[m * BLOCK_M + bm * TILE_M:m * BLOCK_M + (bm + 1) * TILE_M,
                                     n * BLOCK_N + bn * TILE_N:n * BLOCK_N + (bn + 1) * TILE_N], value=out_tile)
-            del accs
     return result
 
 
