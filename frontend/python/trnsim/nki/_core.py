@@ -190,12 +190,16 @@ class IndexExpr:
             fail("an nl.arange index takes one ':' and Nones, e.g. [:, None]")
         return IndexExpr(0, {IndexVar(var.size, slots[0], len(key)): coeff})
 
-    # Masks: comparisons of one var against a bound.
+    # Comparisons: a mask (one var against an integer) or an affine predicate (``i_p >= i_f``, for
+    # nisa.affine_select); a mask is also usable as a predicate.
     def _bound(self, other, op):
-        if not isinstance(other, (int, np.integer)) or len(self.terms) != 1:
-            fail("a mask compares one nl.arange expression with an integer")
+        if isinstance(other, IndexExpr) or len(self.terms) != 1:
+            diff = self - other if isinstance(other, IndexExpr) else self - int(other)
+            return Mask(None, (diff, op))
+        if not isinstance(other, (int, np.integer)):
+            fail(f"cannot compare an index expression with {type(other).__name__}")
         (var, coeff), = self.terms.items()
-        return Mask({var: (op, coeff, int(other) - self.const)})
+        return Mask({var: (op, coeff, int(other) - self.const)}, (self - int(other), op))
 
     def __lt__(self, other):
         return self._bound(other, "<")
@@ -215,13 +219,18 @@ class IndexExpr:
 
 
 class Mask:
-    """``(i_p < n) & (i_f < m)``: the ranges of index vars an instruction keeps."""
-    __slots__ = ("bounds",)
+    """``(i_p < n) & (i_f < m)``: the ranges of index vars an instruction keeps. ``affine`` is the
+    comparison it came from, ``(expression, op)`` meaning ``expression op 0``; a comparison of two
+    index expressions (``i_p >= i_f``) is only that (a predicate, not a box a mask can keep)."""
+    __slots__ = ("bounds", "affine")
 
-    def __init__(self, bounds):
-        self.bounds = bounds   # IndexVar -> (op, coeff, rhs)
+    def __init__(self, bounds, affine=None):
+        self.bounds = bounds   # IndexVar -> (op, coeff, rhs), or None for a predicate only
+        self.affine = affine
 
     def __and__(self, other):
+        if self.bounds is None or other.bounds is None:
+            fail("masks combine with & only when each compares one nl.arange with an integer")
         merged = dict(self.bounds)
         for v, b in other.bounds.items():
             if v in merged:
@@ -231,6 +240,8 @@ class Mask:
 
     def range_of(self, var):
         """(first, count) of var's values the mask keeps."""
+        if self.bounds is None:
+            fail("a comparison of two index expressions is not a mask (it keeps no box): use nisa.affine_select")
         if var not in self.bounds:
             return 0, var.size
         op, coeff, rhs = self.bounds[var]
@@ -659,7 +670,7 @@ def apply_mask(view, mask):
         var = view.vars[d] if view.vars else None
         if var is None:
             # A whole tile under a mask: an arange var on axis d bounds it.
-            var = next((v for v in mask.bounds if v.axis == d and v.size == size), None)
+            var = next((v for v in (mask.bounds or ()) if v.axis == d and v.size == size), None)
         if var is None:
             continue
         first, count = mask.range_of(var)

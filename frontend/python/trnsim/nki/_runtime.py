@@ -157,6 +157,8 @@ class Kernel:
 
     def __getitem__(self, grid):
         grid = grid if isinstance(grid, tuple) else (grid,)
+        if len(grid) == 1 and isinstance(grid[0], tuple):
+            grid = grid[0]   # nl.spmd_dim(...)
         return _GridCall(self, tuple(int(g) for g in grid))
 
     def __call__(self, *args, **kwargs):

@@ -40,6 +40,7 @@ class Target:
         self.pe_rows = int(leaves["core.tensor.pe_rows"])
         self.cores = int(leaves.get("chip.physical_cores", 1))
         self.hbm_gbps = float(leaves["hbm.bandwidth_gbps"])
+        self.dma_transpose = leaves.get("core.dma.transpose_supported") == "true"
         self.hbm_stacks = int(leaves["hbm.stacks"])
 
 

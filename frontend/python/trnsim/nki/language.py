@@ -206,11 +206,30 @@ def program_id(axis=0):
     return ids[axis] if axis < len(ids) else 0
 
 
-def num_programs(axis=None):
+def num_programs(axis=None, axes=None):
+    axis = axes if axis is None else axis
     n = _trace.current().num_programs
     if axis is None:
         return _prod(n) if n else 1
     return n[axis] if axis < len(n) else 1
+
+
+class nc:
+    """Beta 1: ``kernel[nl.nc(2)](...)`` launches on 2 NeuronCores (an LNC grid)."""
+
+    def __init__(self, count):
+        self.count = int(count)
+
+    def __index__(self):
+        return self.count
+
+    def __int__(self):
+        return self.count
+
+
+def spmd_dim(*args):
+    """Beta 1: ``kernel[nl.spmd_dim(nl.nc(2), 4)]``: grid dims (the NeuronCore dim first)."""
+    return tuple(int(a) for a in args)
 
 
 def program_ndim():
@@ -552,6 +571,31 @@ def load(src, mask=None, dtype=None, **kw):
     if dtype is not None and as_dtype(dtype) is not sv.dtype:
         out = _result_tile(shape, dtype, location)
         _emit.emit("tensor_copy", (out, t), {"mask": mask}, location)
+        return out
+    return t
+
+
+def load_transpose2d(src, mask=None, dtype=None, **kw):
+    """Beta 1: HBM src [F, P] into an SBUF tile [P, F]: ``dma_transpose`` where the target's DMA
+    transposes (trn2+, 2-byte dtypes), else a DMA whose HBM side walks the columns (element-sized
+    descriptors: correct, and as slow as that is)."""
+    location = user_location()
+    sv = _operand(src, "nl.load_transpose2d")
+    if sv.st.space != "hbm" or sv.ndim != 2:
+        fail("nl.load_transpose2d reads a 2-d HBM tensor", location)
+    if mask is not None:
+        sv = _core.apply_mask(sv, mask)
+    f, p = sv.shape
+    trace = _trace.current()
+    t = trace.tile((p, f), sv.dtype, "sbuf", 0, location).full_view()
+    if trace.target.dma_transpose and sv.dtype.size_bytes == 2:
+        _emit.emit("dma_transpose", (t, sv), {}, location)
+    else:
+        columns = View(sv.st, sv.offset, [[sv.dims[1][0], p], [sv.dims[0][0], f]], None, 0)
+        _emit.emit("dma_copy", (t, columns), {}, location)
+    if dtype is not None and as_dtype(dtype) is not sv.dtype:
+        out = _result_tile((p, f), dtype, location)
+        _emit.emit("tensor_copy", (out, t), {}, location)
         return out
     return t
 

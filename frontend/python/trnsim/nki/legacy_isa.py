@@ -130,6 +130,37 @@ def iota(expr, dtype, mask=None, **_):
     return t
 
 
+_CMP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+
+
+def affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None, **_):
+    """Beta 1: ``pred`` an affine comparison of index expressions (``i_p >= i_f``): on_true_tile
+    where it holds, else on_false_value (GpSimd's affine_select: offset + multiplier * p + sum of
+    step * i, compared with 0)."""
+    location = user_location()
+    if not isinstance(pred, _core.Mask) or pred.affine is None:
+        fail("nisa.affine_select takes a comparison of nl.arange / nl.mgrid expressions as pred", location)
+    expr, op = pred.affine
+    src = _emit.as_view(on_true_tile, "on_true_tile")
+    shape = language._tile_shape(src)
+    multiplier, pattern = 0, []
+    free_axes = {}
+    for var, coeff in expr.terms.items():
+        if var.axis == 0:
+            multiplier += coeff
+        else:
+            free_axes[var.axis] = free_axes.get(var.axis, 0) + coeff
+    for axis in range(1, len(shape)):
+        pattern.append([free_axes.pop(axis, 0), shape[axis]])
+    if free_axes:
+        fail(f"nisa.affine_select: the predicate uses axes {sorted(free_axes)} the tile {list(shape)} lacks", location)
+    out = _trace.current().tile(shape, _core.as_dtype(dtype) if dtype else src.dtype, "sbuf", 0,
+                                location).full_view()
+    _emit.emit("affine_select", (out, pattern or [[0, 1]], multiplier, src, float(on_false_value), _CMP[op]),
+               {"offset": expr.const, "mask": mask}, location)
+    return out
+
+
 def dma_copy(dst=None, src=None, **kwargs):
     location = user_location()
     _emit.emit("dma_copy", (dst, src), kwargs, location)

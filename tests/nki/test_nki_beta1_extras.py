@@ -1,0 +1,69 @@
+"""Beta-1 idioms of published kernels: causal masks by nisa.affine_select on index predicates,
+nl.load_transpose2d, LNC grids kernel[nl.nc(2)] / nl.spmd_dim, jit(mode="benchmark")."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from neuronxcc import nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def causal_fill(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:a.shape[1]]
+    t = nl.load(a[i_p, i_f])
+    masked = nisa.affine_select(pred=(i_p + 64 >= i_f), on_true_tile=t, on_false_value=-30000.0)
+    nl.store(out[i_p, i_f], value=masked)
+    return out
+
+
+def test_affine_select_on_an_index_predicate(rng):
+    a = rng.standard_normal((128, 256)).astype(np.float32)
+    p, f = np.meshgrid(np.arange(128), np.arange(256), indexing="ij")
+    np.testing.assert_array_equal(nki.simulate_kernel(causal_fill, a), np.where(p + 64 >= f, a, -30000.0))
+
+
+@nki.jit
+def transpose_load(a):
+    out = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load_transpose2d(a))
+    return out
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_load_transpose2d(monkeypatch, rng, target, dtype):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
+    a = rng.standard_normal((256, 128)).astype(dtype)
+    np.testing.assert_array_equal(transpose_load(a), a.T)
+    used = transpose_load.last_summary.instructions
+    # The DMA transposes 2-byte data from trn2 on; otherwise a column-walking copy.
+    assert ("dma_transpose" in used) == (target == "trn2" and dtype is ml_dtypes.bfloat16)
+
+
+@nki.jit
+def doubled_rows(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    rows = a.shape[0] // nl.num_programs(axes=0)
+    i = nl.program_id(0)
+    nl.store(out[i * rows:(i + 1) * rows, :], value=nl.multiply(nl.load(a[i * rows:(i + 1) * rows, :]), 2.0))
+    return out
+
+
+def test_lnc_grid_spellings(rng):
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    for launch in (doubled_rows[nl.nc(2)], doubled_rows[nl.spmd_dim(nl.nc(2))], doubled_rows[2]):
+        np.testing.assert_array_equal(launch(a), 2 * a)
+
+
+def test_jit_mode_benchmark(rng):
+    @nki.jit(mode="benchmark")
+    def scale(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(a), 3.0))
+        return out
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    scale(a)
+    assert scale.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(scale.last_latency_ns / 1e3)
