@@ -114,64 +114,70 @@ def engine_word(engine):
     return name
 
 
-def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
+def emit(name, args, kwargs, location=None):
     """Emit instruction ``name`` with NKI-style arguments (dst first). Returns the instruction's index."""
     location = location or user_location()
     spec = specs().get(name)
     if spec is None:
         fail(f"nki.isa.{name} is not an instruction of trnsim's ISA yet", location)
-    operands = spec["operands"]
-    names = spec.get("_names")
-    if names is None:
-        names = spec["_names"] = frozenset(o["name"] for o in operands)
+    plan = spec.get("_plan")
+    if plan is None:
+        # (name, kind, required, enum words) per operand, made once per instruction.
+        plan = spec["_plan"] = tuple((o["name"], o["kind"], not o["optional"] and o["default"] is None,
+                                      tuple(o["values"])) for o in spec["operands"])
+        spec["_names"] = {o[0]: i for i, o in enumerate(plan)}
+    names = spec["_names"]
     engine = mask = None
     if kwargs:
         kwargs = dict(kwargs)
         engine = engine_word(kwargs.pop("engine", None))
         kwargs.pop("name", None)
         mask = kwargs.pop("mask", None)
-    if len(args) > len(operands):
-        fail(f"nisa.{name} takes at most {len(operands)} positional arguments, got {len(args)}", location)
-    values = {o["name"]: a for o, a in zip(operands, args)}
+    if len(args) > len(plan):
+        fail(f"nisa.{name} takes at most {len(plan)} positional arguments, got {len(args)}", location)
+    values = list(args) + [None] * (len(plan) - len(args))
+    given = [True] * len(args) + [False] * (len(plan) - len(args))
     for k, a in kwargs.items():
-        if k in values:
+        i = names.get(k)
+        if i is None:
+            fail(f"nisa.{name} has no argument {k!r} (it takes: {', '.join(o[0] for o in plan)})", location)
+        if given[i]:
             fail(f"nisa.{name}: argument {k!r} given twice", location)
-        if k not in names:
-            valid = ", ".join(o["name"] for o in operands)
-            fail(f"nisa.{name} has no argument {k!r} (it takes: {valid})", location)
-        values[k] = a
+        values[i], given[i] = a, True
     trace = _trace.current()
     parts = []
     written = []
     touched = []
-    for o in operands:
-        oname, kind = o["name"], o["kind"]
-        if oname not in values or (values[oname] is None and skip_none):
-            if not o["optional"] and o["default"] is None:
+    for (oname, kind, required, words), v in zip(plan, values):
+        if v is None:
+            if required:
                 fail(f"nisa.{name}: missing argument {oname!r}", location)
             continue
-        v = values[oname]
-        if kind in ("out", "in", "inout"):
+        if kind == "in" or kind == "out" or kind == "inout":
             view = v if type(v) is View else as_view(v, f"nisa.{name} {oname}")
             if mask is not None:
                 view = _core.apply_mask(view, mask)
-            if view is None:
-                return -1   # the mask keeps nothing
+                if view is None:
+                    return -1   # the mask keeps nothing
             touched.append(view.st)
-            if kind in ("out", "inout"):
+            if kind != "in":
                 written.append(view)
-            if kind in ("in", "inout"):
+            if kind != "out" and view.st.pending_zero:
                 _flush_zero(view.st, trace, location)
-            text = ap_text(view)
+            text = view.text or ap_text(view)
         elif kind == "in|f32":
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
                 text = _number(v, f"nisa.{name} {oname}")
             else:
-                view = _core.apply_mask(as_view(v, f"nisa.{name} {oname}"), mask)
+                view = as_view(v, f"nisa.{name} {oname}")
+                if mask is not None:
+                    view = _core.apply_mask(view, mask)
+                    if view is None:
+                        return -1
                 _flush_zero(view.st, trace, location)
                 touched.append(view.st)
                 text = ap_text(view)
-        elif kind in ("f32", "i64"):
+        elif kind == "f32" or kind == "i64":
             text = _number(v, f"nisa.{name} {oname}")
         elif kind == "bool":
             text = "true" if v else "false"
@@ -182,8 +188,8 @@ def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
                 text = "true" if v else "false"
             else:
                 text = getattr(v, "_isa_name", None) or _NUMPY_OPS.get(v) or str(v)
-            if text not in o["values"]:
-                fail(f"nisa.{name} {oname}={v!r}: one of {', '.join(o['values'])}", location)
+            if text not in words:
+                fail(f"nisa.{name} {oname}={v!r}: one of {', '.join(words)}", location)
         elif kind == "ints":
             text = "[" + ", ".join(str(int(x)) for x in v) + "]"
         elif kind == "pairs":
@@ -200,7 +206,7 @@ def emit(name, args, kwargs, location=None, reads=(), skip_none=True):
         if view.st.pending_zero and name != "nc_matmul":
             _flush_zero(view.st, trace, location)
     if name == "nc_transpose" and engine in (None, "tensor"):
-        data = values.get("data")
+        data = values[names["data"]]
         if isinstance(data, View):
             p = data.dims[data.pdim][1]
             trace.transpose_flops += 2 * p * p * (_prod(data.shape) // p)
