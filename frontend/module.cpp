@@ -46,6 +46,16 @@ bool native_numpy_dtype(trnsim::DType d) {
   }
 }
 
+// Every leaf of a config as canonical text ("core.sbuf.bytes_per_partition" -> "196608"), plus its
+// name and hash: what front-ends that size their work by the hardware read (the NKI tracer).
+py::dict config_leaves(const trnsim::HardwareConfig& config, const std::string& hash) {
+  py::dict d;
+  for (const trnsim::ConfigLeaf& leaf : trnsim::flatten_config(config)) d[py::str(leaf.path)] = leaf.value;
+  d["name"] = config.name;
+  d["hash"] = hash;
+  return d;
+}
+
 // trnsim.run_program's native half (frontend/python/trnsim/run.py): the core `trnsim run` uses
 // (sim/program_run.h), inputs converted by its .npy rules (tools/cli/npy.h).
 py::dict run_program(const std::string& program_text, const std::string& origin, bool is_path,
@@ -155,14 +165,8 @@ PYBIND11_MODULE(_C, m) {
         "[(name, npy descr, shape, bytes)]; see trnsim.run_program.");
 
   m.def("config_leaves", [](const std::string& config, const std::vector<std::string>& overrides) {
-    // Every leaf of a config as canonical text ("core.sbuf.bytes_per_partition" -> "196608"), for
-    // front-ends that size their work by the hardware (the NKI tracer's nl.tile_size, allocator).
     trnsim::LoadedConfig loaded = trnsim::load_config(config, overrides);
-    py::dict d;
-    for (const trnsim::ConfigLeaf& leaf : trnsim::flatten_config(loaded.hardware)) d[py::str(leaf.path)] = leaf.value;
-    d["name"] = loaded.hardware.name;
-    d["hash"] = loaded.hash;
-    return d;
+    return config_leaves(loaded.hardware, loaded.hash);
   }, py::arg("config"), py::arg("overrides") = std::vector<std::string>{});
   m.def("instruction_specs", [] {
     // The ISA table (isa/instructions.def) as data: front-ends that emit .tasm (trnsim.nki) build
@@ -197,12 +201,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("device_config_leaves", [] {
     fe::config_info();  // loads the device's config if nothing has yet
-    const trnsim::HardwareConfig& config = fe::current_runtime()->config();
-    py::dict d;
-    for (const trnsim::ConfigLeaf& leaf : trnsim::flatten_config(config)) d[py::str(leaf.path)] = leaf.value;
-    d["name"] = config.name;
-    d["hash"] = fe::current_runtime()->hash();
-    return d;
+    return config_leaves(fe::current_runtime()->config(), fe::current_runtime()->hash());
   });
   m.def("execute_program", [](int device, const std::string& key, const std::string& tasm, const std::string& origin,
                               const std::vector<py::tuple>& inputs, const std::vector<py::tuple>& outputs,
