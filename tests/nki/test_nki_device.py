@@ -73,3 +73,24 @@ def test_in_the_profiler_table():
     with trnsim.profile() as prof:
         scaled_product(a, a)
     assert "nki.scaled_product" in prof.table()
+
+
+def test_recorded_and_replayed(tmp_path):
+    """A kernel on the device is a launch of a recording (its program, no kernel invocation):
+    `trnsim replay` re-times it to the recorded time, bit for bit."""
+    import json
+    import os
+    import subprocess
+    a = torch.randn(128, 32).to("neuron")
+    path = tmp_path / "nki.trnrec"
+    with trnsim.record(str(path)):
+        scaled_product(a, a)
+    recorded = scaled_product.last_latency_ns
+    build = os.environ.get("TRNSIM_BUILD_DIR", os.path.join(trnsim._C.source_dir(), "build"))
+    out = tmp_path / "replay.json"
+    subprocess.run([os.path.join(build, "bin", "trnsim"), "replay", str(path), "--json", str(out)], check=True,
+                   capture_output=True)
+    report = json.loads(out.read_text())
+    (launch,) = report["launches"]
+    assert launch["op"] == "nki.scaled_product" and launch["kind"] == "kernel"
+    assert launch["recorded_ns"] == recorded and launch["ns"] == recorded   # bit for bit
