@@ -162,6 +162,9 @@ class Kernel:
         return _GridCall(self, tuple(int(g) for g in grid))
 
     def __call__(self, *args, **kwargs):
+        if _trace.active() is not None:
+            # A kernel called from a kernel being traced is inlined (a helper kernel / sub-kernel).
+            return self.fn(*args, **kwargs)
         return self.run(args, kwargs)
 
     def run(self, args, kwargs, grid=(), timing_only=None, trace_path=None, overwrite=True):
