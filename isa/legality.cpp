@@ -253,6 +253,8 @@ class Checker {
     if (inst.opcode == Opcode::topk) check_topk(inst);
     if (inst.opcode == Opcode::nc_n_gather) check_nc_n_gather(inst);
     if (inst.opcode == Opcode::nonzero_with_count) check_nonzero_with_count(inst);
+    if (inst.opcode == Opcode::sequence_bounds) check_sequence_bounds(inst);
+    if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -586,6 +588,69 @@ class Checker {
                           std::string(dtype_name(dst->dtype)));
     }
     shape_is(inst, "dst", src->partitions(), src->free_elements() + 1);
+  }
+
+  // ISA sequence_bounds: segment_ids [1, n] and dst [1, 2n] (NKI's [1, 2, n]), both fp32 or int32, in SBUF. That the
+  // ids are non-negative integers is a value, checked by the interpreter.
+  void check_sequence_bounds(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* ids = given(inst, "segment_ids");
+    if (!dst || !ids) return;
+    for (const char* name : {"dst", "segment_ids"}) {
+      const AccessPattern& ap = inst.tensor(name);
+      if (alloc(ap).space != MemorySpace::sbuf) fail("sequence-bounds", std::string(name) + " must be in SBUF");
+      if (ap.dtype != DType::fp32 && ap.dtype != DType::int32) {
+        fail("sequence-bounds", std::string(name) + " must be fp32 or int32, not " + std::string(dtype_name(ap.dtype)));
+      }
+    }
+    if (ids->partitions() != 1) {
+      fail("sequence-bounds", "segment_ids must be on one partition, got " + shape_text(*ids));
+    }
+    shape_is(inst, "dst", 1, 2 * ids->free_elements());
+  }
+
+  // ISA local_gather: uint16 index, dst.dtype = src_buffer.dtype (not packed MX), src_buffer/index/dst on the same whole
+  // 16-partition groups (one GpSimd core each: start a multiple of 16), num_elem_per_idx in {1, 2, 4, 8, 16, 32},
+  // 1 <= num_valid_indices <= min(4096, 16 x index's elements per partition), dst num_valid_indices x num_elem_per_idx
+  // per partition; all in SBUF.
+  void check_local_gather(const Instruction& inst) {
+    constexpr uint32_t kGroup = 16;          // ISA: each GpSimd core connects to 16 SBUF partitions
+    constexpr int64_t kMaxIndices = 4096;    // ISA: at most 4096 indices per core
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src_buffer");
+    const AccessPattern* index = given(inst, "index");
+    if (!dst || !src || !index) return;
+    for (const char* name : {"dst", "src_buffer", "index"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("local-gather", std::string(name) + " must be in SBUF");
+    }
+    if (index->dtype != DType::uint16) fail("local-gather", "index must be uint16, not " + std::string(dtype_name(index->dtype)));
+    if (dst->dtype != src->dtype) {
+      fail("local-gather", "dst.dtype must match src_buffer.dtype (" + std::string(dtype_name(src->dtype)) + "), not " +
+                               std::string(dtype_name(dst->dtype)));
+    }
+    if (is_mx_x4(src->dtype)) fail("local-gather", "local_gather does not move packed MX dtypes");
+    auto start = [&](const AccessPattern& ap) { return alloc(ap).base_partition + ap.start_partition; };
+    if (src->partitions() != index->partitions() || dst->partitions() != src->partitions() ||
+        src->partitions() % kGroup != 0 || start(*src) % kGroup != 0 || start(*index) != start(*src) ||
+        start(*dst) != start(*src)) {
+      fail("local-gather", "src_buffer " + shape_text(*src) + " at partition " + std::to_string(start(*src)) +
+                               ", index " + shape_text(*index) + " at " + std::to_string(start(*index)) + " and dst " +
+                               shape_text(*dst) + " at " + std::to_string(start(*dst)) +
+                               " must cover the same whole 16-partition groups");
+    }
+    const int64_t e = static_cast<int64_t>(inst.scalar("num_elem_per_idx"));
+    if (e != 1 && e != 2 && e != 4 && e != 8 && e != 16 && e != 32) {
+      fail("local-gather", "num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, not " + std::to_string(e));
+      return;
+    }
+    const int64_t per_core = int64_t{kGroup} * int64_t(index->free_elements());
+    const int64_t valid = inst.has("num_valid_indices") ? static_cast<int64_t>(inst.scalar("num_valid_indices")) : per_core;
+    if (valid < 1 || valid > per_core || valid > kMaxIndices) {
+      fail("local-gather", "num_valid_indices must be 1 .. min(4096, " + std::to_string(per_core) +
+                               " indices per 16-partition group), not " + std::to_string(valid));
+      return;
+    }
+    shape_is(inst, "dst", src->partitions(), uint64_t(valid * e));
   }
 
   // ISA topk: bf16 source in SBUF on a multiple of 16 partitions, 8 <= n < 65536, 1 <= K <= n with K < 32768,

@@ -315,7 +315,8 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
   const double start = pool.fixed_overhead_cycles;
   // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state, rand_get_state and
-  // nonzero_with_count and nc_n_gather (N = indices per partition) have no published cost and are assumed to take the same GPSIMD_START + N.
+  // nonzero_with_count and nc_n_gather (N = indices per partition) have no published cost and are assumed to take the
+  // same GPSIMD_START + N.
   double cycles = start + n;
   if (inst.opcode == Opcode::topk) {
     // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition
@@ -324,6 +325,22 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
     cycles = kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements());
   } else if (inst.opcode == Opcode::nc_n_gather) {
     cycles = start + double(inst.tensor("indices").free_elements());  // assumed, as noted above
+  } else if (inst.opcode == Opcode::sequence_bounds) {
+    // No published cost: assumed GPSIMD_START + n, n = segment ids (one pass over the partition; the two passes of
+    // the NKI reference, starts and ends, taken as one).
+    cycles = start + double(inst.tensor("segment_ids").free_elements());
+  } else if (inst.opcode == Opcode::local_gather) {
+    // ISA-COST local_gather (trainium.md §5.2): GPSIMD_START + (num_valid_indices * e) / C GpSimd cycles, with
+    // C = ((28 + t * e) / (t * e)) / min(4 / dtype_size, e), e = num_elem_per_idx, t = 4; the 8 cores in parallel.
+    constexpr double kGatherT = 4;        // ISA-COST local_gather "t is a constant 4"
+    constexpr double kGatherFixed = 28;   // ISA-COST local_gather "28 + t * num_elem_per_idx"
+    constexpr double kGatherWordBytes = 4;  // ISA-COST local_gather "4 / dtype_size"
+    const double e = inst.scalar("num_elem_per_idx");
+    const double valid = inst.has("num_valid_indices") ? inst.scalar("num_valid_indices")
+                                                       : 16.0 * double(inst.tensor("index").free_elements());
+    const double dtype_size = double(dtype_size_bytes(inst.tensor("src_buffer").dtype));
+    const double c = ((kGatherFixed + kGatherT * e) / (kGatherT * e)) / std::min(kGatherWordBytes / dtype_size, e);
+    cycles = start + valid * e / c;
   } else if (inst.opcode == Opcode::tensor_partition_reduce) {
     // Assumed (no published cost): each processor is wired to lanes/processors partitions and
     // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).

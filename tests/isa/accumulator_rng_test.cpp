@@ -786,5 +786,233 @@ TEST(GatherTest, NonzeroWithCountOnTheFirstPartitionOfEachGpSimdCore) {
   }
 }
 
+// ---- sequence_bounds (GpSimd) ----
+
+// The reference: for each element, walk outwards while the neighbours carry the same id (start inclusive, end
+// exclusive); padding (id 0) gets [n, -1].
+std::vector<int64_t> sequence_bounds_reference(const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> out(size_t(2 * n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[size_t(i)] == 0) {
+      out[size_t(i)] = n;
+      out[size_t(n + i)] = -1;
+      continue;
+    }
+    int64_t lo = i, hi = i;
+    while (lo > 0 && ids[size_t(lo - 1)] == ids[size_t(i)]) --lo;
+    while (hi + 1 < n && ids[size_t(hi + 1)] == ids[size_t(i)]) ++hi;
+    out[size_t(i)] = lo;
+    out[size_t(n + i)] = hi + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> run_sequence_bounds(const std::vector<int64_t>& ids, DType in_dtype, DType out_dtype) {
+  const uint32_t n = static_cast<uint32_t>(ids.size());
+  Kernel k;
+  auto seg = k.tensor(in_dtype, {1, n}), dst = k.tensor(out_dtype, {1, 2 * n});
+  k.emit(Opcode::sequence_bounds).tensor("dst", dst).tensor("segment_ids", seg);
+  k.build();
+  if (in_dtype == DType::int32) {
+    std::vector<uint32_t> bits;
+    for (int64_t v : ids) bits.push_back(static_cast<uint32_t>(v));
+    k.set_bits(seg, bits);
+  } else {
+    std::vector<float> values;
+    for (int64_t v : ids) values.push_back(static_cast<float>(v));
+    k.set(seg, values);
+  }
+  k.run();
+  std::vector<int64_t> got;
+  if (out_dtype == DType::int32) {
+    for (uint32_t b : k.get_bits(dst)) got.push_back(static_cast<int32_t>(b));
+  } else {
+    for (float v : k.get(dst).values) got.push_back(static_cast<int64_t>(v));
+  }
+  return got;
+}
+
+TEST(SequenceBoundsTest, DocumentedExample) {
+  // NKI's example: [0, 1, 1, 2, 2, 2, 0, 3, 3] -> starts [9, 1, 1, 3, 3, 3, 9, 7, 7], ends [-1, 3, 3, 6, 6, 6, -1, 9, 9].
+  std::vector<int64_t> want = {9, 1, 1, 3, 3, 3, 9, 7, 7, -1, 3, 3, 6, 6, 6, -1, 9, 9};
+  EXPECT_EQ(run_sequence_bounds({0, 1, 1, 2, 2, 2, 0, 3, 3}, DType::int32, DType::int32), want);
+  EXPECT_EQ(run_sequence_bounds({0, 1, 1, 2, 2, 2, 0, 3, 3}, DType::fp32, DType::fp32), want);
+}
+
+TEST(SequenceBoundsTest, RandomSortedSegmentsAgainstOutwardWalk) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 24; ++trial) {
+    const uint32_t n = 1 + rng() % 600;
+    std::vector<int64_t> ids(n);
+    for (int64_t& v : ids) v = rng() % 3 == 0 ? 0 : int64_t(rng() % 40);  // padding in between, as NKI allows
+    std::sort(ids.begin(), ids.end());
+    if (trial % 3 == 1) std::shuffle(ids.begin(), ids.end(), rng);  // unsorted: runs of adjacent equal ids
+    if (trial % 4 == 2) ids.assign(n, 7);                            // one segment over everything
+    const DType in = trial % 2 ? DType::int32 : DType::fp32, out = trial % 5 < 2 ? DType::int32 : DType::fp32;
+    EXPECT_EQ(run_sequence_bounds(ids, in, out), sequence_bounds_reference(ids)) << "trial " << trial;
+  }
+}
+
+TEST(SequenceBoundsTest, NegativeOrFractionalIdIsAnError) {
+  for (DType dtype : {DType::int32, DType::fp32}) {
+    try {
+      run_sequence_bounds({1, 1, -2, 3}, dtype, DType::int32);
+      FAIL() << "expected IsaError";
+    } catch (const IsaError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("sequence_bounds: segment id -2"));
+    }
+  }
+  Kernel k;
+  auto seg = k.tensor(DType::fp32, {1, 2}), dst = k.tensor(DType::fp32, {1, 4});
+  k.emit(Opcode::sequence_bounds).tensor("dst", dst).tensor("segment_ids", seg);
+  k.build();
+  k.set(seg, {1.5f, 2.0f});
+  EXPECT_THROW(k.run(), IsaError);
+}
+
+// ---- local_gather (GpSimd) ----
+
+// The NKI reference loop: per 16-partition group the indices flattened partition first (order 'F'), the first
+// num_valid of them, each an element offset; every partition of the group takes e elements from its own row.
+std::vector<float> local_gather_reference(const Tile& src, const std::vector<uint32_t>& index, uint32_t P, uint32_t F_idx,
+                                          uint32_t valid, uint32_t e) {
+  std::vector<float> out(size_t{P} * valid * e);
+  for (uint32_t g = 0; g < P / 16; ++g) {
+    std::vector<uint32_t> flat;  // order 'F' over the group's [16, F_idx] index block
+    for (uint32_t c = 0; c < F_idx; ++c) {
+      for (uint32_t r = 0; r < 16; ++r) flat.push_back(index[size_t(g * 16 + r) * F_idx + c]);
+    }
+    for (uint32_t p = g * 16; p < g * 16 + 16; ++p) {
+      for (uint32_t j = 0; j < valid; ++j) {
+        for (uint32_t k = 0; k < e; ++k) out[(size_t(p) * valid + j) * e + k] = src.at(p, flat[j] + k);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(LocalGatherTest, GathersWithinEachSixteenPartitionGroup) {
+  std::mt19937 rng(43);
+  const uint32_t elems[] = {1, 2, 4, 8, 16, 32};
+  for (int trial = 0; trial < 16; ++trial) {
+    const DType dtype = std::vector<DType>{DType::fp32, DType::bf16, DType::fp8_e4m3, DType::int32}[trial % 4];
+    const uint32_t P = 16 * (1 + rng() % 8), e = elems[rng() % 6], F = e + rng() % 300, F_idx = 1 + rng() % 12;
+    const uint32_t per_core = 16 * F_idx;
+    const bool all = trial % 3 == 0;
+    const uint32_t valid = all ? per_core : 1 + rng() % per_core;
+    Kernel k;
+    auto src = k.tensor(dtype, {P, F}), index = k.tensor(DType::uint16, {P, F_idx});
+    auto dst = k.tensor(dtype, {P, valid * e});
+    auto emit = k.emit(Opcode::local_gather);
+    emit.tensor("dst", dst).tensor("src_buffer", src).tensor("index", index).imm("num_elem_per_idx", e);
+    if (!all) emit.imm("num_valid_indices", valid);
+    k.build();
+    Tile x = dtype == DType::int32 ? Tile() : k.set(src, random_values(rng, size_t{P} * F));
+    std::vector<uint32_t> words(size_t{P} * F);
+    if (dtype == DType::int32) {
+      for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+      k.set_bits(src, words);
+      x = Tile(P, F);
+      for (size_t i = 0; i < words.size(); ++i) x.values[i] = numerics::bits_float(words[i]);
+    }
+    std::vector<uint32_t> idx(size_t{P} * F_idx);
+    std::vector<float> idx_values;
+    for (uint32_t& i : idx) {
+      i = rng() % (F - e + 1);
+      idx_values.push_back(float(i));
+    }
+    k.set(index, idx_values);
+    k.run();
+    std::vector<float> want = local_gather_reference(x, idx, P, F_idx, valid, e);
+    if (dtype == DType::int32) {
+      std::vector<uint32_t> want_bits;
+      for (float v : want) want_bits.push_back(numerics::float_bits(v));
+      EXPECT_EQ(k.get_bits(dst), want_bits) << "trial " << trial;
+    } else {
+      expect_exact(k.get(dst), want, "trial " + std::to_string(trial) + " " + std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST(LocalGatherTest, DocumentedExampleShape) {
+  // NKI's example: src_buffer [128, 512, 4] fp32, index [128, 4] = the same [16, 4] block eight times, times
+  // num_elem_per_idx = 4, 64 valid indices per core: out[p, j, :] = src_buffer[p, index_1d[j], :].
+  std::mt19937 rng(44);
+  Kernel k;
+  auto src = k.tensor(DType::fp32, {128, 512 * 4}), index = k.tensor(DType::uint16, {128, 4});
+  auto dst = k.tensor(DType::fp32, {128, 64 * 4});
+  k.emit(Opcode::local_gather)
+      .tensor("dst", dst)
+      .tensor("src_buffer", src)
+      .tensor("index", index)
+      .imm("num_elem_per_idx", 4)
+      .imm("num_valid_indices", 64);
+  k.build();
+  Tile x = k.set(src, random_values(rng, 128 * 2048));
+  std::vector<uint32_t> block(16 * 4);
+  for (uint32_t& b : block) b = rng() % 512;
+  std::vector<float> idx;
+  for (uint32_t p = 0; p < 128; ++p) {
+    for (uint32_t c = 0; c < 4; ++c) idx.push_back(float(block[(p % 16) * 4 + c] * 4));
+  }
+  k.set(index, idx);
+  k.run();
+  std::vector<float> want;
+  for (uint32_t p = 0; p < 128; ++p) {
+    for (uint32_t j = 0; j < 64; ++j) {  // index_1d[j] = block[j % 16][j / 16]
+      for (uint32_t v = 0; v < 4; ++v) want.push_back(x.at(p, block[(j % 16) * 4 + j / 16] * 4 + v));
+    }
+  }
+  expect_exact(k.get(dst), want, "documented example");
+}
+
+TEST(LocalGatherTest, IndexLeavingTheSourceIsAnError) {
+  Kernel k;
+  auto src = k.tensor(DType::fp32, {16, 10}), index = k.tensor(DType::uint16, {16, 1});
+  auto dst = k.tensor(DType::fp32, {16, 32});
+  k.emit(Opcode::local_gather)
+      .tensor("dst", dst)
+      .tensor("src_buffer", src)
+      .tensor("index", index)
+      .imm("num_elem_per_idx", 2);
+  k.build();
+  std::vector<float> idx(16, 0.0f);
+  idx[5] = 9;  // elements 9 and 10 of a 10-element row
+  k.set(index, idx);
+  try {
+    k.run();
+    FAIL() << "expected IsaError";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("local_gather: index 9 (index 5 of partitions 0..15)"));
+  }
+}
+
+TEST(LocalGatherTest, LegalityWantsWholeGroupsAndDocumentedLimits) {
+  auto rules_of = [](const std::string& body) {
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf s : fp32[128, 64]\nsbuf x : uint16[128, 300]\n"
+                                 "sbuf d : fp32[128, 8192]\n" + body + "\n", "case.tasm");
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    return rules;
+  };
+  EXPECT_THAT(rules_of("local_gather dst=d[0:32, 0:16], src_buffer=s[0:32, :], index=x[0:32, 0:1]"),
+              ::testing::IsEmpty());
+  // Partitions 8..39 straddle two GpSimd cores.
+  EXPECT_THAT(rules_of("local_gather dst=d[8:40, 0:16], src_buffer=s[8:40, :], index=x[8:40, 0:1]"),
+              ::testing::Contains("local-gather"));
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:48], src_buffer=s[0:16, :], index=x[0:16, 0:1], "
+                       "num_elem_per_idx=3"),
+              ::testing::Contains("local-gather"));
+  // 16 x 300 = 4800 indices per core: more than 4096.
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:4800], src_buffer=s[0:16, :], index=x[0:16, :]"),
+              ::testing::Contains("local-gather"));
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:4096], src_buffer=s[0:16, :], index=x[0:16, :], "
+                       "num_valid_indices=4096"),
+              ::testing::IsEmpty());
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:17], src_buffer=s[0:16, :], index=x[0:16, 0:1]"),
+              ::testing::Contains("operand-shape"));
+}
+
 }  // namespace
 }  // namespace trnsim::isa

@@ -73,6 +73,10 @@ topk val_dst=a[0:32, 0:8], idx_dst=idx[0:32, 0:8], src=a[0:32, 8:11], n=42
 nc_n_gather dst=b[:, 0:8], data=b, indices=idx
 sbuf nz : int32[128, 9]
 nonzero_with_count dst=nz, src=b[:, 0:8], index_offset=16, padding_val=-7
+sbuf seg : int32[1, 64]
+sequence_bounds dst=b[0:1, 0:128], segment_ids=seg
+sbuf gidx : uint16[128, 4]
+local_gather dst=b[:, 0:128], src_buffer=b, index=gidx, num_elem_per_idx=4, num_valid_indices=32
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

@@ -852,6 +852,37 @@ TEST_P(CostModelTest, GpSimdNcNGatherIsStartPlusN) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
 }
 
+// sequence_bounds: no published cost; assumed GPSIMD_START + n (n = segment ids, not the 2n outputs).
+TEST_P(CostModelTest, GpSimdSequenceBoundsIsStartPlusN) {
+  uint32_t seg = b().sbuf("seg", DType::int32, {1, 512});
+  uint32_t dst = b().sbuf("bounds", DType::int32, {1, 1024});
+  b().emit(Opcode::sequence_bounds).tensor("dst", b().view(dst)).tensor("segment_ids", b().view(seg));
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 512.0);
+}
+
+// ISA-COST local_gather: GPSIMD_START + (num_valid_indices * e) / C, C = ((28 + 4e) / (4e)) / min(4 / dtype_size, e).
+TEST_P(CostModelTest, GpSimdLocalGatherIsThePublishedFormula) {
+  uint32_t src = b().sbuf("src", DType::bf16, {128, 1024});
+  uint32_t idx = b().sbuf("gidx", DType::uint16, {128, 8});
+  uint32_t dst = b().sbuf("gdst", DType::bf16, {128, 128 * 8});
+  // e = 8, bf16 (2 bytes), 100 valid indices: C = (60 / 32) / min(2, 8) = 0.9375.
+  b().emit(Opcode::local_gather)
+      .tensor("dst", b().view(dst, {Slice::all(), Slice::range(0, 800)}))
+      .tensor("src_buffer", b().view(src))
+      .tensor("index", b().view(idx))
+      .imm("num_elem_per_idx", 8)
+      .imm("num_valid_indices", 100);
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 100.0 * 8.0 / ((60.0 / 32.0) / 2.0));
+  // Defaults: e = 1, every index of the 16-partition block (16 x 8 = 128): C = (32 / 4) / min(2, 1) = 8.
+  b().emit(Opcode::local_gather)
+      .tensor("dst", b().view(dst, {Slice::all(), Slice::range(0, 128)}))
+      .tensor("src_buffer", b().view(src))
+      .tensor("index", b().view(idx));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 128.0 / 8.0);
+}
+
 // ISA topk (the cost HEAD docs keep): 4 * n + K GpSimd cycles, nothing added.
 TEST_P(CostModelTest, GpSimdTopkIsFourNPlusK) {
   uint32_t src = b().sbuf("src", DType::bf16, {128, 64});
