@@ -254,6 +254,7 @@ class Checker {
     if (inst.opcode == Opcode::nc_n_gather) check_nc_n_gather(inst);
     if (inst.opcode == Opcode::nonzero_with_count) check_nonzero_with_count(inst);
     if (inst.opcode == Opcode::sequence_bounds) check_sequence_bounds(inst);
+    if (inst.opcode == Opcode::activate2) check_activate2(inst);
     if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
   }
 
@@ -588,6 +589,47 @@ class Checker {
                           std::string(dtype_name(dst->dtype)));
     }
     shape_is(inst, "dst", src->partitions(), src->free_elements() + 1);
+  }
+
+  // ISA activate2: dst and data of one shape; (op0, op1) one of the six documented pairs, reverse only on an operator;
+  // an accumulating reduce_cmd needs reduce_op in {add, maximum, minimum}; imm0 / imm1 / relu_param per partition or
+  // immediate (both imm tensors of one dtype); reduce_res [P, 1].
+  void check_activate2(const Instruction& inst) {
+    same_shape(inst, "dst", "data");
+    const AluOp op0 = alu(inst, "op0"), op1 = alu(inst, "op1");
+    const bool pair = op0 == AluOp::multiply
+                          ? (op1 == AluOp::add || op1 == AluOp::subtract || op1 == AluOp::bypass)
+                          : ((op0 == AluOp::add || op0 == AluOp::subtract || op0 == AluOp::bypass) && op1 == AluOp::bypass);
+    if (!pair) {
+      fail("activate2-ops", "(op0, op1) = (" + std::string(alu_op_name(op0)) + ", " + std::string(alu_op_name(op1)) +
+                                ") is none of (multiply, add|subtract|bypass), (add|subtract|bypass, bypass)");
+    }
+    if ((inst.scalar("reverse0") != 0 && op0 == AluOp::bypass) || (inst.scalar("reverse1") != 0 && op1 == AluOp::bypass)) {
+      fail("activate2-ops", "reverse0 / reverse1 need op0 / op1 to be an operator, not bypass");
+    }
+    const OperandSpec* cmd = inst.spec().find("reduce_cmd");
+    const std::string command = cmd->enum_values.at(static_cast<size_t>(inst.scalar("reduce_cmd")));
+    if (command != "idle") {
+      if (!inst.has("reduce_op")) {
+        fail("missing-operand", "reduce_cmd=" + command + " needs reduce_op");
+      } else {
+        const AluOp r = alu(inst, "reduce_op");
+        // A reduce_op that is no reduction at all is reported by check_instruction's reduce-op rule.
+        if (alu_op_is_reduction(r) && r != AluOp::add && r != AluOp::maximum && r != AluOp::minimum) {
+          fail("reduce-op", "activate2's reduce_op must be add, maximum or minimum, not " + std::string(alu_op_name(r)));
+        }
+      }
+    }
+    const AccessPattern* i0 = given(inst, "imm0");
+    const AccessPattern* i1 = given(inst, "imm1");
+    if (i0 && i1 && i0->dtype != i1->dtype) {
+      fail("operand-dtype", "imm0 and imm1 must share a dtype, not " + std::string(dtype_name(i0->dtype)) + " / " +
+                                std::string(dtype_name(i1->dtype)));
+    }
+    if (const AccessPattern* data = given(inst, "data")) {
+      for (const char* name : {"imm0", "imm1", "relu_param"}) per_partition(inst, name, data->partitions());
+      shape_is(inst, "reduce_res", data->partitions(), 1);
+    }
   }
 
   // ISA sequence_bounds: segment_ids [1, n] and dst [1, 2n] (NKI's [1, 2, n]), both fp32 or int32, in SBUF. That the

@@ -291,6 +291,12 @@ void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
       if (inst.has("reduce_res") && inst.is_tensor("reduce_res")) cycles += act.accumulator_readout_cycles;
       break;
     case Opcode::activation_reduce: cycles += act.accumulator_readout_cycles; break;
+    case Opcode::activate2:
+      // No published cost (trainium.md §5.2 "n/a"): assumed as activation, max(MIN_II, N) with the tensor-scalar
+      // stage free (ISA-COST activation: "same execution cost regardless of scale/bias"), plus the ActReadAccumulator
+      // (A-V2) when reduce_res is read out (ISA activate2: "an additional instruction is emitted").
+      if (inst.has("reduce_res") && inst.is_tensor("reduce_res")) cycles += act.accumulator_readout_cycles;
+      break;
     case Opcode::tensor_scalar:
     case Opcode::tensor_copy: {
       // A-V4: ScalarE runs tensor_scalar/tensor_copy up to 2x for bf16/fp16 (listed modes only).

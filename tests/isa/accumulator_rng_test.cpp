@@ -1014,5 +1014,139 @@ TEST(LocalGatherTest, LegalityWantsWholeGroupsAndDocumentedLimits) {
               ::testing::Contains("operand-shape"));
 }
 
+// ---- activate2 (Scalar, trn3) ----
+
+// The reference: the two tensor-scalar steps and the activation in double, each rounded to fp32 (exact: products and
+// sums of two floats rounded once); copy, relu, square and prelu have closed forms.
+double ref_act(const std::string& func, double x, double alpha) {
+  if (func == "copy") return x;
+  if (func == "relu") return x > 0 ? x : 0.0;
+  if (func == "square") return f32(x * x);
+  return x > 0 ? x : f32(alpha * x);  // prelu
+}
+
+TEST(Activate2Test, EveryOperatorPairAgainstALoop) {
+  std::mt19937 rng(51);
+  const std::vector<std::pair<std::string, std::string>> pairs = {{"multiply", "add"}, {"multiply", "subtract"},
+                                                                  {"multiply", "bypass"}, {"add", "bypass"},
+                                                                  {"subtract", "bypass"}, {"bypass", "bypass"}};
+  const std::vector<std::string> funcs = {"copy", "relu", "square", "prelu"};
+  const std::vector<std::string> reduces = {"add", "maximum", "minimum"};
+  int trial = 0;
+  for (const auto& [op0, op1] : pairs) {
+    for (int rev = 0; rev < 4; ++rev) {
+      const bool r0 = rev & 1, r1 = rev & 2;
+      if ((r0 && op0 == "bypass") || (r1 && op1 == "bypass")) continue;
+      ++trial;
+      const std::string func = funcs[trial % 4], reduce = reduces[trial % 3];
+      const uint32_t P = 1 + rng() % 128, F = 1 + rng() % 200;
+      Kernel k("trn3");
+      auto data = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::fp32, {P, F});
+      auto imm0 = k.tensor(DType::fp32, {P, 1}), relu = k.tensor(DType::fp32, {P, 1}), res = k.tensor(DType::fp32, {P, 1});
+      const float imm1 = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+      auto e = k.emit(Opcode::activate2);
+      e.tensor("dst", dst).word("op", func).tensor("data", data).tensor("imm0", imm0).imm("imm1", imm1);
+      e.word("op0", op0).word("op1", op1).tensor("relu_param", relu).imm("reverse0", r0).imm("reverse1", r1);
+      e.word("reduce_op", reduce).tensor("reduce_res", res).word("reduce_cmd", "reset_reduce");
+      k.build();
+      Tile x = k.set(data, random_values(rng, size_t{P} * F));
+      Tile s0 = k.set(imm0, random_values(rng, P));
+      Tile alpha = k.set(relu, random_values(rng, P, 0.0f, 1.0f));
+      k.run();
+      std::vector<float> want, want_res;
+      auto step = [](const std::string& op, double a, double b) {
+        if (op == "multiply") return f32(a * b);
+        if (op == "add") return f32(a + b);
+        return f32(a - b);
+      };
+      for (uint32_t p = 0; p < P; ++p) {
+        double acc = reduce == "add" ? 0.0 : reduce == "maximum" ? -INFINITY : INFINITY;
+        for (uint32_t i = 0; i < F; ++i) {
+          double v = x.at(p, i);
+          if (op0 != "bypass") v = r0 ? step(op0, s0.at(p, 0), v) : step(op0, v, s0.at(p, 0));
+          if (op1 != "bypass") v = r1 ? step(op1, imm1, v) : step(op1, v, imm1);
+          v = ref_act(func, v, alpha.at(p, 0));
+          want.push_back(float(v));
+          acc = reduce == "add" ? f32(acc + v) : reduce == "maximum" ? std::max(acc, v) : std::min(acc, v);
+        }
+        want_res.push_back(float(acc));
+      }
+      std::string what = op0 + "/" + op1 + " rev " + std::to_string(rev) + " " + func + " " + reduce;
+      expect_exact(k.get(dst), want, what);
+      expect_exact(k.get(res), want_res, what + " reduce_res");
+    }
+  }
+  EXPECT_EQ(trial, 15);  // 6 pairs x the reverse flags their operators allow: 4 + 4 + 2 + 2 + 2 + 1
+}
+
+TEST(Activate2Test, ScalarAccumulatorCarriesAcrossInstructions) {
+  // activation leaves its reduction in the Scalar registers; activate2 reduce folds on top; idle reads them back;
+  // reset sets reduce_op's identity without folding.
+  Kernel k("trn3");
+  auto data = k.tensor(DType::fp32, {4, 3}), dst = k.tensor(DType::bf16, {4, 3});
+  auto r1 = k.tensor(DType::fp32, {4, 1}), r2 = k.tensor(DType::fp32, {4, 1}), r3 = k.tensor(DType::fp32, {4, 1});
+  auto r4 = k.tensor(DType::fp32, {4, 1}), r5 = k.tensor(DType::fp32, {4, 1});
+  k.emit(Opcode::activation).tensor("dst", dst).word("op", "copy").tensor("data", data).word("reduce_op", "add")
+      .tensor("reduce_res", r1);
+  auto act2 = [&](const char* cmd, const AccessPattern& res) {
+    k.emit(Opcode::activate2).tensor("dst", dst).word("op", "copy").tensor("data", data).imm("imm0", 2.0)
+        .imm("imm1", 0.0).word("op0", "multiply").word("op1", "bypass").word("reduce_op", "add")
+        .tensor("reduce_res", res).word("reduce_cmd", cmd);
+  };
+  act2("reduce", r2);
+  act2("idle", r3);
+  act2("reset", r4);
+  act2("reset_reduce", r5);
+  k.build();
+  // 1/3 is not a bf16 value: the reduction sees the fp32 results, not dst's bf16.
+  k.set(data, {1.0f / 3, 1, 2, -1, -2, -3, 0.5f, 0.25f, 0.125f, 10, 20, 30});
+  k.run();
+  std::vector<float> sums = {float(f32(f32(1.0f / 3 + 1) + 2)), -6, 0.875f, 60};
+  std::vector<float> doubled;
+  for (float s : sums) doubled.push_back(s * 2);
+  std::vector<float> after_reduce;
+  for (size_t p = 0; p < 4; ++p) after_reduce.push_back(float(f32(sums[p] + doubled[p])));
+  // Row 0's doubled fold: acc = s + 2/3 + 2 + 4 in element order.
+  after_reduce[0] = float(f32(f32(f32(sums[0] + f32(2.0 / 3)) + 2) + 4));
+  expect_exact(k.get(r1), sums, "activation");
+  expect_exact(k.get(r2), after_reduce, "activate2 reduce");
+  expect_exact(k.get(r3), after_reduce, "activate2 idle");
+  expect_exact(k.get(r4), {0, 0, 0, 0}, "activate2 reset");
+  std::vector<float> fresh = doubled;
+  fresh[0] = float(f32(f32(f32(2.0 / 3)) + 2) + 4);
+  expect_exact(k.get(r5), fresh, "activate2 reset_reduce");
+}
+
+TEST(Activate2Test, LegalityAndInterpreterRejectTheSameInstructions) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=add", "activate2-ops"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=bypass, op1=bypass, reverse0=true", "activate2-ops"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass, reduce_cmd=reduce",
+       "missing-operand"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass, reduce_op=multiply, "
+       "reduce_cmd=reset_reduce",
+       "reduce-op"},
+      {"activate2 dst=b, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass", "operand-shape"},
+      {"activate2 dst=a, op=copy, data=a, imm0=c2, imm1=2.0, op0=add, op1=bypass", "per-partition-operand"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass, reduce_res=c2", "operand-shape"}};
+  for (const auto& [instruction, rule] : cases) {
+    Program program = parse_tasm("kernel k\ntarget trn3\nsbuf a : fp32[4, 8]\nsbuf b : fp32[4, 9]\n"
+                                 "sbuf c2 : fp32[4, 2]\n" + instruction + "\n", "case.tasm");
+    CoreState state(config("trn3").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn3")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn3"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains(rule)) << instruction;
+  }
+  // Only NeuronCore-v4 has it: the parser refuses it for an older target.
+  try {
+    parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[4, 8]\n"
+               "activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass\n", "case.tasm");
+    FAIL() << "expected a parse error";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("activate2 is not available on trn2"));
+  }
+}
+
 }  // namespace
 }  // namespace trnsim::isa

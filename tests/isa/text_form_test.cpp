@@ -77,6 +77,7 @@ sbuf seg : int32[1, 64]
 sequence_bounds dst=b[0:1, 0:128], segment_ids=seg
 sbuf gidx : uint16[128, 4]
 local_gather dst=b[:, 0:128], src_buffer=b, index=gidx, num_elem_per_idx=4, num_valid_indices=32
+activate2 dst=b, op=prelu, data=acc, imm0=col, imm1=-0.5, op0=multiply, op1=subtract, relu_param=col, reverse0=true, reverse1=true, reduce_op=maximum, reduce_res=col, reduce_cmd=reset_reduce
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

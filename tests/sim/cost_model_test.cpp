@@ -798,6 +798,48 @@ TEST_P(CostModelTest, VectorAccumulatingAndRandomFormulas) {
 
 // trn3-only Vector instructions: exponential at 4x ScalarE exp's max(MIN_II, N) (A-V4), plus MIN_II (assumed) when
 // reduce_res is read out; rand2 at 4 values per lane per cycle (A-V4).
+// activate2 (trn3, no published cost): assumed as activation, max(MIN_II, N), plus the accumulator read-out when
+// reduce_res is given.
+TEST(CostModelScalar, Activate2OnTrn3IsActivationCost) {
+  Kernel k("trn3");
+  const ScalarEngineConfig& act = k.hw().core.scalar;
+  auto& b = k.b();
+  uint32_t x = b.sbuf("x", DType::bf16, {128, 2048});
+  uint32_t col = b.sbuf("col", DType::fp32, {128, 1});
+  auto first = [&](uint32_t n) { return b.view(x, {Slice::all(), Slice::range(0, n)}); };
+  b.emit(Opcode::activate2)
+      .tensor("dst", first(1000))
+      .word("op", "gelu")
+      .tensor("data", first(1000))
+      .tensor("imm0", b.view(col))
+      .imm("imm1", 0.5)
+      .word("op0", "multiply")
+      .word("op1", "add");
+  EXPECT_EQ(k.cost().engine, Engine::scalar);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(double(act.min_initiation_interval_cycles), 1000.0));
+  b.emit(Opcode::activate2)
+      .tensor("dst", first(1000))
+      .word("op", "copy")
+      .tensor("data", first(1000))
+      .imm("imm0", 2.0)
+      .imm("imm1", 0.0)
+      .word("op0", "multiply")
+      .word("op1", "bypass")
+      .word("reduce_op", "add")
+      .tensor("reduce_res", b.view(col))
+      .word("reduce_cmd", "reset_reduce");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 1000.0 + act.accumulator_readout_cycles);
+  b.emit(Opcode::activate2)
+      .tensor("dst", first(8))
+      .word("op", "copy")
+      .tensor("data", first(8))
+      .imm("imm0", 2.0)
+      .imm("imm1", 0.0)
+      .word("op0", "bypass")
+      .word("op1", "bypass");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, act.min_initiation_interval_cycles);
+}
+
 TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
   Kernel k("trn3");
   const CoreConfig& core = k.hw().core;
