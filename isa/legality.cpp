@@ -255,6 +255,7 @@ class Checker {
     if (inst.opcode == Opcode::nonzero_with_count) check_nonzero_with_count(inst);
     if (inst.opcode == Opcode::sequence_bounds) check_sequence_bounds(inst);
     if (inst.opcode == Opcode::activate2) check_activate2(inst);
+    if (inst.opcode == Opcode::nc_stream_shuffle) check_stream_shuffle(inst);
     if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
   }
 
@@ -629,6 +630,52 @@ class Checker {
     if (const AccessPattern* data = given(inst, "data")) {
       for (const char* name : {"imm0", "imm1", "relu_param"}) per_partition(inst, name, data->partitions());
       shape_is(inst, "reduce_res", data->partitions(), 1);
+    }
+  }
+
+  // ISA nc_stream_shuffle: 32 mask entries in 0..31 or 255, dst.dtype = src.dtype (not packed MX), equal elements per
+  // partition, every mask entry a dst partition uses naming a src partition the access has, and the start partitions
+  // the hardware allows for num_active = ceil(max(src, dst partitions) / 32) * 32: 0 for 96/128, 0 or 64 for 64, a
+  // multiple of 32 for 32.
+  void check_stream_shuffle(const Instruction& inst) {
+    constexpr uint32_t kQuadrant = 32;
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src");
+    const std::vector<int64_t>& mask = inst.list("shuffle_mask");
+    bool mask_ok = mask.size() == kQuadrant;
+    for (int64_t m : mask) mask_ok = mask_ok && ((m >= 0 && m < int64_t{kQuadrant}) || m == 255);
+    if (!mask_ok) fail("stream-shuffle", "shuffle_mask must be 32 entries, each 0..31 or 255");
+    if (!dst || !src) return;
+    if (dst->dtype != src->dtype) {
+      fail("stream-shuffle", "dst.dtype must match src.dtype (" + std::string(dtype_name(src->dtype)) + "), not " +
+                                 std::string(dtype_name(dst->dtype)));
+    }
+    if (is_mx_x4(src->dtype)) fail("stream-shuffle", "nc_stream_shuffle does not move packed MX dtypes");
+    if (dst->free_elements() != src->free_elements()) {
+      fail("operand-shape", "dst has " + std::to_string(dst->free_elements()) + " elements per partition but src " +
+                                std::to_string(src->free_elements()));
+    }
+    if (mask_ok) {
+      for (uint32_t p = 0; p < dst->partitions(); ++p) {
+        const int64_t m = mask[p % kQuadrant];
+        if (m != 255 && (p / kQuadrant) * kQuadrant + uint32_t(m) >= src->partitions()) {
+          fail("stream-shuffle", "dst partition " + std::to_string(p) + " reads src partition " +
+                                     std::to_string((p / kQuadrant) * kQuadrant + uint32_t(m)) + ", but src has " +
+                                     std::to_string(src->partitions()));
+          break;
+        }
+      }
+    }
+    const uint32_t active = (std::max(src->partitions(), dst->partitions()) + kQuadrant - 1) / kQuadrant * kQuadrant;
+    const uint32_t align = active > 64 ? 128 : active;  // 96/128: start 0; 64: 0 or 64; 32: a multiple of 32
+    for (const char* name : {"dst", "src"}) {
+      const AccessPattern& ap = inst.tensor(name);
+      const uint32_t start = alloc(ap).base_partition + ap.start_partition;
+      if (start % align != 0) {
+        fail("stream-shuffle", std::string(name) + " starts at partition " + std::to_string(start) + "; with " +
+                                   std::to_string(active) + " active partitions it must start at a multiple of " +
+                                   std::to_string(align));
+      }
     }
   }
 

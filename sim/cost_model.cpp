@@ -223,6 +223,7 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
       break;
     }
     case Opcode::tensor_tensor_scan: cycles = std::max(min_ii, kTwoInputFactor * n); break;
+    case Opcode::nc_stream_shuffle: break;  // ISA-COST nc_stream_shuffle: max(MIN_II, N), the one-input default
     // ISA-COST: tensor_scalar_reduce max(MIN_II, N) + MIN_II (the reduction's "small additional cost").
     case Opcode::tensor_scalar_reduce: cycles = std::max(min_ii, n) + min_ii; break;
     // tensor_scalar_cumulative: no published cost (§5.2 "n/a"). Assumed: A-V2's one-input rule, max(MIN_II, N),

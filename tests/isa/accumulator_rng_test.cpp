@@ -1148,5 +1148,121 @@ TEST(Activate2Test, LegalityAndInterpreterRejectTheSameInstructions) {
   }
 }
 
+// ---- nc_stream_shuffle (Vector) ----
+
+TEST(StreamShuffleTest, EachQuadrantTakesTheMaskedPartitionsBitForBit) {
+  std::mt19937 rng(61);
+  for (int trial = 0; trial < 12; ++trial) {
+    const DType dtype = std::vector<DType>{DType::fp32, DType::bf16, DType::int32, DType::fp8_e5m2}[trial % 4];
+    const uint32_t quadrants = 1 + rng() % 4, P = 32 * quadrants, F = 1 + rng() % 100;
+    std::vector<int64_t> mask(32);
+    for (int64_t& m : mask) m = rng() % 5 == 0 ? 255 : int64_t(rng() % 32);
+    Kernel k;
+    auto src = k.tensor(dtype, {P, F}), dst = k.tensor(dtype, {P, F});
+    k.emit(Opcode::nc_stream_shuffle).tensor("dst", dst).tensor("src", src).word("shuffle_mask", [&] {
+      std::string text = "[";
+      for (size_t i = 0; i < mask.size(); ++i) text += (i ? ", " : "") + std::to_string(mask[i]);
+      return text + "]";
+    }());
+    k.build();
+    std::vector<uint32_t> src_bits(size_t{P} * F), dst_bits(size_t{P} * F);
+    if (dtype_size_bytes(dtype) == 4) {
+      for (uint32_t& w : src_bits) w = static_cast<uint32_t>(rng());
+      for (uint32_t& w : dst_bits) w = static_cast<uint32_t>(rng());
+      k.set_bits(src, src_bits);
+      k.set_bits(dst, dst_bits);
+    }
+    Tile xs = dtype_size_bytes(dtype) == 4 ? Tile() : k.set(src, random_values(rng, size_t{P} * F));
+    Tile xd = dtype_size_bytes(dtype) == 4 ? Tile() : k.set(dst, random_values(rng, size_t{P} * F));
+    k.run();
+    if (dtype_size_bytes(dtype) == 4) {
+      std::vector<uint32_t> want = dst_bits;
+      for (uint32_t p = 0; p < P; ++p) {
+        if (mask[p % 32] == 255) continue;
+        uint32_t from = p / 32 * 32 + uint32_t(mask[p % 32]);
+        for (uint32_t i = 0; i < F; ++i) want[size_t{p} * F + i] = src_bits[size_t{from} * F + i];
+      }
+      EXPECT_EQ(k.get_bits(dst), want) << "trial " << trial;
+    } else {
+      std::vector<float> want = xd.values;
+      for (uint32_t p = 0; p < P; ++p) {
+        if (mask[p % 32] == 255) continue;
+        uint32_t from = p / 32 * 32 + uint32_t(mask[p % 32]);
+        for (uint32_t i = 0; i < F; ++i) want[size_t{p} * F + i] = xs.at(from, i);
+      }
+      expect_exact(k.get(dst), want, "trial " + std::to_string(trial));
+    }
+  }
+}
+
+TEST(StreamShuffleTest, DocumentedExamples) {
+  // In place, partition i to partition (i + 1) % 32 (mask[i] = (i - 1) % 32).
+  Kernel k;
+  auto a = k.tensor(DType::fp32, {32, 4}), one = k.tensor(DType::fp32, {1, 4}), b = k.tensor(DType::fp32, {32, 4});
+  std::string rotate = "[31";
+  for (int i = 1; i < 32; ++i) rotate += ", " + std::to_string(i - 1);
+  k.emit(Opcode::nc_stream_shuffle).tensor("dst", a).tensor("src", a).word("shuffle_mask", rotate + "]");
+  // Broadcast one partition to 32.
+  std::string zeros = "[0";
+  for (int i = 1; i < 32; ++i) zeros += ", 0";
+  k.emit(Opcode::nc_stream_shuffle).tensor("dst", b).tensor("src", one).word("shuffle_mask", zeros + "]");
+  k.build();
+  std::vector<float> x(32 * 4), row = {1.5f, -2, 3, 4};
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  k.set(a, x);
+  k.set(one, row);
+  k.run();
+  std::vector<float> rotated(32 * 4), broadcast;
+  for (uint32_t p = 0; p < 32; ++p) {
+    for (uint32_t i = 0; i < 4; ++i) rotated[((p + 1) % 32) * 4 + i] = x[p * 4 + i];
+    broadcast.insert(broadcast.end(), row.begin(), row.end());
+  }
+  expect_exact(k.get(a), rotated, "rotate in place");
+  expect_exact(k.get(b), broadcast, "broadcast");
+}
+
+TEST(StreamShuffleTest, LegalityAndInterpreterRejectTheSameInstructions) {
+  std::string keep = "[255";
+  for (int i = 1; i < 32; ++i) keep += ", 255";
+  keep += "]";
+  std::string five = "[5";
+  for (int i = 1; i < 32; ++i) five += ", 5";
+  five += "]";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"nc_stream_shuffle dst=a, src=a, shuffle_mask=[0, 1]", "stream-shuffle"},
+      {"nc_stream_shuffle dst=a, src=a, shuffle_mask=" + five.substr(0, five.size() - 2) + "40]", "stream-shuffle"},
+      {"nc_stream_shuffle dst=a, src=h, shuffle_mask=" + keep, "stream-shuffle"},
+      {"nc_stream_shuffle dst=a, src=b, shuffle_mask=" + keep, "operand-shape"},
+      {"nc_stream_shuffle dst=a, src=a[0:4, :], shuffle_mask=" + five, "stream-shuffle"}};
+  for (const auto& [instruction, rule] : cases) {
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[128, 8]\nsbuf b : fp32[128, 9]\n"
+                                 "sbuf h : bf16[128, 8]\n" + instruction + "\n", "case.tasm");
+    CoreState state(config("trn2").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn2")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains(rule)) << instruction;
+  }
+  // Start partitions: 32 active partitions may start on any quadrant, 64 at 0 or 64, more at 0 only.
+  auto rules_of = [](const std::string& body) {
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[128, 8]\nsbuf c : fp32[128, 8]\n" + body + "\n",
+                                 "case.tasm");
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    return rules;
+  };
+  std::string id = "[0";
+  for (int i = 1; i < 32; ++i) id += ", " + std::to_string(i);
+  id += "]";
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[96:128, :], src=c[32:64, :], shuffle_mask=" + id), ::testing::IsEmpty());
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[64:128, :], src=c[0:64, :], shuffle_mask=" + id), ::testing::IsEmpty());
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[32:96, :], src=c[0:64, :], shuffle_mask=" + id),
+              ::testing::Contains("stream-shuffle"));
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[16:48, :], src=c[0:32, :], shuffle_mask=" + id),
+              ::testing::Contains("stream-shuffle"));
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[32:128, :], src=c[0:96, :], shuffle_mask=" + id),
+              ::testing::Contains("stream-shuffle"));
+}
+
 }  // namespace
 }  // namespace trnsim::isa

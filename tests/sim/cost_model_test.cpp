@@ -894,6 +894,20 @@ TEST_P(CostModelTest, GpSimdNcNGatherIsStartPlusN) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
 }
 
+// ISA-COST nc_stream_shuffle: max(MIN_II, N) Vector cycles.
+TEST_P(CostModelTest, VectorStreamShuffleIsMaxMinIiN) {
+  uint32_t x = b().sbuf("shuf", DType::bf16, {128, 1000});
+  std::string id = "[0";
+  for (int i = 1; i < 32; ++i) id += ", " + std::to_string(i);
+  id += "]";
+  b().emit(Opcode::nc_stream_shuffle).tensor("dst", b().view(x)).tensor("src", b().view(x)).word("shuffle_mask", id);
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(vector_min_ii(), 1000.0));
+  auto few = b().view(x, {Slice::all(), Slice::range(0, 8)});
+  b().emit(Opcode::nc_stream_shuffle).tensor("dst", few).tensor("src", few).word("shuffle_mask", id);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, vector_min_ii());
+}
+
 // sequence_bounds: no published cost; assumed GPSIMD_START + n (n = segment ids, not the 2n outputs).
 TEST_P(CostModelTest, GpSimdSequenceBoundsIsStartPlusN) {
   uint32_t seg = b().sbuf("seg", DType::int32, {1, 512});
