@@ -26,7 +26,13 @@ constexpr uint32_t kMxScalesPerQuadrant = kMxQuadrant / kMxGroupPartitions;
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
-  return inst.opcode == Opcode::nc_matmul_mx && (name == "stationary_scale" || name == "moving_scale");
+  return (inst.opcode == Opcode::nc_matmul_mx && (name == "stationary_scale" || name == "moving_scale")) ||
+         (inst.opcode == Opcode::quantize_mx && name == "dst_scale");
+}
+// quantize_mx's outputs: the MX x4 data and E8M0 scale formats the Vector engine writes only through this instruction
+// (A-V4), not among the elementwise dtypes of the engine table; check_quantize_mx checks them.
+bool is_quantize_mx_output(const Instruction& inst, const std::string& name) {
+  return inst.opcode == Opcode::quantize_mx && (name == "dst" || name == "dst_scale");
 }
 
 class Checker {
@@ -178,7 +184,7 @@ class Checker {
                               std::to_string(max_free) + " from " + memory_space_name(a.space));
       }
       const ComputeEngineConfig& engine = compute_engine(inst.engine);
-      if (!engine.elements_per_cycle_by_dtype.count(ap.dtype)) {
+      if (!engine.elements_per_cycle_by_dtype.count(ap.dtype) && !is_quantize_mx_output(inst, name)) {
         fail("engine-dtype", what + ": the " + std::string(enum_name(inst.engine)) + " engine of " +
                                  std::string(enum_name(m_config.generation)) + " does not handle " +
                                  std::string(dtype_name(ap.dtype)));
@@ -256,6 +262,7 @@ class Checker {
     if (inst.opcode == Opcode::sequence_bounds) check_sequence_bounds(inst);
     if (inst.opcode == Opcode::activate2) check_activate2(inst);
     if (inst.opcode == Opcode::nc_stream_shuffle) check_stream_shuffle(inst);
+    if (inst.opcode == Opcode::quantize_mx) check_quantize_mx(inst);
     if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
   }
 
@@ -676,6 +683,43 @@ class Checker {
                                    std::to_string(active) + " active partitions it must start at a multiple of " +
                                    std::to_string(align));
       }
+    }
+  }
+
+  // ISA quantize_mx: src bf16/fp16 [32k, 4F] (k <= 4), dst mxfp8_e4m3/e5m2 [32k, F], dst_scale fp8_e8m0/uint8 with
+  // F columns and the scale rows nc_matmul_mx reads (4 per quadrant at one offset <= 28); all in SBUF.
+  void check_quantize_mx(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src");
+    const AccessPattern* scale = given(inst, "dst_scale");
+    if (!dst || !src || !scale) return;
+    for (const char* name : {"dst", "src", "dst_scale"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("quantize-mx", std::string(name) + " must be in SBUF");
+    }
+    if (src->dtype != DType::bf16 && src->dtype != DType::fp16) {
+      fail("quantize-mx", "src must be bf16 or fp16, not " + std::string(dtype_name(src->dtype)));
+    }
+    if (dst->dtype != DType::mxfp8_e4m3 && dst->dtype != DType::mxfp8_e5m2) {
+      fail("quantize-mx", "dst must be mxfp8_e4m3 or mxfp8_e5m2, not " + std::string(dtype_name(dst->dtype)));
+    }
+    if (scale->dtype != DType::fp8_e8m0 && scale->dtype != DType::uint8) {
+      fail("quantize-mx", "dst_scale must be fp8_e8m0 (float8_e8m0fnu) or uint8, not " + std::string(dtype_name(scale->dtype)));
+    }
+    const uint32_t p = src->partitions();
+    if (p % kMxQuadrant != 0) fail("quantize-mx", "src has " + std::to_string(p) + " partitions, not a multiple of 32");
+    if (src->free_elements() % 4 != 0) {
+      fail("quantize-mx", "src has " + std::to_string(src->free_elements()) + " elements per partition, not a multiple of 4");
+    }
+    shape_is(inst, "dst", p, src->free_elements() / 4);
+    const uint32_t quadrants = std::max<uint32_t>(1, (p + kMxQuadrant - 1) / kMxQuadrant);
+    const uint32_t rows_needed = kMxQuadrant * (quadrants - 1) + kMxScalesPerQuadrant;
+    const uint32_t offset = (alloc(*scale).base_partition + scale->start_partition) % kMxQuadrant;
+    if (scale->partitions() < rows_needed || scale->free_elements() != src->free_elements() / 4 ||
+        offset + kMxScalesPerQuadrant > kMxQuadrant) {
+      fail("quantize-mx", "dst_scale is " + shape_text(*scale) + " at quadrant offset " + std::to_string(offset) + "; " +
+                              std::to_string(p) + " partitions need at least " + std::to_string(rows_needed) +
+                              " scale partitions (4 per quadrant, offset <= 28) and " +
+                              std::to_string(src->free_elements() / 4) + " columns");
     }
   }
 

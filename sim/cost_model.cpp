@@ -224,6 +224,12 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
     }
     case Opcode::tensor_tensor_scan: cycles = std::max(min_ii, kTwoInputFactor * n); break;
     case Opcode::nc_stream_shuffle: break;  // ISA-COST nc_stream_shuffle: max(MIN_II, N), the one-input default
+    case Opcode::quantize_mx:
+      // A-V4: 4 elements per partition per cycle, the Vector engine's 4x mode (config performance_modes); N = src's
+      // elements per partition (the largest operand).
+      cost.performance_mode = select_mode(dve.performance_modes, 4);
+      cycles = std::max(min_ii, n / cost.performance_mode);
+      break;
     // ISA-COST: tensor_scalar_reduce max(MIN_II, N) + MIN_II (the reduction's "small additional cost").
     case Opcode::tensor_scalar_reduce: cycles = std::max(min_ii, n) + min_ii; break;
     // tensor_scalar_cumulative: no published cost (§5.2 "n/a"). Assumed: A-V2's one-input rule, max(MIN_II, N),

@@ -46,6 +46,9 @@ class Kernel {
   AccessPattern tensor(DType dtype, std::vector<uint32_t> shape) {
     return m_builder.view(m_builder.sbuf("t" + std::to_string(m_count++), dtype, std::move(shape)));
   }
+  AccessPattern psum_tensor(DType dtype, std::vector<uint32_t> shape) {
+    return m_builder.view(m_builder.psum("t" + std::to_string(m_count++), dtype, std::move(shape)));
+  }
   InstructionBuilder emit(Opcode opcode) { return m_builder.emit(opcode); }
   void build() {
     m_program = std::make_unique<Program>(m_builder.finish());
@@ -1262,6 +1265,151 @@ TEST(StreamShuffleTest, LegalityAndInterpreterRejectTheSameInstructions) {
               ::testing::Contains("stream-shuffle"));
   EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[32:128, :], src=c[0:96, :], shuffle_mask=" + id),
               ::testing::Contains("stream-shuffle"));
+}
+
+// ---- quantize_mx (Vector, trn3) ----
+
+// Round to nearest even into an fp8 format with `mbits` mantissa bits and minimum normal exponent `emin` (no overflow
+// case: quantize_mx's values stay below 2^Emax).
+double rne_fp8(double v, int mbits, int emin) {
+  if (v == 0) return v;
+  int e = std::max(std::ilogb(v), emin);
+  double quantum = std::ldexp(1.0, e - mbits);
+  return std::nearbyint(v / quantum) * quantum;
+}
+
+struct MxReference {
+  std::vector<float> values;  // [P, 4F] quantized (before scaling back)
+  std::vector<int> codes;     // [groups][F]
+};
+
+// The ISA's recipe, group by group: amax over 8 partitions x 4 values, X = 2^(floor(log2 amax) - (Emax - 1)).
+MxReference quantize_reference(const Tile& x, DType dtype) {
+  const int e_max = dtype == DType::mxfp8_e4m3 ? 8 : 15, mbits = dtype == DType::mxfp8_e4m3 ? 3 : 2;
+  const int emin = dtype == DType::mxfp8_e4m3 ? -6 : -14;
+  const uint32_t groups = x.partitions / 8;
+  const uint64_t columns = x.free / 4;
+  MxReference r{std::vector<float>(x.values.size()), std::vector<int>(size_t{groups} * columns)};
+  for (uint32_t g = 0; g < groups; ++g) {
+    for (uint64_t c = 0; c < columns; ++c) {
+      double amax = 0;
+      for (uint32_t p = 8 * g; p < 8 * g + 8; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) amax = std::max(amax, std::fabs(double(x.at(p, 4 * c + j))));
+      }
+      int code = amax == 0 ? 0 : std::clamp(std::ilogb(amax) - (e_max - 1) + 127, 0, 254);
+      r.codes[g * columns + c] = code;
+      for (uint32_t p = 8 * g; p < 8 * g + 8; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) {
+          r.values[p * x.free + 4 * c + j] = float(rne_fp8(x.at(p, 4 * c + j) / std::ldexp(1.0, code - 127), mbits, emin));
+        }
+      }
+    }
+  }
+  return r;
+}
+
+uint32_t scale_row(uint32_t g) { return 32 * (g / 4) + g % 4; }
+
+TEST(QuantizeMxTest, GroupsScalesAndRoundingAgainstTheRecipe) {
+  std::mt19937 rng(71);
+  for (int trial = 0; trial < 8; ++trial) {
+    const DType dtype = trial % 2 ? DType::mxfp8_e5m2 : DType::mxfp8_e4m3;
+    const DType src_dtype = trial % 4 < 2 ? DType::bf16 : DType::fp16;
+    const uint32_t P = 32 * (1 + rng() % 4), F = 1 + rng() % 40;
+    Kernel k("trn3");
+    auto src = k.tensor(src_dtype, {P, 4 * F}), dst = k.tensor(dtype, {P, F}), scale = k.tensor(DType::uint8, {P, F});
+    k.emit(Opcode::quantize_mx).tensor("dst", dst).tensor("src", src).tensor("dst_scale", scale);
+    k.build();
+    // Magnitudes vary by group (2^-12 .. 2^12, within fp16), one group all zero.
+    std::vector<float> v = random_values(rng, size_t{P} * 4 * F, -1.0f, 1.0f);
+    for (uint32_t p = 0; p < P; ++p) {
+      for (uint32_t i = 0; i < 4 * F; ++i) {
+        const uint32_t g = p / 8, c = i / 4;
+        v[size_t{p} * 4 * F + i] *= std::ldexp(1.0f, int((g * 7 + c * 3) % 25) - 12);
+        if (g == 1 && c == 0) v[size_t{p} * 4 * F + i] = 0;
+      }
+    }
+    Tile x = k.set(src, v);
+    Tile before(P, F);  // scale rows outside the 4 per quadrant keep their bytes
+    for (float& b : before.values) b = 77;
+    k.set(scale, before.values);
+    k.run();
+    MxReference want = quantize_reference(x, dtype);
+    expect_exact(k.get(dst), want.values, "trial " + std::to_string(trial) + " values");
+    std::vector<float> want_codes(size_t{P} * F, 77.0f);
+    for (uint32_t g = 0; g < P / 8; ++g) {
+      for (uint32_t c = 0; c < F; ++c) want_codes[size_t{scale_row(g)} * F + c] = float(want.codes[g * F + c]);
+    }
+    expect_exact(k.get(scale), want_codes, "trial " + std::to_string(trial) + " scales");
+    EXPECT_EQ(want.codes[1 * F], 0);  // the all-zero group: 2^-127
+  }
+}
+
+TEST(QuantizeMxTest, FeedsNcMatmulMxWithItsLayout) {
+  // S [512, 16] and V [512, 32] (contraction k = 4p + j) quantized by quantize_mx and multiplied by nc_matmul_mx:
+  // the product of the dequantized reference values, and close to S.T @ V itself.
+  std::mt19937 rng(72);
+  const uint32_t M = 16, N = 32;
+  Kernel k("trn3");
+  auto s_src = k.tensor(DType::bf16, {128, 4 * M}), v_src = k.tensor(DType::bf16, {128, 4 * N});
+  auto s_q = k.tensor(DType::mxfp8_e4m3, {128, M}), v_q = k.tensor(DType::mxfp8_e5m2, {128, N});
+  auto s_scale = k.tensor(DType::fp8_e8m0, {128, M}), v_scale = k.tensor(DType::fp8_e8m0, {128, N});
+  auto out = k.psum_tensor(DType::fp32, {M, N});
+  k.emit(Opcode::quantize_mx).tensor("dst", s_q).tensor("src", s_src).tensor("dst_scale", s_scale);
+  k.emit(Opcode::quantize_mx).tensor("dst", v_q).tensor("src", v_src).tensor("dst_scale", v_scale);
+  k.emit(Opcode::nc_matmul_mx)
+      .tensor("dst", out)
+      .tensor("stationary", s_q)
+      .tensor("moving", v_q)
+      .tensor("stationary_scale", s_scale)
+      .tensor("moving_scale", v_scale);
+  k.build();
+  Tile s = k.set(s_src, random_values(rng, 128 * 4 * M, -3.0f, 3.0f));
+  Tile v = k.set(v_src, random_values(rng, 128 * 4 * N, -0.5f, 0.5f));
+  k.run();
+  MxReference sq = quantize_reference(s, DType::mxfp8_e4m3), vq = quantize_reference(v, DType::mxfp8_e5m2);
+  Tile got = k.get(out);
+  double err = 0, norm = 0;
+  for (uint32_t m = 0; m < M; ++m) {
+    for (uint32_t n = 0; n < N; ++n) {
+      double want = 0, exact = 0;
+      for (uint32_t p = 0; p < 128; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) {
+          const uint32_t g = p / 8;
+          double a = sq.values[p * 4 * M + 4 * m + j] * std::ldexp(1.0, sq.codes[g * M + m] - 127);
+          double b = vq.values[p * 4 * N + 4 * n + j] * std::ldexp(1.0, vq.codes[g * N + n] - 127);
+          want += a * b;
+          exact += double(s.at(p, 4 * m + j)) * double(v.at(p, 4 * n + j));
+        }
+      }
+      EXPECT_NEAR(got.at(m, n), want, 1e-4 * (1 + std::fabs(want))) << m << ", " << n;
+      err += (got.at(m, n) - exact) * (got.at(m, n) - exact);
+      norm += exact * exact;
+    }
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.1);  // fp8 data: a few percent of the product
+}
+
+TEST(QuantizeMxTest, LegalityAndInterpreterRejectTheSameInstructions) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"quantize_mx dst=q, src=f, dst_scale=s", "quantize-mx"},                      // fp32 src
+      {"quantize_mx dst=q[0:16, :], src=x[0:16, :], dst_scale=s", "quantize-mx"},    // 16 partitions
+      {"quantize_mx dst=q, src=x, dst_scale=s[0:32, :]", "quantize-mx"},             // too few scale rows
+      {"quantize_mx dst=q[:, 0:3], src=x, dst_scale=s", "operand-shape"},
+      {"quantize_mx dst=x8, src=x, dst_scale=s", "quantize-mx"}};                    // plain fp8 dst
+  for (const auto& [instruction, rule] : cases) {
+    Program program = parse_tasm("kernel k\ntarget trn3\nsbuf x : bf16[128, 16]\nsbuf f : fp32[128, 16]\n"
+                                 "sbuf q : mxfp8_e4m3[128, 4]\nsbuf x8 : fp8_e4m3[128, 4]\nsbuf s : fp8_e8m0[128, 4]\n" +
+                                 instruction + "\n", "case.tasm");
+    CoreState state(config("trn3").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn3")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn3"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains(rule)) << instruction;
+  }
+  Program ok = parse_tasm("kernel k\ntarget trn3\nsbuf x : bf16[128, 16]\nsbuf q : mxfp8_e5m2[128, 4]\n"
+                          "sbuf s : uint8[128, 4]\nquantize_mx dst=q, src=x, dst_scale=s[4:104, :]\n", "case.tasm");
+  EXPECT_THAT(find_legality_issues(ok, config("trn3")), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -840,6 +840,25 @@ TEST(CostModelScalar, Activate2OnTrn3IsActivationCost) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, act.min_initiation_interval_cycles);
 }
 
+// quantize_mx (trn3): A-V4's 4 elements per partition per cycle (the 4x mode), max(MIN_II, N / 4), N = src's elements.
+TEST(CostModelVector, QuantizeMxOnTrn3IsFourElementsPerCycle) {
+  Kernel k("trn3");
+  const double min_ii = k.hw().core.vector.min_initiation_interval_cycles;
+  auto& b = k.b();
+  uint32_t x = b.sbuf("x", DType::bf16, {128, 2048});
+  uint32_t q = b.sbuf("q", DType::mxfp8_e4m3, {128, 512});
+  uint32_t s = b.sbuf("s", DType::fp8_e8m0, {128, 512});
+  b.emit(Opcode::quantize_mx).tensor("dst", b.view(q)).tensor("src", b.view(x)).tensor("dst_scale", b.view(s));
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_EQ(k.cost().performance_mode, 4u);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2048.0 / 4));
+  b.emit(Opcode::quantize_mx)
+      .tensor("dst", b.view(q, {Slice::all(), Slice::range(0, 32)}))
+      .tensor("src", b.view(x, {Slice::all(), Slice::range(0, 128)}))
+      .tensor("dst_scale", b.view(s, {Slice::all(), Slice::range(0, 32)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);  // 128 / 4 = 32 < MIN_II
+}
+
 TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
   Kernel k("trn3");
   const CoreConfig& core = k.hw().core;
