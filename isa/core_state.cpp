@@ -37,6 +37,7 @@ CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared
   // Allocations may alias (explicit placement): a write to one changes the bytes of every
   // allocation it overlaps, so each write bumps the versions of the whole overlap set.
   m_vector_accumulators.assign(core.sbuf.partitions, 0.0f);
+  m_scalar_accumulators.assign(core.sbuf.partitions, 0.0f);
   m_vector_rng.resize(size_t(core.sbuf.partitions) * kVectorRngStatesPerLane);
   m_gpsimd_rng.resize(size_t(core.sbuf.partitions) * kGpSimdRngStatesPerLane);
   seed_rng(Engine::vector, kDefaultRngSeed);

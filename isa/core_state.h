@@ -95,6 +95,9 @@ class CoreState {
   // (ISA tensor_scalar_reduce, tensor_scalar_cumulative, exponential, select_reduce, range_select: reduce_cmd).
   // They start at 0 (assumed: the reset value is not published; NKI says to reset_reduce before relying on them).
   std::vector<float>& vector_accumulators() { return m_vector_accumulators; }
+  // The Scalar engine's accumulator registers, one fp32 per lane (ISA activate2 reduce_cmd; activation leaves its
+  // reduction there too, NKI: "shared across Scalar Engine accumulation instructions"). They start at 0 (assumed).
+  std::vector<float>& scalar_accumulators() { return m_scalar_accumulators; }
   // PRNG states (isa/rng.h): lanes x kVectorRngStatesPerLane for Engine::vector, lanes x
   // kGpSimdRngStatesPerLane for Engine::gpsimd, lane-major. Seeded with kDefaultRngSeed at construction.
   std::vector<XorwowState>& rng_states(Engine engine);
@@ -136,6 +139,7 @@ class CoreState {
   std::vector<uint64_t> m_versions;                  // by allocation
   std::vector<std::vector<uint32_t>> m_overlaps;     // allocations sharing bytes, by allocation
   std::vector<float> m_vector_accumulators;          // by lane
+  std::vector<float> m_scalar_accumulators;          // by lane
   std::vector<XorwowState> m_vector_rng, m_gpsimd_rng;  // by lane x state
   void bump_version(uint32_t allocation);
 };

@@ -26,7 +26,13 @@ constexpr uint32_t kMxScalesPerQuadrant = kMxQuadrant / kMxGroupPartitions;
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
-  return inst.opcode == Opcode::nc_matmul_mx && (name == "stationary_scale" || name == "moving_scale");
+  return (inst.opcode == Opcode::nc_matmul_mx && (name == "stationary_scale" || name == "moving_scale")) ||
+         (inst.opcode == Opcode::quantize_mx && name == "dst_scale");
+}
+// quantize_mx's outputs: the MX x4 data and E8M0 scale formats the Vector engine writes only through this instruction
+// (A-V4), not among the elementwise dtypes of the engine table; check_quantize_mx checks them.
+bool is_quantize_mx_output(const Instruction& inst, const std::string& name) {
+  return inst.opcode == Opcode::quantize_mx && (name == "dst" || name == "dst_scale");
 }
 
 class Checker {
@@ -178,7 +184,7 @@ class Checker {
                               std::to_string(max_free) + " from " + memory_space_name(a.space));
       }
       const ComputeEngineConfig& engine = compute_engine(inst.engine);
-      if (!engine.elements_per_cycle_by_dtype.count(ap.dtype)) {
+      if (!engine.elements_per_cycle_by_dtype.count(ap.dtype) && !is_quantize_mx_output(inst, name)) {
         fail("engine-dtype", what + ": the " + std::string(enum_name(inst.engine)) + " engine of " +
                                  std::string(enum_name(m_config.generation)) + " does not handle " +
                                  std::string(dtype_name(ap.dtype)));
@@ -253,6 +259,11 @@ class Checker {
     if (inst.opcode == Opcode::topk) check_topk(inst);
     if (inst.opcode == Opcode::nc_n_gather) check_nc_n_gather(inst);
     if (inst.opcode == Opcode::nonzero_with_count) check_nonzero_with_count(inst);
+    if (inst.opcode == Opcode::sequence_bounds) check_sequence_bounds(inst);
+    if (inst.opcode == Opcode::activate2) check_activate2(inst);
+    if (inst.opcode == Opcode::nc_stream_shuffle) check_stream_shuffle(inst);
+    if (inst.opcode == Opcode::quantize_mx) check_quantize_mx(inst);
+    if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -586,6 +597,193 @@ class Checker {
                           std::string(dtype_name(dst->dtype)));
     }
     shape_is(inst, "dst", src->partitions(), src->free_elements() + 1);
+  }
+
+  // ISA activate2: dst and data of one shape; (op0, op1) one of the six documented pairs, reverse only on an operator;
+  // an accumulating reduce_cmd needs reduce_op in {add, maximum, minimum}; imm0 / imm1 / relu_param per partition or
+  // immediate (both imm tensors of one dtype); reduce_res [P, 1].
+  void check_activate2(const Instruction& inst) {
+    same_shape(inst, "dst", "data");
+    const AluOp op0 = alu(inst, "op0"), op1 = alu(inst, "op1");
+    const bool pair = op0 == AluOp::multiply
+                          ? (op1 == AluOp::add || op1 == AluOp::subtract || op1 == AluOp::bypass)
+                          : ((op0 == AluOp::add || op0 == AluOp::subtract || op0 == AluOp::bypass) && op1 == AluOp::bypass);
+    if (!pair) {
+      fail("activate2-ops", "(op0, op1) = (" + std::string(alu_op_name(op0)) + ", " + std::string(alu_op_name(op1)) +
+                                ") is none of (multiply, add|subtract|bypass), (add|subtract|bypass, bypass)");
+    }
+    if ((inst.scalar("reverse0") != 0 && op0 == AluOp::bypass) || (inst.scalar("reverse1") != 0 && op1 == AluOp::bypass)) {
+      fail("activate2-ops", "reverse0 / reverse1 need op0 / op1 to be an operator, not bypass");
+    }
+    const OperandSpec* cmd = inst.spec().find("reduce_cmd");
+    const std::string command = cmd->enum_values.at(static_cast<size_t>(inst.scalar("reduce_cmd")));
+    if (command != "idle") {
+      if (!inst.has("reduce_op")) {
+        fail("missing-operand", "reduce_cmd=" + command + " needs reduce_op");
+      } else {
+        const AluOp r = alu(inst, "reduce_op");
+        // A reduce_op that is no reduction at all is reported by check_instruction's reduce-op rule.
+        if (alu_op_is_reduction(r) && r != AluOp::add && r != AluOp::maximum && r != AluOp::minimum) {
+          fail("reduce-op", "activate2's reduce_op must be add, maximum or minimum, not " + std::string(alu_op_name(r)));
+        }
+      }
+    }
+    const AccessPattern* i0 = given(inst, "imm0");
+    const AccessPattern* i1 = given(inst, "imm1");
+    if (i0 && i1 && i0->dtype != i1->dtype) {
+      fail("operand-dtype", "imm0 and imm1 must share a dtype, not " + std::string(dtype_name(i0->dtype)) + " / " +
+                                std::string(dtype_name(i1->dtype)));
+    }
+    if (const AccessPattern* data = given(inst, "data")) {
+      for (const char* name : {"imm0", "imm1", "relu_param"}) per_partition(inst, name, data->partitions());
+      shape_is(inst, "reduce_res", data->partitions(), 1);
+    }
+  }
+
+  // ISA nc_stream_shuffle: 32 mask entries in 0..31 or 255, dst.dtype = src.dtype (not packed MX), equal elements per
+  // partition, every mask entry a dst partition uses naming a src partition the access has, and the start partitions
+  // the hardware allows for num_active = ceil(max(src, dst partitions) / 32) * 32: 0 for 96/128, 0 or 64 for 64, a
+  // multiple of 32 for 32.
+  void check_stream_shuffle(const Instruction& inst) {
+    constexpr uint32_t kQuadrant = 32;
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src");
+    const std::vector<int64_t>& mask = inst.list("shuffle_mask");
+    bool mask_ok = mask.size() == kQuadrant;
+    for (int64_t m : mask) mask_ok = mask_ok && ((m >= 0 && m < int64_t{kQuadrant}) || m == 255);
+    if (!mask_ok) fail("stream-shuffle", "shuffle_mask must be 32 entries, each 0..31 or 255");
+    if (!dst || !src) return;
+    if (dst->dtype != src->dtype) {
+      fail("stream-shuffle", "dst.dtype must match src.dtype (" + std::string(dtype_name(src->dtype)) + "), not " +
+                                 std::string(dtype_name(dst->dtype)));
+    }
+    if (is_mx_x4(src->dtype)) fail("stream-shuffle", "nc_stream_shuffle does not move packed MX dtypes");
+    if (dst->free_elements() != src->free_elements()) {
+      fail("operand-shape", "dst has " + std::to_string(dst->free_elements()) + " elements per partition but src " +
+                                std::to_string(src->free_elements()));
+    }
+    if (mask_ok) {
+      for (uint32_t p = 0; p < dst->partitions(); ++p) {
+        const int64_t m = mask[p % kQuadrant];
+        if (m != 255 && (p / kQuadrant) * kQuadrant + uint32_t(m) >= src->partitions()) {
+          fail("stream-shuffle", "dst partition " + std::to_string(p) + " reads src partition " +
+                                     std::to_string((p / kQuadrant) * kQuadrant + uint32_t(m)) + ", but src has " +
+                                     std::to_string(src->partitions()));
+          break;
+        }
+      }
+    }
+    const uint32_t active = (std::max(src->partitions(), dst->partitions()) + kQuadrant - 1) / kQuadrant * kQuadrant;
+    const uint32_t align = active > 64 ? 128 : active;  // 96/128: start 0; 64: 0 or 64; 32: a multiple of 32
+    for (const char* name : {"dst", "src"}) {
+      const AccessPattern& ap = inst.tensor(name);
+      const uint32_t start = alloc(ap).base_partition + ap.start_partition;
+      if (start % align != 0) {
+        fail("stream-shuffle", std::string(name) + " starts at partition " + std::to_string(start) + "; with " +
+                                   std::to_string(active) + " active partitions it must start at a multiple of " +
+                                   std::to_string(align));
+      }
+    }
+  }
+
+  // ISA quantize_mx: src bf16/fp16 [32k, 4F] (k <= 4), dst mxfp8_e4m3/e5m2 [32k, F], dst_scale fp8_e8m0/uint8 with
+  // F columns and the scale rows nc_matmul_mx reads (4 per quadrant at one offset <= 28); all in SBUF.
+  void check_quantize_mx(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src");
+    const AccessPattern* scale = given(inst, "dst_scale");
+    if (!dst || !src || !scale) return;
+    for (const char* name : {"dst", "src", "dst_scale"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("quantize-mx", std::string(name) + " must be in SBUF");
+    }
+    if (src->dtype != DType::bf16 && src->dtype != DType::fp16) {
+      fail("quantize-mx", "src must be bf16 or fp16, not " + std::string(dtype_name(src->dtype)));
+    }
+    if (dst->dtype != DType::mxfp8_e4m3 && dst->dtype != DType::mxfp8_e5m2) {
+      fail("quantize-mx", "dst must be mxfp8_e4m3 or mxfp8_e5m2, not " + std::string(dtype_name(dst->dtype)));
+    }
+    if (scale->dtype != DType::fp8_e8m0 && scale->dtype != DType::uint8) {
+      fail("quantize-mx", "dst_scale must be fp8_e8m0 (float8_e8m0fnu) or uint8, not " + std::string(dtype_name(scale->dtype)));
+    }
+    const uint32_t p = src->partitions();
+    if (p % kMxQuadrant != 0) fail("quantize-mx", "src has " + std::to_string(p) + " partitions, not a multiple of 32");
+    if (src->free_elements() % 4 != 0) {
+      fail("quantize-mx", "src has " + std::to_string(src->free_elements()) + " elements per partition, not a multiple of 4");
+    }
+    shape_is(inst, "dst", p, src->free_elements() / 4);
+    const uint32_t quadrants = std::max<uint32_t>(1, (p + kMxQuadrant - 1) / kMxQuadrant);
+    const uint32_t rows_needed = kMxQuadrant * (quadrants - 1) + kMxScalesPerQuadrant;
+    const uint32_t offset = (alloc(*scale).base_partition + scale->start_partition) % kMxQuadrant;
+    if (scale->partitions() < rows_needed || scale->free_elements() != src->free_elements() / 4 ||
+        offset + kMxScalesPerQuadrant > kMxQuadrant) {
+      fail("quantize-mx", "dst_scale is " + shape_text(*scale) + " at quadrant offset " + std::to_string(offset) + "; " +
+                              std::to_string(p) + " partitions need at least " + std::to_string(rows_needed) +
+                              " scale partitions (4 per quadrant, offset <= 28) and " +
+                              std::to_string(src->free_elements() / 4) + " columns");
+    }
+  }
+
+  // ISA sequence_bounds: segment_ids [1, n] and dst [1, 2n] (NKI's [1, 2, n]), both fp32 or int32, in SBUF. That the
+  // ids are non-negative integers is a value, checked by the interpreter.
+  void check_sequence_bounds(const Instruction& inst) {
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* ids = given(inst, "segment_ids");
+    if (!dst || !ids) return;
+    for (const char* name : {"dst", "segment_ids"}) {
+      const AccessPattern& ap = inst.tensor(name);
+      if (alloc(ap).space != MemorySpace::sbuf) fail("sequence-bounds", std::string(name) + " must be in SBUF");
+      if (ap.dtype != DType::fp32 && ap.dtype != DType::int32) {
+        fail("sequence-bounds", std::string(name) + " must be fp32 or int32, not " + std::string(dtype_name(ap.dtype)));
+      }
+    }
+    if (ids->partitions() != 1) {
+      fail("sequence-bounds", "segment_ids must be on one partition, got " + shape_text(*ids));
+    }
+    shape_is(inst, "dst", 1, 2 * ids->free_elements());
+  }
+
+  // ISA local_gather: uint16 index, dst.dtype = src_buffer.dtype (not packed MX), src_buffer/index/dst on the same whole
+  // 16-partition groups (one GpSimd core each: start a multiple of 16), num_elem_per_idx in {1, 2, 4, 8, 16, 32},
+  // 1 <= num_valid_indices <= min(4096, 16 x index's elements per partition), dst num_valid_indices x num_elem_per_idx
+  // per partition; all in SBUF.
+  void check_local_gather(const Instruction& inst) {
+    constexpr uint32_t kGroup = 16;          // ISA: each GpSimd core connects to 16 SBUF partitions
+    constexpr int64_t kMaxIndices = 4096;    // ISA: at most 4096 indices per core
+    const AccessPattern* dst = given(inst, "dst");
+    const AccessPattern* src = given(inst, "src_buffer");
+    const AccessPattern* index = given(inst, "index");
+    if (!dst || !src || !index) return;
+    for (const char* name : {"dst", "src_buffer", "index"}) {
+      if (alloc(inst.tensor(name)).space != MemorySpace::sbuf) fail("local-gather", std::string(name) + " must be in SBUF");
+    }
+    if (index->dtype != DType::uint16) fail("local-gather", "index must be uint16, not " + std::string(dtype_name(index->dtype)));
+    if (dst->dtype != src->dtype) {
+      fail("local-gather", "dst.dtype must match src_buffer.dtype (" + std::string(dtype_name(src->dtype)) + "), not " +
+                               std::string(dtype_name(dst->dtype)));
+    }
+    if (is_mx_x4(src->dtype)) fail("local-gather", "local_gather does not move packed MX dtypes");
+    auto start = [&](const AccessPattern& ap) { return alloc(ap).base_partition + ap.start_partition; };
+    if (src->partitions() != index->partitions() || dst->partitions() != src->partitions() ||
+        src->partitions() % kGroup != 0 || start(*src) % kGroup != 0 || start(*index) != start(*src) ||
+        start(*dst) != start(*src)) {
+      fail("local-gather", "src_buffer " + shape_text(*src) + " at partition " + std::to_string(start(*src)) +
+                               ", index " + shape_text(*index) + " at " + std::to_string(start(*index)) + " and dst " +
+                               shape_text(*dst) + " at " + std::to_string(start(*dst)) +
+                               " must cover the same whole 16-partition groups");
+    }
+    const int64_t e = static_cast<int64_t>(inst.scalar("num_elem_per_idx"));
+    if (e != 1 && e != 2 && e != 4 && e != 8 && e != 16 && e != 32) {
+      fail("local-gather", "num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, not " + std::to_string(e));
+      return;
+    }
+    const int64_t per_core = int64_t{kGroup} * int64_t(index->free_elements());
+    const int64_t valid = inst.has("num_valid_indices") ? static_cast<int64_t>(inst.scalar("num_valid_indices")) : per_core;
+    if (valid < 1 || valid > per_core || valid > kMaxIndices) {
+      fail("local-gather", "num_valid_indices must be 1 .. min(4096, " + std::to_string(per_core) +
+                               " indices per 16-partition group), not " + std::to_string(valid));
+      return;
+    }
+    shape_is(inst, "dst", src->partitions(), uint64_t(valid * e));
   }
 
   // ISA topk: bf16 source in SBUF on a multiple of 16 partitions, 8 <= n < 65536, 1 <= K <= n with K < 32768,

@@ -223,6 +223,13 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
       break;
     }
     case Opcode::tensor_tensor_scan: cycles = std::max(min_ii, kTwoInputFactor * n); break;
+    case Opcode::nc_stream_shuffle: break;  // ISA-COST nc_stream_shuffle: max(MIN_II, N), the one-input default
+    case Opcode::quantize_mx:
+      // A-V4: 4 elements per partition per cycle, the Vector engine's 4x mode (config performance_modes); N = src's
+      // elements per partition (the largest operand).
+      cost.performance_mode = select_mode(dve.performance_modes, 4);
+      cycles = std::max(min_ii, n / cost.performance_mode);
+      break;
     // ISA-COST: tensor_scalar_reduce max(MIN_II, N) + MIN_II (the reduction's "small additional cost").
     case Opcode::tensor_scalar_reduce: cycles = std::max(min_ii, n) + min_ii; break;
     // tensor_scalar_cumulative: no published cost (§5.2 "n/a"). Assumed: A-V2's one-input rule, max(MIN_II, N),
@@ -291,6 +298,12 @@ void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
       if (inst.has("reduce_res") && inst.is_tensor("reduce_res")) cycles += act.accumulator_readout_cycles;
       break;
     case Opcode::activation_reduce: cycles += act.accumulator_readout_cycles; break;
+    case Opcode::activate2:
+      // No published cost (trainium.md §5.2 "n/a"): assumed as activation, max(MIN_II, N) with the tensor-scalar
+      // stage free (ISA-COST activation: "same execution cost regardless of scale/bias"), plus the ActReadAccumulator
+      // (A-V2) when reduce_res is read out (ISA activate2: "an additional instruction is emitted").
+      if (inst.has("reduce_res") && inst.is_tensor("reduce_res")) cycles += act.accumulator_readout_cycles;
+      break;
     case Opcode::tensor_scalar:
     case Opcode::tensor_copy: {
       // A-V4: ScalarE runs tensor_scalar/tensor_copy up to 2x for bf16/fp16 (listed modes only).
@@ -315,7 +328,8 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
   const double start = pool.fixed_overhead_cycles;
   // iota, affine_select, memset, tensor_copy, tensor_tensor, tensor_scalar; rng, rand_set_state, rand_get_state and
-  // nonzero_with_count and nc_n_gather (N = indices per partition) have no published cost and are assumed to take the same GPSIMD_START + N.
+  // nonzero_with_count and nc_n_gather (N = indices per partition) have no published cost and are assumed to take the
+  // same GPSIMD_START + N.
   double cycles = start + n;
   if (inst.opcode == Opcode::topk) {
     // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition
@@ -324,6 +338,22 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
     cycles = kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements());
   } else if (inst.opcode == Opcode::nc_n_gather) {
     cycles = start + double(inst.tensor("indices").free_elements());  // assumed, as noted above
+  } else if (inst.opcode == Opcode::sequence_bounds) {
+    // No published cost: assumed GPSIMD_START + n, n = segment ids (one pass over the partition; the two passes of
+    // the NKI reference, starts and ends, taken as one).
+    cycles = start + double(inst.tensor("segment_ids").free_elements());
+  } else if (inst.opcode == Opcode::local_gather) {
+    // ISA-COST local_gather (trainium.md §5.2): GPSIMD_START + (num_valid_indices * e) / C GpSimd cycles, with
+    // C = ((28 + t * e) / (t * e)) / min(4 / dtype_size, e), e = num_elem_per_idx, t = 4; the 8 cores in parallel.
+    constexpr double kGatherT = 4;        // ISA-COST local_gather "t is a constant 4"
+    constexpr double kGatherFixed = 28;   // ISA-COST local_gather "28 + t * num_elem_per_idx"
+    constexpr double kGatherWordBytes = 4;  // ISA-COST local_gather "4 / dtype_size"
+    const double e = inst.scalar("num_elem_per_idx");
+    const double valid = inst.has("num_valid_indices") ? inst.scalar("num_valid_indices")
+                                                       : 16.0 * double(inst.tensor("index").free_elements());
+    const double dtype_size = double(dtype_size_bytes(inst.tensor("src_buffer").dtype));
+    const double c = ((kGatherFixed + kGatherT * e) / (kGatherT * e)) / std::min(kGatherWordBytes / dtype_size, e);
+    cycles = start + valid * e / c;
   } else if (inst.opcode == Opcode::tensor_partition_reduce) {
     // Assumed (no published cost): each processor is wired to lanes/processors partitions and
     // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).

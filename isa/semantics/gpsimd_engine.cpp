@@ -295,4 +295,119 @@ void exec_nonzero_with_count(const Instruction& inst, ExecContext& ctx) {
   }
 }
 
+// ISA sequence_bounds (GpSimd): one partition of n segment ids (fp32 values or int32 bits), each a non-negative integer,
+// 0 marking padding. For every element: the start (inclusive) and end (exclusive) of the run of equal ids around it,
+// written as dst[0, i] (starts) and dst[0, n + i] (ends), NKI's [1, 2, n] flattened; padding gets start n and end -1.
+// A run is maximal among adjacent equal ids (the NKI reference compares neighbours only), so ids need not be sorted.
+void exec_sequence_bounds(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& ids = inst.tensor("segment_ids");
+  for (const AccessPattern* ap : {&dst, &ids}) {
+    if (ap->dtype != DType::fp32 && ap->dtype != DType::int32) {
+      throw IsaError("segment_ids and dst must be fp32 or int32, not " + std::string(dtype_name(ids.dtype)) + " / " +
+                     std::string(dtype_name(dst.dtype)));
+    }
+  }
+  if (ids.partitions() != 1 || dst.partitions() != 1 || dst.free_elements() != 2 * ids.free_elements()) {
+    throw IsaError("segment_ids must be [1, n] and dst [1, 2n], got " + shape_text(ids) + " and " + shape_text(dst));
+  }
+  AccessPattern raw = ids;
+  raw.dtype = DType::fp32;  // int32 as bits
+  Tile in = ctx.read(raw);
+  const int64_t n = static_cast<int64_t>(ids.free_elements());
+  std::vector<int64_t> id(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float v = in.at(0, uint64_t(i));
+    double x = ids.dtype == DType::int32 ? double(static_cast<int32_t>(numerics::float_bits(v))) : double(v);
+    if (!(x >= 0) || x != std::floor(x)) {
+      throw IsaError("segment id " + std::to_string(x) + " at element " + std::to_string(i) +
+                     " is not a non-negative integer");
+    }
+    id[size_t(i)] = static_cast<int64_t>(x);
+  }
+  std::vector<int64_t> out(size_t(2 * n));
+  for (int64_t i = 0; i < n; ++i) {  // starts, left to right
+    int64_t& start = out[size_t(i)];
+    if (id[size_t(i)] == 0) start = n;
+    else if (i > 0 && id[size_t(i)] == id[size_t(i - 1)]) start = out[size_t(i - 1)];
+    else start = i;
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {  // ends, right to left
+    int64_t& end = out[size_t(n + i)];
+    if (id[size_t(i)] == 0) end = -1;
+    else if (i + 1 < n && id[size_t(i)] == id[size_t(i + 1)]) end = out[size_t(n + i + 1)];
+    else end = i + 1;
+  }
+  write_ints(ctx, dst, out);
+}
+
+// ISA local_gather: each GpSimd core serves 16 SBUF partitions (absolute partitions 16c .. 16c + 15). Its indices are
+// the uint16 elements of `index` on those partitions taken partition first (the j-th at partition j % 16, flattened
+// column j / 16), the first num_valid_indices of them; each index is an element offset into the flattened free dims
+// of src_buffer (the NKI reference passes index * num_elem_per_idx), and every partition p of the group receives
+// dst[p, j * e + k] = src_buffer[p, index_j + k] for k < e, bit for bit. An index whose e elements leave src_buffer is
+// an error (NKI: undefined).
+void exec_local_gather(const Instruction& inst, ExecContext& ctx) {
+  constexpr uint32_t kPartitionsPerCore = 16;  // ISA: each GpSimd core connects to 16 SBUF partitions
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src_buffer");
+  const AccessPattern& index = inst.tensor("index");
+  if (index.dtype != DType::uint16) throw IsaError("index must be uint16, not " + std::string(dtype_name(index.dtype)));
+  if (dst.dtype != src.dtype) {
+    throw IsaError("dst.dtype must match src_buffer.dtype (" + std::string(dtype_name(src.dtype)) + "), not " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  const uint32_t bytes = dtype_size_bytes(src.dtype);
+  if (numerics::element_bytes(src.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+    throw IsaError("local_gather does not move " + std::string(dtype_name(src.dtype)));
+  }
+  const uint32_t first = ctx.state.first_partition(src);
+  if (src.partitions() != index.partitions() || src.partitions() % kPartitionsPerCore != 0 ||
+      first % kPartitionsPerCore != 0 || ctx.state.first_partition(index) != first ||
+      ctx.state.first_partition(dst) != first || dst.partitions() != src.partitions()) {
+    throw IsaError("src_buffer, index and dst must cover the same whole 16-partition groups (start a multiple of 16), "
+                   "got src_buffer " + shape_text(src) + " at partition " + std::to_string(first) + ", index " +
+                   shape_text(index) + " at " + std::to_string(ctx.state.first_partition(index)) + ", dst " +
+                   shape_text(dst) + " at " + std::to_string(ctx.state.first_partition(dst)));
+  }
+  const int64_t e = static_cast<int64_t>(inst.scalar("num_elem_per_idx"));
+  if (e != 1 && e != 2 && e != 4 && e != 8 && e != 16 && e != 32) {
+    throw IsaError("num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, not " + std::to_string(e));
+  }
+  const uint64_t per_core = uint64_t{kPartitionsPerCore} * index.free_elements();
+  const int64_t valid = inst.has("num_valid_indices") ? static_cast<int64_t>(inst.scalar("num_valid_indices"))
+                                                      : static_cast<int64_t>(per_core);
+  if (valid < 1 || uint64_t(valid) > per_core || valid > 4096) {
+    throw IsaError("num_valid_indices must be 1 .. min(4096, " + std::to_string(per_core) +
+                   " indices per 16-partition group), not " + std::to_string(valid));
+  }
+  if (dst.free_elements() != uint64_t(valid * e)) {
+    throw IsaError("dst must be " + shape_text(src.partitions(), uint64_t(valid * e)) +
+                   " (num_valid_indices x num_elem_per_idx per partition), got " + shape_text(dst));
+  }
+  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
+  AccessPattern source = src, target = dst;
+  source.dtype = target.dtype = alias;
+  Tile in = ctx.read(source);
+  Tile idx = ctx.read(index);  // uint16 values are exact in fp32
+  Tile out(dst.partitions(), dst.free_elements());
+  for (uint32_t g = 0; g < src.partitions() / kPartitionsPerCore; ++g) {
+    for (int64_t j = 0; j < valid; ++j) {
+      const uint32_t ip = g * kPartitionsPerCore + uint32_t(j % kPartitionsPerCore);
+      const uint64_t offset = static_cast<uint64_t>(idx.at(ip, uint64_t(j / kPartitionsPerCore)));
+      if (offset + uint64_t(e) > in.free) {
+        throw IsaError("index " + std::to_string(offset) + " (index " + std::to_string(j) + " of partitions " +
+                       std::to_string(first + g * kPartitionsPerCore) + ".." +
+                       std::to_string(first + g * kPartitionsPerCore + 15) + ") with " + std::to_string(e) +
+                       " elements per index leaves src_buffer's " + std::to_string(in.free) + " elements per partition");
+      }
+      for (uint32_t p = g * kPartitionsPerCore; p < (g + 1) * kPartitionsPerCore; ++p) {
+        for (int64_t k = 0; k < e; ++k) out.at(p, uint64_t(j * e + k)) = in.at(p, offset + uint64_t(k));
+      }
+    }
+  }
+  ctx.state.write(target, out);
+  ctx.state.set_psum_accumulating(target, false);
+}
+
 }  // namespace trnsim::isa

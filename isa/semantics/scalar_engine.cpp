@@ -1,5 +1,6 @@
 // Scalar engine semantics: activation functions with the fused scale/bias in front and the
 // per-partition accumulator (reduce_regs) behind.
+#include <limits>
 #include <string>
 
 #include "isa/alu.h"
@@ -11,6 +12,17 @@ namespace {
 
 std::string shape_text(uint32_t partitions, uint64_t free) {
   return "[" + std::to_string(partitions) + ", " + std::to_string(free) + "]";
+}
+
+// The Scalar engine's accumulator registers of the lanes `ap`'s partitions run on (isa/core_state.h).
+float* scalar_lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
+  std::vector<float>& registers = ctx.state.scalar_accumulators();
+  uint32_t first = ctx.state.first_partition(ap);
+  if (size_t{first} + ap.partitions() > registers.size()) {
+    throw IsaError("partitions " + std::to_string(first) + ".." + std::to_string(first + ap.partitions() - 1) +
+                   " have no Scalar engine lane (the engine has " + std::to_string(registers.size()) + ")");
+  }
+  return registers.data() + first;
 }
 
 // dst = op(data * scale + bias) elementwise in fp32; reduce_res[p] = reduce_op over the free
@@ -65,7 +77,24 @@ void activate(const Instruction& inst, ExecContext& ctx, bool has_reduce) {
     }
   }
   ctx.write(dst, out);
-  if (has_reduce) ctx.write(inst.tensor("reduce_res"), reduced);
+  if (has_reduce) {
+    ctx.write(inst.tensor("reduce_res"), reduced);
+    // The reduction stays in the Scalar accumulator registers (shared with activate2's reduce_cmd).
+    float* acc = scalar_lane_accumulators(ctx, inst.tensor("data"));
+    for (uint32_t p = 0; p < data.partitions; ++p) acc[p] = reduced.at(p, 0);
+  }
+}
+
+// The (op0, op1) pairs of activate2's tensor-scalar stage (ISA activate2: "six combinations").
+bool activate2_pair(AluOp op0, AluOp op1) {
+  if (op0 == AluOp::multiply) return op1 == AluOp::add || op1 == AluOp::subtract || op1 == AluOp::bypass;
+  return (op0 == AluOp::add || op0 == AluOp::subtract || op0 == AluOp::bypass) && op1 == AluOp::bypass;
+}
+
+// The identities activate2's accumulator resets to (add, maximum, minimum).
+float activate2_identity(AluOp op) {
+  if (op == AluOp::add) return 0.0f;
+  return op == AluOp::maximum ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
 }
 
 }  // namespace
@@ -77,5 +106,71 @@ void exec_activation(const Instruction& inst, ExecContext& ctx) {
 }
 
 void exec_activation_reduce(const Instruction& inst, ExecContext& ctx) { activate(inst, ctx, true); }
+
+// ISA activate2 (NeuronCore-v4): per element in fp32, val = data; val = val op0 imm0 (imm0 op0 val with reverse0)
+// unless op0 is bypass; then the same with op1 / imm1 / reverse1; dst = op(val, relu_param). The accumulator stage
+// (reduce_cmd) works on the fp32 results before the cast to dst.dtype, in element order, in the Scalar engine's
+// registers: reset sets them to reduce_op's identity without folding, reset_reduce resets and folds, reduce folds on
+// top, idle leaves them. reduce_res, when given, reads the registers after the instruction.
+void exec_activate2(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& data_ap = inst.tensor("data");
+  if (dst.partitions() != data_ap.partitions() || dst.free_elements() != data_ap.free_elements()) {
+    throw IsaError("dst is " + shape_text(dst.partitions(), dst.free_elements()) + " but data is " +
+                   shape_text(data_ap.partitions(), data_ap.free_elements()));
+  }
+  const AluOp op0 = static_cast<AluOp>(static_cast<int>(inst.scalar("op0")));
+  const AluOp op1 = static_cast<AluOp>(static_cast<int>(inst.scalar("op1")));
+  if (!activate2_pair(op0, op1)) {
+    throw IsaError("(op0, op1) = (" + std::string(alu_op_name(op0)) + ", " + std::string(alu_op_name(op1)) +
+                   ") is none of (multiply, add|subtract|bypass), (add|subtract|bypass, bypass)");
+  }
+  const bool reverse0 = inst.scalar("reverse0") != 0, reverse1 = inst.scalar("reverse1") != 0;
+  if ((reverse0 && op0 == AluOp::bypass) || (reverse1 && op1 == AluOp::bypass)) {
+    throw IsaError("reverse0 / reverse1 need op0 / op1 to be an operator, not bypass");
+  }
+  const OperandSpec* cmd_spec = inst.spec().find("reduce_cmd");
+  const std::string command = cmd_spec->enum_values.at(static_cast<size_t>(inst.scalar("reduce_cmd")));
+  const bool has_op = inst.has("reduce_op");
+  const bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
+  AluOp reduce_op = AluOp::add;
+  if (command != "idle") {
+    if (!has_op) throw IsaError("reduce_cmd=" + command + " needs reduce_op");
+    reduce_op = static_cast<AluOp>(static_cast<int>(inst.scalar("reduce_op")));
+    if (reduce_op != AluOp::add && reduce_op != AluOp::maximum && reduce_op != AluOp::minimum) {
+      throw IsaError("reduce_op must be add, maximum or minimum, not " + std::string(alu_op_name(reduce_op)));
+    }
+  }
+  if (has_res) {
+    const AccessPattern& res = inst.tensor("reduce_res");
+    if (res.partitions() != data_ap.partitions() || res.free_elements() != 1) {
+      throw IsaError("reduce_res must be " + shape_text(data_ap.partitions(), 1) + ", got " +
+                     shape_text(res.partitions(), res.free_elements()));
+    }
+  }
+  auto func = static_cast<ActivationFunc>(static_cast<int>(inst.scalar("op")));
+  Tile x = ctx.read(data_ap);
+  std::vector<float> imm0 = ctx.per_partition(inst, "imm0", x.partitions);
+  std::vector<float> imm1 = ctx.per_partition(inst, "imm1", x.partitions);
+  std::vector<float> relu = ctx.per_partition(inst, "relu_param", x.partitions);
+  if (relu.empty()) relu.assign(x.partitions, 0.0f);
+  float* acc = scalar_lane_accumulators(ctx, data_ap);
+  if (command == "reset" || command == "reset_reduce") std::fill(acc, acc + x.partitions, activate2_identity(reduce_op));
+  const bool fold = command == "reduce" || command == "reset_reduce";
+  Tile reduced(x.partitions, 1);
+  for (uint32_t p = 0; p < x.partitions; ++p) {
+    float* row = x.row(p);
+    for (uint64_t i = 0; i < x.free; ++i) {
+      float v = row[i];
+      if (op0 != AluOp::bypass) v = reverse0 ? apply_alu(op0, imm0[p], v) : apply_alu(op0, v, imm0[p]);
+      if (op1 != AluOp::bypass) v = reverse1 ? apply_alu(op1, imm1[p], v) : apply_alu(op1, v, imm1[p]);
+      row[i] = apply_activation(func, v, relu[p]);
+      if (fold) acc[p] = apply_alu(reduce_op, acc[p], row[i]);
+    }
+    reduced.at(p, 0) = acc[p];
+  }
+  ctx.write(dst, x);
+  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+}
 
 }  // namespace trnsim::isa

@@ -1,6 +1,7 @@
 // Tensor engine semantics: matmul into PSUM with fp32 accumulation, and PE transposes.
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -218,6 +219,77 @@ void exec_nc_transpose(const Instruction& inst, ExecContext& ctx) {
                    "] to hold data.T");
   }
   ctx.write(dst, transposed(data));
+}
+
+// ISA quantize_mx (Vector engine, NeuronCore-v4; here beside nc_matmul_mx, whose scale layout it writes). For each
+// group g (partitions 8g .. 8g + 7 of src) and dst column c (src columns 4c .. 4c + 3): amax = max |v| over the 32
+// values, X = 2^(floor(log2 amax) - (Emax - 1)) (ISA: twice OCP's scale, so the largest value lands in
+// [2^(Emax-1), 2^Emax) and never saturates), dst = v / X rounded to nearest even into the fp8 dtype, and X's E8M0 code
+// (clamped to 0 .. 254, 2^-127 for an all-zero group) at scale row mx_scale_row(g), column c; the other scale rows keep
+// their bytes. A group holding Inf or NaN gets the NaN code 0xFF and NaN values (assumed: the ISA does not say).
+void exec_quantize_mx(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  const AccessPattern& scale_ap = inst.tensor("dst_scale");
+  if (src.dtype != DType::bf16 && src.dtype != DType::fp16) {
+    throw IsaError("src must be bf16 or fp16, not " + std::string(dtype_name(src.dtype)));
+  }
+  if (dst.dtype != DType::mxfp8_e4m3 && dst.dtype != DType::mxfp8_e5m2) {
+    throw IsaError("dst must be mxfp8_e4m3 or mxfp8_e5m2 (float8_e4m3fn_x4 / float8_e5m2_x4), not " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  if (scale_ap.dtype != DType::fp8_e8m0 && scale_ap.dtype != DType::uint8) {
+    throw IsaError("dst_scale must be fp8_e8m0 or uint8, not " + std::string(dtype_name(scale_ap.dtype)));
+  }
+  const uint32_t partitions = src.partitions();
+  const uint64_t columns = dst.free_elements();
+  if (partitions % kMxQuadrant != 0 || dst.partitions() != partitions || src.free_elements() != 4 * columns) {
+    throw IsaError("src must be [32k, 4F] and dst [32k, F], got src [" + std::to_string(partitions) + ", " +
+                   std::to_string(src.free_elements()) + "] and dst [" + std::to_string(dst.partitions()) + ", " +
+                   std::to_string(columns) + "]");
+  }
+  const uint32_t groups = partitions / kMxGroupPartitions;
+  const uint32_t rows_needed = mx_scale_row(groups - 1) + 1;
+  AccessPattern codes_ap = scale_ap;
+  codes_ap.dtype = DType::uint8;
+  Tile codes = ctx.state.read(codes_ap);
+  if (codes.partitions < rows_needed || codes.free != columns) {
+    throw IsaError("dst_scale is [" + std::to_string(codes.partitions) + ", " + std::to_string(codes.free) +
+                   "] but the data needs at least [" + std::to_string(rows_needed) + ", " + std::to_string(columns) + "]");
+  }
+  const int e_max = dst.dtype == DType::mxfp8_e4m3 ? 8 : 15;  // ISA quantize_mx: Emax of float8_e4m3fn / float8_e5m2
+  constexpr int kE8m0Bias = 127, kE8m0MaxCode = 254, kE8m0Nan = 0xFF;
+  Tile x = ctx.read(src);  // [P, 4F]: exact fp32 values of bf16/fp16
+  Tile out(partitions, 4 * columns);
+  for (uint32_t g = 0; g < groups; ++g) {
+    for (uint64_t c = 0; c < columns; ++c) {
+      float amax = 0.0f;
+      bool special = false;
+      for (uint32_t p = g * kMxGroupPartitions; p < (g + 1) * kMxGroupPartitions; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) {
+          float v = x.at(p, 4 * c + j);
+          if (!std::isfinite(v)) special = true;
+          amax = std::max(amax, std::fabs(v));
+        }
+      }
+      int code = 0;  // 2^-127 for an all-zero group
+      if (special) {
+        code = kE8m0Nan;
+      } else if (amax > 0) {
+        int exponent = 0;
+        std::frexp(double(amax), &exponent);  // amax = m * 2^exponent, m in [0.5, 1): floor(log2 amax) = exponent - 1
+        code = std::clamp(exponent - 1 - (e_max - 1) + kE8m0Bias, 0, kE8m0MaxCode);
+      }
+      codes.at(mx_scale_row(g), c) = float(code);
+      const double scale = code == kE8m0Nan ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, code - kE8m0Bias);
+      for (uint32_t p = g * kMxGroupPartitions; p < (g + 1) * kMxGroupPartitions; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) out.at(p, 4 * c + j) = float(double(x.at(p, 4 * c + j)) / scale);
+      }
+    }
+  }
+  ctx.state.write(dst, out);  // packs each value into the fp8 dtype, round to nearest even
+  ctx.state.write(codes_ap, codes);
+  ctx.state.set_psum_accumulating(dst, false);
 }
 
 }  // namespace trnsim::isa

@@ -754,4 +754,54 @@ void exec_nc_match_replace8(const Instruction& inst, ExecContext& ctx) {
   if (has_idx) write_int_bits(ctx, inst.tensor("dst_idx"), index);
 }
 
+// ---- Cross-partition shuffle ----
+
+// ISA nc_stream_shuffle: dst partition 32q + i (relative to dst's first partition) takes src partition
+// 32q + shuffle_mask[i] (relative to src's first), the same mask in every quadrant; 255 leaves the dst partition as it
+// is. Elements move bit for bit; src is read whole before dst is written (in place allowed). A mask entry naming a
+// src partition the access does not have is an error. The hardware start-partition rules are legality's.
+void exec_nc_stream_shuffle(const Instruction& inst, ExecContext& ctx) {
+  constexpr uint32_t kQuadrant = 32;     // ISA: "within a quadrant of 32 partitions"
+  constexpr int64_t kKeep = 255;         // ISA: "shuffle_mask[i]=255 means ... unmodified"
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  const std::vector<int64_t>& mask = inst.list("shuffle_mask");
+  if (mask.size() != kQuadrant) throw IsaError("shuffle_mask must have 32 entries, not " + std::to_string(mask.size()));
+  for (int64_t m : mask) {
+    if ((m < 0 || m >= int64_t{kQuadrant}) && m != kKeep) {
+      throw IsaError("shuffle_mask entries are 0..31 or 255, not " + std::to_string(m));
+    }
+  }
+  if (dst.dtype != src.dtype) {
+    throw IsaError("dst.dtype must match src.dtype (" + std::string(dtype_name(src.dtype)) + "), not " +
+                   std::string(dtype_name(dst.dtype)));
+  }
+  if (dst.free_elements() != src.free_elements()) {
+    throw IsaError("dst has " + std::to_string(dst.free_elements()) + " elements per partition but src " +
+                   std::to_string(src.free_elements()));
+  }
+  const uint32_t bytes = dtype_size_bytes(src.dtype);
+  if (numerics::element_bytes(src.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+    throw IsaError("nc_stream_shuffle does not move " + std::string(dtype_name(src.dtype)));
+  }
+  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
+  AccessPattern source = src, target = dst;
+  source.dtype = target.dtype = alias;
+  Tile in = ctx.read(source);
+  Tile out = ctx.read(target);
+  for (uint32_t p = 0; p < out.partitions; ++p) {
+    const int64_t m = mask[p % kQuadrant];
+    if (m == kKeep) continue;
+    const uint32_t from = (p / kQuadrant) * kQuadrant + uint32_t(m);
+    if (from >= in.partitions) {
+      throw IsaError("dst partition " + std::to_string(p) + " reads src partition " + std::to_string(from) +
+                     " (shuffle_mask[" + std::to_string(p % kQuadrant) + "] = " + std::to_string(m) +
+                     "), but src has " + std::to_string(in.partitions));
+    }
+    std::copy(in.row(from), in.row(from) + in.free, out.row(p));
+  }
+  ctx.state.write(target, out);
+  ctx.state.set_psum_accumulating(target, false);
+}
+
 }  // namespace trnsim::isa

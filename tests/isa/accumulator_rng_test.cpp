@@ -46,6 +46,9 @@ class Kernel {
   AccessPattern tensor(DType dtype, std::vector<uint32_t> shape) {
     return m_builder.view(m_builder.sbuf("t" + std::to_string(m_count++), dtype, std::move(shape)));
   }
+  AccessPattern psum_tensor(DType dtype, std::vector<uint32_t> shape) {
+    return m_builder.view(m_builder.psum("t" + std::to_string(m_count++), dtype, std::move(shape)));
+  }
   InstructionBuilder emit(Opcode opcode) { return m_builder.emit(opcode); }
   void build() {
     m_program = std::make_unique<Program>(m_builder.finish());
@@ -784,6 +787,629 @@ TEST(GatherTest, NonzeroWithCountOnTheFirstPartitionOfEachGpSimdCore) {
     EXPECT_EQ(std::vector<uint32_t>(got.begin() + p * (T + 1), got.begin() + (p + 1) * (T + 1)), want) << p;
     EXPECT_EQ(std::vector<uint32_t>(igot.begin() + p * (T + 1), igot.begin() + (p + 1) * (T + 1)), iwant) << p;
   }
+}
+
+// ---- sequence_bounds (GpSimd) ----
+
+// The reference: for each element, walk outwards while the neighbours carry the same id (start inclusive, end
+// exclusive); padding (id 0) gets [n, -1].
+std::vector<int64_t> sequence_bounds_reference(const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> out(size_t(2 * n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[size_t(i)] == 0) {
+      out[size_t(i)] = n;
+      out[size_t(n + i)] = -1;
+      continue;
+    }
+    int64_t lo = i, hi = i;
+    while (lo > 0 && ids[size_t(lo - 1)] == ids[size_t(i)]) --lo;
+    while (hi + 1 < n && ids[size_t(hi + 1)] == ids[size_t(i)]) ++hi;
+    out[size_t(i)] = lo;
+    out[size_t(n + i)] = hi + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> run_sequence_bounds(const std::vector<int64_t>& ids, DType in_dtype, DType out_dtype) {
+  const uint32_t n = static_cast<uint32_t>(ids.size());
+  Kernel k;
+  auto seg = k.tensor(in_dtype, {1, n}), dst = k.tensor(out_dtype, {1, 2 * n});
+  k.emit(Opcode::sequence_bounds).tensor("dst", dst).tensor("segment_ids", seg);
+  k.build();
+  if (in_dtype == DType::int32) {
+    std::vector<uint32_t> bits;
+    for (int64_t v : ids) bits.push_back(static_cast<uint32_t>(v));
+    k.set_bits(seg, bits);
+  } else {
+    std::vector<float> values;
+    for (int64_t v : ids) values.push_back(static_cast<float>(v));
+    k.set(seg, values);
+  }
+  k.run();
+  std::vector<int64_t> got;
+  if (out_dtype == DType::int32) {
+    for (uint32_t b : k.get_bits(dst)) got.push_back(static_cast<int32_t>(b));
+  } else {
+    for (float v : k.get(dst).values) got.push_back(static_cast<int64_t>(v));
+  }
+  return got;
+}
+
+TEST(SequenceBoundsTest, DocumentedExample) {
+  // NKI's example: [0, 1, 1, 2, 2, 2, 0, 3, 3] -> starts [9, 1, 1, 3, 3, 3, 9, 7, 7], ends [-1, 3, 3, 6, 6, 6, -1, 9, 9].
+  std::vector<int64_t> want = {9, 1, 1, 3, 3, 3, 9, 7, 7, -1, 3, 3, 6, 6, 6, -1, 9, 9};
+  EXPECT_EQ(run_sequence_bounds({0, 1, 1, 2, 2, 2, 0, 3, 3}, DType::int32, DType::int32), want);
+  EXPECT_EQ(run_sequence_bounds({0, 1, 1, 2, 2, 2, 0, 3, 3}, DType::fp32, DType::fp32), want);
+}
+
+TEST(SequenceBoundsTest, RandomSortedSegmentsAgainstOutwardWalk) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 24; ++trial) {
+    const uint32_t n = 1 + rng() % 600;
+    std::vector<int64_t> ids(n);
+    for (int64_t& v : ids) v = rng() % 3 == 0 ? 0 : int64_t(rng() % 40);  // padding in between, as NKI allows
+    std::sort(ids.begin(), ids.end());
+    if (trial % 3 == 1) std::shuffle(ids.begin(), ids.end(), rng);  // unsorted: runs of adjacent equal ids
+    if (trial % 4 == 2) ids.assign(n, 7);                            // one segment over everything
+    const DType in = trial % 2 ? DType::int32 : DType::fp32, out = trial % 5 < 2 ? DType::int32 : DType::fp32;
+    EXPECT_EQ(run_sequence_bounds(ids, in, out), sequence_bounds_reference(ids)) << "trial " << trial;
+  }
+}
+
+TEST(SequenceBoundsTest, NegativeOrFractionalIdIsAnError) {
+  for (DType dtype : {DType::int32, DType::fp32}) {
+    try {
+      run_sequence_bounds({1, 1, -2, 3}, dtype, DType::int32);
+      FAIL() << "expected IsaError";
+    } catch (const IsaError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("sequence_bounds: segment id -2"));
+    }
+  }
+  Kernel k;
+  auto seg = k.tensor(DType::fp32, {1, 2}), dst = k.tensor(DType::fp32, {1, 4});
+  k.emit(Opcode::sequence_bounds).tensor("dst", dst).tensor("segment_ids", seg);
+  k.build();
+  k.set(seg, {1.5f, 2.0f});
+  EXPECT_THROW(k.run(), IsaError);
+}
+
+// ---- local_gather (GpSimd) ----
+
+// The NKI reference loop: per 16-partition group the indices flattened partition first (order 'F'), the first
+// num_valid of them, each an element offset; every partition of the group takes e elements from its own row.
+std::vector<float> local_gather_reference(const Tile& src, const std::vector<uint32_t>& index, uint32_t P, uint32_t F_idx,
+                                          uint32_t valid, uint32_t e) {
+  std::vector<float> out(size_t{P} * valid * e);
+  for (uint32_t g = 0; g < P / 16; ++g) {
+    std::vector<uint32_t> flat;  // order 'F' over the group's [16, F_idx] index block
+    for (uint32_t c = 0; c < F_idx; ++c) {
+      for (uint32_t r = 0; r < 16; ++r) flat.push_back(index[size_t(g * 16 + r) * F_idx + c]);
+    }
+    for (uint32_t p = g * 16; p < g * 16 + 16; ++p) {
+      for (uint32_t j = 0; j < valid; ++j) {
+        for (uint32_t k = 0; k < e; ++k) out[(size_t(p) * valid + j) * e + k] = src.at(p, flat[j] + k);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(LocalGatherTest, GathersWithinEachSixteenPartitionGroup) {
+  std::mt19937 rng(43);
+  const uint32_t elems[] = {1, 2, 4, 8, 16, 32};
+  for (int trial = 0; trial < 16; ++trial) {
+    const DType dtype = std::vector<DType>{DType::fp32, DType::bf16, DType::fp8_e4m3, DType::int32}[trial % 4];
+    const uint32_t P = 16 * (1 + rng() % 8), e = elems[rng() % 6], F = e + rng() % 300, F_idx = 1 + rng() % 12;
+    const uint32_t per_core = 16 * F_idx;
+    const bool all = trial % 3 == 0;
+    const uint32_t valid = all ? per_core : 1 + rng() % per_core;
+    Kernel k;
+    auto src = k.tensor(dtype, {P, F}), index = k.tensor(DType::uint16, {P, F_idx});
+    auto dst = k.tensor(dtype, {P, valid * e});
+    auto emit = k.emit(Opcode::local_gather);
+    emit.tensor("dst", dst).tensor("src_buffer", src).tensor("index", index).imm("num_elem_per_idx", e);
+    if (!all) emit.imm("num_valid_indices", valid);
+    k.build();
+    Tile x = dtype == DType::int32 ? Tile() : k.set(src, random_values(rng, size_t{P} * F));
+    std::vector<uint32_t> words(size_t{P} * F);
+    if (dtype == DType::int32) {
+      for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+      k.set_bits(src, words);
+      x = Tile(P, F);
+      for (size_t i = 0; i < words.size(); ++i) x.values[i] = numerics::bits_float(words[i]);
+    }
+    std::vector<uint32_t> idx(size_t{P} * F_idx);
+    std::vector<float> idx_values;
+    for (uint32_t& i : idx) {
+      i = rng() % (F - e + 1);
+      idx_values.push_back(float(i));
+    }
+    k.set(index, idx_values);
+    k.run();
+    std::vector<float> want = local_gather_reference(x, idx, P, F_idx, valid, e);
+    if (dtype == DType::int32) {
+      std::vector<uint32_t> want_bits;
+      for (float v : want) want_bits.push_back(numerics::float_bits(v));
+      EXPECT_EQ(k.get_bits(dst), want_bits) << "trial " << trial;
+    } else {
+      expect_exact(k.get(dst), want, "trial " + std::to_string(trial) + " " + std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST(LocalGatherTest, DocumentedExampleShape) {
+  // NKI's example: src_buffer [128, 512, 4] fp32, index [128, 4] = the same [16, 4] block eight times, times
+  // num_elem_per_idx = 4, 64 valid indices per core: out[p, j, :] = src_buffer[p, index_1d[j], :].
+  std::mt19937 rng(44);
+  Kernel k;
+  auto src = k.tensor(DType::fp32, {128, 512 * 4}), index = k.tensor(DType::uint16, {128, 4});
+  auto dst = k.tensor(DType::fp32, {128, 64 * 4});
+  k.emit(Opcode::local_gather)
+      .tensor("dst", dst)
+      .tensor("src_buffer", src)
+      .tensor("index", index)
+      .imm("num_elem_per_idx", 4)
+      .imm("num_valid_indices", 64);
+  k.build();
+  Tile x = k.set(src, random_values(rng, 128 * 2048));
+  std::vector<uint32_t> block(16 * 4);
+  for (uint32_t& b : block) b = rng() % 512;
+  std::vector<float> idx;
+  for (uint32_t p = 0; p < 128; ++p) {
+    for (uint32_t c = 0; c < 4; ++c) idx.push_back(float(block[(p % 16) * 4 + c] * 4));
+  }
+  k.set(index, idx);
+  k.run();
+  std::vector<float> want;
+  for (uint32_t p = 0; p < 128; ++p) {
+    for (uint32_t j = 0; j < 64; ++j) {  // index_1d[j] = block[j % 16][j / 16]
+      for (uint32_t v = 0; v < 4; ++v) want.push_back(x.at(p, block[(j % 16) * 4 + j / 16] * 4 + v));
+    }
+  }
+  expect_exact(k.get(dst), want, "documented example");
+}
+
+TEST(LocalGatherTest, IndexLeavingTheSourceIsAnError) {
+  Kernel k;
+  auto src = k.tensor(DType::fp32, {16, 10}), index = k.tensor(DType::uint16, {16, 1});
+  auto dst = k.tensor(DType::fp32, {16, 32});
+  k.emit(Opcode::local_gather)
+      .tensor("dst", dst)
+      .tensor("src_buffer", src)
+      .tensor("index", index)
+      .imm("num_elem_per_idx", 2);
+  k.build();
+  std::vector<float> idx(16, 0.0f);
+  idx[5] = 9;  // elements 9 and 10 of a 10-element row
+  k.set(index, idx);
+  try {
+    k.run();
+    FAIL() << "expected IsaError";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("local_gather: index 9 (index 5 of partitions 0..15)"));
+  }
+}
+
+TEST(LocalGatherTest, LegalityWantsWholeGroupsAndDocumentedLimits) {
+  auto rules_of = [](const std::string& body) {
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf s : fp32[128, 64]\nsbuf x : uint16[128, 300]\n"
+                                 "sbuf d : fp32[128, 8192]\n" + body + "\n", "case.tasm");
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    return rules;
+  };
+  EXPECT_THAT(rules_of("local_gather dst=d[0:32, 0:16], src_buffer=s[0:32, :], index=x[0:32, 0:1]"),
+              ::testing::IsEmpty());
+  // Partitions 8..39 straddle two GpSimd cores.
+  EXPECT_THAT(rules_of("local_gather dst=d[8:40, 0:16], src_buffer=s[8:40, :], index=x[8:40, 0:1]"),
+              ::testing::Contains("local-gather"));
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:48], src_buffer=s[0:16, :], index=x[0:16, 0:1], "
+                       "num_elem_per_idx=3"),
+              ::testing::Contains("local-gather"));
+  // 16 x 300 = 4800 indices per core: more than 4096.
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:4800], src_buffer=s[0:16, :], index=x[0:16, :]"),
+              ::testing::Contains("local-gather"));
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:4096], src_buffer=s[0:16, :], index=x[0:16, :], "
+                       "num_valid_indices=4096"),
+              ::testing::IsEmpty());
+  EXPECT_THAT(rules_of("local_gather dst=d[0:16, 0:17], src_buffer=s[0:16, :], index=x[0:16, 0:1]"),
+              ::testing::Contains("operand-shape"));
+}
+
+// ---- activate2 (Scalar, trn3) ----
+
+// The reference: the two tensor-scalar steps and the activation in double, each rounded to fp32 (exact: products and
+// sums of two floats rounded once); copy, relu, square and prelu have closed forms.
+double ref_act(const std::string& func, double x, double alpha) {
+  if (func == "copy") return x;
+  if (func == "relu") return x > 0 ? x : 0.0;
+  if (func == "square") return f32(x * x);
+  return x > 0 ? x : f32(alpha * x);  // prelu
+}
+
+TEST(Activate2Test, EveryOperatorPairAgainstALoop) {
+  std::mt19937 rng(51);
+  const std::vector<std::pair<std::string, std::string>> pairs = {{"multiply", "add"}, {"multiply", "subtract"},
+                                                                  {"multiply", "bypass"}, {"add", "bypass"},
+                                                                  {"subtract", "bypass"}, {"bypass", "bypass"}};
+  const std::vector<std::string> funcs = {"copy", "relu", "square", "prelu"};
+  const std::vector<std::string> reduces = {"add", "maximum", "minimum"};
+  int trial = 0;
+  for (const auto& [op0, op1] : pairs) {
+    for (int rev = 0; rev < 4; ++rev) {
+      const bool r0 = rev & 1, r1 = rev & 2;
+      if ((r0 && op0 == "bypass") || (r1 && op1 == "bypass")) continue;
+      ++trial;
+      const std::string func = funcs[trial % 4], reduce = reduces[trial % 3];
+      const uint32_t P = 1 + rng() % 128, F = 1 + rng() % 200;
+      Kernel k("trn3");
+      auto data = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::fp32, {P, F});
+      auto imm0 = k.tensor(DType::fp32, {P, 1}), relu = k.tensor(DType::fp32, {P, 1}), res = k.tensor(DType::fp32, {P, 1});
+      const float imm1 = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+      auto e = k.emit(Opcode::activate2);
+      e.tensor("dst", dst).word("op", func).tensor("data", data).tensor("imm0", imm0).imm("imm1", imm1);
+      e.word("op0", op0).word("op1", op1).tensor("relu_param", relu).imm("reverse0", r0).imm("reverse1", r1);
+      e.word("reduce_op", reduce).tensor("reduce_res", res).word("reduce_cmd", "reset_reduce");
+      k.build();
+      Tile x = k.set(data, random_values(rng, size_t{P} * F));
+      Tile s0 = k.set(imm0, random_values(rng, P));
+      Tile alpha = k.set(relu, random_values(rng, P, 0.0f, 1.0f));
+      k.run();
+      std::vector<float> want, want_res;
+      auto step = [](const std::string& op, double a, double b) {
+        if (op == "multiply") return f32(a * b);
+        if (op == "add") return f32(a + b);
+        return f32(a - b);
+      };
+      for (uint32_t p = 0; p < P; ++p) {
+        double acc = reduce == "add" ? 0.0 : reduce == "maximum" ? -INFINITY : INFINITY;
+        for (uint32_t i = 0; i < F; ++i) {
+          double v = x.at(p, i);
+          if (op0 != "bypass") v = r0 ? step(op0, s0.at(p, 0), v) : step(op0, v, s0.at(p, 0));
+          if (op1 != "bypass") v = r1 ? step(op1, imm1, v) : step(op1, v, imm1);
+          v = ref_act(func, v, alpha.at(p, 0));
+          want.push_back(float(v));
+          acc = reduce == "add" ? f32(acc + v) : reduce == "maximum" ? std::max(acc, v) : std::min(acc, v);
+        }
+        want_res.push_back(float(acc));
+      }
+      std::string what = op0 + "/" + op1 + " rev " + std::to_string(rev) + " " + func + " " + reduce;
+      expect_exact(k.get(dst), want, what);
+      expect_exact(k.get(res), want_res, what + " reduce_res");
+    }
+  }
+  EXPECT_EQ(trial, 15);  // 6 pairs x the reverse flags their operators allow: 4 + 4 + 2 + 2 + 2 + 1
+}
+
+TEST(Activate2Test, ScalarAccumulatorCarriesAcrossInstructions) {
+  // activation leaves its reduction in the Scalar registers; activate2 reduce folds on top; idle reads them back;
+  // reset sets reduce_op's identity without folding.
+  Kernel k("trn3");
+  auto data = k.tensor(DType::fp32, {4, 3}), dst = k.tensor(DType::bf16, {4, 3});
+  auto r1 = k.tensor(DType::fp32, {4, 1}), r2 = k.tensor(DType::fp32, {4, 1}), r3 = k.tensor(DType::fp32, {4, 1});
+  auto r4 = k.tensor(DType::fp32, {4, 1}), r5 = k.tensor(DType::fp32, {4, 1});
+  k.emit(Opcode::activation).tensor("dst", dst).word("op", "copy").tensor("data", data).word("reduce_op", "add")
+      .tensor("reduce_res", r1);
+  auto act2 = [&](const char* cmd, const AccessPattern& res) {
+    k.emit(Opcode::activate2).tensor("dst", dst).word("op", "copy").tensor("data", data).imm("imm0", 2.0)
+        .imm("imm1", 0.0).word("op0", "multiply").word("op1", "bypass").word("reduce_op", "add")
+        .tensor("reduce_res", res).word("reduce_cmd", cmd);
+  };
+  act2("reduce", r2);
+  act2("idle", r3);
+  act2("reset", r4);
+  act2("reset_reduce", r5);
+  k.build();
+  // 1/3 is not a bf16 value: the reduction sees the fp32 results, not dst's bf16.
+  k.set(data, {1.0f / 3, 1, 2, -1, -2, -3, 0.5f, 0.25f, 0.125f, 10, 20, 30});
+  k.run();
+  std::vector<float> sums = {float(f32(f32(1.0f / 3 + 1) + 2)), -6, 0.875f, 60};
+  std::vector<float> doubled;
+  for (float s : sums) doubled.push_back(s * 2);
+  std::vector<float> after_reduce;
+  for (size_t p = 0; p < 4; ++p) after_reduce.push_back(float(f32(sums[p] + doubled[p])));
+  // Row 0's doubled fold: acc = s + 2/3 + 2 + 4 in element order.
+  after_reduce[0] = float(f32(f32(f32(sums[0] + f32(2.0 / 3)) + 2) + 4));
+  expect_exact(k.get(r1), sums, "activation");
+  expect_exact(k.get(r2), after_reduce, "activate2 reduce");
+  expect_exact(k.get(r3), after_reduce, "activate2 idle");
+  expect_exact(k.get(r4), {0, 0, 0, 0}, "activate2 reset");
+  std::vector<float> fresh = doubled;
+  fresh[0] = float(f32(f32(f32(2.0 / 3)) + 2) + 4);
+  expect_exact(k.get(r5), fresh, "activate2 reset_reduce");
+}
+
+TEST(Activate2Test, LegalityAndInterpreterRejectTheSameInstructions) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=add", "activate2-ops"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=bypass, op1=bypass, reverse0=true", "activate2-ops"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass, reduce_cmd=reduce",
+       "missing-operand"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass, reduce_op=multiply, "
+       "reduce_cmd=reset_reduce",
+       "reduce-op"},
+      {"activate2 dst=b, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass", "operand-shape"},
+      {"activate2 dst=a, op=copy, data=a, imm0=c2, imm1=2.0, op0=add, op1=bypass", "per-partition-operand"},
+      {"activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass, reduce_res=c2", "operand-shape"}};
+  for (const auto& [instruction, rule] : cases) {
+    Program program = parse_tasm("kernel k\ntarget trn3\nsbuf a : fp32[4, 8]\nsbuf b : fp32[4, 9]\n"
+                                 "sbuf c2 : fp32[4, 2]\n" + instruction + "\n", "case.tasm");
+    CoreState state(config("trn3").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn3")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn3"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains(rule)) << instruction;
+  }
+  // Only NeuronCore-v4 has it: the parser refuses it for an older target.
+  try {
+    parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[4, 8]\n"
+               "activate2 dst=a, op=copy, data=a, imm0=1.0, imm1=2.0, op0=add, op1=bypass\n", "case.tasm");
+    FAIL() << "expected a parse error";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("activate2 is not available on trn2"));
+  }
+}
+
+// ---- nc_stream_shuffle (Vector) ----
+
+TEST(StreamShuffleTest, EachQuadrantTakesTheMaskedPartitionsBitForBit) {
+  std::mt19937 rng(61);
+  for (int trial = 0; trial < 12; ++trial) {
+    const DType dtype = std::vector<DType>{DType::fp32, DType::bf16, DType::int32, DType::fp8_e5m2}[trial % 4];
+    const uint32_t quadrants = 1 + rng() % 4, P = 32 * quadrants, F = 1 + rng() % 100;
+    std::vector<int64_t> mask(32);
+    for (int64_t& m : mask) m = rng() % 5 == 0 ? 255 : int64_t(rng() % 32);
+    Kernel k;
+    auto src = k.tensor(dtype, {P, F}), dst = k.tensor(dtype, {P, F});
+    k.emit(Opcode::nc_stream_shuffle).tensor("dst", dst).tensor("src", src).word("shuffle_mask", [&] {
+      std::string text = "[";
+      for (size_t i = 0; i < mask.size(); ++i) text += (i ? ", " : "") + std::to_string(mask[i]);
+      return text + "]";
+    }());
+    k.build();
+    std::vector<uint32_t> src_bits(size_t{P} * F), dst_bits(size_t{P} * F);
+    if (dtype_size_bytes(dtype) == 4) {
+      for (uint32_t& w : src_bits) w = static_cast<uint32_t>(rng());
+      for (uint32_t& w : dst_bits) w = static_cast<uint32_t>(rng());
+      k.set_bits(src, src_bits);
+      k.set_bits(dst, dst_bits);
+    }
+    Tile xs = dtype_size_bytes(dtype) == 4 ? Tile() : k.set(src, random_values(rng, size_t{P} * F));
+    Tile xd = dtype_size_bytes(dtype) == 4 ? Tile() : k.set(dst, random_values(rng, size_t{P} * F));
+    k.run();
+    if (dtype_size_bytes(dtype) == 4) {
+      std::vector<uint32_t> want = dst_bits;
+      for (uint32_t p = 0; p < P; ++p) {
+        if (mask[p % 32] == 255) continue;
+        uint32_t from = p / 32 * 32 + uint32_t(mask[p % 32]);
+        for (uint32_t i = 0; i < F; ++i) want[size_t{p} * F + i] = src_bits[size_t{from} * F + i];
+      }
+      EXPECT_EQ(k.get_bits(dst), want) << "trial " << trial;
+    } else {
+      std::vector<float> want = xd.values;
+      for (uint32_t p = 0; p < P; ++p) {
+        if (mask[p % 32] == 255) continue;
+        uint32_t from = p / 32 * 32 + uint32_t(mask[p % 32]);
+        for (uint32_t i = 0; i < F; ++i) want[size_t{p} * F + i] = xs.at(from, i);
+      }
+      expect_exact(k.get(dst), want, "trial " + std::to_string(trial));
+    }
+  }
+}
+
+TEST(StreamShuffleTest, DocumentedExamples) {
+  // In place, partition i to partition (i + 1) % 32 (mask[i] = (i - 1) % 32).
+  Kernel k;
+  auto a = k.tensor(DType::fp32, {32, 4}), one = k.tensor(DType::fp32, {1, 4}), b = k.tensor(DType::fp32, {32, 4});
+  std::string rotate = "[31";
+  for (int i = 1; i < 32; ++i) rotate += ", " + std::to_string(i - 1);
+  k.emit(Opcode::nc_stream_shuffle).tensor("dst", a).tensor("src", a).word("shuffle_mask", rotate + "]");
+  // Broadcast one partition to 32.
+  std::string zeros = "[0";
+  for (int i = 1; i < 32; ++i) zeros += ", 0";
+  k.emit(Opcode::nc_stream_shuffle).tensor("dst", b).tensor("src", one).word("shuffle_mask", zeros + "]");
+  k.build();
+  std::vector<float> x(32 * 4), row = {1.5f, -2, 3, 4};
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  k.set(a, x);
+  k.set(one, row);
+  k.run();
+  std::vector<float> rotated(32 * 4), broadcast;
+  for (uint32_t p = 0; p < 32; ++p) {
+    for (uint32_t i = 0; i < 4; ++i) rotated[((p + 1) % 32) * 4 + i] = x[p * 4 + i];
+    broadcast.insert(broadcast.end(), row.begin(), row.end());
+  }
+  expect_exact(k.get(a), rotated, "rotate in place");
+  expect_exact(k.get(b), broadcast, "broadcast");
+}
+
+TEST(StreamShuffleTest, LegalityAndInterpreterRejectTheSameInstructions) {
+  std::string keep = "[255";
+  for (int i = 1; i < 32; ++i) keep += ", 255";
+  keep += "]";
+  std::string five = "[5";
+  for (int i = 1; i < 32; ++i) five += ", 5";
+  five += "]";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"nc_stream_shuffle dst=a, src=a, shuffle_mask=[0, 1]", "stream-shuffle"},
+      {"nc_stream_shuffle dst=a, src=a, shuffle_mask=" + five.substr(0, five.size() - 2) + "40]", "stream-shuffle"},
+      {"nc_stream_shuffle dst=a, src=h, shuffle_mask=" + keep, "stream-shuffle"},
+      {"nc_stream_shuffle dst=a, src=b, shuffle_mask=" + keep, "operand-shape"},
+      {"nc_stream_shuffle dst=a, src=a[0:4, :], shuffle_mask=" + five, "stream-shuffle"}};
+  for (const auto& [instruction, rule] : cases) {
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[128, 8]\nsbuf b : fp32[128, 9]\n"
+                                 "sbuf h : bf16[128, 8]\n" + instruction + "\n", "case.tasm");
+    CoreState state(config("trn2").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn2")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains(rule)) << instruction;
+  }
+  // Start partitions: 32 active partitions may start on any quadrant, 64 at 0 or 64, more at 0 only.
+  auto rules_of = [](const std::string& body) {
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[128, 8]\nsbuf c : fp32[128, 8]\n" + body + "\n",
+                                 "case.tasm");
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    return rules;
+  };
+  std::string id = "[0";
+  for (int i = 1; i < 32; ++i) id += ", " + std::to_string(i);
+  id += "]";
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[96:128, :], src=c[32:64, :], shuffle_mask=" + id), ::testing::IsEmpty());
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[64:128, :], src=c[0:64, :], shuffle_mask=" + id), ::testing::IsEmpty());
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[32:96, :], src=c[0:64, :], shuffle_mask=" + id),
+              ::testing::Contains("stream-shuffle"));
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[16:48, :], src=c[0:32, :], shuffle_mask=" + id),
+              ::testing::Contains("stream-shuffle"));
+  EXPECT_THAT(rules_of("nc_stream_shuffle dst=a[32:128, :], src=c[0:96, :], shuffle_mask=" + id),
+              ::testing::Contains("stream-shuffle"));
+}
+
+// ---- quantize_mx (Vector, trn3) ----
+
+// Round to nearest even into an fp8 format with `mbits` mantissa bits and minimum normal exponent `emin` (no overflow
+// case: quantize_mx's values stay below 2^Emax).
+double rne_fp8(double v, int mbits, int emin) {
+  if (v == 0) return v;
+  int e = std::max(std::ilogb(v), emin);
+  double quantum = std::ldexp(1.0, e - mbits);
+  return std::nearbyint(v / quantum) * quantum;
+}
+
+struct MxReference {
+  std::vector<float> values;  // [P, 4F] quantized (before scaling back)
+  std::vector<int> codes;     // [groups][F]
+};
+
+// The ISA's recipe, group by group: amax over 8 partitions x 4 values, X = 2^(floor(log2 amax) - (Emax - 1)).
+MxReference quantize_reference(const Tile& x, DType dtype) {
+  const int e_max = dtype == DType::mxfp8_e4m3 ? 8 : 15, mbits = dtype == DType::mxfp8_e4m3 ? 3 : 2;
+  const int emin = dtype == DType::mxfp8_e4m3 ? -6 : -14;
+  const uint32_t groups = x.partitions / 8;
+  const uint64_t columns = x.free / 4;
+  MxReference r{std::vector<float>(x.values.size()), std::vector<int>(size_t{groups} * columns)};
+  for (uint32_t g = 0; g < groups; ++g) {
+    for (uint64_t c = 0; c < columns; ++c) {
+      double amax = 0;
+      for (uint32_t p = 8 * g; p < 8 * g + 8; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) amax = std::max(amax, std::fabs(double(x.at(p, 4 * c + j))));
+      }
+      int code = amax == 0 ? 0 : std::clamp(std::ilogb(amax) - (e_max - 1) + 127, 0, 254);
+      r.codes[g * columns + c] = code;
+      for (uint32_t p = 8 * g; p < 8 * g + 8; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) {
+          r.values[p * x.free + 4 * c + j] = float(rne_fp8(x.at(p, 4 * c + j) / std::ldexp(1.0, code - 127), mbits, emin));
+        }
+      }
+    }
+  }
+  return r;
+}
+
+uint32_t scale_row(uint32_t g) { return 32 * (g / 4) + g % 4; }
+
+TEST(QuantizeMxTest, GroupsScalesAndRoundingAgainstTheRecipe) {
+  std::mt19937 rng(71);
+  for (int trial = 0; trial < 8; ++trial) {
+    const DType dtype = trial % 2 ? DType::mxfp8_e5m2 : DType::mxfp8_e4m3;
+    const DType src_dtype = trial % 4 < 2 ? DType::bf16 : DType::fp16;
+    const uint32_t P = 32 * (1 + rng() % 4), F = 1 + rng() % 40;
+    Kernel k("trn3");
+    auto src = k.tensor(src_dtype, {P, 4 * F}), dst = k.tensor(dtype, {P, F}), scale = k.tensor(DType::uint8, {P, F});
+    k.emit(Opcode::quantize_mx).tensor("dst", dst).tensor("src", src).tensor("dst_scale", scale);
+    k.build();
+    // Magnitudes vary by group (2^-12 .. 2^12, within fp16), one group all zero.
+    std::vector<float> v = random_values(rng, size_t{P} * 4 * F, -1.0f, 1.0f);
+    for (uint32_t p = 0; p < P; ++p) {
+      for (uint32_t i = 0; i < 4 * F; ++i) {
+        const uint32_t g = p / 8, c = i / 4;
+        v[size_t{p} * 4 * F + i] *= std::ldexp(1.0f, int((g * 7 + c * 3) % 25) - 12);
+        if (g == 1 && c == 0) v[size_t{p} * 4 * F + i] = 0;
+      }
+    }
+    Tile x = k.set(src, v);
+    Tile before(P, F);  // scale rows outside the 4 per quadrant keep their bytes
+    for (float& b : before.values) b = 77;
+    k.set(scale, before.values);
+    k.run();
+    MxReference want = quantize_reference(x, dtype);
+    expect_exact(k.get(dst), want.values, "trial " + std::to_string(trial) + " values");
+    std::vector<float> want_codes(size_t{P} * F, 77.0f);
+    for (uint32_t g = 0; g < P / 8; ++g) {
+      for (uint32_t c = 0; c < F; ++c) want_codes[size_t{scale_row(g)} * F + c] = float(want.codes[g * F + c]);
+    }
+    expect_exact(k.get(scale), want_codes, "trial " + std::to_string(trial) + " scales");
+    EXPECT_EQ(want.codes[1 * F], 0);  // the all-zero group: 2^-127
+  }
+}
+
+TEST(QuantizeMxTest, FeedsNcMatmulMxWithItsLayout) {
+  // S [512, 16] and V [512, 32] (contraction k = 4p + j) quantized by quantize_mx and multiplied by nc_matmul_mx:
+  // the product of the dequantized reference values, and close to S.T @ V itself.
+  std::mt19937 rng(72);
+  const uint32_t M = 16, N = 32;
+  Kernel k("trn3");
+  auto s_src = k.tensor(DType::bf16, {128, 4 * M}), v_src = k.tensor(DType::bf16, {128, 4 * N});
+  auto s_q = k.tensor(DType::mxfp8_e4m3, {128, M}), v_q = k.tensor(DType::mxfp8_e5m2, {128, N});
+  auto s_scale = k.tensor(DType::fp8_e8m0, {128, M}), v_scale = k.tensor(DType::fp8_e8m0, {128, N});
+  auto out = k.psum_tensor(DType::fp32, {M, N});
+  k.emit(Opcode::quantize_mx).tensor("dst", s_q).tensor("src", s_src).tensor("dst_scale", s_scale);
+  k.emit(Opcode::quantize_mx).tensor("dst", v_q).tensor("src", v_src).tensor("dst_scale", v_scale);
+  k.emit(Opcode::nc_matmul_mx)
+      .tensor("dst", out)
+      .tensor("stationary", s_q)
+      .tensor("moving", v_q)
+      .tensor("stationary_scale", s_scale)
+      .tensor("moving_scale", v_scale);
+  k.build();
+  Tile s = k.set(s_src, random_values(rng, 128 * 4 * M, -3.0f, 3.0f));
+  Tile v = k.set(v_src, random_values(rng, 128 * 4 * N, -0.5f, 0.5f));
+  k.run();
+  MxReference sq = quantize_reference(s, DType::mxfp8_e4m3), vq = quantize_reference(v, DType::mxfp8_e5m2);
+  Tile got = k.get(out);
+  double err = 0, norm = 0;
+  for (uint32_t m = 0; m < M; ++m) {
+    for (uint32_t n = 0; n < N; ++n) {
+      double want = 0, exact = 0;
+      for (uint32_t p = 0; p < 128; ++p) {
+        for (uint32_t j = 0; j < 4; ++j) {
+          const uint32_t g = p / 8;
+          double a = sq.values[p * 4 * M + 4 * m + j] * std::ldexp(1.0, sq.codes[g * M + m] - 127);
+          double b = vq.values[p * 4 * N + 4 * n + j] * std::ldexp(1.0, vq.codes[g * N + n] - 127);
+          want += a * b;
+          exact += double(s.at(p, 4 * m + j)) * double(v.at(p, 4 * n + j));
+        }
+      }
+      EXPECT_NEAR(got.at(m, n), want, 1e-4 * (1 + std::fabs(want))) << m << ", " << n;
+      err += (got.at(m, n) - exact) * (got.at(m, n) - exact);
+      norm += exact * exact;
+    }
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.1);  // fp8 data: a few percent of the product
+}
+
+TEST(QuantizeMxTest, LegalityAndInterpreterRejectTheSameInstructions) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"quantize_mx dst=q, src=f, dst_scale=s", "quantize-mx"},                      // fp32 src
+      {"quantize_mx dst=q[0:16, :], src=x[0:16, :], dst_scale=s", "quantize-mx"},    // 16 partitions
+      {"quantize_mx dst=q, src=x, dst_scale=s[0:32, :]", "quantize-mx"},             // too few scale rows
+      {"quantize_mx dst=q[:, 0:3], src=x, dst_scale=s", "operand-shape"},
+      {"quantize_mx dst=x8, src=x, dst_scale=s", "quantize-mx"}};                    // plain fp8 dst
+  for (const auto& [instruction, rule] : cases) {
+    Program program = parse_tasm("kernel k\ntarget trn3\nsbuf x : bf16[128, 16]\nsbuf f : fp32[128, 16]\n"
+                                 "sbuf q : mxfp8_e4m3[128, 4]\nsbuf x8 : fp8_e4m3[128, 4]\nsbuf s : fp8_e8m0[128, 4]\n" +
+                                 instruction + "\n", "case.tasm");
+    CoreState state(config("trn3").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn3")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn3"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains(rule)) << instruction;
+  }
+  Program ok = parse_tasm("kernel k\ntarget trn3\nsbuf x : bf16[128, 16]\nsbuf q : mxfp8_e5m2[128, 4]\n"
+                          "sbuf s : uint8[128, 4]\nquantize_mx dst=q, src=x, dst_scale=s[4:104, :]\n", "case.tasm");
+  EXPECT_THAT(find_legality_issues(ok, config("trn3")), ::testing::IsEmpty());
 }
 
 }  // namespace

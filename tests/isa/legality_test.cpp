@@ -308,7 +308,11 @@ INSTANTIATE_TEST_SUITE_P(
         InterpreterRule{"nc_n_gather dst=a, data=a, indices=i", "gather"},
         InterpreterRule{"nc_n_gather dst=h, data=a, indices=i", "gather"},
         InterpreterRule{"nonzero_with_count dst=i, src=a", "operand-shape"},
-        InterpreterRule{"nonzero_with_count dst=b, src=a", "nonzero"}));
+        InterpreterRule{"nonzero_with_count dst=b, src=a", "nonzero"},
+        InterpreterRule{"sequence_bounds dst=a, segment_ids=a", "sequence-bounds"},
+        InterpreterRule{"sequence_bounds dst=h[0:1, 0:8], segment_ids=a[0:1, 0:4]", "sequence-bounds"},
+        InterpreterRule{"sequence_bounds dst=a[0:1, 0:7], segment_ids=a[0:1, 0:4]", "operand-shape"},
+        InterpreterRule{"local_gather dst=a, src_buffer=a, index=i", "local-gather"}));
 
 // What only the timing model met before: a DMA queue the config does not have, an HBM tensor
 // larger than HBM.

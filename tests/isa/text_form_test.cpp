@@ -73,6 +73,14 @@ topk val_dst=a[0:32, 0:8], idx_dst=idx[0:32, 0:8], src=a[0:32, 8:11], n=42
 nc_n_gather dst=b[:, 0:8], data=b, indices=idx
 sbuf nz : int32[128, 9]
 nonzero_with_count dst=nz, src=b[:, 0:8], index_offset=16, padding_val=-7
+sbuf seg : int32[1, 64]
+sequence_bounds dst=b[0:1, 0:128], segment_ids=seg
+sbuf gidx : uint16[128, 4]
+local_gather dst=b[:, 0:128], src_buffer=b, index=gidx, num_elem_per_idx=4, num_valid_indices=32
+activate2 dst=b, op=prelu, data=acc, imm0=col, imm1=-0.5, op0=multiply, op1=subtract, relu_param=col, reverse0=true, reverse1=true, reduce_op=maximum, reduce_res=col, reduce_cmd=reset_reduce
+nc_stream_shuffle dst=b[32:64, :], src=b[96:128, :], shuffle_mask=[31, 30, 255, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 255]
+sbuf qs : fp8_e8m0[128, 32]
+quantize_mx dst=mx[:, 0:32], src=a[:, 0:128], dst_scale=qs[4:128, :]
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

@@ -798,6 +798,67 @@ TEST_P(CostModelTest, VectorAccumulatingAndRandomFormulas) {
 
 // trn3-only Vector instructions: exponential at 4x ScalarE exp's max(MIN_II, N) (A-V4), plus MIN_II (assumed) when
 // reduce_res is read out; rand2 at 4 values per lane per cycle (A-V4).
+// activate2 (trn3, no published cost): assumed as activation, max(MIN_II, N), plus the accumulator read-out when
+// reduce_res is given.
+TEST(CostModelScalar, Activate2OnTrn3IsActivationCost) {
+  Kernel k("trn3");
+  const ScalarEngineConfig& act = k.hw().core.scalar;
+  auto& b = k.b();
+  uint32_t x = b.sbuf("x", DType::bf16, {128, 2048});
+  uint32_t col = b.sbuf("col", DType::fp32, {128, 1});
+  auto first = [&](uint32_t n) { return b.view(x, {Slice::all(), Slice::range(0, n)}); };
+  b.emit(Opcode::activate2)
+      .tensor("dst", first(1000))
+      .word("op", "gelu")
+      .tensor("data", first(1000))
+      .tensor("imm0", b.view(col))
+      .imm("imm1", 0.5)
+      .word("op0", "multiply")
+      .word("op1", "add");
+  EXPECT_EQ(k.cost().engine, Engine::scalar);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(double(act.min_initiation_interval_cycles), 1000.0));
+  b.emit(Opcode::activate2)
+      .tensor("dst", first(1000))
+      .word("op", "copy")
+      .tensor("data", first(1000))
+      .imm("imm0", 2.0)
+      .imm("imm1", 0.0)
+      .word("op0", "multiply")
+      .word("op1", "bypass")
+      .word("reduce_op", "add")
+      .tensor("reduce_res", b.view(col))
+      .word("reduce_cmd", "reset_reduce");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, 1000.0 + act.accumulator_readout_cycles);
+  b.emit(Opcode::activate2)
+      .tensor("dst", first(8))
+      .word("op", "copy")
+      .tensor("data", first(8))
+      .imm("imm0", 2.0)
+      .imm("imm1", 0.0)
+      .word("op0", "bypass")
+      .word("op1", "bypass");
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, act.min_initiation_interval_cycles);
+}
+
+// quantize_mx (trn3): A-V4's 4 elements per partition per cycle (the 4x mode), max(MIN_II, N / 4), N = src's elements.
+TEST(CostModelVector, QuantizeMxOnTrn3IsFourElementsPerCycle) {
+  Kernel k("trn3");
+  const double min_ii = k.hw().core.vector.min_initiation_interval_cycles;
+  auto& b = k.b();
+  uint32_t x = b.sbuf("x", DType::bf16, {128, 2048});
+  uint32_t q = b.sbuf("q", DType::mxfp8_e4m3, {128, 512});
+  uint32_t s = b.sbuf("s", DType::fp8_e8m0, {128, 512});
+  b.emit(Opcode::quantize_mx).tensor("dst", b.view(q)).tensor("src", b.view(x)).tensor("dst_scale", b.view(s));
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_EQ(k.cost().performance_mode, 4u);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(min_ii, 2048.0 / 4));
+  b.emit(Opcode::quantize_mx)
+      .tensor("dst", b.view(q, {Slice::all(), Slice::range(0, 32)}))
+      .tensor("src", b.view(x, {Slice::all(), Slice::range(0, 128)}))
+      .tensor("dst_scale", b.view(s, {Slice::all(), Slice::range(0, 32)}));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);  // 128 / 4 = 32 < MIN_II
+}
+
 TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
   Kernel k("trn3");
   const CoreConfig& core = k.hw().core;
@@ -850,6 +911,51 @@ TEST_P(CostModelTest, GpSimdNcNGatherIsStartPlusN) {
       .tensor("data", b().view(data))
       .tensor("indices", b().view(idx));
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 300.0);
+}
+
+// ISA-COST nc_stream_shuffle: max(MIN_II, N) Vector cycles.
+TEST_P(CostModelTest, VectorStreamShuffleIsMaxMinIiN) {
+  uint32_t x = b().sbuf("shuf", DType::bf16, {128, 1000});
+  std::string id = "[0";
+  for (int i = 1; i < 32; ++i) id += ", " + std::to_string(i);
+  id += "]";
+  b().emit(Opcode::nc_stream_shuffle).tensor("dst", b().view(x)).tensor("src", b().view(x)).word("shuffle_mask", id);
+  EXPECT_EQ(k.cost().engine, Engine::vector);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, std::max(vector_min_ii(), 1000.0));
+  auto few = b().view(x, {Slice::all(), Slice::range(0, 8)});
+  b().emit(Opcode::nc_stream_shuffle).tensor("dst", few).tensor("src", few).word("shuffle_mask", id);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, vector_min_ii());
+}
+
+// sequence_bounds: no published cost; assumed GPSIMD_START + n (n = segment ids, not the 2n outputs).
+TEST_P(CostModelTest, GpSimdSequenceBoundsIsStartPlusN) {
+  uint32_t seg = b().sbuf("seg", DType::int32, {1, 512});
+  uint32_t dst = b().sbuf("bounds", DType::int32, {1, 1024});
+  b().emit(Opcode::sequence_bounds).tensor("dst", b().view(dst)).tensor("segment_ids", b().view(seg));
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 512.0);
+}
+
+// ISA-COST local_gather: GPSIMD_START + (num_valid_indices * e) / C, C = ((28 + 4e) / (4e)) / min(4 / dtype_size, e).
+TEST_P(CostModelTest, GpSimdLocalGatherIsThePublishedFormula) {
+  uint32_t src = b().sbuf("src", DType::bf16, {128, 1024});
+  uint32_t idx = b().sbuf("gidx", DType::uint16, {128, 8});
+  uint32_t dst = b().sbuf("gdst", DType::bf16, {128, 128 * 8});
+  // e = 8, bf16 (2 bytes), 100 valid indices: C = (60 / 32) / min(2, 8) = 0.9375.
+  b().emit(Opcode::local_gather)
+      .tensor("dst", b().view(dst, {Slice::all(), Slice::range(0, 800)}))
+      .tensor("src_buffer", b().view(src))
+      .tensor("index", b().view(idx))
+      .imm("num_elem_per_idx", 8)
+      .imm("num_valid_indices", 100);
+  EXPECT_EQ(k.cost().engine, Engine::gpsimd);
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 100.0 * 8.0 / ((60.0 / 32.0) / 2.0));
+  // Defaults: e = 1, every index of the 16-partition block (16 x 8 = 128): C = (32 / 4) / min(2, 1) = 8.
+  b().emit(Opcode::local_gather)
+      .tensor("dst", b().view(dst, {Slice::all(), Slice::range(0, 128)}))
+      .tensor("src_buffer", b().view(src))
+      .tensor("index", b().view(idx));
+  EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 128.0 / 8.0);
 }
 
 // ISA topk (the cost HEAD docs keep): 4 * n + K GpSimd cycles, nothing added.

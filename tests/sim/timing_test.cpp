@@ -127,6 +127,69 @@ TEST(SingleInstruction, AccumulatingVectorAndTopkFollowTheirFormulas) {
   }
 }
 
+// local_gather (GpSimd, ISA-COST formula, results visible at the end), activate2 (Scalar: max(MIN_II, N) busy, then
+// the Scalar latency) and quantize_mx (Vector: A-V4 4 elements per cycle, then the Vector latency) on trn3.
+TEST(SingleInstruction, LocalGatherActivate2AndQuantizeMxFollowTheirFormulas) {
+  HardwareConfig hw = config("trn3");
+  const CoreConfig& core = hw.core;
+  ProgramBuilder g("gather", hw.generation);
+  uint32_t src = g.sbuf("src", DType::fp32, {128, 512});
+  uint32_t idx = g.sbuf("idx", DType::uint16, {128, 4});
+  uint32_t dst = g.sbuf("dst", DType::fp32, {128, 128});
+  g.emit(Opcode::local_gather).tensor("dst", g.view(dst)).tensor("src_buffer", g.view(src)).tensor("index", g.view(idx))
+      .imm("num_elem_per_idx", 2);
+  // 64 indices x 2 elements, fp32: C = ((28 + 8) / 8) / min(1, 2) = 4.5.
+  EXPECT_NEAR(run(g.program(), hw).stats.total_ns, (core.gpsimd.fixed_overhead_cycles + 128.0 / 4.5) / core.gpsimd.clock_ghz,
+              1e-6);
+
+  ProgramBuilder a("act2", hw.generation);
+  uint32_t x = a.sbuf("x", DType::bf16, {128, 1024});
+  uint32_t y = a.sbuf("y", DType::bf16, {128, 1024});
+  a.emit(Opcode::activate2).tensor("dst", a.view(y)).word("op", "exp").tensor("data", a.view(x)).imm("imm0", 2.0)
+      .imm("imm1", -1.0).word("op0", "multiply").word("op1", "add");
+  SimResult act = run(a.program(), hw);
+  const double sbusy = std::max(double(core.scalar.min_initiation_interval_cycles), 1024.0) / core.scalar.clock_ghz;
+  EXPECT_NEAR(act.stats.engines.at("core0.scalar").busy_ns, sbusy, 1e-6);
+  EXPECT_NEAR(act.stats.total_ns, sbusy + core.scalar.fixed_overhead_cycles / core.scalar.clock_ghz, 1e-6);
+
+  ProgramBuilder q("quant", hw.generation);
+  uint32_t qs = q.sbuf("qsrc", DType::bf16, {128, 2048});
+  uint32_t qd = q.sbuf("qdst", DType::mxfp8_e4m3, {128, 512});
+  uint32_t sc = q.sbuf("qscale", DType::fp8_e8m0, {128, 512});
+  q.emit(Opcode::quantize_mx).tensor("dst", q.view(qd)).tensor("src", q.view(qs)).tensor("dst_scale", q.view(sc));
+  SimResult quant = run(q.program(), hw);
+  const double vbusy = std::max(double(core.vector.min_initiation_interval_cycles), 2048.0 / 4) / core.vector.clock_ghz;
+  EXPECT_NEAR(quant.stats.engines.at("core0.vector").busy_ns, vbusy, 1e-6);
+  EXPECT_NEAR(quant.stats.total_ns, vbusy + core.vector.fixed_overhead_cycles / core.vector.clock_ghz, 1e-6);
+}
+
+// The Scalar accumulator registers live in the core's state: activation's reduction, then activate2 folding on top,
+// give through the timing model with values the interpreter's reduce_res.
+TEST(Determinism, ScalarAccumulatorThroughTheTimingModelMatchesTheInterpreter) {
+  HardwareConfig hw = config("trn3");
+  ProgramBuilder b("acc", hw.generation);
+  uint32_t x = b.sbuf("x", DType::fp32, {128, 256});
+  uint32_t y = b.sbuf("y", DType::fp32, {128, 256});
+  uint32_t r = b.sbuf("r", DType::fp32, {128, 1});
+  uint32_t r2 = b.sbuf("r2", DType::fp32, {128, 1});
+  b.emit(Opcode::iota).tensor("dst", b.view(x)).word("pattern", "[[1, 256]]").imm("channel_multiplier", 3);
+  b.emit(Opcode::activation).tensor("dst", b.view(y)).word("op", "copy").tensor("data", b.view(x))
+      .word("reduce_op", "maximum").tensor("reduce_res", b.view(r));
+  b.emit(Opcode::activate2).tensor("dst", b.view(y)).word("op", "relu").tensor("data", b.view(x)).imm("imm0", -1.0)
+      .imm("imm1", 0.0).word("op0", "multiply").word("op1", "bypass").word("reduce_op", "maximum")
+      .tensor("reduce_res", b.view(r2)).word("reduce_cmd", "reduce");
+  isa::Program program = b.finish();
+  SimResult sim = run(program, hw, {0}, /*timing_only=*/false);
+  isa::CoreState reference(hw.core, program);
+  isa::interpret(program, reference, hw);
+  ProgramBuilder views("views", hw.generation);
+  isa::AccessPattern ap = views.view(views.sbuf("v", DType::fp32, {128, 1}));
+  ap.allocation = r2;
+  std::vector<float> got = sim.states.at(0)->read(ap).values, want = reference.read(ap).values;
+  EXPECT_EQ(got, want);
+  for (uint32_t p = 0; p < 128; ++p) EXPECT_EQ(got[p], float(3 * p + 255)) << p;  // max(row) kept: relu(-x) <= 0
+}
+
 // The PRNG state lives in the core's state: the timing model with values gives the interpreter's bits, and the
 // same bits on every run.
 TEST(Determinism, RandomNumbersAreTheSameEveryRunAndMatchTheInterpreter) {
