@@ -157,7 +157,8 @@ class Checker {
     uint32_t quadrant = m_config.core.sbuf.quadrant_partitions;
     uint32_t alignment = count > 2 * quadrant ? partitions : (count > quadrant ? 2 * quadrant : quadrant);
     // MX scale tiles follow their own quadrant layout (check_matmul_mx), e.g. partitions 4.. of a tile.
-    if (start % alignment != 0 && !is_mx_scale_operand(inst, name)) {
+    // The rule is the compute engines' lane wiring; DMA writes partitions as addressed rows.
+    if (start % alignment != 0 && !is_mx_scale_operand(inst, name) && inst.engine != Engine::dma) {
       fail("partition-start-alignment", what + ": " + std::to_string(count) + " partitions may not start at partition " +
                                             std::to_string(start) + " (allowed: multiples of " +
                                             std::to_string(alignment) + ")");
@@ -1041,7 +1042,10 @@ class Checker {
       fail("matmul-stationary-size", "stationary free size " + std::to_string(m) + " exceeds " +
                                          std::to_string(pe.max_stationary_free_size));
     }
-    check_matmul_output(dst, m, n);
+    // Transpose mode (trn2+) passes the input through the array: dst holds the input dtype, which
+    // need not be a PSUM output dtype of ordinary matmuls (bf16 before trn3).
+    const bool transpose_mode = inst.scalar("is_transpose") != 0 && m_config.generation >= Generation::trn2;
+    check_matmul_output(dst, m, n, transpose_mode && stationary.dtype == dst.dtype);
     if (inst.scalar("is_transpose") != 0 && stationary.dtype != dst.dtype && m_config.generation >= Generation::trn2 &&
         dtype_size_bytes(stationary.dtype) != 1) {
       fail("matmul-transpose-dtype", "transpose mode writes the input dtype: dst must be " +
@@ -1051,10 +1055,10 @@ class Checker {
 
   // The PSUM output of nc_matmul / nc_matmul_mx: a dtype the Tensor engine writes, moving free size within the
   // limit for that dtype, dst = [m, n], and the PSUM bank rule.
-  void check_matmul_output(const AccessPattern& dst, uint64_t m, uint64_t n) {
+  void check_matmul_output(const AccessPattern& dst, uint64_t m, uint64_t n, bool passes_input_dtype = false) {
     const TensorEngineConfig& pe = m_config.core.tensor;
     auto moving_limit = pe.max_moving_free_size_by_psum_dtype.find(dst.dtype);
-    if (moving_limit == pe.max_moving_free_size_by_psum_dtype.end()) {
+    if (moving_limit == pe.max_moving_free_size_by_psum_dtype.end() && !passes_input_dtype) {
       fail("matmul-dst-dtype", "dst dtype " + std::string(dtype_name(dst.dtype)) + " is not a PSUM output of the " +
                                    std::string(enum_name(m_config.generation)) + " Tensor engine");
     }

@@ -105,6 +105,18 @@ TEST(Legality, MatmulMemoriesAndDtypes) {
               ::testing::Contains(HasSubstr("dst dtype bf16 is not a PSUM output of the trn2 Tensor engine")));
 }
 
+TEST(Legality, TransposeModeWritesTheInputDtypeToPsum) {
+  // Transpose mode passes bf16 through the array into PSUM on trn2, although an ordinary matmul may
+  // not write bf16 there before trn3.
+  ProgramBuilder b("transpose_mode", Generation::trn2);
+  uint32_t data = b.sbuf("data", DType::bf16, {128, 128});
+  uint32_t identity = b.sbuf("identity", DType::bf16, {128, 128});
+  uint32_t out = b.psum("out", DType::bf16, {128, 128});
+  b.emit(Opcode::nc_matmul).tensor("dst", b.view(out)).tensor("stationary", b.view(data))
+      .tensor("moving", b.view(identity)).imm("is_transpose", 1);
+  EXPECT_THAT(issues(b.program()), ::testing::IsEmpty());
+}
+
 TEST(Legality, DoubleRowNeedsFp8AndAGenerationThatHasIt) {
   MatmulProgram p(Generation::trn1);
   p.matmul().word("perf_mode", "double_row");
@@ -134,6 +146,15 @@ TEST(Legality, PartitionStartAlignment) {
             "multiples of 64) [partition-start-alignment]");
   EXPECT_THAT(found[2], HasSubstr("16 partitions may not start at partition 16 (allowed: multiples of 32)"));
   EXPECT_THAT(found[4], HasSubstr("127 partitions may not start at partition 1 (allowed: multiples of 128)"));
+}
+
+TEST(Legality, DmaWritesAnyPartition) {
+  // The start-partition rule is the compute engines' lane wiring; DMA addresses partitions as rows.
+  ProgramBuilder b("dma_rows", Generation::trn2);
+  uint32_t h = b.hbm("h", DType::fp32, {4, 64}, AllocationRole::input);
+  uint32_t t = b.sbuf("t", DType::fp32, {128, 64});
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(t, {Slice::range(5, 9)})).tensor("src", b.view(h));
+  EXPECT_THAT(issues(b.program()), ::testing::IsEmpty());
 }
 
 TEST(Legality, EngineMemoryRules) {

@@ -105,7 +105,28 @@ class _Benchmarked(Kernel):
                          timing_only=self._timing_only if timing_only is None else timing_only,
                          trace_path=trace_path or self._trace_name, overwrite=True)
         self.benchmark_result = BenchmarkResult(self, self._warmup, self._iters)
+        _save_as_asked(self, trace_path or self._trace_name)
         return out
+
+
+def _save_as_asked(kernel, trace_path):
+    """The files a harness asked for by name, so that its ``os.path.getsize(save_trace_name)`` /
+    ``os.rename("file.neff", ...)`` work: the JSON trace copied to an ``.ntff`` name, and the traced
+    program (.tasm text; trnsim makes no NEFF) at ``save_neff_name``."""
+    import shutil
+    asked = getattr(kernel, "_asked_trace", None)
+    if asked and trace_path and asked != trace_path and os.path.exists(trace_path):
+        shutil.copyfile(trace_path, asked)
+    neff = getattr(kernel, "_asked_neff", None)
+    if neff and kernel.last_program:
+        with open(neff, "w") as f:
+            f.write(kernel.last_program)
+
+
+def _asking(bench, save_trace_name, save_neff_name):
+    bench._asked_trace = os.fspath(save_trace_name) if save_trace_name else None
+    bench._asked_neff = os.fspath(save_neff_name) if save_neff_name else None
+    return bench
 
 
 def benchmark(kernel=None, warmup=10, iters=100, save_trace_name=None, save_neff_name=None, additional_compile_opt=None,
@@ -116,7 +137,8 @@ def benchmark(kernel=None, warmup=10, iters=100, save_trace_name=None, save_neff
     if kernel is None:
         return lambda k: benchmark(k, warmup, iters, save_trace_name, save_neff_name, additional_compile_opt,
                                    timing_only)
-    return _Benchmarked(_as_kernel(kernel), warmup, iters, _trace_name(save_trace_name), timing_only)
+    return _asking(_Benchmarked(_as_kernel(kernel), warmup, iters, _trace_name(save_trace_name), timing_only),
+                   save_trace_name, save_neff_name)
 
 
 def _trace_name(name):
@@ -130,7 +152,8 @@ def baremetal(kernel=None, save_neff_name=None, save_trace_name=None, additional
     """Beta 1 ``nki.baremetal``: runs the kernel (values and timing); ``save_trace_name`` writes the trace."""
     if kernel is None:
         return lambda k: baremetal(k, save_neff_name, save_trace_name, additional_compile_opt)
-    return _Benchmarked(_as_kernel(kernel), 0, 1, _trace_name(save_trace_name), False)
+    return _asking(_Benchmarked(_as_kernel(kernel), 0, 1, _trace_name(save_trace_name), False),
+                   save_trace_name, save_neff_name)
 
 
 def profile(kernel=None, working_directory=".", save_neff_name=None, save_trace_name="profile.json",

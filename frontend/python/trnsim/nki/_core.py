@@ -53,6 +53,21 @@ class DType:
     def __hash__(self):
         return hash(self.name)
 
+    @property
+    def min(self):
+        """The least finite value (``nl.fp32.min``, the samples' stand-in for -inf)."""
+        return self._info().min.item()
+
+    @property
+    def max(self):
+        return self._info().max.item()
+
+    def _info(self):
+        import ml_dtypes
+        if self.numpy is None:
+            raise TypeError(f"{self.nki_name} has no host type")
+        return ml_dtypes.finfo(self.numpy) if self.is_float else ml_dtypes.iinfo(self.numpy)
+
 
 def _make_dtypes():
     import ml_dtypes
@@ -411,6 +426,16 @@ class View:
         dims[dim] = [0, int(size)]
         return View(self.st, self.offset, dims, self.pdim, self.pstart)
 
+    @property
+    def data(self):
+        """The tensor itself (``t.data`` as the tile-grid API writes operands)."""
+        return self
+
+    def broadcast_to(self, shape):
+        """Beta 1: size-1 dims repeated to ``shape`` (see nl.broadcast_to)."""
+        from . import language
+        return language.broadcast_to(self, shape)
+
     def flatten_dims(self, start, end):
         """Dims start..end (inclusive) as one (they must be contiguous, and not the partition dim)."""
         start, end = start % self.ndim, end % self.ndim
@@ -467,7 +492,8 @@ class View:
         base = self.st.full_view()
         if self.st.space == "hbm":
             return View(self.st, self.offset + int(offset), dims, None, 0)
-        if dims[0][0] not in (0, 1) and dims[0][1] > 1:
+        # The partition pair's step is 0 / 1, or (as NKI writes it) the tile's elements per partition.
+        if dims[0][0] not in (0, 1, self.st.per_partition) and dims[0][1] > 1:
             fail("ap(): on-chip partitions are contiguous (partition step 1)")
         dims[0][0] = 0
         return View(self.st, self.offset + int(offset), dims, 0, self.pstart)
@@ -523,6 +549,8 @@ def index_view(view, key):
     """NumPy-style basic indexing (ints, slices, ``nl.ds``, ``...``) and beta-1 index expressions."""
     if type(key) is not tuple:
         key = (key,)
+    if key and isinstance(key[0], View) and view.st.space == "hbm":
+        return _indirect_rows(view, key)
     for k in key:
         if type(k) is IndexExpr:
             return _index_expressions(view, key)
@@ -579,6 +607,29 @@ def index_view(view, key):
     return View(view.st, offset, dims, new_pdim, pstart)
 
 
+class IndirectRows:
+    """``table[idx_tile, i_f]`` (beta 1's indirect DMA): the rows of an HBM tensor that an SBUF tile of
+    row numbers ([P, 1] int32 / uint32) picks; nl.load reads it with a dma_gather."""
+    __slots__ = ("table", "indices")
+
+    def __init__(self, table, indices):
+        self.table, self.indices = table, indices
+
+    def __repr__(self):
+        return f"<nki indirect rows of {self.table!r} by {self.indices!r}>"
+
+
+def _indirect_rows(view, key):
+    rest = key[1:]
+    exprs = [k for k in rest if type(k) is IndexExpr]
+    if exprs:
+        ndim = max(v.ndim for k in exprs for v in k.terms) if any(k.terms for k in exprs) else 2
+        first = IndexExpr(0, {IndexVar(view.dims[0][1], 0, ndim): 1})
+    else:
+        first = slice(None)
+    return IndirectRows(index_view(view, (first,) + tuple(rest)), key[0])
+
+
 def _index_expressions(view, key):
     """``t[k * 128 + i_p, i_f]``: each index an affine expression of index vars; the result has one
     dim per var, in the order of the vars' axes."""
@@ -617,7 +668,12 @@ def _index_expressions(view, key):
     all_vars = list(var_stride)
     if var_pdim is not None and var_pdim not in var_stride:
         all_vars.append(var_pdim)
-    all_vars.sort(key=lambda v: v.axis)
+    # The index tiles broadcast as NumPy's do: axes right-aligned (an nl.arange(n)[:, None, None]
+    # partition index with an nl.mgrid[0:m, 0:6] free index is [n, m, 6]), the partition index
+    # first on a tie, and a size-1 index of the first dim first (``g[i_one, i_f]`` with i_one the
+    # size-1 axis of a 3-var mgrid is a [1, F] row, as the tutorials load their parameters).
+    first = key[0].terms if type(key[0]) is IndexExpr else {}
+    all_vars.sort(key=lambda v: (not (v.size == 1 and v in first), v.axis - v.ndim, v is not var_pdim))
     dims, vars_out, pdim = [], [], None
     for v in all_vars:
         if v is var_pdim:
@@ -660,6 +716,11 @@ def _check_masked(view, mask):
 
 def apply_mask(view, mask):
     """The part of ``view`` an instruction with ``mask=`` touches."""
+    if isinstance(mask, (bool, np.bool_)):
+        # A Python condition as the mask (the samples' ``mask=diagonal`` of tile indices): all or nothing.
+        if type(view) is _UncheckedView:
+            _check_masked(view, None)
+        return view if mask else None
     if type(view) is _UncheckedView:
         _check_masked(view, mask)
     if mask is None:

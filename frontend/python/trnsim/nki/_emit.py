@@ -28,6 +28,8 @@ _NUMPY_OPS = {
     np.bitwise_xor: "bitwise_xor", np.invert: "invert", np.left_shift: "left_shift", np.right_shift: "right_shift",
     np.abs: "abs", np.square: "square", np.mod: "mod", np.exp: "exp", np.log: "log", np.tanh: "tanh",
     np.sin: "sin", np.cos: "cos", np.arctan: "arctan", np.sqrt: "sqrt", np.sign: "sign", np.reciprocal: "reciprocal",
+    # Reductions name their NumPy function (``nisa.tensor_reduce(np.max, ...)`` in the NKI samples).
+    np.max: "maximum", np.amax: "maximum", np.min: "minimum", np.amin: "minimum", np.sum: "add",
 }
 
 
@@ -145,6 +147,18 @@ def emit(name, args, kwargs, location=None):
             fail(f"nisa.{name}: argument {k!r} given twice", location)
         values[i], given[i] = a, True
     trace = _trace.current()
+    if isinstance(mask, (bool, np.bool_)):
+        if mask:
+            mask = None
+        else:
+            # mask=False (a Python condition): no instruction. A fresh result keeps the mask, so that
+            # assigning it is skipped too.
+            for (oname, kind, _, _), v in zip(plan, values):
+                if kind in ("out", "inout") and v is not None:
+                    st = as_view(v, f"nisa.{name} {oname}").st
+                    if not st.written:
+                        st.mask = False
+            return -1
     parts = []
     written = []
     touched = []

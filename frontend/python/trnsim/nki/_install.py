@@ -4,6 +4,7 @@ import sys
 import types
 
 _ALIASES = {}
+_COMPILER = []
 
 
 def _real_install(name):
@@ -29,10 +30,13 @@ def install(force=False):
     neuronxcc.__doc__ = "trnsim's stand-in for the Neuron compiler package (only .nki)"
     neuronxcc.__path__ = []
     neuronxcc.nki = legacy
+    compiler = _compiler_module(language)
+    legacy.compiler = compiler
     modules = {
         "nki": current, "nki.language": language, "nki.isa": isa, "nki.typing": nki_typing,
         "neuronxcc": neuronxcc, "neuronxcc.nki": legacy, "neuronxcc.nki.language": language,
         "neuronxcc.nki.isa": legacy_isa, "neuronxcc.nki.typing": nki_typing,
+        "neuronxcc.nki.compiler": compiler,
     }
     for name, module in modules.items():
         # All checked before any is replaced: a refused install changes nothing.
@@ -41,6 +45,34 @@ def install(force=False):
     for name, module in modules.items():
         _ALIASES[name] = sys.modules.get(name)
         sys.modules[name] = module
+
+
+def _compiler_module(language):
+    """``neuronxcc.nki.compiler`` (beta 1's direct allocation, the samples' ``allocated_*`` kernels):
+    ``ncc.sbuf.mod_alloc(base_addr=, num_free_tiles=)``, ``ncc.psum.mod_alloc(base_bank=, num_bank_tiles=)``
+    and ``auto_alloc()`` are accepted; trnsim places those tensors by liveness as it does any other
+    (same values, its own multi-buffering), not at the given addresses. The compiler-pass decorators
+    (``skip_middle_end_transformations``, ``enable_stack_allocator``, ``force_auto_alloc``) change nothing."""
+    if _COMPILER:
+        return _COMPILER[0]
+    mod = types.ModuleType("neuronxcc.nki.compiler")
+    mod.__doc__ = _compiler_module.__doc__
+    _COMPILER.append(mod)
+
+    class _Space:
+        def __init__(self, buffer):
+            self._buffer = buffer
+
+        def mod_alloc(self, *args, **kwargs):
+            return self._buffer
+
+        alloc = auto_alloc = mod_alloc
+
+    def _identity_decorator(fn=None, **_):
+        return fn if fn is not None else (lambda f: f)
+    mod.sbuf, mod.psum = _Space(language.sbuf), _Space(language.psum)
+    mod.skip_middle_end_transformations = mod.enable_stack_allocator = mod.force_auto_alloc = _identity_decorator
+    return mod
 
 
 def uninstall():

@@ -101,7 +101,7 @@ class RunSummary:
 
 
 class _Traced:
-    __slots__ = ("tasm", "trace", "inputs", "outputs", "written_args", "result_shape", "prints")
+    __slots__ = ("tasm", "trace", "inputs", "outputs", "written_args", "result_shape", "prints", "constants")
 
 
 def _structure(value, seen):
@@ -165,6 +165,10 @@ class Kernel:
         if _trace.active() is not None:
             # A kernel called from a kernel being traced is inlined (a helper kernel / sub-kernel).
             return self.fn(*args, **kwargs)
+        if _trace.active() is not None:
+            # A kernel called from a kernel being traced (the samples' ``@nki.jit(mode='trace')``
+            # helpers): its instructions join the caller's program.
+            return self.fn(*args, **kwargs)
         return self.run(args, kwargs)
 
     def run(self, args, kwargs, grid=(), timing_only=None, trace_path=None, overwrite=True):
@@ -194,6 +198,7 @@ class Kernel:
             inputs = {}
             for arg_name, st_name in traced.inputs.items():
                 inputs[st_name] = state.get(st_name, arrays[arg_name][1])
+            inputs.update(traced.constants)
             for st_name in traced.outputs:
                 if st_name in state and st_name not in inputs:
                     inputs[st_name] = state[st_name]
@@ -255,6 +260,8 @@ class Kernel:
             by_name = {traced.inputs[n]: t for n, t in inputs.items()}
             by_name.update(outputs)
             ins = [_buffer(name, by_name[name]) for name in traced.inputs.values()]
+            consts = {name: _to_framework(a, "torch", device) for name, a in traced.constants.items()}
+            ins += [_buffer(name, t) for name, t in consts.items()]   # nl.shared_constant tensors
             if grid:   # later instances see what earlier ones wrote
                 ins += [_buffer(name, t) for name, t in outputs.items()]
             outs = [_buffer(name, by_name[name]) for name in traced.outputs]
@@ -322,6 +329,7 @@ class Kernel:
                 outputs.append(name)
         traced.outputs = outputs
         traced.prints = list(trace.prints)
+        traced.constants = dict(getattr(trace, "constants", {}))   # nl.shared_constant tensors
         traced.tasm = trace.tasm()
         self._cache[key] = traced
         self.trace_count += 1
@@ -387,6 +395,12 @@ class _GridCall:
 
     def __call__(self, *args, **kwargs):
         return self.kernel.run(args, kwargs, grid=self.grid)
+
+    def __getattr__(self, name):
+        # ``bench[bs](...)`` then ``bench[bs].benchmark_result`` / ``.last_latency_ns``: the kernel's.
+        if name in ("kernel", "grid") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.kernel, name)
 
 
 def _device_prints(traced, result):

@@ -25,6 +25,28 @@ class _Word:
     def __hash__(self):
         return hash((self._group, self._isa_name))
 
+    # Ordered within a group: ``nisa.get_nc_version() >= nisa.nc_version.gen3`` (gen2 < gen3 < gen4).
+    def _key(self, other):
+        if not isinstance(other, _Word) or other._group != self._group:
+            return NotImplemented
+        return self._isa_name, other._isa_name
+
+    def __lt__(self, other):
+        k = self._key(other)
+        return k if k is NotImplemented else k[0] < k[1]
+
+    def __le__(self, other):
+        k = self._key(other)
+        return k if k is NotImplemented else k[0] <= k[1]
+
+    def __gt__(self, other):
+        k = self._key(other)
+        return k if k is NotImplemented else k[0] > k[1]
+
+    def __ge__(self, other):
+        k = self._key(other)
+        return k if k is NotImplemented else k[0] >= k[1]
+
 
 class _Enum:
     def __init__(self, group, names):
@@ -65,7 +87,7 @@ def get_nc_version():
 
 def missing():
     """The NKI 0.7 nki.isa functions trnsim cannot run yet."""
-    have = set(_emit.specs()) | {"get_nc_version"}
+    have = set(_emit.specs()) | {n for n in NKI_FUNCTIONS if callable(globals().get(n))}
     return sorted(n for n in NKI_FUNCTIONS if n not in have)
 
 
@@ -114,6 +136,22 @@ def tensor_reduce(dst, op, data, axis, *args, **kwargs):
         fail("nisa.tensor_reduce: the kept and reduced free dims of this access pattern are one contiguous run; "
              "reshape the tile so that they are separate dims", location)
     return _emit.emit("tensor_reduce", (dst, op, dv, axis) + args, kwargs, location)
+
+
+def dma_compute(dst, srcs, reduce_op=None, scales=None, unique_indices=None, **kwargs):
+    """dst = srcs[0] + srcs[1] + ...: trnsim's ISA has no list operand, so the DMA engines do it as
+    the hardware's read-add-write path: a copy of srcs[0], then ``dma_copy(dst_rmw_op=add)`` for each
+    other source (each costed as a read-modify-write DMA). Only ``add`` and no ``scales`` yet."""
+    location = user_location()
+    op = _emit.op_name(reduce_op, "nisa.dma_compute reduce_op") if reduce_op is not None else "add"
+    if op != "add" or scales is not None or unique_indices is not None:
+        fail("nisa.dma_compute: only reduce_op=add without scales / indices is supported", location)
+    srcs = list(srcs)
+    if not srcs:
+        fail("nisa.dma_compute needs at least one source", location)
+    _emit.emit("dma_copy", (dst, srcs[0]), dict(kwargs), location)
+    for src in srcs[1:]:
+        _emit.emit("dma_copy", (dst, src), dict(kwargs, dst_rmw_op="add"), location)
 
 
 def _make(name):

@@ -28,6 +28,7 @@ from ._core import DTYPES, IndexExpr, IndexVar, View, as_dtype, fail, user_locat
 for _name, _d in DTYPES.items():
     globals()[_name] = _d
 bool_ = DTYPES["uint8"]
+fp32 = DTYPES["float32"]
 
 
 # ---- buffers
@@ -99,7 +100,103 @@ def ndarray(shape, dtype, buffer=None, name=None, address=None, **_ignored):
 
 
 def empty_like(t, dtype=None, buffer=None, **kw):
+    if isinstance(t, TileGrid):
+        return alloc_tiles(tile_shape=t.tile_shape, element_shape=t.element_shape, buffer=buffer or t.buffer,
+                           dtype=dtype or t.dtype, **kw)
     return ndarray(t.shape, dtype or t.dtype, buffer=buffer or t.buffer, **kw)
+
+
+# ---- tile grids (nl.tiles / nl.alloc_tiles: a tensor navigated in tile coordinates)
+
+class TileGrid:
+    """``nl.tiles(src, tile_shape=(128, 256))``: ``grid[i, j]`` / ``grid[i, :]`` select tiles (an int
+    keeps the grid; on the untiled leading dims it picks one slab), ``.data`` is the selection as one
+    tensor operand, ``.shape`` counts tiles, ``.element_shape`` the selected elements (a last tile
+    clipped at the tensor's edge)."""
+
+    def __init__(self, view, tile_shape, ranges=None, picked=None):
+        self._view, self.tile_shape = view, tuple(int(t) for t in tile_shape)
+        n, k = view.ndim, len(self.tile_shape)
+        if k < 2 or k > n:
+            fail(f"nl.tiles: tile_shape {list(self.tile_shape)} needs 2..{n} dims")
+        self._prefix = n - k
+        counts = list(view.shape[:self._prefix]) + [-(-s // t) for s, t in zip(view.shape[self._prefix:],
+                                                                                self.tile_shape)]
+        self._ranges = ranges or [(0, c) for c in counts]
+        self._picked = picked or [False] * n
+
+    dtype = property(lambda self: self._view.dtype)
+    buffer = property(lambda self: self._view.buffer)
+
+    @property
+    def shape(self):
+        return tuple(b - a for (a, b), p in zip(self._ranges, self._picked) if not p)
+
+    def _extent(self, d):
+        a, b = self._ranges[d]
+        if d < self._prefix:
+            return a, b
+        t, size = self.tile_shape[d - self._prefix], self._view.shape[d]
+        return a * t, (b * t if b * t < size else size)   # (min is nl.min here)
+
+    @property
+    def element_shape(self):
+        out = []
+        for d in range(self._view.ndim):
+            if d < self._prefix and self._picked[d]:
+                continue
+            lo, hi = self._extent(d)
+            out.append(hi - lo)
+        return tuple(out)
+
+    @property
+    def is_remainder(self):
+        return any(hi - lo < (b - a) * self.tile_shape[d - self._prefix]
+                   for d in range(self._prefix, self._view.ndim)
+                   for (a, b), (lo, hi) in [(self._ranges[d], self._extent(d))])
+
+    @property
+    def data(self):
+        key = []
+        for d in range(self._view.ndim):
+            lo, hi = self._extent(d)
+            key.append(lo if d < self._prefix and self._picked[d] else slice(lo, hi))
+        return self._view[tuple(key)]
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        free = [d for d, p in enumerate(self._picked) if not p]
+        if len(key) > len(free):
+            fail(f"{len(key)} indices for a tile grid of {len(free)} dims {list(self.shape)}")
+        ranges, picked = list(self._ranges), list(self._picked)
+        for d, k in zip(free, key):
+            a, b = ranges[d]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(b - a)
+                if step != 1:
+                    fail("a tile-grid slice takes step 1")
+                ranges[d] = (a + start, a + (stop if stop > start else start))
+            else:
+                i = int(k) + (b - a if int(k) < 0 else 0)
+                if not 0 <= i < b - a:
+                    fail(f"tile index {int(k)} is out of range for a grid dim of {b - a} tiles")
+                ranges[d], picked[d] = (a + i, a + i + 1), True
+        return TileGrid(self._view, self.tile_shape, ranges, picked)
+
+    def __repr__(self):
+        return f"<nki tile grid {list(self.shape)} of {list(self.tile_shape)} tiles over {self._view!r}>"
+
+
+def tiles(source, tile_shape=None, **kw):
+    if isinstance(source, TileGrid):
+        return source if tile_shape is None else TileGrid(source.data, tile_shape)
+    if tile_shape is None:
+        fail("nl.tiles of a tensor takes tile_shape=")
+    return TileGrid(_operand(source, "nl.tiles"), tile_shape)
+
+
+def alloc_tiles(tile_shape, element_shape, buffer, dtype, address=None, name=None, **kw):
+    return TileGrid(ndarray(tuple(element_shape), dtype, buffer=buffer, name=name, address=address), tile_shape)
 
 
 def zeros(shape, dtype, buffer=None, name=None, **kw):
@@ -497,6 +594,9 @@ class LazyMatmul:
 
     @property
     def dtype(self):
+        # Transpose mode (trn2+) passes the input dtype through the array; a matmul accumulates fp32.
+        if self.kwargs.get("is_transpose") and _trace.current().target.generation != "trn1":
+            return self.stationary.dtype
         return DTYPES["float32"]
 
     def write(self, dst, accumulate):
@@ -512,7 +612,7 @@ class LazyMatmul:
 
     def _trnsim_view(self):
         if self._view is None:
-            self._view = _result_tile(self.shape, DTYPES["float32"], self.location, "psum")
+            self._view = _result_tile(self.shape, self.dtype, self.location, "psum")
             self.write(self._view, False)
         return self._view
 
@@ -555,18 +655,78 @@ def transpose(x, dtype=None, mask=None, engine=None, location=None, **kw):
     return out
 
 
+def broadcast_to(x, shape, location=None):
+    """``t.broadcast_to(shape)`` / ``nl.broadcast_to``: size-1 dims repeated. Along free dims and in
+    HBM a stride-0 view; a one-partition on-chip tile onto P partitions is computed, as the compiler
+    does it: the Tensor engine multiplies a ones row (out[P, F] = ones[1, P].T @ x[1, F], 512 columns
+    a matmul, into PSUM) and Vector copies the result back to SBUF."""
+    location = location or user_location()
+    xv = _operand(x, "broadcast_to")
+    shape = tuple(int(s) for s in (shape.shape if hasattr(shape, "shape") else shape))
+    if len(shape) != xv.ndim:
+        fail(f"broadcast_to{list(shape)} of a {xv.ndim}-d tensor {list(xv.shape)}", location)
+    v = xv
+    for d, (have, want) in enumerate(zip(xv.shape, shape)):
+        if have == want or (d == xv.pdim and xv.st.space != "hbm"):
+            continue
+        if have != 1:
+            fail(f"broadcast_to{list(shape)}: dim {d} of {list(xv.shape)} is {have}, not 1", location)
+        v = v.broadcast(d, want)
+    if v.pdim is None or v.st.space == "hbm" or shape[v.pdim] == v.shape[v.pdim]:
+        return v
+    if v.shape[v.pdim] != 1 or v.ndim != 2 or v.pdim != 0:
+        fail(f"broadcast_to{list(shape)}: across partitions from a [1, F] tile only (got {list(v.shape)})",
+             location)
+    if not v.dtype.is_float:
+        fail("broadcast_to across partitions of an integer tile: broadcast it in HBM (a stride-0 load)", location)
+    parts, width = shape
+    ones = _result_tile((1, parts), v.dtype, location)
+    _emit.emit("memset", (ones, 1.0), {}, location)
+    out = _result_tile((parts, width), v.dtype, location)
+    step = _trace.current().target.moving_fmax
+    for c0 in range(0, width, step):
+        w = step if width - c0 > step else width - c0   # (min is nl.min here)
+        acc = _result_tile((parts, w), DTYPES["float32"], location, "psum")
+        _emit.emit("nc_matmul", (acc, ones, v[:, c0:c0 + w]), {}, location)
+        _emit.emit("tensor_copy", (out[:, c0:c0 + w], acc), {}, location)
+    return out
+
+
 # ---- loads, stores, assignment
+
+def _hbm_2d(v):
+    """A 1-d HBM view as the tile it loads into / stores from: a contiguous vector is a [1, F] row;
+    a strided one that fits the partitions (a column ``A[c0:c1, j]`` of a matrix, the per-partition
+    scale or bias the samples load this way) is a [P, 1] column."""
+    if v.ndim > 1:
+        return v
+    stride, n = v.dims[0]
+    if stride not in (0, 1) and n <= _trace.current().target.pmax:
+        return View(v.st, v.offset, [[stride, n], [1, 1]], None, 0)
+    return View(v.st, v.offset, [[0, 1], v.dims[0]], None, 0)
+
 
 def load(src, mask=None, dtype=None, **kw):
     location = user_location()
+    if isinstance(src, _core.IndirectRows):
+        # Rows picked by an SBUF index tile: the DMA's gather (descriptors from the indices at run time).
+        tv, iv = src.table, _operand(src.indices, "nl.load indices")
+        if tv.ndim != 2:
+            fail("nl.load of indirect rows: a 2-d [rows, columns] table view", location)
+        t = _trace.current().tile((iv.shape[iv.pdim], tv.shape[1]), tv.dtype, "sbuf", 0, location).full_view()
+        _emit.emit("dma_gather", (_core.apply_mask(t, mask), tv, iv), {}, location)
+        if dtype is not None and as_dtype(dtype) is not tv.dtype:
+            out = _result_tile(t.shape, dtype, location)
+            _emit.emit("tensor_copy", (out, t), {"mask": mask}, location)
+            return out
+        return t
     sv = _operand(src, "nl.load")
     if sv.st.space != "hbm":
         fail("nl.load reads HBM; copy on-chip tiles with nl.copy", location)
-    shape = sv.shape if sv.ndim > 1 else (1, sv.shape[0])
+    sv = _hbm_2d(sv)
+    shape = sv.shape
     t = _trace.current().tile(shape, sv.dtype, "sbuf", 0, location).full_view()
-    t.vars = sv.vars if sv.ndim > 1 else None
-    if sv.ndim == 1:
-        sv = View(sv.st, sv.offset, [[0, 1], sv.dims[0]], None, 0)
+    t.vars = sv.vars
     _emit.emit("dma_copy", (_core.apply_mask(t, mask), _core.apply_mask(sv, mask)), {}, location)
     if dtype is not None and as_dtype(dtype) is not sv.dtype:
         out = _result_tile(shape, dtype, location)
@@ -610,7 +770,7 @@ def store(dst, value, mask=None, **kw):
 
 def _store(dv, value, mask, location):
     if _is_number(value):
-        tile_ = full(_tile_shape(dv) if dv.ndim > 1 else (1, dv.shape[0]), value, dv.dtype)
+        tile_ = full(_tile_shape(_hbm_2d(dv)), value, dv.dtype)
         value = tile_
     vv = _operand(value, "nl.store value")
     if vv.st.space == "psum" or vv.dtype is not dv.dtype:
@@ -618,7 +778,7 @@ def _store(dv, value, mask, location):
         staged = _result_tile(_tile_shape(vv), dv.dtype, location)
         _emit.emit("tensor_copy", (staged, vv), {"mask": mask}, location)
         vv = staged
-    dv = dv if dv.ndim > 1 else View(dv.st, dv.offset, [[0, 1], dv.dims[0]], None, 0)
+    dv = _hbm_2d(dv)
     _emit.emit("dma_copy", (_core.apply_mask(dv, mask), _core.apply_mask(vv, mask)), {}, location)
 
 
@@ -662,7 +822,9 @@ def assign(target, value, mask=None, location=None, temporary=False):
     trace = _trace.current()
     if (vv.st.producer == len(trace.body) - 1 and vv.st.producer >= 0 and vv.is_whole()
             and vv.st.dtype is target.st.dtype and _prod(vv.shape) == _prod(target.shape)
-            and vv.dims[vv.pdim][1] == target.dims[target.pdim][1] and temporary):
+            and vv.dims[vv.pdim][1] == target.dims[target.pdim][1] and temporary
+            and (vv.st.space != "psum" or target.st.space == "psum")):
+        # (a PSUM temporary, an nc_transpose's, is not folded into an SBUF target: Tensor writes PSUM)
         old = f"dst={_emit.ap_text(vv)}"
         text = trace.body[-1]
         if old in text and vv.st.first == vv.st.last == len(trace.body) - 1:
@@ -806,6 +968,38 @@ def device_print(prefix, x, **kw):
     _emit.emit("dma_copy", (st.full_view(), xv), {}, location)
 
 
+def gather_flattened(data, indices, axis=0, mask=None, dtype=None, **kw):
+    """out[p, j...] = data[p, indices[p, j...]] with data's free dims flattened (uint32 indices):
+    ``nc_n_gather`` on GpSimd (out-of-range indices read garbage on hardware, and fail here)."""
+    location = user_location()
+    dv, iv = _operand(data, "nl.gather_flattened data"), _operand(indices, "nl.gather_flattened indices")
+    for what, v in (("data", dv), ("indices", iv)):
+        if v.st.space != "sbuf":
+            fail(f"nl.gather_flattened {what}: an SBUF tile (GpSimd reads SBUF)", location)
+    out = _result_tile(_tile_shape(iv), dv.dtype, location)
+    _emit.emit("nc_n_gather", (out, dv, iv), {"mask": mask}, location)
+    if dtype is not None and as_dtype(dtype) is not dv.dtype:
+        cast = _result_tile(_tile_shape(iv), dtype, location)
+        _emit.emit("tensor_copy", (cast, out), {"mask": mask}, location)
+        return cast
+    return out
+
+
+def shared_constant(constant, dtype=None, **kw):
+    """An HBM tensor holding a host array known when the kernel is traced (``nl.shared_constant(
+    np.identity(128, dtype=np.int8), dtype=nl.bfloat16)``): an input of the program with those values."""
+    arr = np.asarray(constant)
+    d = as_dtype(dtype if dtype is not None else arr.dtype)
+    if d.numpy is None:
+        fail(f"nl.shared_constant: no host type for {d.nki_name}")
+    trace = _trace.current()
+    st = trace.hbm_tensor(arr.shape if arr.ndim else (1,), d, "const", role="input")
+    if not hasattr(trace, "constants"):
+        trace.constants = {}
+    trace.constants[st.name] = arr.astype(d.numpy).reshape(st.shape)
+    return st.full_view()
+
+
 def static_cast(array, dtype):
     """Beta 1, host side: a NumPy array in another dtype (bf16 / fp8 through ml_dtypes)."""
     d = as_dtype(dtype)
@@ -821,6 +1015,7 @@ MISSING = [
     "Tensor.ap(scalar_offset=, vector_offset=, indirect_dim=)",
     "Tensor.indirect (gather/scatter views)",
     "vector_select",
-    "gather_flattened", "all_reduce and nki.collectives",
+    "all_reduce and nki.collectives",
     "view(dtype) between dtypes of different sizes",
+    "blocks / NkiBlockGrid (tile grids: nl.tiles and nl.alloc_tiles work)",
 ]

@@ -142,6 +142,11 @@ def affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None, **_
         fail("nisa.affine_select takes a comparison of nl.arange / nl.mgrid expressions as pred", location)
     expr, op = pred.affine
     src = _emit.as_view(on_true_tile, "on_true_tile")
+    if src.st.space == "psum":
+        # GpSimd does not reach PSUM: the tile (a matmul result) is copied to SBUF first (Vector).
+        staged = language._result_tile(language._tile_shape(src), src.dtype, location)
+        _emit.emit("tensor_copy", (staged, src), {"mask": mask}, location)
+        src = staged
     shape = language._tile_shape(src)
     multiplier, pattern = 0, []
     free_axes = {}
@@ -158,6 +163,25 @@ def affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None, **_
                                 location).full_view()
     _emit.emit("affine_select", (out, pattern or [[0, 1]], multiplier, src, float(on_false_value), _CMP[op]),
                {"offset": expr.const, "mask": mask}, location)
+    return out
+
+
+def dma_transpose(src, axes=None, mask=None, dtype=None, **_):
+    """Beta 1: src [A, B] (HBM or SBUF, a 2-byte dtype) -> an SBUF tile [B, A], transposed by DMA
+    (trn2+; the samples gate it on ``nisa.get_nc_version() >= nisa.nc_version.gen3``)."""
+    location = user_location()
+    sv = _emit.as_view(src, "nisa.dma_transpose src")
+    if mask is not None:
+        sv = _core.apply_mask(sv, mask)
+    shape = language._tile_shape(sv) if sv.pdim is not None else sv.shape
+    if len(shape) != 2 or (axes is not None and tuple(axes) != (1, 0)):
+        fail(f"nisa.dma_transpose of a {list(shape)} tensor: 2-d, axes (1, 0)", location)
+    out = _trace.current().tile((shape[1], shape[0]), sv.dtype, "sbuf", 0, location).full_view()
+    _emit.emit("dma_transpose", (out, sv), {}, location)
+    if dtype is not None and _core.as_dtype(dtype) is not sv.dtype:
+        cast = language._result_tile(out.shape, dtype, location)
+        _emit.emit("tensor_copy", (cast, out), {}, location)
+        return cast
     return out
 
 
