@@ -3,10 +3,21 @@
 Installed once when this conftest is imported (pytest imports it before the test modules, so they
 may ``import nki`` at module level) and again around every test (autouse), uninstalled after each
 test so that a test that checks install()/uninstall() starts from a known state."""
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
 
 import trnsim.nki
+
+# Test modules elsewhere do `from conftest import REPO_ROOT, build_dir`, and whichever conftest was
+# imported last holds the module name `conftest`: this one offers the root conftest's helpers too.
+_root_spec = importlib.util.spec_from_file_location("_tests_root_conftest",
+                                                    pathlib.Path(__file__).resolve().parents[1] / "conftest.py")
+_root = importlib.util.module_from_spec(_root_spec)
+_root_spec.loader.exec_module(_root)
+REPO_ROOT, build_dir = _root.REPO_ROOT, _root.build_dir
 
 trnsim.nki.install()
 
