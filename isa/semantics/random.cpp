@@ -5,6 +5,7 @@
 
 #include "isa/isa_error.h"
 #include "isa/rng.h"
+#include "isa/semantics/bit_alias.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -39,17 +40,6 @@ std::vector<uint32_t> draw(const Instruction& inst, ExecContext& ctx, const Acce
     for (uint64_t i = 0; i < free; ++i) bits[p * free + i] = states[size_t{p} * per_lane + i % per_lane].next();
   }
   return bits;
-}
-
-// A same-width dtype whose fp32 conversion is exact, to move elements bit for bit (false for packed MX types).
-bool bit_alias(DType dtype, DType& alias) {
-  if (numerics::element_bytes(dtype) != dtype_size_bytes(dtype)) return false;
-  switch (dtype_size_bytes(dtype)) {
-    case 1: alias = DType::uint8; return true;
-    case 2: alias = DType::uint16; return true;
-    case 4: alias = DType::fp32; return true;
-    default: return false;
-  }
 }
 
 Tile read_bits(ExecContext& ctx, const AccessPattern& ap) {
@@ -140,12 +130,7 @@ void exec_dropout(const Instruction& inst, ExecContext& ctx) {
       if (unit_interval(draws[p * x.free + i]) < double{prob[p]}) x.at(p, i) = 0.0f;
     }
   }
-  if (bits) {
-    ctx.state.write(d, x);
-    ctx.state.set_psum_accumulating(d, false);
-  } else {
-    ctx.write(dst, x);
-  }
+  write_aliased(ctx, dst, d, x, bits);
 }
 
 void exec_set_rng_seed(const Instruction& inst, ExecContext& ctx) {

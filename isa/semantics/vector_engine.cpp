@@ -9,6 +9,7 @@
 
 #include "isa/alu.h"
 #include "isa/isa_error.h"
+#include "isa/semantics/bit_alias.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -126,18 +127,6 @@ float fold(AluOp op, const float* values, uint64_t count, uint64_t stride = 1) {
 
 void check_reduction(AluOp op) {
   if (!alu_op_is_reduction(op)) throw IsaError(std::string(alu_op_name(op)) + " is not a reduction operator");
-}
-
-// The bit-preserving stand-in for a dtype: a same-width type whose fp32 conversion is exact
-// (fp32 itself for 4-byte types). None for the packed MX types.
-bool bit_alias(DType dtype, DType& alias) {
-  if (numerics::element_bytes(dtype) != dtype_size_bytes(dtype)) return false;
-  switch (dtype_size_bytes(dtype)) {
-    case 1: alias = DType::uint8; return true;
-    case 2: alias = DType::uint16; return true;
-    case 4: alias = DType::fp32; return true;
-    default: return false;
-  }
 }
 
 // The word an enumeration operand holds (reduce_cmd).
@@ -387,12 +376,7 @@ void exec_tensor_copy_predicated(const Instruction& inst, ExecContext& ctx) {
   for (size_t i = 0; i < out.values.size(); ++i) {
     if ((pred.values[i] != 0) != reverse) out.values[i] = src.values[i];
   }
-  if (bits) {
-    ctx.state.write(d, out);
-    ctx.state.set_psum_accumulating(d, false);
-  } else {
-    ctx.write(dst, out);
-  }
+  write_aliased(ctx, dst, d, out, bits);
 }
 
 void exec_select_reduce(const Instruction& inst, ExecContext& ctx) {
