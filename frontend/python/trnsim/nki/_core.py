@@ -374,13 +374,14 @@ class View:
     def __setitem__(self, key, value):
         from . import language
         # A value nothing else refers to (``t[...] = nl.load(...)``) may be written in place.
-        temporary = sys.getrefcount(value) <= _TEMPORARY_REFS
+        temporary = sys.getrefcount(value) - _pending_refs(value) <= _TEMPORARY_REFS
         target = index_view(self, key)
         language.assign(target, value, temporary=temporary)
 
     def __iadd__(self, value):
         from . import language
-        language.accumulate(self, value)
+        temporary = sys.getrefcount(value) - _pending_refs(value) <= _TEMPORARY_REFS_IADD
+        language.accumulate(self, value, temporary=temporary)
         return _AccumulatedView(self)
 
     # -- element-wise operators build nl.* calls
@@ -500,18 +501,32 @@ class View:
 
 
 def _temporary_refs():
-    """sys.getrefcount of a temporary inside __setitem__ (``x[k] = f()``), on this interpreter."""
-    seen = []
+    """sys.getrefcount of a temporary inside __setitem__ (``x[k] = f()``) and __iadd__ (``x += f()``),
+    on this interpreter."""
+    seen = {}
 
     class Probe:
         def __setitem__(self, key, value):
-            seen.append(sys.getrefcount(value))
+            seen["setitem"] = sys.getrefcount(value)
 
-    Probe()[0] = object()
-    return seen[0]
+        def __iadd__(self, value):
+            seen["iadd"] = sys.getrefcount(value)
+            return self
+
+    probe = Probe()
+    probe[0] = object()
+    probe += object()
+    return seen["setitem"], seen["iadd"]
 
 
-_TEMPORARY_REFS = _temporary_refs()
+_TEMPORARY_REFS, _TEMPORARY_REFS_IADD = _temporary_refs()
+
+
+def _pending_refs(value):
+    """References the trace itself holds to a lazy result (its list of results not written yet)."""
+    from . import _trace
+    trace = _trace.active()
+    return sum(1 for p in trace.pending if p is value) if trace is not None and trace.pending else 0
 
 
 class ExactView(View):

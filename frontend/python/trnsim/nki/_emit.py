@@ -119,6 +119,9 @@ def engine_word(engine):
 def emit(name, args, kwargs, location=None):
     """Emit instruction ``name`` with NKI-style arguments (dst first). Returns the instruction's index."""
     location = location or user_location()
+    trace = _trace.current()
+    if trace.pending:
+        trace.flush_pending()
     spec = specs().get(name)
     if spec is None:
         fail(f"nki.isa.{name} is not an instruction of trnsim's ISA yet", location)

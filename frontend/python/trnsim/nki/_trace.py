@@ -58,6 +58,7 @@ class Trace:
         self.tiles = []          # on-chip Storage, in creation order
         self.sbuf_high_water = self.psum_high_water = 0
         self.transpose_flops = 0   # HFU: the Tensor engine's transposes (identity matmuls)
+        self.pending = []          # lazy matmul results not written yet (language.LazyMatmul)
 
     # -- context
     def __enter__(self):
@@ -193,6 +194,12 @@ class Trace:
              f"{allocator.capacity - allocator.in_use} of {allocator.capacity} free (largest run "
              f"{allocator.largest_free()}) while live tiles hold the rest ({held}) [{tile.space}-capacity]",
              tile.location)
+
+    def flush_pending(self):
+        """Lazy results written before another instruction may change their operands."""
+        pending, self.pending = self.pending, []
+        for lazy in pending:
+            lazy._trnsim_view()
 
     # -- instructions
     def emit(self, text, location):

@@ -587,6 +587,9 @@ class LazyMatmul:
     def __init__(self, stationary, moving, kwargs, location):
         self.stationary, self.moving, self.kwargs, self.location = stationary, moving, kwargs, location
         self._view = None
+        # Written at once where it is assigned; if any other instruction comes first, it is
+        # materialised before that one (its operands may be about to change).
+        _trace.current().pending.append(self)
 
     @property
     def shape(self):
@@ -600,20 +603,23 @@ class LazyMatmul:
         return DTYPES["float32"]
 
     def write(self, dst, accumulate):
-        from . import isa
         kwargs = dict(self.kwargs)
         kwargs["accumulate"] = accumulate
         if accumulate and dst.st.pending_zero and dst.is_whole():
             dst.st.pending_zero = False
             kwargs["accumulate"] = False
-        elif dst.st.pending_zero:
-            _emit._flush_zero(dst.st, _trace.current(), self.location)
+        trace = _trace.current()
+        if self in trace.pending:
+            trace.pending.remove(self)
+        if dst.st.pending_zero:   # a part of it, or an overwrite: the zeros are written first
+            _emit._flush_zero(dst.st, trace, self.location)
         _emit.emit("nc_matmul", (dst, self.stationary, self.moving), kwargs, self.location)
 
     def _trnsim_view(self):
         if self._view is None:
-            self._view = _result_tile(self.shape, self.dtype, self.location, "psum")
-            self.write(self._view, False)
+            view = _result_tile(self.shape, self.dtype, self.location, "psum")
+            self.write(view, False)
+            self._view = view
         return self._view
 
     def __getattr__(self, name):
@@ -802,10 +808,10 @@ def assign(target, value, mask=None, location=None, temporary=False):
     if isinstance(value, _core._AccumulatedView) and value.st is target.st:
         return
     if isinstance(value, LazyMatmul):
-        if value._view is None:
+        if value._view is None and temporary:
             value.write(target, False)
             return
-        value = value._view
+        value = value._trnsim_view()   # the kernel keeps the result: it gets its own PSUM tile
     if isinstance(value, LoopReduce):
         v = _operand(value.value, "nl.loop_reduce")
         if target.st.pending_zero:
@@ -843,10 +849,10 @@ def assign(target, value, mask=None, location=None, temporary=False):
         _emit.emit("tensor_copy", (target, vv), {"mask": mask}, location)
 
 
-def accumulate(target, value, location=None):
+def accumulate(target, value, location=None, temporary=True):
     """``target += value``: a matmul accumulates in PSUM; anything else is an add on Vector."""
     location = location or user_location()
-    if isinstance(value, LazyMatmul) and value._view is None:
+    if isinstance(value, LazyMatmul) and value._view is None and temporary:
         value.write(target, True)
         return
     vv = _operand(value, "+=")
