@@ -332,7 +332,7 @@ class View:
     # -- NKI tensor surface
     @property
     def shape(self):
-        return tuple(d[1] for d in self.dims)
+        return tuple([d[1] for d in self.dims])
 
     @property
     def dtype(self):
@@ -562,6 +562,8 @@ def _norm_index(i, size, what):
 
 def index_view(view, key):
     """NumPy-style basic indexing (ints, slices, ``nl.ds``, ``...``) and beta-1 index expressions."""
+    if key is Ellipsis:
+        return view   # t[...]: the same access (a View is not changed once made)
     if type(key) is not tuple:
         key = (key,)
     if key and isinstance(key[0], View) and view.st.space == "hbm":

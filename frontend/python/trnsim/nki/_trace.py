@@ -97,11 +97,12 @@ class Trace:
     def tile(self, shape, dtype, space, pdim=0, location=None):
         """A tile; its address is chosen after tracing (allocate())."""
         location = location or user_location()
-        dtype = _core.as_dtype(dtype)
-        shape = tuple(int(s) for s in shape)
+        if type(dtype) is not _core.DType:
+            dtype = _core.as_dtype(dtype)
+        shape = tuple([int(s) for s in shape])
         if not shape:
             fail("a tile needs at least a partition dim", location)
-        if any(s <= 0 for s in shape):
+        if min(shape) <= 0:
             fail(f"tile shape {list(shape)} has an empty dim", location)
         limit = self.target.pmax if space == "sbuf" else self.target.psum_partitions
         if shape[pdim] > limit:
