@@ -12,6 +12,7 @@
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
+#include "sim/program_run.h"
 #include "sim/simulator.h"
 
 namespace trnsim::sim {
@@ -273,6 +274,20 @@ TEST(ControlFlow, ParserRejectsMalformedRegisters) {
     EXPECT_THAT([&] { isa::parse_tasm(std::string("target trn2\n") + bad + "\n", "bad.tasm"); },
                 testing::ThrowsMessage<isa::IsaError>(HasSubstr("expected a register like r0")));
   }
+}
+
+TEST(ControlFlow, RunPreparedNeedsTheInputsThatLoopsReadEvenTimingOnly) {
+  PreparedProgram prepared = prepare_program(isa::parse_tasm(while_loop(), "while.tasm"), "while.tasm", "trn2", {});
+  SimOptions options;
+  options.timing_only = true;
+  EXPECT_THAT([&] { run_prepared(prepared, {}, options); },
+              testing::ThrowsMessage<RunUsageError>(HasSubstr("missing: n: int32[1, 1], in: fp32[128, 2048]")));
+  const isa::Program& p = prepared.program;
+  SimResult result = run_prepared(prepared, {{uint32_t(p.find_allocation("n")), int32_bytes(2)},
+                                             {uint32_t(p.find_allocation("in")), input_bytes()}},
+                                  options);
+  EXPECT_EQ(result.stats.instructions["while_end"], 2u);
+  EXPECT_STREQ(isa::operand_kind_name(isa::OperandKind::reg), "reg");
 }
 
 TEST(ControlFlow, AnEndlessWhileLoopIsAnError) {
