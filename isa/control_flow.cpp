@@ -90,6 +90,27 @@ bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
       register_operand(inst, "dst", registers) = int32_t(a + b);  // two's complement wrap
       return true;
     }
+    case Opcode::register_sub: {
+      uint32_t a = uint32_t(register_operand(inst, "src", registers));
+      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers)) : uint32_t(int64_t(inst.scalar("imm")));
+      register_operand(inst, "dst", registers) = int32_t(a - b);
+      return true;
+    }
+    case Opcode::register_compare: {
+      int32_t a = register_operand(inst, "src", registers);
+      int32_t b = inst.has("src2") ? register_operand(inst, "src2", registers) : int32_t(int64_t(inst.scalar("imm")));
+      bool holds = false;
+      switch (int(inst.scalar("op"))) {  // the enum's order in instructions.def
+        case 0: holds = a == b; break;
+        case 1: holds = a != b; break;
+        case 2: holds = a < b; break;
+        case 3: holds = a <= b; break;
+        case 4: holds = a > b; break;
+        default: holds = a >= b; break;
+      }
+      register_operand(inst, "dst", registers) = holds ? 1 : 0;
+      return true;
+    }
     default: return false;
   }
 }

@@ -52,7 +52,7 @@ bool is_register_dtype(DType dtype);
 // The register a reg operand names; IsaError (rule register-index) when it is out of range.
 int32_t& register_operand(const Instruction& inst, const char* operand, RegisterFile& registers);
 
-// The register instructions that need no memory (register_move, register_add) on a register file; false for
+// The register instructions that need no memory (register_move, register_add, register_sub, register_compare) on a register file; false for
 // any other opcode.
 bool execute_register_only(const Instruction& inst, RegisterFile& registers);
 

@@ -863,7 +863,9 @@ class Checker {
     };
     switch (inst.opcode) {
       case Opcode::register_move:
-      case Opcode::register_add: int32_immediate("imm"); break;
+      case Opcode::register_add:
+      case Opcode::register_sub:
+      case Opcode::register_compare: int32_immediate("imm"); break;
       case Opcode::register_load: one_integer("src"); break;
       case Opcode::register_store: one_integer("dst"); break;
       case Opcode::loop_begin:

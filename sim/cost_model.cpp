@@ -448,6 +448,8 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
     // register timings are not published; assumed equal to its other instructions').
     case Opcode::register_move:
     case Opcode::register_add:
+    case Opcode::register_sub:
+    case Opcode::register_compare:
     case Opcode::register_load:
     case Opcode::register_store:
     case Opcode::loop_begin:

@@ -30,6 +30,10 @@ AccessPattern register_element(const AccessPattern& ap, const char* operand) {
 
 void exec_register_move(const Instruction& inst, ExecContext& ctx) { execute_register_only(inst, ctx.state.registers()); }
 void exec_register_add(const Instruction& inst, ExecContext& ctx) { execute_register_only(inst, ctx.state.registers()); }
+void exec_register_sub(const Instruction& inst, ExecContext& ctx) { execute_register_only(inst, ctx.state.registers()); }
+void exec_register_compare(const Instruction& inst, ExecContext& ctx) {
+  execute_register_only(inst, ctx.state.registers());
+}
 
 void exec_register_load(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& src = inst.tensor("src");

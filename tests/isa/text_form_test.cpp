@@ -83,6 +83,8 @@ sbuf qs : fp8_e8m0[128, 32]
 quantize_mx dst=mx[:, 0:32], src=a[:, 0:128], dst_scale=qs[4:128, :]
 register_move dst=r5, imm=-7, src=r6, engine=vector
 register_add dst=r63, src=r5, imm=3, src2=r2, engine=gpsimd
+register_sub dst=r9, src=r8, imm=2, src2=r7
+register_compare dst=r10, src=r9, op=greater_equal, imm=-4, src2=r3
 register_load dst=r1, src=nz[0:1, 0:1], engine=scalar
 register_store dst=nz[0:1, 1:2], src=r1, engine=tensor
 loop_begin count=3, engine=vector

@@ -205,6 +205,45 @@ TEST(ControlFlow, LoopCountFromARegisterAndRegisterArithmetic) {
   EXPECT_EQ(state.registers()[2], 100);
 }
 
+// nl.fori_loop(lower, upper) with bounds from a tensor, both ways: a counted loop of upper - lower, and a while
+// loop on i < upper; each sums its induction variable.
+TEST(ControlFlow, ForiLoopWithTensorBoundsAsCountedAndAsWhileLoop) {
+  isa::Program p = isa::parse_tasm(
+      "target trn2\nhbm bounds : int32[1, 2] input\nhbm out : int32[1, 2] output\nsbuf b : int32[1, 2]\n"
+      "dma_copy dst=b, src=bounds\n"
+      "register_load dst=r0, src=b[0:1, 0:1]\nregister_load dst=r1, src=b[0:1, 1:2]\n"
+      // counted: count = upper - lower, i from lower
+      "register_sub dst=r2, src=r1, src2=r0\nregister_move dst=r3, src=r0\nregister_move dst=r4, imm=0\n"
+      "loop_begin count_reg=r2\n"
+      "  register_add dst=r4, src=r4, src2=r3\n  register_add dst=r3, src=r3, imm=1\n"
+      "loop_end\n"
+      // while i < upper
+      "register_move dst=r5, src=r0\nregister_move dst=r6, imm=0\n"
+      "register_compare dst=r7, src=r5, op=less, src2=r1\n"
+      "while_begin cond=r7\n"
+      "  register_add dst=r6, src=r6, src2=r5\n  register_add dst=r5, src=r5, imm=1\n"
+      "  register_compare dst=r7, src=r5, op=less, src2=r1\n"
+      "while_end\n"
+      "register_store dst=b[0:1, 0:1], src=r4\nregister_store dst=b[0:1, 1:2], src=r6\n"
+      "dma_copy dst=out, src=b\n",
+      "fori.tasm");
+  HardwareConfig hw = trn2();
+  isa::check_program(p, hw);
+  for (auto [lower, upper] : {std::pair{3, 7}, std::pair{-2, 2}, std::pair{5, 5}, std::pair{6, 1}}) {
+    SCOPED_TRACE(std::to_string(lower) + ".." + std::to_string(upper));
+    isa::CoreState state(hw.core, p);
+    std::vector<uint8_t> bytes = int32_bytes(lower), high = int32_bytes(upper);
+    bytes.insert(bytes.end(), high.begin(), high.end());
+    state.hbm(0) = bytes;
+    isa::interpret(p, state, hw);
+    int32_t sum = 0;
+    for (int32_t i = lower; i < upper; ++i) sum += i;
+    std::vector<uint8_t> expected = int32_bytes(sum), second = int32_bytes(sum);
+    expected.insert(expected.end(), second.begin(), second.end());
+    EXPECT_EQ(state.hbm(1), expected);
+  }
+}
+
 TEST(ControlFlow, RegisterLoadKeepsEveryBitOfAn32BitInteger) {
   isa::Program p = isa::parse_tasm(
       "target trn2\nhbm in : uint32[1, 1] input\nhbm out : int32[1, 1] output\nsbuf v : uint32[1, 1]\n"
