@@ -126,6 +126,26 @@ TEST(ControlFlow, CountedLoopEqualsTheUnrolledProgramInValuesAndTime) {
   }
 }
 
+TEST(ControlFlow, EachCoreOfAnSpmdRunFollowsItsOwnInputs) {
+  isa::Program loop = isa::parse_tasm(while_loop(), "while.tasm");
+  HardwareConfig hw = trn2();
+  SimOptions options;
+  options.cores = {0, 1};
+  // Core 0 runs 1 iteration, core 1 runs 3: as the two unrolled programs on the two cores (which share HBM
+  // bandwidth, so not as either alone).
+  SimResult spmd = simulate(loop, hw, "test", options,
+                            [&](uint32_t core, isa::CoreState& state) { load_inputs(loop, state, core == 0 ? 1 : 3); });
+  EXPECT_EQ(spmd.stats.instructions["while_end"], 4u);
+  EXPECT_EQ(spmd.states.at(0)->hbm(uint32_t(loop.find_allocation("trips"))), int32_bytes(1));
+  EXPECT_EQ(spmd.states.at(1)->hbm(uint32_t(loop.find_allocation("trips"))), int32_bytes(3));
+  isa::Program one = isa::parse_tasm(while_unrolled(1), "one.tasm"), three = isa::parse_tasm(while_unrolled(3), "three.tasm");
+  SimResult unrolled = simulate({&one, &three}, hw, "test", options,
+                                [&](uint32_t core, isa::CoreState& state) { load_inputs(one, state, core == 0 ? 1 : 3); },
+                                /*shared_hbm=*/false);
+  EXPECT_GT(unrolled.stats.total_ns, 0);
+  EXPECT_NEAR(spmd.stats.total_ns, unrolled.stats.total_ns, 1e-6);
+}
+
 TEST(ControlFlow, ExpansionKeepsSourceLinesAndNestsLoops) {
   isa::Program p = isa::parse_tasm(
       "target trn2\nsbuf x : fp32[128, 8]\n"
