@@ -63,12 +63,15 @@ std::vector<int64_t> match_control_flow(const Program& program) {
     if (is_begin(opcode)) {
       open.push_back(i);
     } else if (opcode == Opcode::loop_end || opcode == Opcode::while_end) {
-      if (open.empty()) throw IsaError(where(program, i) + ": no open loop to end [control-nesting]");
+      if (open.empty())
+        throw IsaError(where(program, i) + ": no open " +
+                       instruction_spec(opcode == Opcode::loop_end ? Opcode::loop_begin : Opcode::while_begin).name +
+                       " to end [control-nesting]");
       size_t begin = open.back();
       if (end_of(program.instructions[begin].opcode) != opcode) {
         throw IsaError(where(program, i) + ": ends the " + program.instructions[begin].spec().name + " of " +
-                       where(program, begin) + "; it needs " + instruction_spec(end_of(program.instructions[begin].opcode)).name +
-                       " [control-nesting]");
+                       where(program, begin) + "; it needs " +
+                       instruction_spec(end_of(program.instructions[begin].opcode)).name + " [control-nesting]");
       }
       open.pop_back();
       partner[begin] = int64_t(i);
@@ -82,17 +85,20 @@ std::vector<int64_t> match_control_flow(const Program& program) {
 bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
   switch (inst.opcode) {
     case Opcode::register_move:
-      register_operand(inst, "dst", registers) = inst.has("src") ? register_operand(inst, "src", registers) : int32_t(int64_t(inst.scalar("imm")));
+      register_operand(inst, "dst", registers) =
+          inst.has("src") ? register_operand(inst, "src", registers) : int32_t(int64_t(inst.scalar("imm")));
       return true;
     case Opcode::register_add: {
       uint32_t a = uint32_t(register_operand(inst, "src", registers));
-      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers)) : uint32_t(int64_t(inst.scalar("imm")));
+      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers))
+                                    : uint32_t(int64_t(inst.scalar("imm")));
       register_operand(inst, "dst", registers) = int32_t(a + b);  // two's complement wrap
       return true;
     }
     case Opcode::register_sub: {
       uint32_t a = uint32_t(register_operand(inst, "src", registers));
-      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers)) : uint32_t(int64_t(inst.scalar("imm")));
+      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers))
+                                    : uint32_t(int64_t(inst.scalar("imm")));
       register_operand(inst, "dst", registers) = int32_t(a - b);
       return true;
     }
@@ -101,17 +107,30 @@ bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
       int32_t b = inst.has("src2") ? register_operand(inst, "src2", registers) : int32_t(int64_t(inst.scalar("imm")));
       bool holds = false;
       switch (int(inst.scalar("op"))) {  // the enum's order in instructions.def
-        case 0: holds = a == b; break;
-        case 1: holds = a != b; break;
-        case 2: holds = a < b; break;
-        case 3: holds = a <= b; break;
-        case 4: holds = a > b; break;
-        default: holds = a >= b; break;
+        case 0:
+          holds = a == b;
+          break;
+        case 1:
+          holds = a != b;
+          break;
+        case 2:
+          holds = a < b;
+          break;
+        case 3:
+          holds = a <= b;
+          break;
+        case 4:
+          holds = a > b;
+          break;
+        default:
+          holds = a >= b;
+          break;
       }
       register_operand(inst, "dst", registers) = holds ? 1 : 0;
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -126,7 +145,8 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
   uint64_t executed = 0;
   for (size_t pc = 0; pc < code.size();) {
     if (++executed > kMaxExecutedInstructions) {
-      throw IsaError(where(program, pc) + ": the program executes more than 2^24 instructions (a while loop whose "
+      throw IsaError(where(program, pc) +
+                     ": the program executes more than 2^24 instructions (a while loop whose "
                      "condition never clears?)");
     }
     execute(pc);
@@ -134,7 +154,8 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
     try {
       switch (inst.opcode) {
         case Opcode::loop_begin: {
-          int64_t count = inst.has("count_reg") ? register_operand(inst, "count_reg", registers) : int64_t(inst.scalar("count"));
+          int64_t count =
+              inst.has("count_reg") ? register_operand(inst, "count_reg", registers) : int64_t(inst.scalar("count"));
           if (count <= 0) {
             pc = size_t(partner[pc]) + 1;
             continue;
@@ -161,7 +182,8 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
           pc = register_operand(code[begin], "cond", registers) != 0 ? begin + 1 : pc + 1;
           continue;
         }
-        default: ++pc;
+        default:
+          ++pc;
       }
     } catch (const IsaError& e) {
       throw IsaError(where(program, pc) + ": " + e.what());
@@ -171,7 +193,8 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
 
 Program expand_control_flow(const Program& program, ExecContext* values) {
   if (!values && control_depends_on_values(program)) {
-    throw IsaError("the control flow of program '" + program.name + "' depends on tensor values (register_load): "
+    throw IsaError("the control flow of program '" + program.name +
+                   "' depends on tensor values (register_load): "
                    "expanding it needs the values");
   }
   Program expanded;

@@ -32,8 +32,8 @@ using RegisterFile = std::array<int32_t, kRegisterCount>;
 // error, not a hang). Assumed: 2^24, far beyond any kernel trnsim runs today.
 constexpr uint64_t kMaxExecutedInstructions = uint64_t{1} << 24;
 
-bool is_control_opcode(Opcode opcode);           // loop_begin, loop_end, while_begin, while_end
-bool has_control_flow(const Program& program);   // any control instruction
+bool is_control_opcode(Opcode opcode);          // loop_begin, loop_end, while_begin, while_end
+bool has_control_flow(const Program& program);  // any control instruction
 // Whether trip counts or conditions may depend on tensor values: control flow and a register_load.
 bool control_depends_on_values(const Program& program);
 
@@ -52,8 +52,8 @@ bool is_register_dtype(DType dtype);
 // The register a reg operand names; IsaError (rule register-index) when it is out of range.
 int32_t& register_operand(const Instruction& inst, const char* operand, RegisterFile& registers);
 
-// The register instructions that need no memory (register_move, register_add, register_sub, register_compare) on a register file; false for
-// any other opcode.
+// The register instructions that need no memory (register_move, register_add, register_sub, register_compare) on a
+// register file; false for any other opcode.
 bool execute_register_only(const Instruction& inst, RegisterFile& registers);
 
 // The straight-line program `program` executes: same name, generation and allocations, the executed

@@ -9,7 +9,6 @@
 namespace trnsim::isa {
 namespace {
 
-
 // The one element of a register_load / register_store operand; its 32-bit integers as the bits of an fp32
 // (the fp32 read and write are exact for every bit pattern, as nc_n_gather uses them), narrower ones as values.
 AccessPattern register_element(const AccessPattern& ap, const char* operand) {
@@ -28,9 +27,15 @@ AccessPattern register_element(const AccessPattern& ap, const char* operand) {
 
 }  // namespace
 
-void exec_register_move(const Instruction& inst, ExecContext& ctx) { execute_register_only(inst, ctx.state.registers()); }
-void exec_register_add(const Instruction& inst, ExecContext& ctx) { execute_register_only(inst, ctx.state.registers()); }
-void exec_register_sub(const Instruction& inst, ExecContext& ctx) { execute_register_only(inst, ctx.state.registers()); }
+void exec_register_move(const Instruction& inst, ExecContext& ctx) {
+  execute_register_only(inst, ctx.state.registers());
+}
+void exec_register_add(const Instruction& inst, ExecContext& ctx) {
+  execute_register_only(inst, ctx.state.registers());
+}
+void exec_register_sub(const Instruction& inst, ExecContext& ctx) {
+  execute_register_only(inst, ctx.state.registers());
+}
 void exec_register_compare(const Instruction& inst, ExecContext& ctx) {
   execute_register_only(inst, ctx.state.registers());
 }

@@ -1,5 +1,7 @@
 // Registers and structured control flow (isa/control_flow.h): loops give the values and the simulated time
 // of the same program written out by hand; trip counts from tensor values; text form; legality.
+#include "isa/control_flow.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 #include <string>
 
 #include "config/config_loader.h"
-#include "isa/control_flow.h"
 #include "isa/interpreter.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
@@ -34,8 +35,9 @@ sbuf y : fp32[128, 2048]
 dma_copy dst=x, src=in
 )";
 
-const char* const kBody = "tensor_scalar dst=x, data=x, op0=multiply, operand0=0.5, op1=add, operand1=1.0\n"
-                          "tensor_tensor dst=y, data1=x, data2=y, op=add\n";
+const char* const kBody =
+    "tensor_scalar dst=x, data=x, op0=multiply, operand0=0.5, op1=add, operand1=1.0\n"
+    "tensor_tensor dst=y, data1=x, data2=y, op=add\n";
 
 std::string repeat(const std::string& text, int times) {
   std::string out;
@@ -54,7 +56,9 @@ const char* const kWhileBody = "register_add dst=r0, src=r0, imm=-1\nregister_ad
 std::string while_loop() {
   return std::string(kHeader) +
          "dma_copy dst=cnt, src=n\nregister_load dst=r0, src=cnt\nregister_move dst=r1, imm=0\n"
-         "while_begin cond=r0\n" + kBody + kWhileBody + "while_end\n"
+         "while_begin cond=r0\n" +
+         kBody + kWhileBody +
+         "while_end\n"
          "register_store dst=cnt, src=r1\ndma_copy dst=trips, src=cnt\ndma_copy dst=out, src=y\n";
 }
 std::string while_unrolled(int trips) {
@@ -138,10 +142,12 @@ TEST(ControlFlow, EachCoreOfAnSpmdRunFollowsItsOwnInputs) {
   EXPECT_EQ(spmd.stats.instructions["while_end"], 4u);
   EXPECT_EQ(spmd.states.at(0)->hbm(uint32_t(loop.find_allocation("trips"))), int32_bytes(1));
   EXPECT_EQ(spmd.states.at(1)->hbm(uint32_t(loop.find_allocation("trips"))), int32_bytes(3));
-  isa::Program one = isa::parse_tasm(while_unrolled(1), "one.tasm"), three = isa::parse_tasm(while_unrolled(3), "three.tasm");
-  SimResult unrolled = simulate({&one, &three}, hw, "test", options,
-                                [&](uint32_t core, isa::CoreState& state) { load_inputs(one, state, core == 0 ? 1 : 3); },
-                                /*shared_hbm=*/false);
+  isa::Program one = isa::parse_tasm(while_unrolled(1), "one.tasm"),
+               three = isa::parse_tasm(while_unrolled(3), "three.tasm");
+  SimResult unrolled = simulate(
+      {&one, &three}, hw, "test", options,
+      [&](uint32_t core, isa::CoreState& state) { load_inputs(one, state, core == 0 ? 1 : 3); },
+      /*shared_hbm=*/false);
   EXPECT_GT(unrolled.stats.total_ns, 0);
   EXPECT_NEAR(spmd.stats.total_ns, unrolled.stats.total_ns, 1e-6);
 }
@@ -315,8 +321,9 @@ TEST(ControlFlow, LegalityNamesTheInstructionAndTheRule) {
                         "dtype (int8/16/32, uint8/16/32) [register-tensor]"));
   EXPECT_THAT(legality_error("register_store dst=i, src=r0\n"),
               HasSubstr("register_store: operand 'dst' has 4 elements; a register moves one [register-tensor]"));
-  EXPECT_THAT(legality_error("loop_begin count=1, count_reg=r0\nloop_end\n"),
-              HasSubstr("loop_begin: give exactly one of count (an immediate) and count_reg (a register) [loop-count]"));
+  EXPECT_THAT(
+      legality_error("loop_begin count=1, count_reg=r0\nloop_end\n"),
+      HasSubstr("loop_begin: give exactly one of count (an immediate) and count_reg (a register) [loop-count]"));
   EXPECT_THAT(legality_error("register_move dst=r0, imm=4294967296\n"), HasSubstr("[register-immediate]"));
   // The interpreter refuses the same without a legality check.
   isa::Program unbalanced = isa::parse_tasm("target trn2\nloop_begin count=1\n", "u.tasm");
@@ -342,15 +349,17 @@ TEST(ControlFlow, RunPreparedNeedsTheInputsThatLoopsReadEvenTimingOnly) {
   EXPECT_THAT([&] { run_prepared(prepared, {}, options); },
               testing::ThrowsMessage<RunUsageError>(HasSubstr("missing: n: int32[1, 1], in: fp32[128, 2048]")));
   const isa::Program& p = prepared.program;
-  SimResult result = run_prepared(prepared, {{uint32_t(p.find_allocation("n")), int32_bytes(2)},
-                                             {uint32_t(p.find_allocation("in")), input_bytes()}},
-                                  options);
+  SimResult result = run_prepared(
+      prepared,
+      {{uint32_t(p.find_allocation("n")), int32_bytes(2)}, {uint32_t(p.find_allocation("in")), input_bytes()}},
+      options);
   EXPECT_EQ(result.stats.instructions["while_end"], 2u);
   EXPECT_STREQ(isa::operand_kind_name(isa::OperandKind::reg), "reg");
 }
 
 TEST(ControlFlow, AnEndlessWhileLoopIsAnError) {
-  isa::Program p = isa::parse_tasm("target trn2\nregister_move dst=r0, imm=1\nwhile_begin cond=r0\nwhile_end\n", "w.tasm");
+  isa::Program p =
+      isa::parse_tasm("target trn2\nregister_move dst=r0, imm=1\nwhile_begin cond=r0\nwhile_end\n", "w.tasm");
   EXPECT_THAT([&] { isa::expand_control_flow(p, nullptr); },
               testing::ThrowsMessage<isa::IsaError>(HasSubstr("more than 2^24 instructions")));
 }
