@@ -3,6 +3,7 @@
 // and write results back through the numerics of the destination dtype.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -98,6 +99,10 @@ class CoreState {
   // The Scalar engine's accumulator registers, one fp32 per lane (ISA activate2 reduce_cmd; activation leaves its
   // reduction there too, NKI: "shared across Scalar Engine accumulation instructions"). They start at 0 (assumed).
   std::vector<float>& scalar_accumulators() { return m_scalar_accumulators; }
+  // The register file (ISA register_*, loop_begin count_reg / index, while_begin cond): kRegisterCount int32s.
+  // They start at 0 (assumed: NKI's register_alloc() without a value leaves a register uninitialised).
+  std::array<int32_t, kRegisterCount>& registers() { return m_registers; }
+  const std::array<int32_t, kRegisterCount>& registers() const { return m_registers; }
   // PRNG states (isa/rng.h): lanes x kVectorRngStatesPerLane for Engine::vector, lanes x
   // kGpSimdRngStatesPerLane for Engine::gpsimd, lane-major. Seeded with kDefaultRngSeed at construction.
   std::vector<XorwowState>& rng_states(Engine engine);
@@ -140,6 +145,7 @@ class CoreState {
   std::vector<std::vector<uint32_t>> m_overlaps;     // allocations sharing bytes, by allocation
   std::vector<float> m_vector_accumulators;          // by lane
   std::vector<float> m_scalar_accumulators;          // by lane
+  std::array<int32_t, kRegisterCount> m_registers{};
   std::vector<XorwowState> m_vector_rng, m_gpsimd_rng;  // by lane x state
   void bump_version(uint32_t allocation);
 };

@@ -119,6 +119,16 @@ std::string parse_immediate(const OperandSpec& spec, std::string_view text, doub
       }
       return "";
     }
+    case OperandKind::reg: {
+      // r<N>; any index up to 2^31 parses, legality checks it against kRegisterCount (rule register-index).
+      int64_t index = -1;
+      if (text.size() < 2 || text[0] != 'r' || !parse_int(text.substr(1), index) || index < 0 ||
+          index > int64_t{2147483647} || text[1] < '0' || text[1] > '9') {
+        return "expected a register like r0, got '" + std::string(text) + "'";
+      }
+      scalar = static_cast<double>(index);
+      return "";
+    }
     default:
       return "operand '" + spec.name + "' takes a tensor";
   }
@@ -128,6 +138,8 @@ std::string format_immediate(const OperandSpec& spec, double scalar, const std::
   switch (spec.kind) {
     case OperandKind::i64:
       return std::to_string(static_cast<int64_t>(scalar));
+    case OperandKind::reg:
+      return "r" + std::to_string(static_cast<int64_t>(scalar));
     case OperandKind::boolean:
       return scalar != 0 ? "true" : "false";
     case OperandKind::alu_op:

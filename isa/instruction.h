@@ -37,9 +37,19 @@ enum class OperandKind : uint8_t {
   enumeration,
   int_list,
   int_pairs,
+  reg,  // a register index (text form r3); stored in a scalar slot
 };
 
+// Registers of the core's register file (ISA register_*, loop_begin, while_begin). Sourced: NKI
+// nki.isa.register_alloc, "64x 32-bit registers per engine sequencer in NeuronCore v2-v4". trnsim keeps one
+// file of that size per core, shared by the sequencers (the NKI compiler places virtual registers on the
+// sequencers that use them; a program here names physical ones).
+constexpr uint32_t kRegisterCount = 64;
+
 bool is_tensor_kind(OperandKind kind);
+// The kind's word in instructions.def ("out", "in|f32", "enum", "reg", ...): for tables that front-ends read
+// (frontend/module.cpp instruction_specs keeps its own list of these words and needs "reg" added).
+const char* operand_kind_name(OperandKind kind);
 
 struct OperandSpec {
   std::string name;

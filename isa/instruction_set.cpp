@@ -26,6 +26,7 @@ OperandKind parse_kind(const std::string& text, std::vector<std::string>& enum_v
   if (text == "act") return OperandKind::activation;
   if (text == "ints") return OperandKind::int_list;
   if (text == "pairs") return OperandKind::int_pairs;
+  if (text == "reg") return OperandKind::reg;
   if (text.rfind("enum(", 0) == 0 && text.back() == ')') {
     std::stringstream values(text.substr(5, text.size() - 6));
     for (std::string value; std::getline(values, value, ',');) enum_values.push_back(value);
@@ -90,6 +91,25 @@ InstructionSpec build_spec(Opcode opcode, const char* name, const char* engines,
 bool is_tensor_kind(OperandKind kind) {
   return kind == OperandKind::tensor_in || kind == OperandKind::tensor_out || kind == OperandKind::tensor_inout ||
          kind == OperandKind::tensor_or_f32;
+}
+
+const char* operand_kind_name(OperandKind kind) {
+  switch (kind) {
+    case OperandKind::tensor_out: return "out";
+    case OperandKind::tensor_in: return "in";
+    case OperandKind::tensor_inout: return "inout";
+    case OperandKind::tensor_or_f32: return "in|f32";
+    case OperandKind::f32: return "f32";
+    case OperandKind::i64: return "i64";
+    case OperandKind::boolean: return "bool";
+    case OperandKind::alu_op: return "alu";
+    case OperandKind::activation: return "act";
+    case OperandKind::enumeration: return "enum";
+    case OperandKind::int_list: return "ints";
+    case OperandKind::int_pairs: return "pairs";
+    case OperandKind::reg: return "reg";
+  }
+  return "?";
 }
 
 const std::vector<InstructionSpec>& all_instruction_specs() {

@@ -1,5 +1,6 @@
 #include "isa/interpreter.h"
 
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/semantics/semantics.h"
 
@@ -67,7 +68,7 @@ void interpret(const Program& program, CoreState& state, const HardwareConfig& c
   numerics::StochasticSource rng(options.stochastic_seed);
   HostWorkers workers(options.host_threads);
   ExecContext context{state, config, options.rounding, &rng, &workers};
-  for (size_t i = 0; i < program.instructions.size(); ++i) {
+  auto run = [&](size_t i) {
     const Instruction& inst = program.instructions[i];
     try {
       execute_instruction(inst, context);
@@ -76,7 +77,12 @@ void interpret(const Program& program, CoreState& state, const HardwareConfig& c
                      (inst.source_line ? " (line " + std::to_string(inst.source_line) + ")" : "") + " " +
                      inst.spec().name + ": " + e.what());
     }
+  };
+  if (has_control_flow(program)) {
+    walk_control_flow(program, state.registers(), run);
+    return;
   }
+  for (size_t i = 0; i < program.instructions.size(); ++i) run(i);
 }
 
 }  // namespace trnsim::isa

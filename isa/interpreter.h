@@ -16,7 +16,7 @@ struct InterpreterOptions {
   unsigned host_threads = 0;          // 0 = $TRNSIM_HOST_THREADS or the host's cores; results do not depend on it
 };
 
-// Runs every instruction; an instruction whose operands break a rule raises IsaError naming it.
+// Runs every instruction (following loop_begin / while_begin, isa/control_flow.h); an instruction whose operands break a rule raises IsaError naming it.
 void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
                const InterpreterOptions& options = {});
 

@@ -7,6 +7,7 @@
 
 #include "config/derived_figures.h"
 #include "isa/alu.h"
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/rng.h"
 
@@ -23,6 +24,13 @@ constexpr uint32_t kVectorTransposeMax = 32;  // ISA nc_transpose on the Vector 
 constexpr uint32_t kMxGroupPartitions = 8;
 constexpr uint32_t kMxQuadrant = 32;
 constexpr uint32_t kMxScalesPerQuadrant = kMxQuadrant / kMxGroupPartitions;
+
+// register_load / register_store: the sequencer moves one element of SBUF or HBM itself (NKI: "from HBM/SBUF");
+// the compute engines' memory lists, lane alignment and free-size rules do not apply (assumed: the sequencer's
+// memory path is not published).
+bool is_register_access(const Instruction& inst) {
+  return inst.opcode == Opcode::register_load || inst.opcode == Opcode::register_store;
+}
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
@@ -50,6 +58,7 @@ class Checker {
       m_index = static_cast<long>(i);
       check_instruction(m_program.instructions[i]);
     }
+    check_control_nesting();
     return std::move(m_issues);
   }
 
@@ -125,7 +134,7 @@ class Checker {
       }
     }
     if (a.space == MemorySpace::hbm) {
-      if (inst.engine != Engine::dma) fail("engine-memory", what + ": only DMA reaches HBM; the " +
+      if (inst.engine != Engine::dma && !is_register_access(inst)) fail("engine-memory", what + ": only DMA reaches HBM; the " +
                                                                 std::string(enum_name(inst.engine)) +
                                                                 " engine reads SBUF/PSUM");
       // The bytes the pattern spans (partition dim included) lie inside the tensor, as the
@@ -141,7 +150,8 @@ class Checker {
     }
     const MemoryAccessConfig& access = m_config.core.memory_access;
     const auto& engines = a.space == MemorySpace::sbuf ? access.sbuf_engines : access.psum_engines;
-    if (std::find(engines.begin(), engines.end(), inst.engine) == engines.end()) {
+    const bool sequencer = is_register_access(inst) && a.space == MemorySpace::sbuf;
+    if (!sequencer && std::find(engines.begin(), engines.end(), inst.engine) == engines.end()) {
       fail("engine-memory", what + ": the " + std::string(enum_name(inst.engine)) + " engine cannot access " +
                                 memory_space_name(a.space));
     }
@@ -158,7 +168,7 @@ class Checker {
     uint32_t alignment = count > 2 * quadrant ? partitions : (count > quadrant ? 2 * quadrant : quadrant);
     // MX scale tiles follow their own quadrant layout (check_matmul_mx), e.g. partitions 4.. of a tile.
     // The rule is the compute engines' lane wiring; DMA writes partitions as addressed rows.
-    if (start % alignment != 0 && !is_mx_scale_operand(inst, name) && inst.engine != Engine::dma) {
+    if (start % alignment != 0 && !is_mx_scale_operand(inst, name) && inst.engine != Engine::dma && !sequencer) {
       fail("partition-start-alignment", what + ": " + std::to_string(count) + " partitions may not start at partition " +
                                             std::to_string(start) + " (allowed: multiples of " +
                                             std::to_string(alignment) + ")");
@@ -177,7 +187,7 @@ class Checker {
                                 " of each partition fall outside " + memory_space_name(a.space) + " (0.." +
                                 std::to_string(limit - 1) + ")");
     }
-    if (inst.engine == Engine::vector || inst.engine == Engine::scalar || inst.engine == Engine::gpsimd) {
+    if (!sequencer && (inst.engine == Engine::vector || inst.engine == Engine::scalar || inst.engine == Engine::gpsimd)) {
       uint64_t max_free = a.space == MemorySpace::psum ? kMaxFreeElementsPsum : kMaxFreeElementsSbuf;
       if (ap.free_elements() > max_free) {
         fail("free-size", what + ": " + std::to_string(ap.free_elements()) + " elements per partition; the " +
@@ -254,6 +264,7 @@ class Checker {
         break;
       default: break;
     }
+    check_registers(inst);
     check_operand_shapes(inst);
     check_accumulating(inst);
     check_random(inst);
@@ -816,6 +827,81 @@ class Checker {
     }
     shape_is(inst, "val_dst", src->partitions(), k);
     shape_is(inst, "idx_dst", src->partitions(), k);
+  }
+
+  // Registers and control flow (isa/control_flow.h); the nesting of loops is checked over the program (run()).
+  void check_registers(const Instruction& inst) {
+    const InstructionSpec& spec = inst.spec();
+    for (size_t i = 0; i < spec.operands.size(); ++i) {
+      const OperandSpec& operand = spec.operands[i];
+      if (operand.kind != OperandKind::reg || !((inst.present_mask >> i) & 1u)) continue;
+      double index = inst.scalar(operand.name);
+      if (index < 0 || index >= kRegisterCount) {
+        fail("register-index", "operand '" + operand.name + "': register r" + std::to_string(int64_t(index)) +
+                                   " does not exist (the register file has r0..r" +
+                                   std::to_string(kRegisterCount - 1) + ")");
+      }
+    }
+    auto int32_immediate = [&](const char* name) {
+      double value = inst.scalar(name);
+      if (value < -2147483648.0 || value > 2147483647.0) {
+        fail("register-immediate", std::string("operand '") + name + "': " + std::to_string(int64_t(value)) +
+                                       " does not fit a 32-bit register");
+      }
+    };
+    auto one_integer = [&](const char* name) {
+      if (!inst.has(name) || !inst.tensor(name).present()) return;
+      const AccessPattern& ap = inst.tensor(name);
+      if (!is_register_dtype(ap.dtype)) {
+        fail("register-tensor", std::string("operand '") + name + "' is " + std::string(dtype_name(ap.dtype)) +
+                                    "; a register moves an integer dtype (int8/16/32, uint8/16/32)");
+      }
+      if (ap.elements() != 1) {
+        fail("register-tensor", std::string("operand '") + name + "' has " + std::to_string(ap.elements()) +
+                                    " elements; a register moves one");
+      }
+    };
+    switch (inst.opcode) {
+      case Opcode::register_move:
+      case Opcode::register_add:
+      case Opcode::register_sub:
+      case Opcode::register_compare: int32_immediate("imm"); break;
+      case Opcode::register_load: one_integer("src"); break;
+      case Opcode::register_store: one_integer("dst"); break;
+      case Opcode::loop_begin:
+        if (inst.has("count") == inst.has("count_reg")) {
+          fail("loop-count", "give exactly one of count (an immediate) and count_reg (a register)");
+        } else if (inst.has("count") && inst.scalar("count") < 0) {
+          fail("loop-count", "count " + std::to_string(int64_t(inst.scalar("count"))) + " is negative");
+        }
+        break;
+      default: break;
+    }
+  }
+
+  // loop_begin / loop_end and while_begin / while_end nest properly.
+  void check_control_nesting() {
+    std::vector<size_t> open;
+    const auto& code = m_program.instructions;
+    for (size_t i = 0; i < code.size(); ++i) {
+      Opcode opcode = code[i].opcode;
+      if (opcode == Opcode::loop_begin || opcode == Opcode::while_begin) {
+        open.push_back(i);
+      } else if (opcode == Opcode::loop_end || opcode == Opcode::while_end) {
+        Opcode wanted = opcode == Opcode::loop_end ? Opcode::loop_begin : Opcode::while_begin;
+        if (open.empty()) {
+          add(long(i), "control-nesting", "no open " + instruction_spec(wanted).name + " to end");
+        } else if (code[open.back()].opcode != wanted) {
+          add(long(i), "control-nesting", "ends the " + code[open.back()].spec().name + " of instruction " +
+                                              std::to_string(open.back()) + "; it needs " +
+                                              (wanted == Opcode::loop_begin ? "while_end" : "loop_end"));
+          open.pop_back();
+        } else {
+          open.pop_back();
+        }
+      }
+    }
+    for (size_t i : open) add(long(i), "control-nesting", "never ended");
   }
 
   void check_tensor_reduce(const Instruction& inst) {

@@ -443,7 +443,19 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
   switch (inst.opcode) {
     case Opcode::sem_signal:
     case Opcode::sem_wait:
-    case Opcode::barrier: sync_cost(inst, config, cost); return cost;
+    case Opcode::barrier:
+    // Registers and control flow are sequencer instructions too: the same issue cost (the sequencer's branch and
+    // register timings are not published; assumed equal to its other instructions').
+    case Opcode::register_move:
+    case Opcode::register_add:
+    case Opcode::register_sub:
+    case Opcode::register_compare:
+    case Opcode::register_load:
+    case Opcode::register_store:
+    case Opcode::loop_begin:
+    case Opcode::loop_end:
+    case Opcode::while_begin:
+    case Opcode::while_end: sync_cost(inst, config, cost); return cost;
     default: break;
   }
   switch (inst.engine) {

@@ -1,6 +1,7 @@
 #include "sim/program_run.h"
 
 #include "config/config_loader.h"
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 
@@ -53,9 +54,21 @@ std::vector<std::string> missing_inputs(const isa::Program& program, const std::
 SimResult run_prepared(const PreparedProgram& prepared,
                        const std::vector<std::pair<uint32_t, std::vector<uint8_t>>>& inputs,
                        const SimOptions& options) {
+  if (options.timing_only && isa::control_depends_on_values(prepared.program)) {
+    // The trip counts are in the inputs: without them the loops would run on zeros.
+    std::vector<uint32_t> given;
+    for (const auto& input : inputs) given.push_back(input.first);
+    std::vector<std::string> missing = missing_inputs(prepared.program, given);
+    if (!missing.empty()) {
+      std::string text;
+      for (const std::string& m : missing) text += (text.empty() ? "" : ", ") + m;
+      throw RunUsageError("the program's loops depend on tensor values (register_load), so a timing-only run needs "
+                          "its inputs too; missing: " + text);
+    }
+  }
   return simulate(prepared.program, prepared.config.hardware, prepared.config.hash, options,
                   [&](uint32_t, isa::CoreState& state) {
-                    if (options.timing_only) return;
+                    // Also when timing-only: control flow that depends on values is expanded with the inputs.
                     for (const auto& [allocation, bytes] : inputs) state.hbm(allocation) = bytes;
                   });
 }

@@ -45,7 +45,8 @@ int find_hbm_tensor(const isa::Program& program, const std::string& name);
 std::vector<std::string> missing_inputs(const isa::Program& program, const std::vector<uint32_t>& given);
 
 // Simulates the prepared program with `inputs` (allocation index, bytes in the allocation's dtype)
-// copied into every core's HBM before the run (SPMD: each core its own copy).
+// copied into every core's HBM before the run (SPMD: each core its own copy). Timing-only runs of a program
+// whose loops depend on tensor values (isa::control_depends_on_values) need every input too (RunUsageError).
 SimResult run_prepared(const PreparedProgram& prepared,
                        const std::vector<std::pair<uint32_t, std::vector<uint8_t>>>& inputs,
                        const SimOptions& options);

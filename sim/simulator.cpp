@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "config/derived_figures.h"
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "sim/chip/chip.h"
 
@@ -133,6 +134,29 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   }
   check_host_memory(programs, config, options, shared_hbm);
   auto host_start = std::chrono::steady_clock::now();
+  // Programs with loops run as the straight-line stream they execute (isa/control_flow.h). Control that depends
+  // on tensor values is resolved by running the values on a scratch copy of the core's memories (also when
+  // timing-only); the run below then executes the expanded stream from the prepared memories again.
+  std::vector<std::unique_ptr<isa::Program>> expanded;
+  std::vector<const isa::Program*> scheduled = programs;
+  for (size_t i = 0; i < programs.size(); ++i) {
+    if (!isa::has_control_flow(*programs[i])) continue;
+    if (isa::control_depends_on_values(*programs[i])) {
+      if (shared_hbm && programs.size() > 1) {
+        throw isa::IsaError("the program of core index " + std::to_string(i) + " has control flow that depends on "
+                            "tensor values (register_load), which cores sharing HBM do not support yet");
+      }
+      isa::CoreState scratch(config.core, *programs[i]);
+      if (prepare) prepare(options.cores[i], scratch);
+      numerics::StochasticSource rng(options.interpreter.stochastic_seed + options.cores[i]);
+      isa::HostWorkers workers(options.interpreter.host_threads);
+      isa::ExecContext context{scratch, config, options.interpreter.rounding, &rng, &workers, {}, 0};
+      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context)));
+    } else {
+      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], nullptr)));
+    }
+    scheduled[i] = expanded.back().get();
+  }
   SimResult result;
   if (options.trace) result.trace = std::make_unique<TraceWriter>();
   std::vector<isa::CoreState*> states;
@@ -158,7 +182,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   {
     std::lock_guard<std::mutex> one_at_a_time(systemc_mutex());
     SystemCContext context;
-    Chip chip("chip", config, programs, options.cores, result.trace.get(), states, core_options);
+    Chip chip("chip", config, scheduled, options.cores, result.trace.get(), states, core_options);
     try {
       sc_core::sc_start();
     } catch (const sc_core::sc_report& report) {

@@ -81,6 +81,18 @@ activate2 dst=b, op=prelu, data=acc, imm0=col, imm1=-0.5, op0=multiply, op1=subt
 nc_stream_shuffle dst=b[32:64, :], src=b[96:128, :], shuffle_mask=[31, 30, 255, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 255]
 sbuf qs : fp8_e8m0[128, 32]
 quantize_mx dst=mx[:, 0:32], src=a[:, 0:128], dst_scale=qs[4:128, :]
+register_move dst=r5, imm=-7, src=r6, engine=vector
+register_add dst=r63, src=r5, imm=3, src2=r2, engine=gpsimd
+register_sub dst=r9, src=r8, imm=2, src2=r7
+register_compare dst=r10, src=r9, op=greater_equal, imm=-4, src2=r3
+register_load dst=r1, src=nz[0:1, 0:1], engine=scalar
+register_store dst=nz[0:1, 1:2], src=r1, engine=tensor
+loop_begin count=3, engine=vector
+while_begin cond=r1, engine=gpsimd
+while_end engine=gpsimd
+loop_end engine=vector
+loop_begin count_reg=r2
+loop_end
 )";
 
 bool same_scalar(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }

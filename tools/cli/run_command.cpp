@@ -16,6 +16,7 @@
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/text_form.h"
+#include "isa/control_flow.h"
 #include "sim/program_run.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
@@ -100,8 +101,11 @@ void run(const RunOptions& options) {
   std::vector<uint32_t> given;
   for (const Binding& b : inputs) given.push_back(b.allocation);
   std::vector<std::string> missing = sim::missing_inputs(program, given);
-  if (!missing.empty() && !options.timing_only) {
-    throw UsageError("missing --input for the kernel's input tensors: " + join(missing));
+  // Loops whose trip counts come from tensor values (register_load) need the inputs even when timing-only.
+  const bool needs_values = !options.timing_only || isa::control_depends_on_values(program);
+  if (!missing.empty() && needs_values) {
+    throw UsageError("missing --input for the kernel's input tensors: " + join(missing) +
+                     (options.timing_only ? " (its loops depend on tensor values, so --timing-only needs them too)" : ""));
   }
   if (options.timing_only && !outputs.empty()) throw UsageError("--timing-only computes no values to --output");
   std::set<uint32_t> cores;
@@ -127,7 +131,7 @@ void run(const RunOptions& options) {
 
   // Every core runs the kernel on its own copy of the inputs (SPMD); outputs come from the first.
   std::vector<std::pair<uint32_t, std::vector<uint8_t>>> loaded;
-  if (!options.timing_only) {
+  if (needs_values) {
     for (const Binding& b : inputs) {
       const isa::Allocation& a = program.allocations[b.allocation];
       // float64 is the widest item a file may hold for a tensor (npy.h); more cannot be this tensor.
@@ -179,7 +183,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rounding", options->rounding, "Rounding of engine writes: nearest (even, default) or stochastic")
       ->check(CLI::IsMember({"nearest", "stochastic"}));
   cmd->add_option("--seed", options->seed, "Seed of the stochastic-rounding generator (deterministic per seed)");
-  cmd->add_flag("--timing-only", options->timing_only, "Skip values (identical timing); inputs are not needed");
+  cmd->add_flag("--timing-only", options->timing_only, "Skip values (identical timing); inputs are not needed unless loops depend on tensor values");
   cmd->add_option("--stats", options->stats_path, "Write the statistics as JSON to this file");
   cmd->add_option("--trace", options->trace_path, "Write a Perfetto/Chrome trace (open in ui.perfetto.dev)");
   cmd->add_option("--cores", options->cores, "Physical cores that each run the kernel (SPMD), e.g. --cores 0 1")

@@ -1,0 +1,222 @@
+#include "isa/control_flow.h"
+
+#include <string>
+
+#include "isa/interpreter.h"
+#include "isa/isa_error.h"
+
+namespace trnsim::isa {
+namespace {
+
+std::string where(const Program& program, size_t index) {
+  const Instruction& inst = program.instructions[index];
+  return "instruction " + std::to_string(index) +
+         (inst.source_line ? " (line " + std::to_string(inst.source_line) + ")" : "") + " " + inst.spec().name;
+}
+
+}  // namespace
+
+bool is_register_dtype(DType d) {
+  return d == DType::int32 || d == DType::int16 || d == DType::int8 || d == DType::uint32 || d == DType::uint16 ||
+         d == DType::uint8;
+}
+
+int32_t& register_operand(const Instruction& inst, const char* operand, RegisterFile& registers) {
+  double index = inst.scalar(operand);
+  if (index < 0 || index >= kRegisterCount) {
+    throw IsaError(std::string(operand) + ": register r" + std::to_string(int64_t(index)) + " does not exist (r0..r" +
+                   std::to_string(kRegisterCount - 1) + ") [register-index]");
+  }
+  return registers[size_t(index)];
+}
+
+namespace {
+
+bool is_begin(Opcode opcode) { return opcode == Opcode::loop_begin || opcode == Opcode::while_begin; }
+Opcode end_of(Opcode begin) { return begin == Opcode::loop_begin ? Opcode::loop_end : Opcode::while_end; }
+
+}  // namespace
+
+bool is_control_opcode(Opcode opcode) {
+  return opcode == Opcode::loop_begin || opcode == Opcode::loop_end || opcode == Opcode::while_begin ||
+         opcode == Opcode::while_end;
+}
+
+bool has_control_flow(const Program& program) {
+  for (const Instruction& inst : program.instructions) {
+    if (is_control_opcode(inst.opcode)) return true;
+  }
+  return false;
+}
+
+bool control_depends_on_values(const Program& program) {
+  bool loads = false;
+  for (const Instruction& inst : program.instructions) loads = loads || inst.opcode == Opcode::register_load;
+  return loads && has_control_flow(program);
+}
+
+std::vector<int64_t> match_control_flow(const Program& program) {
+  std::vector<int64_t> partner(program.instructions.size(), -1);
+  std::vector<size_t> open;
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    Opcode opcode = program.instructions[i].opcode;
+    if (is_begin(opcode)) {
+      open.push_back(i);
+    } else if (opcode == Opcode::loop_end || opcode == Opcode::while_end) {
+      if (open.empty())
+        throw IsaError(where(program, i) + ": no open " +
+                       instruction_spec(opcode == Opcode::loop_end ? Opcode::loop_begin : Opcode::while_begin).name +
+                       " to end [control-nesting]");
+      size_t begin = open.back();
+      if (end_of(program.instructions[begin].opcode) != opcode) {
+        throw IsaError(where(program, i) + ": ends the " + program.instructions[begin].spec().name + " of " +
+                       where(program, begin) + "; it needs " +
+                       instruction_spec(end_of(program.instructions[begin].opcode)).name + " [control-nesting]");
+      }
+      open.pop_back();
+      partner[begin] = int64_t(i);
+      partner[i] = int64_t(begin);
+    }
+  }
+  if (!open.empty()) throw IsaError(where(program, open.back()) + ": never ended [control-nesting]");
+  return partner;
+}
+
+bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
+  switch (inst.opcode) {
+    case Opcode::register_move:
+      register_operand(inst, "dst", registers) =
+          inst.has("src") ? register_operand(inst, "src", registers) : int32_t(int64_t(inst.scalar("imm")));
+      return true;
+    case Opcode::register_add: {
+      uint32_t a = uint32_t(register_operand(inst, "src", registers));
+      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers))
+                                    : uint32_t(int64_t(inst.scalar("imm")));
+      register_operand(inst, "dst", registers) = int32_t(a + b);  // two's complement wrap
+      return true;
+    }
+    case Opcode::register_sub: {
+      uint32_t a = uint32_t(register_operand(inst, "src", registers));
+      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers))
+                                    : uint32_t(int64_t(inst.scalar("imm")));
+      register_operand(inst, "dst", registers) = int32_t(a - b);
+      return true;
+    }
+    case Opcode::register_compare: {
+      int32_t a = register_operand(inst, "src", registers);
+      int32_t b = inst.has("src2") ? register_operand(inst, "src2", registers) : int32_t(int64_t(inst.scalar("imm")));
+      bool holds = false;
+      switch (int(inst.scalar("op"))) {  // the enum's order in instructions.def
+        case 0:
+          holds = a == b;
+          break;
+        case 1:
+          holds = a != b;
+          break;
+        case 2:
+          holds = a < b;
+          break;
+        case 3:
+          holds = a <= b;
+          break;
+        case 4:
+          holds = a > b;
+          break;
+        default:
+          holds = a >= b;
+          break;
+      }
+      register_operand(inst, "dst", registers) = holds ? 1 : 0;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+void walk_control_flow(const Program& program, RegisterFile& registers, const std::function<void(size_t)>& execute) {
+  const std::vector<Instruction>& code = program.instructions;
+  const std::vector<int64_t> partner = match_control_flow(program);
+  struct Loop {
+    size_t begin;
+    int64_t remaining;
+  };
+  std::vector<Loop> loops;
+  uint64_t executed = 0;
+  for (size_t pc = 0; pc < code.size();) {
+    if (++executed > kMaxExecutedInstructions) {
+      throw IsaError(where(program, pc) +
+                     ": the program executes more than 2^24 instructions (a while loop whose "
+                     "condition never clears?)");
+    }
+    execute(pc);
+    const Instruction& inst = code[pc];
+    try {
+      switch (inst.opcode) {
+        case Opcode::loop_begin: {
+          int64_t count =
+              inst.has("count_reg") ? register_operand(inst, "count_reg", registers) : int64_t(inst.scalar("count"));
+          if (count <= 0) {
+            pc = size_t(partner[pc]) + 1;
+            continue;
+          }
+          loops.push_back({pc, count});
+          ++pc;
+          continue;
+        }
+        case Opcode::loop_end: {
+          Loop& loop = loops.back();
+          if (--loop.remaining > 0) {
+            pc = loop.begin + 1;
+          } else {
+            loops.pop_back();
+            ++pc;
+          }
+          continue;
+        }
+        case Opcode::while_begin:
+          pc = register_operand(inst, "cond", registers) != 0 ? pc + 1 : size_t(partner[pc]) + 1;
+          continue;
+        case Opcode::while_end: {
+          size_t begin = size_t(partner[pc]);
+          pc = register_operand(code[begin], "cond", registers) != 0 ? begin + 1 : pc + 1;
+          continue;
+        }
+        default:
+          ++pc;
+      }
+    } catch (const IsaError& e) {
+      throw IsaError(where(program, pc) + ": " + e.what());
+    }
+  }
+}
+
+Program expand_control_flow(const Program& program, ExecContext* values) {
+  if (!values && control_depends_on_values(program)) {
+    throw IsaError("the control flow of program '" + program.name +
+                   "' depends on tensor values (register_load): "
+                   "expanding it needs the values");
+  }
+  Program expanded;
+  expanded.name = program.name;
+  expanded.generation = program.generation;
+  expanded.allocations = program.allocations;
+  RegisterFile local{};
+  RegisterFile& registers = values ? values->state.registers() : local;
+  walk_control_flow(program, registers, [&](size_t i) {
+    const Instruction& inst = program.instructions[i];
+    expanded.instructions.push_back(inst);
+    try {
+      if (values) {
+        execute_instruction(inst, *values);
+      } else {
+        execute_register_only(inst, registers);
+      }
+    } catch (const IsaError& e) {
+      throw IsaError(where(program, i) + ": " + e.what());
+    }
+  });
+  return expanded;
+}
+
+}  // namespace trnsim::isa

@@ -1,0 +1,64 @@
+// Structured control flow of a program (loop_begin / loop_end, while_begin / while_end, the register
+// file they read) and its expansion into the straight-line instruction stream the program executes.
+//
+// The interpreter runs control flow directly (interpret). The timing model schedules a straight-line
+// stream: sim::simulate expands a program with control flow first (expand_control_flow) and schedules the
+// executed instructions, each keeping its source_line; the executed loop_begin / loop_end / while_begin /
+// while_end stay in the stream as sequencer instructions of their own cost.
+//
+// When a trip count or condition can depend on tensor values (the program has a register_load), the
+// expansion runs the values: it needs a CoreState holding the inputs, also for a timing-only run.
+// Otherwise registers come from immediates only and the expansion needs no values.
+//
+// Simplification (stated here, where it lives): the timing of the expanded stream is that of the same
+// instructions written out by hand; a branch resolved on a register that a register_load fills costs
+// its sequencer instruction but does not hold back the instructions after it on other engines (the
+// sequencers are modelled as resolving branches ahead, as with an always-right prediction).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "isa/program.h"
+#include "isa/semantics/semantics.h"
+
+namespace trnsim::isa {
+
+using RegisterFile = std::array<int32_t, kRegisterCount>;
+
+// Upper bound on the instructions one expansion executes (a while loop whose condition never clears is an
+// error, not a hang). Assumed: 2^24, far beyond any kernel trnsim runs today.
+constexpr uint64_t kMaxExecutedInstructions = uint64_t{1} << 24;
+
+bool is_control_opcode(Opcode opcode);          // loop_begin, loop_end, while_begin, while_end
+bool has_control_flow(const Program& program);  // any control instruction
+// Whether trip counts or conditions may depend on tensor values: control flow and a register_load.
+bool control_depends_on_values(const Program& program);
+
+// For every control instruction, the index of its partner (begin -> end, end -> begin); -1 elsewhere.
+// Unbalanced or crossed nesting is an IsaError naming the instruction.
+std::vector<int64_t> match_control_flow(const Program& program);
+
+// Calls `execute(index)` for every instruction in the order the program executes them, following the
+// control instructions with the registers in `registers` (which `execute` may change: it runs each
+// instruction before its control decision is taken).
+void walk_control_flow(const Program& program, RegisterFile& registers, const std::function<void(size_t)>& execute);
+
+// The dtypes register_load / register_store move: the integers of 32 bits or fewer.
+bool is_register_dtype(DType dtype);
+
+// The register a reg operand names; IsaError (rule register-index) when it is out of range.
+int32_t& register_operand(const Instruction& inst, const char* operand, RegisterFile& registers);
+
+// The register instructions that need no memory (register_move, register_add, register_sub, register_compare) on a
+// register file; false for any other opcode.
+bool execute_register_only(const Instruction& inst, RegisterFile& registers);
+
+// The straight-line program `program` executes: same name, generation and allocations, the executed
+// instructions in order. With `values` every executed instruction is also run on its state (the results equal
+// interpret's); without, the program's control must not depend on values (IsaError otherwise).
+Program expand_control_flow(const Program& program, ExecContext* values);
+
+}  // namespace trnsim::isa
