@@ -13,6 +13,7 @@
 #include "frontend/device_runtime.h"
 #include "frontend/neuron_device.h"
 #include "frontend/program_executor.h"
+#include "isa/control_flow.h"
 #include "isa/instruction.h"
 #include "isa/isa_error.h"
 #include "isa/text_form.h"
@@ -98,7 +99,8 @@ py::dict run_program(const std::string& program_text, const std::string& origin,
       array.data.assign(data.begin(), data.end());
     }
     given.push_back(uint32_t(index));
-    if (timing_only) continue;
+    // Timing only reads no values, unless loops take their trip counts from tensors (register_load).
+    if (timing_only && !trnsim::isa::control_depends_on_values(program)) continue;
     loaded.emplace_back(uint32_t(index), cli::npy_to_tensor_bytes(array, a.dtype, a.shape, "inputs['" + name + "']",
                                                                   name));
   }
@@ -172,8 +174,6 @@ PYBIND11_MODULE(_C, m) {
     // The ISA table (isa/instructions.def) as data: front-ends that emit .tasm (trnsim.nki) build
     // their per-instruction calls from it rather than keeping a second list.
     namespace isa = trnsim::isa;
-    static const char* kind_names[] = {"out", "in", "inout", "in|f32", "f32", "i64", "bool", "alu", "act", "enum",
-                                       "ints", "pairs"};
     py::list out;
     for (const isa::InstructionSpec& spec : isa::all_instruction_specs()) {
       py::dict d;
@@ -187,7 +187,7 @@ PYBIND11_MODULE(_C, m) {
       for (const isa::OperandSpec& o : spec.operands) {
         py::dict od;
         od["name"] = o.name;
-        od["kind"] = kind_names[static_cast<int>(o.kind)];
+        od["kind"] = isa::operand_kind_name(o.kind);
         od["optional"] = o.optional;
         od["default"] = o.has_default ? py::object(py::str(o.default_text)) : py::object(py::none());
         od["values"] = o.enum_values;

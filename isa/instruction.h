@@ -48,7 +48,7 @@ constexpr uint32_t kRegisterCount = 64;
 
 bool is_tensor_kind(OperandKind kind);
 // The kind's word in instructions.def ("out", "in|f32", "enum", "reg", ...): for tables that front-ends read
-// (frontend/module.cpp instruction_specs keeps its own list of these words and needs "reg" added).
+// (frontend/module.cpp instruction_specs).
 const char* operand_kind_name(OperandKind kind);
 
 struct OperandSpec {

@@ -207,6 +207,11 @@ def emit(name, args, kwargs, location=None):
                 text = getattr(v, "_isa_name", None) or _NUMPY_OPS.get(v) or str(v)
             if text not in words:
                 fail(f"nisa.{name} {oname}={v!r}: one of {', '.join(words)}", location)
+        elif kind == "reg":
+            index = getattr(v, "_register", None)
+            if index is None:
+                fail(f"nisa.{name} {oname}: expected a register (nisa.register_alloc()), got {v!r}", location)
+            text = f"r{index}"
         elif kind == "ints":
             text = "[" + ", ".join(str(int(x)) for x in v) + "]"
         elif kind == "pairs":

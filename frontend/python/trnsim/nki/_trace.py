@@ -59,6 +59,8 @@ class Trace:
         self.sbuf_high_water = self.psum_high_water = 0
         self.transpose_flops = 0   # HFU: the Tensor engine's transposes (identity matmuls)
         self.pending = []          # lazy matmul results not written yet (language.LazyMatmul)
+        self.registers = 0         # registers handed out (nisa.register_alloc); the ISA has 64 per core
+        self.loops = []            # instruction indices of the open compiled loops' begins
 
     # -- context
     def __enter__(self):
@@ -131,6 +133,14 @@ class Trace:
         if not any(t.name == alias.name for t in self.tiles):
             self.tiles.append(alias)
         return alias
+
+    def close_loop(self, begin, end):
+        """A compiled loop's body runs again after its last instruction: every tile it touches stays
+        live from the loop's begin to its end (a tile of the body is never reused within the loop)."""
+        for t in self.tiles:
+            root = t.base or t
+            if root.first >= 0 and root.first <= end and root.last >= begin:
+                root.first, root.last = min(root.first, begin), max(root.last, end)
 
     def touch(self, st, index):
         root = st.base or st

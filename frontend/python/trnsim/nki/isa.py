@@ -154,6 +154,47 @@ def dma_compute(dst, srcs, reduce_op=None, scales=None, unique_indices=None, **k
         _emit.emit("dma_copy", (dst, src), dict(kwargs, dst_rmw_op="add"), location)
 
 
+class VirtualRegister:
+    """``nisa.register_alloc()``: one of the core's 64 int32 registers (ISA r0..r63)."""
+    __slots__ = ("_register",)
+
+    def __init__(self, index):
+        self._register = index
+
+    def __repr__(self):
+        return f"<nki register r{self._register}>"
+
+    def __bool__(self):
+        fail("a register's value is not known while tracing: use nl.while_loop / nl.fori_loop, not Python if/while")
+
+    def __index__(self):
+        fail("a register's value is not known while tracing: use nl.fori_loop / nl.dynamic_range, not range()")
+
+
+def register_alloc(init=None, **_):
+    """A fresh register, set to ``init`` (an int, or another register's value) when given."""
+    location = user_location()
+    trace = _trace.current()
+    if trace.registers >= 64:
+        fail("more than 64 registers: the ISA has 64 per core [register-index]", location)
+    reg = VirtualRegister(trace.registers)
+    trace.registers += 1
+    if isinstance(init, VirtualRegister):
+        _emit.emit("register_move", (reg,), {"src": init}, location)
+    elif init is not None:
+        _emit.emit("register_move", (reg, int(init)), {}, location)
+    return reg
+
+
+def register_move(dst, imm=None, src=None, **kwargs):
+    """dst = imm (an int) or the value of register src."""
+    location = user_location()
+    if isinstance(imm, VirtualRegister):
+        imm, src = None, imm
+    _emit.emit("register_move", (dst,), dict(kwargs, **({"src": src} if src is not None else {"imm": int(imm or 0)})),
+               location)
+
+
 def _make(name):
     def instruction(*args, **kwargs):
         _emit.emit(name, args, kwargs, user_location())

@@ -280,20 +280,102 @@ def affine_range(*args, **_):
     return range(*args)
 
 
-sequential_range = static_range = dynamic_range = affine_range
+sequential_range = static_range = affine_range
 
 
-def fori_loop(lower, upper, body, step=1, init=None):
-    """Runs ``body(i, state)`` for i in range(lower, upper, step) at trace time (static bounds)."""
-    state = init
-    for i in range(int(lower), int(upper), int(step)):
-        out = body(i, state) if init is not None else body(i)
-        state = out if init is not None else state
-    return state
+def _is_register(x):
+    return hasattr(x, "_register")
 
 
-def while_loop(*_args, **_kw):
-    fail("nl.while_loop (a data-dependent trip count) needs the register ISA, not in trnsim yet")
+def _enter_loop(trace, location):
+    """Before a compiled loop: zeros folded into a first matmul must be real (the body runs again)."""
+    for t in trace.tiles:
+        if t.pending_zero:
+            _emit._flush_zero(t, trace, location)
+    if trace.pending:
+        trace.flush_pending()
+
+
+def _compiled_loop(lower, upper, step, location):
+    """Emits a loop over i in [lower, upper) by ``step`` on the sequencers (the ISA's while_begin on
+    i < upper, i advanced by register_add): returns (i, close) where close() ends it."""
+    from . import isa
+    trace = _trace.current()
+    _enter_loop(trace, location)
+    i = isa.register_alloc(lower)
+    cond = isa.register_alloc()
+    bound = upper if _is_register(upper) else isa.register_alloc(int(upper))
+
+    def compare():
+        _emit.emit("register_compare", (cond, i, "less"), {"src2": bound}, location)
+    compare()
+    begin = _emit.emit("while_begin", (cond,), {}, location)
+    trace.loops.append(begin)
+
+    def close():
+        _emit.emit("register_add", (i, i, int(step)), {}, location)
+        compare()
+        end = _emit.emit("while_end", (), {}, location)
+        trace.loops.pop()
+        trace.close_loop(begin, end)
+    return i, close
+
+
+def fori_loop(lower, upper, body, step=1, init=None, unroll=False, **_):
+    """``body(i)`` for i in range(lower, upper, step). Static bounds: unrolled while tracing, i an int.
+    A register bound (``nisa.register_alloc``): a compiled loop (the ISA's while_begin on i < upper),
+    the body traced once with i a register."""
+    step = int(step)
+    if step <= 0:
+        fail("nl.fori_loop: step must be a positive int")
+    if not (_is_register(lower) or _is_register(upper)):
+        state = init
+        for i in range(int(lower), int(upper), step):
+            out = body(i, state) if init is not None else body(i)
+            state = out if init is not None else state
+        return state
+    i, close = _compiled_loop(lower, upper, step, user_location())
+    body(i)
+    close()
+    return None
+
+
+def while_loop(init, body_fun, **_):
+    """While register ``init`` != 0: ``r = body_fun(r)`` (the body traced once; the ISA's while_begin /
+    while_end), the condition re-read from the register the body returns."""
+    from . import isa
+    location = user_location()
+    if not _is_register(init):
+        fail("nl.while_loop: init is a register (nisa.register_alloc / register_load)", location)
+    trace = _trace.current()
+    _enter_loop(trace, location)
+    cond = isa.register_alloc(init)
+    begin = _emit.emit("while_begin", (cond,), {}, location)
+    trace.loops.append(begin)
+    nxt = body_fun(cond)
+    if not _is_register(nxt):
+        fail("nl.while_loop: the body returns the next condition register", location)
+    if nxt is not cond:
+        _emit.emit("register_move", (cond,), {"src": nxt}, location)
+    end = _emit.emit("while_end", (), {}, location)
+    trace.loops.pop()
+    trace.close_loop(begin, end)
+
+
+def dynamic_range(start, stop=None, step=1):
+    """``for i in nl.dynamic_range(n)``: with a register bound, one compiled loop whose body is traced
+    once (i a register); with ints, an ordinary range."""
+    if stop is None:
+        start, stop = 0, start
+    if not (_is_register(start) or _is_register(stop)):
+        return range(int(start), int(stop), int(step))
+    return _dynamic_iteration(start, stop, int(step), user_location())
+
+
+def _dynamic_iteration(start, stop, step, location):
+    i, close = _compiled_loop(start, stop, step, location)
+    yield i
+    close()
 
 
 # ---- SPMD
@@ -1016,9 +1098,9 @@ def static_cast(array, dtype):
 
 # nki.language API of NKI 0.7 that this front-end does not offer yet (trnsim.nki.missing_api()).
 MISSING = [
-    "while_loop (register-driven, data-dependent trip count)",
-    "fori_loop / dynamic_range with register bounds (static bounds work)",
-    "Tensor.ap(scalar_offset=, vector_offset=, indirect_dim=)",
+    "Tensor.ap(scalar_offset=<register>) dynamic addressing (compiled loops run a body of static accesses)",
+    "if_else (the compiled conditional)",
+    "Tensor.ap(vector_offset=, indirect_dim=)",
     "Tensor.indirect (gather/scatter views)",
     "vector_select",
     "all_reduce and nki.collectives",

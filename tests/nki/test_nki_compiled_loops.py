@@ -1,0 +1,109 @@
+"""Compiled loops (NKI 0.6+): registers from tensors drive nl.fori_loop / nl.while_loop /
+nl.dynamic_range, which run on the sequencers (the ISA's while_begin ... while_end): the body is
+traced once, its trip count is known only when the kernel runs."""
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import trnsim.nki
+
+
+@nki.jit
+def add_n_times(x, n):
+    """out = x + n, one add per iteration, n read from a tensor at run time."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.load(x)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n)
+    upper = nisa.register_alloc()
+    nisa.register_load(upper, n_sb)
+
+    def body(i):
+        nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1.0)
+    nl.fori_loop(0, upper, body)
+    nl.store(out, acc)
+    return out
+
+
+@nki.jit
+def count_down(x, n):
+    """A while loop on a counter kept in SBUF: out = x * 2^n."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.load(x)
+    counter = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=counter, src=n)
+    cond = nisa.register_alloc()
+    nisa.register_load(cond, counter)
+
+    def body(r):
+        nisa.tensor_scalar(dst=acc, data=acc, op0=nl.multiply, operand0=2.0)
+        nisa.tensor_scalar(dst=counter, data=counter, op0=nl.subtract, operand0=1, engine=nisa.engine.gpsimd)
+        nisa.register_load(r, counter)
+        return r
+    nl.while_loop(cond, body)
+    nl.store(out, acc)
+    return out
+
+
+@nki.jit
+def dynamic_range_kernel(x, n):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    tile = nl.load(x)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, n_sb)
+    for _ in nl.dynamic_range(reg):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=tile, op=nl.add)
+    nl.store(out, acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_trip_counts_from_tensors(rng, n):
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    count = np.array([[n]], np.int32)
+    np.testing.assert_allclose(add_n_times(x, count), x + n, rtol=1e-6)
+    np.testing.assert_allclose(count_down(x, count), x * 2.0 ** n, rtol=1e-6)
+    np.testing.assert_allclose(dynamic_range_kernel(x, count), x * n, rtol=1e-5, atol=1e-6)
+    # One trace for every n: the loop is compiled, not unrolled.
+    assert add_n_times.trace_count == 1 and "while_begin" in add_n_times.last_program
+
+
+def test_more_iterations_take_longer(rng):
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    times = []
+    for n in (1, 4, 16):
+        add_n_times(x, np.array([[n]], np.int32))
+        times.append(add_n_times.last_latency_ns)
+    assert times[0] < times[1] < times[2]
+    # Timing only needs the trip count too: it reads the inputs and gives the same time.
+    add_n_times.run((x, np.array([[16]], np.int32)), {}, timing_only=True)
+    assert add_n_times.last_latency_ns == times[2]
+
+
+def test_static_bounds_still_unroll(rng):
+    @nki.jit
+    def unrolled(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        acc = nl.load(x)
+        nl.fori_loop(0, 3, lambda i: nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=float(i)))
+        nl.store(out, acc)
+        return out
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_allclose(unrolled(x), x + 3.0, rtol=1e-6)
+    assert "while_begin" not in unrolled.last_program
+
+
+def test_a_register_in_python_control_flow_is_an_error():
+    @nki.jit
+    def misuse(x):
+        r = nisa.register_alloc(3)
+        if r:
+            pass
+        return x
+    with pytest.raises(trnsim.nki.KernelError, match="not known while tracing"):
+        misuse(np.zeros((128, 4), np.float32))
