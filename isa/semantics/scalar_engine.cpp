@@ -5,6 +5,7 @@
 
 #include "isa/alu.h"
 #include "isa/isa_error.h"
+#include "isa/semantics/lane_accumulators.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -16,18 +17,12 @@ std::string shape_text(uint32_t partitions, uint64_t free) {
 
 // The Scalar engine's accumulator registers of the lanes `ap`'s partitions run on (isa/core_state.h).
 float* scalar_lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
-  std::vector<float>& registers = ctx.state.scalar_accumulators();
-  uint32_t first = ctx.state.first_partition(ap);
-  if (size_t{first} + ap.partitions() > registers.size()) {
-    throw IsaError("partitions " + std::to_string(first) + ".." + std::to_string(first + ap.partitions() - 1) +
-                   " have no Scalar engine lane (the engine has " + std::to_string(registers.size()) + ")");
-  }
-  return registers.data() + first;
+  return lane_registers(ctx.state.scalar_accumulators(), ctx, ap, "Scalar");
 }
 
 // dst = op(data * scale + bias) elementwise in fp32; reduce_res[p] = reduce_op over the free
-// elements of the result. Each instruction starts its own accumulation (NKI's reset_reduce);
-// the accumulator state carried across instructions by reduce_cmd is not part of this ISA.
+// elements of the result. Each activation starts its own accumulation (NKI's reset_reduce) and
+// leaves it in the Scalar accumulator registers, where activate2's reduce_cmd can continue it.
 void activate(const Instruction& inst, ExecContext& ctx, bool has_reduce) {
   const AccessPattern& dst = inst.tensor("dst");
   Tile data = ctx.read(inst.tensor("data"));

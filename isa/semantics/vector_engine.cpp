@@ -10,6 +10,7 @@
 #include "isa/alu.h"
 #include "isa/isa_error.h"
 #include "isa/semantics/bit_alias.h"
+#include "isa/semantics/lane_accumulators.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -137,13 +138,7 @@ std::string enum_word(const Instruction& inst, const char* operand) {
 
 // The Vector engine's accumulator registers of the lanes `ap`'s partitions run on (isa/core_state.h).
 float* lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
-  std::vector<float>& registers = ctx.state.vector_accumulators();
-  uint32_t first = ctx.state.first_partition(ap);
-  if (size_t{first} + ap.partitions() > registers.size()) {
-    throw IsaError("partitions " + std::to_string(first) + ".." + std::to_string(first + ap.partitions() - 1) +
-                   " have no Vector engine lane (the engine has " + std::to_string(registers.size()) + ")");
-  }
-  return registers.data() + first;
+  return lane_registers(ctx.state.vector_accumulators(), ctx, ap, "Vector");
 }
 
 // The accumulators after reduce_cmd's first step (NKI reduce_cmd): reset_reduce sets them to `identity`,
