@@ -107,3 +107,44 @@ def test_a_register_in_python_control_flow_is_an_error():
         return x
     with pytest.raises(trnsim.nki.KernelError, match="not known while tracing"):
         misuse(np.zeros((128, 4), np.float32))
+
+
+@nki.jit
+def branch_on_flag(flag, data):
+    out = nl.ndarray(data.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+    flag_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=flag_sb, src=flag)
+    condition = nisa.scalar_load(flag_sb) > 0
+    result = nl.ndarray(data.shape, dtype=data.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=result, src=data)
+
+    def then_branch():
+        nisa.tensor_scalar(result, result, op0=nl.add, operand0=10.0)
+
+    def else_branch():
+        nisa.tensor_scalar(result, result, op0=nl.multiply, operand0=-1.0)
+    nl.if_else(condition, then_branch, else_branch)
+    nl.store(out, result)
+    return out
+
+
+@pytest.mark.parametrize("flag", [-3, 0, 1, 7])
+def test_if_else_on_a_loaded_flag(rng, flag):
+    data = rng.standard_normal((128, 16)).astype(np.float32)
+    got = branch_on_flag(np.array([[flag]], np.int32), data)
+    np.testing.assert_allclose(got, data + 10.0 if flag > 0 else -data, rtol=1e-6)
+    assert branch_on_flag.trace_count == 1
+
+
+def test_if_else_with_a_python_condition_is_resolved_while_tracing(rng):
+    @nki.jit
+    def static_branch(data, flag):
+        out = nl.ndarray(data.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+        t = nl.load(data)
+        nl.if_else(flag, lambda: nisa.tensor_scalar(t, t, op0=nl.add, operand0=1.0))
+        nl.store(out, t)
+        return out
+    data = rng.standard_normal((128, 4)).astype(np.float32)
+    np.testing.assert_allclose(static_branch(data, True), data + 1, rtol=1e-6)
+    np.testing.assert_allclose(static_branch(data, False), data, rtol=1e-6)
+    assert "while_begin" not in static_branch.last_program

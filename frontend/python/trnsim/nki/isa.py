@@ -77,7 +77,7 @@ NKI_FUNCTIONS = [
     "register_store", "rng", "scalar_tensor_tensor", "select_reduce", "sendrecv", "sequence_bounds",
     "set_rng_seed", "tensor_copy", "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce",
     "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
-    "topk", "get_nc_version", "dma_gather",
+    "topk", "get_nc_version", "dma_gather", "scalar_load",
 ]
 
 
@@ -165,7 +165,26 @@ class VirtualRegister:
         return f"<nki register r{self._register}>"
 
     def __bool__(self):
-        fail("a register's value is not known while tracing: use nl.while_loop / nl.fori_loop, not Python if/while")
+        fail("a register's value is not known while tracing: use nl.if_else / nl.while_loop / nl.fori_loop, "
+             "not Python if/while")
+
+    def _compare(self, other, op):
+        """A new register holding 1 where ``self op other`` holds (signed int32), else 0."""
+        location = user_location()
+        out = register_alloc()
+        if isinstance(other, VirtualRegister):
+            _emit.emit("register_compare", (out, self, op), {"src2": other}, location)
+        else:
+            _emit.emit("register_compare", (out, self, op, int(other)), {}, location)
+        return out
+
+    def __lt__(self, other): return self._compare(other, "less")
+    def __le__(self, other): return self._compare(other, "less_equal")
+    def __gt__(self, other): return self._compare(other, "greater")
+    def __ge__(self, other): return self._compare(other, "greater_equal")
+    def __eq__(self, other): return self._compare(other, "equal")
+    def __ne__(self, other): return self._compare(other, "not_equal")
+    __hash__ = object.__hash__
 
     def __index__(self):
         fail("a register's value is not known while tracing: use nl.fori_loop / nl.dynamic_range, not range()")
@@ -183,6 +202,14 @@ def register_alloc(init=None, **_):
         _emit.emit("register_move", (reg,), {"src": init}, location)
     elif init is not None:
         _emit.emit("register_move", (reg, int(init)), {}, location)
+    return reg
+
+
+def scalar_load(src, **_):
+    """A one-element integer tensor's value in a fresh register (``nisa.scalar_load``)."""
+    location = user_location()
+    reg = register_alloc()
+    _emit.emit("register_load", (reg, src), {}, location)
     return reg
 
 

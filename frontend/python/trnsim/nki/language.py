@@ -362,6 +362,36 @@ def while_loop(init, body_fun, **_):
     trace.close_loop(begin, end)
 
 
+def if_else(cond, then_fn, else_fn=None, **_):
+    """``then_fn()`` when cond is nonzero, else ``else_fn()``. A Python bool / int is decided while
+    tracing; a register compiles to two one-pass loops on the sequencers (while_begin on a copy of
+    cond, cleared in the body; then the same on cond == 0): the ISA has loops, not branches, and a
+    loop run at most once is a branch."""
+    from . import isa
+    location = user_location()
+    if not _is_register(cond):
+        if cond:
+            then_fn()
+        elif else_fn is not None:
+            else_fn()
+        return None
+    trace = _trace.current()
+    _enter_loop(trace, location)
+    taken = isa.register_alloc(cond)
+    otherwise = cond == 0 if else_fn is not None else None
+    for flag, branch in ((taken, then_fn), (otherwise, else_fn)):
+        if branch is None:
+            continue
+        begin = _emit.emit("while_begin", (flag,), {}, location)
+        trace.loops.append(begin)
+        branch()
+        _emit.emit("register_move", (flag, 0), {}, location)
+        end = _emit.emit("while_end", (), {}, location)
+        trace.loops.pop()
+        trace.close_loop(begin, end)
+    return None
+
+
 def dynamic_range(start, stop=None, step=1):
     """``for i in nl.dynamic_range(n)``: with a register bound, one compiled loop whose body is traced
     once (i a register); with ints, an ordinary range."""
@@ -1099,7 +1129,6 @@ def static_cast(array, dtype):
 # nki.language API of NKI 0.7 that this front-end does not offer yet (trnsim.nki.missing_api()).
 MISSING = [
     "Tensor.ap(scalar_offset=<register>) dynamic addressing (compiled loops run a body of static accesses)",
-    "if_else (the compiled conditional)",
     "Tensor.ap(vector_offset=, indirect_dim=)",
     "Tensor.indirect (gather/scatter views)",
     "vector_select",
