@@ -24,66 +24,21 @@
 #include "isa/legality.h"
 #include "isa/numerics/float_format.h"
 #include "isa/text_form.h"
+#include "kernel_fixture.h"
 
 namespace trnsim::isa {
 namespace {
 
 using numerics::round_to;
 
-const HardwareConfig& config(const std::string& name) {
-  static std::map<std::string, HardwareConfig> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) it = cache.emplace(name, load_config(name).hardware).first;
-  return it->second;
-}
+using testing_support::config;
 
 double f32(double v) { return static_cast<float>(v); }
 
-class Kernel {
+// Every program of this suite is legal: build() checks it.
+class Kernel : public testing_support::Kernel {
  public:
-  explicit Kernel(const std::string& target = "trn2")
-      : m_target(target), m_builder("accumulator_rng_test", config(target).generation) {}
-  AccessPattern tensor(DType dtype, std::vector<uint32_t> shape) {
-    return m_builder.view(m_builder.sbuf("t" + std::to_string(m_count++), dtype, std::move(shape)));
-  }
-  AccessPattern psum_tensor(DType dtype, std::vector<uint32_t> shape) {
-    return m_builder.view(m_builder.psum("t" + std::to_string(m_count++), dtype, std::move(shape)));
-  }
-  InstructionBuilder emit(Opcode opcode) { return m_builder.emit(opcode); }
-  void build() {
-    m_program = std::make_unique<Program>(m_builder.finish());
-    check_program(*m_program, config(m_target));  // every program here is legal
-    m_state = std::make_unique<CoreState>(config(m_target).core, *m_program);
-  }
-  Tile set(const AccessPattern& ap, const std::vector<float>& values) {
-    Tile tile(ap.partitions(), ap.free_elements());
-    tile.values = values;
-    m_state->write(ap, tile);
-    return m_state->read(ap);
-  }
-  void set_bits(const AccessPattern& ap, const std::vector<uint32_t>& bits) {
-    AccessPattern raw = ap;
-    raw.dtype = DType::fp32;
-    Tile tile(ap.partitions(), ap.free_elements());
-    for (size_t i = 0; i < bits.size(); ++i) tile.values[i] = numerics::bits_float(bits[i]);
-    m_state->write(raw, tile);
-  }
-  std::vector<uint32_t> get_bits(const AccessPattern& ap) const {
-    AccessPattern raw = ap;
-    raw.dtype = DType::fp32;
-    std::vector<uint32_t> out;
-    for (float v : m_state->read(raw).values) out.push_back(numerics::float_bits(v));
-    return out;
-  }
-  void run() { interpret(*m_program, *m_state, config(m_target)); }
-  Tile get(const AccessPattern& ap) const { return m_state->read(ap); }
-
- private:
-  std::string m_target;
-  ProgramBuilder m_builder;
-  std::unique_ptr<Program> m_program;
-  std::unique_ptr<CoreState> m_state;
-  int m_count = 0;
+  explicit Kernel(const std::string& target = "trn2") : testing_support::Kernel(target, /*check_legality=*/true) {}
 };
 
 void expect_exact(const Tile& got, const std::vector<float>& want, const std::string& what) {

@@ -21,6 +21,7 @@
 #include "isa/builder.h"
 #include "isa/interpreter.h"
 #include "isa/numerics/float_format.h"
+#include "kernel_fixture.h"
 
 namespace trnsim::isa {
 namespace {
@@ -31,57 +32,9 @@ using ::testing::HasSubstr;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-const HardwareConfig& trn2() {
-  static const HardwareConfig config = load_config("trn2").hardware;
-  return config;
-}
+const HardwareConfig& trn2() { return testing_support::config("trn2"); }
 
-// One program: declare tensors, emit instructions, build, set inputs, run, read outputs.
-class Kernel {
- public:
-  AccessPattern tensor(DType dtype, std::vector<uint32_t> shape, uint32_t* id = nullptr) {
-    uint32_t allocation = m_builder.sbuf("t" + std::to_string(m_count++), dtype, std::move(shape));
-    if (id) *id = allocation;
-    return m_builder.view(allocation);
-  }
-  AccessPattern slice(uint32_t allocation, const std::vector<Slice>& slices) const {
-    return m_builder.view(allocation, slices);
-  }
-  InstructionBuilder emit(Opcode opcode) { return m_builder.emit(opcode); }
-  void build() {
-    m_program = std::make_unique<Program>(m_builder.finish());
-    m_state = std::make_unique<CoreState>(trn2().core, *m_program);
-  }
-  // Stores `values` (rounded to the tensor's dtype) and returns what was stored, as fp32.
-  Tile set(const AccessPattern& ap, const std::vector<float>& values) {
-    Tile tile(ap.partitions(), ap.free_elements());
-    tile.values = values;
-    m_state->write(ap, tile);
-    return m_state->read(ap);
-  }
-  void set_bits(const AccessPattern& ap, const std::vector<uint32_t>& bits) {
-    AccessPattern raw = ap;
-    raw.dtype = DType::fp32;
-    Tile tile(ap.partitions(), ap.free_elements());
-    for (size_t i = 0; i < bits.size(); ++i) tile.values[i] = numerics::bits_float(bits[i]);
-    m_state->write(raw, tile);
-  }
-  std::vector<uint32_t> get_bits(const AccessPattern& ap) const {
-    AccessPattern raw = ap;
-    raw.dtype = DType::fp32;
-    std::vector<uint32_t> out;
-    for (float v : m_state->read(raw).values) out.push_back(numerics::float_bits(v));
-    return out;
-  }
-  void run() { interpret(*m_program, *m_state, trn2()); }
-  Tile get(const AccessPattern& ap) const { return m_state->read(ap); }
-
- private:
-  ProgramBuilder m_builder{"semantics_test", Generation::trn2};
-  std::unique_ptr<Program> m_program;
-  std::unique_ptr<CoreState> m_state;
-  int m_count = 0;
-};
+using testing_support::Kernel;  // kernel_fixture.h
 
 // Values that stress the numerics: specials, subnormals, bf16/fp16 rounding ties, and a spread of magnitudes.
 float random_value(std::mt19937& rng, bool specials = true) {
