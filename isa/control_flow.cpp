@@ -1,5 +1,7 @@
 #include "isa/control_flow.h"
 
+#include <cmath>
+
 #include <string>
 
 #include "isa/interpreter.h"
@@ -7,6 +9,9 @@
 
 namespace trnsim::isa {
 namespace {
+
+constexpr int log2_of(uint64_t power_of_two) { return power_of_two > 1 ? 1 + log2_of(power_of_two / 2) : 0; }
+static_assert((kMaxExecutedInstructions & (kMaxExecutedInstructions - 1)) == 0, "the cap is a power of two");
 
 std::string where(const Program& program, size_t index) {
   const Instruction& inst = program.instructions[index];
@@ -23,7 +28,7 @@ bool is_register_dtype(DType d) {
 
 int32_t& register_operand(const Instruction& inst, const char* operand, RegisterFile& registers) {
   double index = inst.scalar(operand);
-  if (index < 0 || index >= kRegisterCount) {
+  if (!(index >= 0 && index < kRegisterCount) || index != std::floor(index)) {  // NaN fails the first test
     throw IsaError(std::string(operand) + ": register r" + std::to_string(int64_t(index)) + " does not exist (r0..r" +
                    std::to_string(kRegisterCount - 1) + ") [register-index]");
   }
@@ -145,9 +150,9 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
   uint64_t executed = 0;
   for (size_t pc = 0; pc < code.size();) {
     if (++executed > kMaxExecutedInstructions) {
-      throw IsaError(where(program, pc) +
-                     ": the program executes more than 2^24 instructions (a while loop whose "
-                     "condition never clears?)");
+      throw IsaError(where(program, pc) + ": the program executes more than 2^" +
+                     std::to_string(log2_of(kMaxExecutedInstructions)) +
+                     " instructions (a while loop whose condition never clears?) [execution-limit]");
     }
     execute(pc);
     const Instruction& inst = code[pc];
@@ -195,7 +200,7 @@ Program expand_control_flow(const Program& program, ExecContext* values) {
   if (!values && control_depends_on_values(program)) {
     throw IsaError("the control flow of program '" + program.name +
                    "' depends on tensor values (register_load): "
-                   "expanding it needs the values");
+                   "expanding it needs the values [control-values]");
   }
   Program expanded;
   expanded.name = program.name;

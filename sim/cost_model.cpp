@@ -349,8 +349,9 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
     constexpr double kGatherFixed = 28;   // ISA-COST local_gather "28 + t * num_elem_per_idx"
     constexpr double kGatherWordBytes = 4;  // ISA-COST local_gather "4 / dtype_size"
     const double e = inst.scalar("num_elem_per_idx");
+    constexpr double kIndexPartitions = 16;  // ISA local_gather: the indices of a core's 16 partitions
     const double valid = inst.has("num_valid_indices") ? inst.scalar("num_valid_indices")
-                                                       : 16.0 * double(inst.tensor("index").free_elements());
+                                                       : kIndexPartitions * double(inst.tensor("index").free_elements());
     const double dtype_size = double(dtype_size_bytes(inst.tensor("src_buffer").dtype));
     const double c = ((kGatherFixed + kGatherT * e) / (kGatherT * e)) / std::min(kGatherWordBytes / dtype_size, e);
     cycles = start + valid * e / c;

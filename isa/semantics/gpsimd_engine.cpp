@@ -7,6 +7,7 @@
 
 #include "isa/alu.h"
 #include "isa/isa_error.h"
+#include "isa/semantics/bit_alias.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -229,12 +230,10 @@ void exec_nc_n_gather(const Instruction& inst, ExecContext& ctx) {
     throw IsaError("dst is " + shape_text(dst) + ", data " + shape_text(data) + " and indices " + shape_text(indices) +
                    " (partitions must match; dst holds one element per index)");
   }
-  const uint32_t bytes = dtype_size_bytes(data.dtype);
-  if (numerics::element_bytes(data.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+  DType alias{};  // the elements move bit for bit (bit_alias.h)
+  if (!bit_alias(data.dtype, alias)) {
     throw IsaError("nc_n_gather does not move " + std::string(dtype_name(data.dtype)));
   }
-  // Same-width stand-ins whose fp32 conversion is exact: the elements' bits.
-  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
   AccessPattern source = data, target = dst, raw_indices = indices;
   source.dtype = target.dtype = alias;
   raw_indices.dtype = DType::fp32;
@@ -251,8 +250,7 @@ void exec_nc_n_gather(const Instruction& inst, ExecContext& ctx) {
       out.at(p, j) = in.at(p, i);
     }
   }
-  ctx.state.write(target, out);
-  ctx.state.set_psum_accumulating(target, false);
+  write_aliased(ctx, dst, target, out, /*as_bits=*/true);
 }
 
 // ISA nonzero_with_count: each GpSimd core works on the first of its 16 partitions only (absolute partitions 0, 16,
@@ -357,8 +355,8 @@ void exec_local_gather(const Instruction& inst, ExecContext& ctx) {
     throw IsaError("dst.dtype must match src_buffer.dtype (" + std::string(dtype_name(src.dtype)) + "), not " +
                    std::string(dtype_name(dst.dtype)));
   }
-  const uint32_t bytes = dtype_size_bytes(src.dtype);
-  if (numerics::element_bytes(src.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+  DType alias{};  // the elements move bit for bit (bit_alias.h)
+  if (!bit_alias(src.dtype, alias)) {
     throw IsaError("local_gather does not move " + std::string(dtype_name(src.dtype)));
   }
   const uint32_t first = ctx.state.first_partition(src);
@@ -385,7 +383,6 @@ void exec_local_gather(const Instruction& inst, ExecContext& ctx) {
     throw IsaError("dst must be " + shape_text(src.partitions(), uint64_t(valid * e)) +
                    " (num_valid_indices x num_elem_per_idx per partition), got " + shape_text(dst));
   }
-  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
   AccessPattern source = src, target = dst;
   source.dtype = target.dtype = alias;
   Tile in = ctx.read(source);
@@ -406,8 +403,7 @@ void exec_local_gather(const Instruction& inst, ExecContext& ctx) {
       }
     }
   }
-  ctx.state.write(target, out);
-  ctx.state.set_psum_accumulating(target, false);
+  write_aliased(ctx, dst, target, out, /*as_bits=*/true);
 }
 
 }  // namespace trnsim::isa

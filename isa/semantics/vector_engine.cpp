@@ -759,11 +759,10 @@ void exec_nc_stream_shuffle(const Instruction& inst, ExecContext& ctx) {
     throw IsaError("dst has " + std::to_string(dst.free_elements()) + " elements per partition but src " +
                    std::to_string(src.free_elements()));
   }
-  const uint32_t bytes = dtype_size_bytes(src.dtype);
-  if (numerics::element_bytes(src.dtype) != bytes || (bytes != 1 && bytes != 2 && bytes != 4)) {
+  DType alias{};  // the elements move bit for bit (bit_alias.h)
+  if (!bit_alias(src.dtype, alias)) {
     throw IsaError("nc_stream_shuffle does not move " + std::string(dtype_name(src.dtype)));
   }
-  const DType alias = bytes == 1 ? DType::uint8 : bytes == 2 ? DType::uint16 : DType::fp32;
   AccessPattern source = src, target = dst;
   source.dtype = target.dtype = alias;
   Tile in = ctx.read(source);
@@ -779,8 +778,7 @@ void exec_nc_stream_shuffle(const Instruction& inst, ExecContext& ctx) {
     }
     std::copy(in.row(from), in.row(from) + in.free, out.row(p));
   }
-  ctx.state.write(target, out);
-  ctx.state.set_psum_accumulating(target, false);
+  write_aliased(ctx, dst, target, out, /*as_bits=*/true);
 }
 
 }  // namespace trnsim::isa

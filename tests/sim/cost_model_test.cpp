@@ -796,8 +796,6 @@ TEST_P(CostModelTest, VectorAccumulatingAndRandomFormulas) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, gpsimd_start() + 6.0);
 }
 
-// trn3-only Vector instructions: exponential at 4x ScalarE exp's max(MIN_II, N) (A-V4), plus MIN_II (assumed) when
-// reduce_res is read out; rand2 at 4 values per lane per cycle (A-V4).
 // activate2 (trn3, no published cost): assumed as activation, max(MIN_II, N), plus the accumulator read-out when
 // reduce_res is given.
 TEST(CostModelScalar, Activate2OnTrn3IsActivationCost) {
@@ -859,6 +857,8 @@ TEST(CostModelVector, QuantizeMxOnTrn3IsFourElementsPerCycle) {
   EXPECT_DOUBLE_EQ(k.cost().occupancy_cycles, min_ii);  // 128 / 4 = 32 < MIN_II
 }
 
+// trn3-only Vector instructions: exponential at 4x ScalarE exp's max(MIN_II, N) (A-V4), plus MIN_II (assumed) when
+// reduce_res is read out; rand2 at 4 values per lane per cycle (A-V4).
 TEST(CostModelVector, ExponentialAndRand2OnTrn3) {
   Kernel k("trn3");
   const CoreConfig& core = k.hw().core;
