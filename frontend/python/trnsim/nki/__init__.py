@@ -37,13 +37,7 @@ def jit(fn=None, mode=None, platform_target=None, **options):
 
 
 def _as_kernel(kernel):
-    if isinstance(kernel, _GridHandle):
-        return kernel
     return kernel if isinstance(kernel, Kernel) else jit(kernel)
-
-
-class _GridHandle:
-    pass
 
 
 def simulate(kernel):
@@ -52,17 +46,13 @@ def simulate(kernel):
         grid_call = kernel
 
         def run_grid(*args, **kwargs):
-            return grid_call.kernel.run(_numpy_args(args), kwargs, grid=grid_call.grid)
+            return grid_call.kernel.run(args, kwargs, grid=grid_call.grid)
         return run_grid
     k = _as_kernel(kernel)
 
     def run(*args, **kwargs):
-        return k.run(_numpy_args(args), kwargs)
+        return k.run(args, kwargs)
     return run
-
-
-def _numpy_args(args):
-    return args
 
 
 def simulate_kernel(kernel, *args, **kwargs):
@@ -172,12 +162,14 @@ def profile(kernel=None, working_directory=".", save_neff_name=None, save_trace_
                 raise FileExistsError(f"{trace_path} exists: pass overwrite=True to replace it")
             out = _Benchmarked.run(self, args, kwargs, grid=grid)
             import json
+            # A grid's summary is its first instance's (the one the trace shows).
+            s = self.last_summary.instances[0] if hasattr(self.last_summary, "instances") else self.last_summary
             with open(os.path.splitext(trace_path)[0] + "_summary.json", "w") as f:
-                s = self.last_summary
-                json.dump({"latency_ns": s.latency_ns, "mfu": s.mfu, "hfu": s.hfu, "mbu": s.mbu,
+                json.dump({"latency_ns": self.last_latency_ns, "mfu": s.mfu, "hfu": s.hfu, "mbu": s.mbu,
                            "engines": s.engines}, f, indent=1)
             return out
-    return _Profiled(base, 0, 1, trace_path, False)
+    return _asking(_Profiled(base, 0, 1, trace_path, False), trace_path,
+                   os.path.join(working_directory, save_neff_name) if save_neff_name else None)
 
 
 def missing_api():

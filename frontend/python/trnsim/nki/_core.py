@@ -857,7 +857,6 @@ class LruAllocator:
         self.free = {0: (capacity_bytes, -1)}       # start -> (end, freed_at)
         self.heap = [(-1, 0, capacity_bytes)]       # (freed_at, start, end), stale entries skipped
         self.in_use = 0
-        self.high_water = 0
 
     def size_of(self, nbytes):
         return max(self.align, -(-nbytes // self.align) * self.align)
@@ -890,7 +889,6 @@ class LruAllocator:
             free[a + size] = (b, t)
             heapq.heappush(heap, (t, a + size, b))
         self.in_use += size
-        self.high_water = max(self.high_water, a + size)
         return a
 
     def take_at(self, start, size):
@@ -906,7 +904,6 @@ class LruAllocator:
                         self.free[start + size] = (b, t)
                         heapq.heappush(self.heap, (t, start + size, b))
                     self.in_use += size
-                    self.high_water = max(self.high_water, start + size)
                     return start
             if attempt == 0 and not self._coalesce():
                 break

@@ -197,6 +197,8 @@ def emit(name, args, kwargs, location=None):
         elif kind == "f32" or kind == "i64":
             text = _number(v, f"nisa.{name} {oname}")
         elif kind == "bool":
+            if not isinstance(v, (bool, np.bool_, int, np.integer)):
+                fail(f"nisa.{name} {oname}: expected True / False, got {type(v).__name__} {v!r}", location)
             text = "true" if v else "false"
         elif kind == "alu" or kind == "act":
             text = op_name(v, f"nisa.{name} {oname}")
@@ -213,9 +215,10 @@ def emit(name, args, kwargs, location=None):
                 fail(f"nisa.{name} {oname}: expected a register (nisa.register_alloc()), got {v!r}", location)
             text = f"r{index}"
         elif kind == "ints":
-            text = "[" + ", ".join(str(int(x)) for x in v) + "]"
+            text = "[" + ", ".join(str(_integer(x, name, oname, location)) for x in v) + "]"
         elif kind == "pairs":
-            text = "[" + ", ".join(f"[{int(a)}, {int(b)}]" for a, b in v) + "]"
+            text = "[" + ", ".join(f"[{_integer(a, name, oname, location)}, {_integer(b, name, oname, location)}]"
+                                   for a, b in v) + "]"
         else:
             fail(f"nisa.{name}: operand kind {kind} not handled", location)
         parts.append(f"{oname}={text}")
@@ -241,6 +244,13 @@ def emit(name, args, kwargs, location=None):
         view.st.producer = index if view.is_whole() else -1
         view.st.mask = mask
     return index
+
+
+def _integer(x, name, oname, location):
+    """An integer operand element; 2.5 is an error, not 2."""
+    if isinstance(x, (bool, np.bool_)) or int(x) != x:
+        fail(f"nisa.{name} {oname}: {x!r} is not an integer", location)
+    return int(x)
 
 
 def _flush_zero(st, trace, location):

@@ -357,7 +357,12 @@ def _torch_dtype(dtype):
 
 
 def _buffer(name, tensor):
-    return (name, tensor.data_ptr(), tensor.numel(), as_dtype(tensor.dtype).name)
+    dtype = as_dtype(tensor.dtype)
+    if tensor.element_size() != dtype.size_bytes:
+        # int64 / float64 become 4-byte tensors in a kernel: the device memory would be read as the wrong words.
+        raise KernelError(f"argument {name!r}: a {tensor.dtype} tensor on the device has no {tensor.element_size()}-byte "
+                          f"NKI dtype; convert it (e.g. .to(torch.{'int32' if not dtype.is_float else 'float32'})) first")
+    return (name, tensor.data_ptr(), tensor.numel(), dtype.name)
 
 
 def _instances(grid):

@@ -20,6 +20,14 @@ def active():
     return getattr(_local, "trace", None)
 
 
+def _dtype_at(dtype, location):
+    """as_dtype, its error naming the kernel's line."""
+    try:
+        return _core.as_dtype(dtype)
+    except (KeyError, TypeError) as e:
+        fail(str(e).strip("'\""), location)
+
+
 class Target:
     """What the tracer needs from the hardware config (``trnsim._C.config_leaves``)."""
 
@@ -56,7 +64,6 @@ class Trace:
         self.prints = []         # nl.device_print: (instruction index, prefix, storage name)
         self._names = set()
         self.tiles = []          # on-chip Storage, in creation order
-        self.sbuf_high_water = self.psum_high_water = 0
         self.transpose_flops = 0   # HFU: the Tensor engine's transposes (identity matmuls)
         self.pending = []          # lazy matmul results not written yet (language.LazyMatmul)
         self.registers = 0         # registers handed out (nisa.register_alloc); the ISA has 64 per core
@@ -86,7 +93,7 @@ class Trace:
 
     # -- HBM
     def hbm_tensor(self, shape, dtype, name=None, role="internal"):
-        st = Storage(self, "hbm", _core.as_dtype(dtype), shape, None)
+        st = Storage(self, "hbm", _dtype_at(dtype, user_location()), shape, None)
         base = name or f"hbm{len(self.hbm)}"
         if re.match(r"^(sb|ps)_\d", base):
             base = "h_" + base   # on-chip tiles are named sb_N / ps_N
@@ -100,7 +107,7 @@ class Trace:
         """A tile; its address is chosen after tracing (allocate())."""
         location = location or user_location()
         if type(dtype) is not _core.DType:
-            dtype = _core.as_dtype(dtype)
+            dtype = _dtype_at(dtype, location)
         shape = tuple([int(s) for s in shape])
         if not shape:
             fail("a tile needs at least a partition dim", location)
@@ -180,8 +187,6 @@ class Trace:
             for t in ends.get(i, ()):
                 allocators[t.space].release(t.region[0], t.region[1], i)
                 live.discard(t)
-        self.sbuf_high_water = allocators["sbuf"].high_water
-        self.psum_high_water = allocators["psum"].high_water
         decls = []
         for t in self.tiles:
             root = t.base or t

@@ -218,6 +218,8 @@ def register_move(dst, imm=None, src=None, **kwargs):
     location = user_location()
     if isinstance(imm, VirtualRegister):
         imm, src = None, imm
+    if imm is None and src is None:
+        fail("nisa.register_move: give imm (an int) or src (a register)", location)
     _emit.emit("register_move", (dst,), dict(kwargs, **({"src": src} if src is not None else {"imm": int(imm or 0)})),
                location)
 

@@ -86,9 +86,14 @@ def ndarray(shape, dtype, buffer=None, name=None, address=None, **_ignored):
         fail(f"buffer={buffer!r}: one of nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, nl.private_hbm")
     trace = _trace.current()
     if buffer.space == "hbm":
+        if address is not None:
+            fail("nl.ndarray(address=...) places on-chip tiles; HBM tensors have no address to give")
         role = "output" if buffer is shared_hbm else "internal"
         return trace.hbm_tensor(shape, dtype, name, role=role).full_view()
     st = trace.tile(shape, dtype, buffer.space, pdim, user_location())
+    if address is not None and buffer.space == "sbuf" and int(address[1]) % _core.SBUF_ALIGN_BYTES:
+        fail(f"address={address}: an SBUF tile starts on a {_core.SBUF_ALIGN_BYTES}-byte boundary (the timing "
+             f"model's dependency granule)")
     if address is not None:
         partition, byte = (int(a) for a in address)
         if partition + st.partitions > (trace.target.pmax if buffer.space == "sbuf" else trace.target.psum_partitions):
@@ -328,6 +333,8 @@ def fori_loop(lower, upper, body, step=1, init=None, unroll=False, **_):
     step = int(step)
     if step <= 0:
         fail("nl.fori_loop: step must be a positive int")
+    if (_is_register(lower) or _is_register(upper)) and init is not None:
+        fail("nl.fori_loop with a register bound carries no state (init): keep it in SBUF / HBM")
     if not (_is_register(lower) or _is_register(upper)):
         state = init
         for i in range(int(lower), int(upper), step):
@@ -679,14 +686,10 @@ def mean(x, axis, dtype=None, keepdims=False, mask=None, **kw):
     xv = _operand(x, "nl.mean")
     axes = _free_axes(xv, axis, "nl.mean", location)
     count = _prod([xv.shape[a] for a in axes])
-    s = reduce_op(xv, "add", axes, dtype=nl_float32(), keepdims=keepdims, mask=mask, location=location)
+    s = reduce_op(xv, "add", axes, dtype=DTYPES["float32"], keepdims=keepdims, mask=mask, location=location)
     out = _result_tile(s.shape, _out_dtype(dtype, xv), location)
     _emit.emit("tensor_scalar", (out, s, "multiply", 1.0 / count), {}, location)
     return out
-
-
-def nl_float32():
-    return DTYPES["float32"]
 
 
 # ---- matmul and transpose
@@ -747,6 +750,8 @@ def matmul(x, y, transpose_x=False, mask=None, **kw):
     xv, yv = _operand(x, "nl.matmul x"), _operand(y, "nl.matmul y")
     if mask is not None:
         xv, yv = _core.apply_mask(xv, mask), _core.apply_mask(yv, mask)
+        if xv is None or yv is None:
+            fail("nl.matmul: the mask keeps nothing of an operand", location)
     if not transpose_x:
         xv = _transpose_to_sbuf(xv, location)
     return LazyMatmul(xv, yv, {}, location)
@@ -863,6 +868,8 @@ def load_transpose2d(src, mask=None, dtype=None, **kw):
         fail("nl.load_transpose2d reads a 2-d HBM tensor", location)
     if mask is not None:
         sv = _core.apply_mask(sv, mask)
+        if sv is None:
+            fail("nl.load_transpose2d: the mask keeps nothing", location)
     f, p = sv.shape
     trace = _trace.current()
     t = trace.tile((p, f), sv.dtype, "sbuf", 0, location).full_view()
@@ -1048,7 +1055,8 @@ def dropout(x, rate, dtype=None, mask=None, **kw):
 
 def rand(shape, dtype=None, buffer=None, **kw):
     """Uniform [0, 1) values: ``rand2`` on trn3's Vector engine; before trn3, 32 random bits from
-    ``rng`` (Vector) scaled by 2^-32 (Vector)."""
+    ``rng`` (Vector), their top 24 kept (a right shift) and scaled by 2^-24, exact in fp32 and so
+    below 1 (Vector)."""
     location = user_location()
     dtype = as_dtype(dtype or DTYPES["float32"])
     shape, _ = _shape(shape)
@@ -1059,7 +1067,8 @@ def rand(shape, dtype=None, buffer=None, **kw):
         return out
     bits = trace.tile(shape, DTYPES["uint32"], "sbuf", 0, location).full_view()
     _emit.emit("rng", (bits,), {}, location)
-    _emit.emit("tensor_scalar", (out, bits, "multiply", 2.0 ** -32), {}, location)
+    _emit.emit("tensor_scalar", (bits, bits, "right_shift", 8), {}, location)
+    _emit.emit("tensor_scalar", (out, bits, "multiply", 2.0 ** -24), {}, location)
     return out
 
 

@@ -90,6 +90,8 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
     s, m = _emit.as_view(stationary, "stationary"), _emit.as_view(moving, "moving")
     if mask is not None:
         s, m = _core.apply_mask(s, mask), _core.apply_mask(m, mask)
+        if s is None or m is None:
+            fail("nisa.nc_matmul: the mask keeps nothing of an operand", location)
     kwargs = {"is_stationary_onezero": is_stationary_onezero, "is_moving_onezero": is_moving_onezero,
               "is_transpose": is_transpose}
     if tile_position:
@@ -173,6 +175,8 @@ def dma_transpose(src, axes=None, mask=None, dtype=None, **_):
     sv = _emit.as_view(src, "nisa.dma_transpose src")
     if mask is not None:
         sv = _core.apply_mask(sv, mask)
+        if sv is None:
+            fail("nisa.dma_transpose: the mask keeps nothing", location)
     shape = language._tile_shape(sv) if sv.pdim is not None else sv.shape
     if len(shape) != 2 or (axes is not None and tuple(axes) != (1, 0)):
         fail(f"nisa.dma_transpose of a {list(shape)} tensor: 2-d, axes (1, 0)", location)
