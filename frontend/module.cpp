@@ -59,14 +59,17 @@ py::dict config_leaves(const trnsim::HardwareConfig& config, const std::string& 
 
 // trnsim.run_program's native half (frontend/python/trnsim/run.py): the core `trnsim run` uses
 // (sim/program_run.h), inputs converted by its .npy rules (tools/cli/npy.h).
-py::dict run_program(const std::string& program_text, const std::string& origin, bool is_path,
+// More than one program: a kernel split across physical cores 0, 1, ... sharing HBM (an LNC launch).
+py::dict run_program(const std::vector<std::string>& program_texts, const std::string& origin, bool is_path,
                      const std::string& config, const std::vector<std::string>& overrides,
                      const std::vector<py::tuple>& inputs, bool timing_only, const std::string& trace_path) {
   namespace sim = trnsim::sim;
   namespace cli = trnsim::cli;
-  trnsim::isa::Program parsed =
-      is_path ? trnsim::isa::parse_tasm_file(program_text) : trnsim::isa::parse_tasm(program_text, origin);
-  sim::PreparedProgram prepared = sim::prepare_program(std::move(parsed), origin, config, overrides);
+  std::vector<trnsim::isa::Program> parsed;
+  for (const std::string& text : program_texts) {
+    parsed.push_back(is_path ? trnsim::isa::parse_tasm_file(text) : trnsim::isa::parse_tasm(text, origin));
+  }
+  sim::PreparedProgram prepared = sim::prepare_programs(std::move(parsed), origin, config, overrides);
   const trnsim::isa::Program& program = prepared.program;
 
   std::vector<std::pair<uint32_t, std::vector<uint8_t>>> loaded;

@@ -28,9 +28,21 @@ bool AccessPattern::free_contiguous() const {
   return true;
 }
 
+std::pair<int64_t, int64_t> AccessPattern::element_range(bool with_partition) const {
+  int64_t low = offset, high = offset;
+  auto extend = [&](const ApDim& d) {
+    int64_t span = d.stride * (int64_t{d.size} - 1);
+    (span < 0 ? low : high) += span;
+  };
+  if (with_partition) extend(partition);
+  for (int i = 0; i < num_free_dims; ++i) extend(free[i]);
+  return {low, high};
+}
+
 bool AccessPattern::operator==(const AccessPattern& o) const {
   if (space != o.space || dtype != o.dtype || num_free_dims != o.num_free_dims || allocation != o.allocation ||
-      start_partition != o.start_partition || !(partition == o.partition) || offset != o.offset) {
+      start_partition != o.start_partition || !(partition == o.partition) || offset != o.offset ||
+      offset_register != o.offset_register) {
     return false;
   }
   for (int i = 0; i < num_free_dims; ++i) {

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 
 #include "config/dtype.h"
 
@@ -38,8 +39,15 @@ struct AccessPattern {
   ApDim partition;               // SBUF/PSUM: stride unused (partitions are contiguous); HBM: outer dim
   int64_t offset = 0;            // elements from the allocation's start (within a partition for SBUF/PSUM)
   std::array<ApDim, kMaxFreeDims> free{};
+  // NKI's scalar_offset (dynamic addressing): the register whose value, in elements, is added to `offset`
+  // when the instruction issues; -1 when the pattern is static. isa/control_flow.h resolves it.
+  int8_t offset_register = -1;
+  // Once resolved (offset_register added to offset and cleared): the register it came from, so that the timing
+  // model can hold the instruction until that register is written; -1 for a pattern that was never dynamic.
+  int8_t resolved_register = -1;
 
   bool present() const { return space != MemorySpace::none; }
+  bool dynamic() const { return offset_register >= 0; }
   uint32_t partitions() const { return partition.size; }
   // Elements per partition: the product of the free sizes (1 when there are no free dims).
   uint64_t free_elements() const;
@@ -47,6 +55,9 @@ struct AccessPattern {
   uint64_t bytes() const { return elements() * dtype_size_bytes(dtype); }
   // True when the free dims walk consecutive elements (innermost stride 1, dims nested).
   bool free_contiguous() const;
+  // The lowest and highest element offsets the pattern reaches (static part: offset_register not added): its free
+  // dims, and its partition dim too where partitions are rows of one tensor (HBM).
+  std::pair<int64_t, int64_t> element_range(bool with_partition) const;
   bool operator==(const AccessPattern& o) const;
 };
 

@@ -54,10 +54,54 @@ bool has_control_flow(const Program& program) {
   return false;
 }
 
+bool has_dynamic_operand(const Instruction& inst) {
+  for (const AccessPattern& ap : inst.tensors) {
+    if (ap.present() && ap.dynamic()) return true;
+  }
+  return false;
+}
+
+bool has_dynamic_offsets(const Program& program) {
+  for (const Instruction& inst : program.instructions) {
+    if (has_dynamic_operand(inst)) return true;
+  }
+  return false;
+}
+
+bool needs_expansion(const Program& program) { return has_control_flow(program) || has_dynamic_offsets(program); }
+
+Instruction resolve_dynamic_offsets(const Program& program, const Instruction& inst, const RegisterFile& registers) {
+  Instruction resolved = inst;
+  const InstructionSpec& spec = inst.spec();
+  for (const OperandSpec& operand : spec.operands) {
+    if (operand.tensor_slot < 0) continue;
+    AccessPattern& ap = resolved.tensors[size_t(operand.tensor_slot)];
+    if (!ap.present() || !ap.dynamic()) continue;
+    const int32_t value = registers.at(size_t(ap.offset_register));
+    const std::string reg = "r" + std::to_string(ap.offset_register);
+    ap.offset += value;
+    ap.resolved_register = ap.offset_register;
+    ap.offset_register = -1;
+    const Allocation& a = program.allocation(ap);
+    const bool hbm = a.space == MemorySpace::hbm;
+    const auto [low, high] = ap.element_range(/*with_partition=*/hbm);
+    // The tensor's elements (HBM) or elements per partition (on chip), in the operand's dtype.
+    const int64_t extent = int64_t((hbm ? a.total_elements() : a.elements_per_partition()) * dtype_size_bytes(a.dtype) /
+                                   dtype_size_bytes(ap.dtype));
+    if (ap.elements() > 0 && (low < 0 || high >= extent)) {
+      throw IsaError("operand '" + operand.name + "': scalar_offset " + reg + " = " + std::to_string(value) +
+                     " puts elements " + std::to_string(low) + ".." + std::to_string(high) + " outside tensor '" +
+                     a.name + "' (" + std::to_string(extent) + (hbm ? " elements" : " elements per partition") +
+                     ") [dynamic-offset-bounds]");
+    }
+  }
+  return resolved;
+}
+
 bool control_depends_on_values(const Program& program) {
   bool loads = false;
   for (const Instruction& inst : program.instructions) loads = loads || inst.opcode == Opcode::register_load;
-  return loads && has_control_flow(program);
+  return loads && needs_expansion(program);
 }
 
 std::vector<int64_t> match_control_flow(const Program& program) {
@@ -87,6 +131,28 @@ std::vector<int64_t> match_control_flow(const Program& program) {
   return partner;
 }
 
+RegisterUse register_use(const Instruction& inst) {
+  RegisterUse use;
+  const InstructionSpec& spec = inst.spec();
+  const bool sets_dst = inst.opcode == Opcode::register_move || inst.opcode == Opcode::register_add ||
+                        inst.opcode == Opcode::register_sub || inst.opcode == Opcode::register_mul ||
+                        inst.opcode == Opcode::register_compare || inst.opcode == Opcode::register_load;
+  for (size_t i = 0; i < spec.operands.size(); ++i) {
+    const OperandSpec& operand = spec.operands[i];
+    if (operand.kind != OperandKind::reg || !((inst.present_mask >> i) & 1u)) continue;
+    const double index = inst.scalars[size_t(operand.scalar_slot)];
+    if (!(index >= 0 && index < kRegisterCount)) continue;  // legality reports it
+    const bool write = sets_dst && operand.name == "dst";
+    if (write && use.writes < kMaxRegisterOperands) use.written[size_t(use.writes++)] = int8_t(index);
+    if (!write && use.reads < kMaxRegisterOperands) use.read[size_t(use.reads++)] = int8_t(index);
+  }
+  for (const AccessPattern& ap : inst.tensors) {
+    const int8_t reg = ap.dynamic() ? ap.offset_register : ap.resolved_register;
+    if (ap.present() && reg >= 0 && use.reads < kMaxRegisterOperands) use.read[size_t(use.reads++)] = reg;
+  }
+  return use;
+}
+
 bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
   switch (inst.opcode) {
     case Opcode::register_move:
@@ -105,6 +171,13 @@ bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
       uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers))
                                     : uint32_t(int64_t(inst.scalar("imm")));
       register_operand(inst, "dst", registers) = int32_t(a - b);
+      return true;
+    }
+    case Opcode::register_mul: {
+      uint32_t a = uint32_t(register_operand(inst, "src", registers));
+      uint32_t b = inst.has("src2") ? uint32_t(register_operand(inst, "src2", registers))
+                                    : uint32_t(int64_t(inst.scalar("imm")));
+      register_operand(inst, "dst", registers) = int32_t(a * b);  // low 32 bits of the product
       return true;
     }
     case Opcode::register_compare: {
@@ -210,10 +283,11 @@ Program expand_control_flow(const Program& program, ExecContext* values) {
   RegisterFile& registers = values ? values->state.registers() : local;
   walk_control_flow(program, registers, [&](size_t i) {
     const Instruction& inst = program.instructions[i];
-    expanded.instructions.push_back(inst);
     try {
+      expanded.instructions.push_back(has_dynamic_operand(inst) ? resolve_dynamic_offsets(program, inst, registers)
+                                                                : inst);
       if (values) {
-        execute_instruction(inst, *values);
+        execute_instruction(expanded.instructions.back(), *values);
       } else {
         execute_register_only(inst, registers);
       }

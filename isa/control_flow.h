@@ -6,7 +6,10 @@
 // executed instructions, each keeping its source_line; the executed loop_begin / loop_end / while_begin /
 // while_end stay in the stream as sequencer instructions of their own cost.
 //
-// When a trip count or condition can depend on tensor values (the program has a register_load), the
+// Operands addressed by a register (NKI scalar_offset) are resolved in the expanded stream: each executed
+// instruction carries the offset the register held when it issued.
+//
+// When a trip count, condition or dynamic offset can depend on tensor values (a register_load), the
 // expansion runs the values: it needs a CoreState holding the inputs, also for a timing-only run.
 // Otherwise registers come from immediates only and the expansion needs no values.
 //
@@ -34,8 +37,17 @@ constexpr uint64_t kMaxExecutedInstructions = uint64_t{1} << 24;
 
 bool is_control_opcode(Opcode opcode);          // loop_begin, loop_end, while_begin, while_end
 bool has_control_flow(const Program& program);  // any control instruction
-// Whether trip counts or conditions may depend on tensor values: control flow and a register_load.
+bool has_dynamic_offsets(const Program& program);  // any operand addressed by a register (scalar_offset)
+// Whether the timing model needs the expanded stream: control flow or dynamic offsets.
+bool needs_expansion(const Program& program);
+// Whether trip counts, conditions or dynamic offsets may depend on tensor values: needs_expansion and a
+// register_load.
 bool control_depends_on_values(const Program& program);
+
+// `inst` with every dynamic operand (AccessPattern::offset_register) made static: the register's value added to its
+// offset. The resolved pattern must stay inside its tensor (NKI oob_mode.error): else IsaError [dynamic-offset-bounds].
+Instruction resolve_dynamic_offsets(const Program& program, const Instruction& inst, const RegisterFile& registers);
+bool has_dynamic_operand(const Instruction& inst);
 
 // For every control instruction, the index of its partner (begin -> end, end -> begin); -1 elsewhere.
 // Unbalanced or crossed nesting is an IsaError naming the instruction.
@@ -51,6 +63,16 @@ bool is_register_dtype(DType dtype);
 
 // The register a reg operand names; IsaError (rule register-index) when it is out of range.
 int32_t& register_operand(const Instruction& inst, const char* operand, RegisterFile& registers);
+
+// The registers `inst` reads (its reg operands other than a written dst, and the registers its resolved dynamic
+// operands came from) and writes (the dst of register_move / add / sub / mul / compare / load). Returns the counts;
+// at most kMaxRegisterOperands each.
+constexpr int kMaxRegisterOperands = 8;
+struct RegisterUse {
+  int reads = 0, writes = 0;
+  std::array<int8_t, kMaxRegisterOperands> read{}, written{};
+};
+RegisterUse register_use(const Instruction& inst);
 
 // The register instructions that need no memory (register_move, register_add, register_sub, register_compare) on a
 // register file; false for any other opcode.

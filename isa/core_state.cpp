@@ -28,6 +28,8 @@ CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared
       m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition),
       m_hbm(shared_hbm ? std::move(shared_hbm) : std::make_shared<HbmStore>(program.allocations.size())),
       m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
+  // A program sharing another's HBM may declare more on-chip tensors: the store is indexed by allocation.
+  if (m_hbm->size() < program.allocations.size()) m_hbm->resize(program.allocations.size());
   for (size_t i = 0; i < program.allocations.size(); ++i) {
     const Allocation& a = program.allocations[i];
     if (a.space == MemorySpace::hbm && (*m_hbm)[i].empty()) {

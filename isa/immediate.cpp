@@ -122,16 +122,23 @@ std::string parse_immediate(const OperandSpec& spec, std::string_view text, doub
     case OperandKind::reg: {
       // r<N>; any index up to 2^31 parses, legality checks it against kRegisterCount (rule register-index).
       int64_t index = -1;
-      if (text.size() < 2 || text[0] != 'r' || !parse_int(text.substr(1), index) || index < 0 ||
-          index > int64_t{2147483647} || text[1] < '0' || text[1] > '9') {
-        return "expected a register like r0, got '" + std::string(text) + "'";
-      }
+      std::string error = parse_register_name(text, index);
       scalar = static_cast<double>(index);
-      return "";
+      return error;
     }
     default:
       return "operand '" + spec.name + "' takes a tensor";
   }
+}
+
+std::string parse_register_name(std::string_view text, int64_t& index) {
+  index = -1;
+  if (text.size() < 2 || text[0] != 'r' || !parse_int(text.substr(1), index) || index < 0 ||
+      index > int64_t{2147483647} || text[1] < '0' || text[1] > '9') {
+    index = -1;
+    return "expected a register like r0, got '" + std::string(text) + "'";
+  }
+  return "";
 }
 
 std::string format_immediate(const OperandSpec& spec, double scalar, const std::vector<int64_t>& list) {

@@ -103,6 +103,10 @@ struct Instruction {
   const std::vector<int64_t>& list(std::string_view operand) const;
   // For an in|f32 operand: whether a tensor (rather than an immediate) was given.
   bool is_tensor(std::string_view operand) const;
+  // The word an enum operand holds ("" when absent or not an operand of this opcode), and whether it is `word`: compared by name, so no reader
+  // depends on the order of the enum's words in instructions.def.
+  std::string_view enum_word(std::string_view operand) const;
+  bool enum_is(std::string_view operand, std::string_view word) const { return enum_word(operand) == word; }
 };
 
 // An instruction with every operand absent and slots sized for its opcode; defaults applied.
@@ -116,6 +120,8 @@ namespace trnsim::isa {
 // activation name, [1, 2] list, [[1, 2], [3, 4]] pairs). Returns "" or what is wrong.
 std::string parse_immediate(const OperandSpec& spec, std::string_view text, double& scalar,
                             std::vector<int64_t>& list);
+// "r<N>" (N any non-negative int32; callers check it against kRegisterCount). Returns "" or what is wrong.
+std::string parse_register_name(std::string_view text, int64_t& index);
 // The canonical text of a non-tensor operand value (inverse of parse_immediate).
 std::string format_immediate(const OperandSpec& spec, double scalar, const std::vector<int64_t>& list);
 

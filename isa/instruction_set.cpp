@@ -184,6 +184,14 @@ const std::vector<int64_t>& Instruction::list(std::string_view operand) const {
   return lists[operand_or_die(*this, operand).list_slot];
 }
 
+std::string_view Instruction::enum_word(std::string_view operand) const {
+  // An opcode without the operand holds no word: readers ask one question of every DMA (dst_rmw_op, dge_mode).
+  const OperandSpec* spec = this->spec().find(operand);
+  if (!spec || spec->scalar_slot < 0 || !has(operand)) return {};
+  auto index = static_cast<size_t>(scalars[size_t(spec->scalar_slot)]);
+  return index < spec->enum_values.size() ? std::string_view(spec->enum_values[index]) : std::string_view();
+}
+
 bool Instruction::is_tensor(std::string_view operand) const {
   const OperandSpec& spec = operand_or_die(*this, operand);
   return spec.tensor_slot >= 0 && tensors[spec.tensor_slot].present();

@@ -71,6 +71,10 @@ void interpret(const Program& program, CoreState& state, const HardwareConfig& c
   auto run = [&](size_t i) {
     const Instruction& inst = program.instructions[i];
     try {
+      if (has_dynamic_operand(inst)) {
+        execute_instruction(resolve_dynamic_offsets(program, inst, state.registers()), context);
+        return;
+      }
       execute_instruction(inst, context);
     } catch (const IsaError& e) {
       throw IsaError("instruction " + std::to_string(i) +
@@ -78,7 +82,7 @@ void interpret(const Program& program, CoreState& state, const HardwareConfig& c
                      inst.spec().name + ": " + e.what());
     }
   };
-  if (has_control_flow(program)) {
+  if (needs_expansion(program)) {
     walk_control_flow(program, state.registers(), run);
     return;
   }

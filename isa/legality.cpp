@@ -31,6 +31,8 @@ constexpr uint32_t kMxScalesPerQuadrant = kMxQuadrant / kMxGroupPartitions;
 bool is_register_access(const Instruction& inst) {
   return inst.opcode == Opcode::register_load || inst.opcode == Opcode::register_store;
 }
+// core_barrier names the shared HBM tensor it orders accesses of; its engine does not move its bytes.
+bool names_without_access(const Instruction& inst) { return inst.opcode == Opcode::core_barrier; }
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
@@ -72,19 +74,6 @@ class Checker {
   const Allocation& alloc(const AccessPattern& ap) const { return m_program.allocation(ap); }
 
   static double tensor_bytes(const Allocation& a) { return double(a.total_elements()) * dtype_size_bytes(a.dtype); }
-
-  // The lowest and highest element offsets the pattern reaches: its free dims, and its partition
-  // dim too where partitions are rows of one tensor (HBM).
-  static std::pair<int64_t, int64_t> element_range(const AccessPattern& ap, bool with_partition) {
-    int64_t low = ap.offset, high = ap.offset;
-    auto extend = [&](const ApDim& d) {
-      int64_t span = d.stride * (int64_t{d.size} - 1);
-      (span < 0 ? low : high) += span;
-    };
-    if (with_partition) extend(ap.partition);
-    for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
-    return {low, high};
-  }
 
   void check_allocation(const Allocation& a) {
     if (a.space == MemorySpace::hbm) {
@@ -134,12 +123,13 @@ class Checker {
       }
     }
     if (a.space == MemorySpace::hbm) {
-      if (inst.engine != Engine::dma && !is_register_access(inst)) fail("engine-memory", what + ": only DMA reaches HBM; the " +
+      if (inst.engine != Engine::dma && !is_register_access(inst) && !names_without_access(inst))
+        fail("engine-memory", what + ": only DMA reaches HBM; the " +
                                                                 std::string(enum_name(inst.engine)) +
                                                                 " engine reads SBUF/PSUM");
       // The bytes the pattern spans (partition dim included) lie inside the tensor, as the
       // interpreter's CoreState asserts when it moves values.
-      const auto [low, high] = element_range(ap, /*with_partition=*/true);
+      const auto [low, high] = ap.element_range(/*with_partition=*/true);
       const uint32_t esize = dtype_size_bytes(ap.dtype);
       if (ap.elements() > 0 && (low < 0 || double(high + 1) * esize > tensor_bytes(a))) {
         fail("memory-bounds", what + ": elements " + std::to_string(low) + ".." + std::to_string(high) +
@@ -177,7 +167,7 @@ class Checker {
       fail("memory-bounds", what + ": partitions " + std::to_string(start) + ".." + std::to_string(start + count - 1) +
                                 " exceed the " + std::to_string(partitions) + " of " + memory_space_name(a.space));
     }
-    const auto [low, high] = element_range(ap, /*with_partition=*/false);
+    const auto [low, high] = ap.element_range(/*with_partition=*/false);
     uint32_t esize = dtype_size_bytes(ap.dtype);
     int64_t first_byte = int64_t(a.base_byte) + low * esize, end_byte = int64_t(a.base_byte) + (high + 1) * esize;
     uint64_t limit = a.space == MemorySpace::sbuf ? m_config.core.sbuf.bytes_per_partition
@@ -276,6 +266,25 @@ class Checker {
     if (inst.opcode == Opcode::nc_stream_shuffle) check_stream_shuffle(inst);
     if (inst.opcode == Opcode::quantize_mx) check_quantize_mx(inst);
     if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
+    if (inst.opcode == Opcode::core_barrier) check_core_barrier(inst);
+  }
+
+  // core_barrier: the shared tensor is in HBM; the cores are two or more distinct physical cores of the chip.
+  void check_core_barrier(const Instruction& inst) {
+    if (alloc(inst.tensor("data")).space != MemorySpace::hbm) {
+      fail("core-barrier", "data must be the shared HBM tensor the cores synchronise on");
+    }
+    const std::vector<int64_t>& cores = inst.list("cores");
+    if (cores.size() < 2) fail("core-barrier", "cores lists the cores that meet: at least two");
+    for (size_t i = 0; i < cores.size(); ++i) {
+      if (cores[i] < 0 || cores[i] >= int64_t(m_config.chip.physical_cores)) {
+        fail("core-barrier", "core " + std::to_string(cores[i]) + " does not exist (the chip has " +
+                                 std::to_string(m_config.chip.physical_cores) + ")");
+      }
+      if (std::find(cores.begin(), cores.begin() + long(i), cores[i]) != cores.begin() + long(i)) {
+        fail("core-barrier", "core " + std::to_string(cores[i]) + " is listed twice");
+      }
+    }
   }
 
   // ---- Operand shapes and operator kinds: what the interpreter asserts, checked here so that
@@ -384,10 +393,6 @@ class Checker {
   // ---- The Vector accumulator and PRNG instructions (ISA tensor_scalar_reduce, tensor_scalar_cumulative,
   // exponential, nc_match_replace8, dropout, rng, rand2, set_rng_seed, rand_set_state, rand_get_state). ----
 
-  static std::string enum_word(const Instruction& inst, const char* name) {
-    const OperandSpec* operand = inst.spec().find(name);
-    return operand->enum_values.at(static_cast<size_t>(inst.scalar(name)));
-  }
   void arithmetic_op(const Instruction& inst, const char* name) {
     if (alu_op_is_bitvec(alu(inst, name))) {
       fail("alu-op", inst.spec().name + " takes an arithmetic " + name + ", not bitvec " +
@@ -410,7 +415,7 @@ class Checker {
   // reduce_cmd=load_reduce reads `init`; any other command must leave it unset (NKI), or 0.0 where it has that
   // default (exponential).
   void reduce_init(const Instruction& inst, const char* init, bool zero_is_unset) {
-    std::string command = enum_word(inst, "reduce_cmd");
+    std::string command(inst.enum_word("reduce_cmd"));
     if (command == "load_reduce") {
       if (!inst.has(init)) fail("missing-operand", std::string("reduce_cmd=load_reduce needs ") + init);
       return;
@@ -469,7 +474,7 @@ class Checker {
       case Opcode::exponential: {
         same_shape(inst, "dst", "src");
         reduce_init(inst, "reduce_init", true);
-        if (given(inst, "reduce_res") && enum_word(inst, "reduce_cmd") == "idle") {
+        if (given(inst, "reduce_res") && inst.enum_is("reduce_cmd", "idle")) {
           fail("reduce-cmd", "reduce_res is written only with an accumulating reduce_cmd, not idle");
         }
         if (const AccessPattern* src = given(inst, "src")) {
@@ -865,6 +870,7 @@ class Checker {
       case Opcode::register_move:
       case Opcode::register_add:
       case Opcode::register_sub:
+      case Opcode::register_mul:
       case Opcode::register_compare: int32_immediate("imm"); break;
       case Opcode::register_load: one_integer("src"); break;
       case Opcode::register_store: one_integer("dst"); break;
@@ -1304,6 +1310,17 @@ class Checker {
       if (src.dtype != dst.dtype || (dst.dtype != DType::bf16 && dst.dtype != DType::fp32)) {
         fail("dma-read-add-write", "read-add-write needs matching bf16 or fp32 dtypes (A-V4)");
       }
+    }
+    // DMA: "When either sw_dge or hw_dge mode is used, the src and dst tensors can have a dynamic start address";
+    // descriptors made before the run (dge_mode none) cannot follow a register. The mode is named, not left to a
+    // compiler, because the two cost differently.
+    if (inst.opcode == Opcode::dma_copy && (dst.dynamic() || src.dynamic()) && !inst.enum_is("dge_mode", "swdge") &&
+        !inst.enum_is("dge_mode", "hwdge")) {
+      fail("dynamic-address-dge", "a dynamic address (scalar_offset) needs descriptors made at run time: "
+                                  "dge_mode=hwdge or dge_mode=swdge");
+    }
+    if (inst.opcode == Opcode::dma_transpose && (dst.dynamic() || src.dynamic())) {
+      fail("dynamic-address-dge", "dma_transpose takes static addresses only");
     }
     if (inst.opcode == Opcode::dma_transpose) {
       if (!m_config.core.dma.transpose_supported) fail("dma-transpose", "this generation's DMA cannot transpose");

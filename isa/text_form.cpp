@@ -438,7 +438,7 @@ class TasmParser {
     if (!error.empty()) c.fail_at(engine_pos, error);
   }
 
-  // NAME, NAME[slices] or NAME{offset=O, ap=[[a, b], ...]}.
+  // NAME, NAME[slices] or NAME{offset=O, [scalar_offset=rN, ]ap=[[a, b], ...]}.
   AccessPattern parse_tensor(Cursor& c) {
     size_t name_pos = c.pos();
     std::string name(c.identifier("a tensor name"));
@@ -464,7 +464,21 @@ class TasmParser {
         c.expect('=', "after 'offset'");
         int64_t offset = c.integer("an offset", -(int64_t{1} << 60), int64_t{1} << 60);
         c.expect(',', "after the offset");
+        int offset_register = -1;
         word = std::string(c.identifier("'ap'"));
+        if (word == "scalar_offset") {
+          c.expect('=', "after 'scalar_offset'");
+          size_t register_pos = c.pos();
+          std::string name(c.identifier("a register like r3"));
+          int64_t index = -1;
+          if (!parse_register_name(name, index).empty() || index >= int64_t{kRegisterCount}) {
+            c.fail_at(register_pos, "scalar_offset must name a register r0..r" + std::to_string(kRegisterCount - 1) +
+                                        ", got '" + name + "'");
+          }
+          offset_register = int(index);
+          c.expect(',', "after the scalar_offset register");
+          word = std::string(c.identifier("'ap'"));
+        }
         if (word != "ap") c.fail("expected 'ap', got '" + word + "'");
         c.expect('=', "after 'ap'");
         c.expect('[', "before the access pattern pairs");
@@ -482,7 +496,9 @@ class TasmParser {
         }
         c.expect('}', "after the access pattern");
         c.expect_end("the access pattern");
-        return checked_raw_access_pattern(program(), index, offset, dims);
+        AccessPattern ap = checked_raw_access_pattern(program(), index, offset, dims);
+        ap.offset_register = static_cast<int8_t>(offset_register);
+        return ap;
       }
     } catch (const std::invalid_argument& e) {
       c.fail_at(open_pos, std::string("bad slice: ") + e.what());

@@ -66,6 +66,7 @@ Json tensor_json(const Program& program, const AccessPattern& ap) {
   }
   for (int i = 0; i < ap.num_free_dims; ++i) dims.push_back({ap.free[i].stride, ap.free[i].size});
   Json value = {{"tensor", a.name}, {"offset", ap.offset}, {"ap", dims}};
+  if (ap.dynamic()) value["scalar_offset"] = "r" + std::to_string(ap.offset_register);
   if (ap.dtype != a.dtype) value["dtype"] = std::string(dtype_name(ap.dtype));
   return value;
 }
@@ -132,6 +133,14 @@ AccessPattern read_tensor(const JsonReader& r, const Json& value, const Program&
     result = checked_raw_access_pattern(program, static_cast<uint32_t>(allocation), offset, dims);
   } catch (const std::invalid_argument& e) {
     r.fail(std::string("bad access pattern: ") + e.what());
+  }
+  if (value.contains("scalar_offset")) {
+    std::string name = r.string(value, "scalar_offset");
+    int64_t index = -1;
+    if (!parse_register_name(name, index).empty() || index >= int64_t{kRegisterCount}) {
+      r.fail("\"scalar_offset\" must name a register r0..r" + std::to_string(kRegisterCount - 1));
+    }
+    result.offset_register = static_cast<int8_t>(index);
   }
   if (value.contains("dtype")) {
     std::string dtype = r.string(value, "dtype");

@@ -155,7 +155,7 @@ std::string as_slices(const Allocation& a, const AccessPattern& ap) {
 
 std::string describe_access_pattern(const Program& program, const AccessPattern& ap) {
   const Allocation& a = program.allocation(ap);
-  if (ap.dtype == a.dtype) {
+  if (ap.dtype == a.dtype && !ap.dynamic()) {
     std::string text = as_slices(a, ap);
     // Accept the slice text only if it reproduces the pattern exactly.
     if (!text.empty()) {
@@ -183,7 +183,9 @@ std::string describe_access_pattern(const Program& program, const AccessPattern&
       }
     }
   }
-  std::string text = a.name + "{offset=" + std::to_string(ap.offset) + ", ap=[[";
+  std::string text = a.name + "{offset=" + std::to_string(ap.offset) + ", ";
+  if (ap.dynamic()) text += "scalar_offset=r" + std::to_string(ap.offset_register) + ", ";
+  text += "ap=[[";
   if (a.space == MemorySpace::hbm) {
     text += std::to_string(ap.partition.stride) + ", " + std::to_string(ap.partition.size) + "]";
   } else {

@@ -31,7 +31,8 @@ AccessPattern slice_allocation(const Program& program, uint32_t allocation, cons
 AccessPattern full_allocation(const Program& program, uint32_t allocation);
 
 // Text of an access pattern: "name[0:128, 0:512]" when it is a slice of its allocation,
-// else the raw form "name{offset=O, ap=[[stride, size], ...]}" (partition pair first).
+// else the raw form "name{offset=O, ap=[[stride, size], ...]}" (partition pair first), with
+// "scalar_offset=rN, " before ap= for a dynamic pattern.
 std::string describe_access_pattern(const Program& program, const AccessPattern& ap);
 
 // The raw form's access pattern; the same checks as slices.

@@ -45,15 +45,6 @@ AluOp alu(const Instruction& inst, const char* operand) {
   return static_cast<AluOp>(static_cast<int>(inst.scalar(operand)));
 }
 
-// Whether an enumeration operand holds `word` (compared by name, so the cost model does not
-// depend on the order of the enum's words in instructions.def).
-bool enum_is(const Instruction& inst, const char* operand, const std::string& word) {
-  const isa::OperandSpec* spec = inst.spec().find(operand);
-  if (!spec || !inst.has(operand)) return false;
-  auto index = static_cast<size_t>(inst.scalar(operand));
-  return index < spec->enum_values.size() && spec->enum_values[index] == word;
-}
-
 // A tensor operand that was given (an in|f32 operand given as an immediate does not count).
 const AccessPattern* given_tensor(const Instruction& inst, const isa::OperandSpec& operand) {
   if (!isa::is_tensor_kind(operand.kind) || !inst.has(operand.name)) return nullptr;
@@ -143,7 +134,7 @@ void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   const AccessPattern& stationary = inst.tensor("stationary");
   const AccessPattern& moving = inst.tensor("moving");
   const bool mx = inst.opcode == Opcode::nc_matmul_mx;
-  const bool double_row = !mx && enum_is(inst, "perf_mode", "double_row");
+  const bool double_row = !mx && inst.enum_is("perf_mode", "double_row");
   const bool transpose = !mx && inst.has("is_transpose") && inst.scalar("is_transpose") != 0;
 
   // Contraction K and the free sizes M (stationary) and N (moving) of the instruction.
@@ -450,6 +441,7 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
     case Opcode::register_move:
     case Opcode::register_add:
     case Opcode::register_sub:
+    case Opcode::register_mul:
     case Opcode::register_compare:
     case Opcode::register_load:
     case Opcode::register_store:
@@ -457,6 +449,12 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
     case Opcode::loop_end:
     case Opcode::while_begin:
     case Opcode::while_end: sync_cost(inst, config, cost); return cost;
+    case Opcode::core_barrier:
+      // Its issue on the engine, then the remote semaphore update reaching the other core. Assumed: that write
+      // crosses the chip like a DMA transfer's fixed part (dma.fixed_latency_ns); the figure is not published.
+      sync_cost(inst, config, cost);
+      cost.latency_cycles = config.core.dma.fixed_latency_ns * cost.clock_ghz;
+      return cost;
     default: break;
   }
   switch (inst.engine) {
@@ -520,7 +518,7 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
   if (inst.opcode == Opcode::dma_transpose) {
     efficiency = src_space == MemorySpace::hbm ? dma.transpose_hbm_to_sbuf_efficiency
                                                 : dma.transpose_sbuf_to_sbuf_efficiency;
-  } else if (enum_is(inst, "dst_rmw_op", "add")) {
+  } else if (inst.enum_is("dst_rmw_op", "add")) {
     efficiency = dma.read_add_write_efficiency;
   }
   if (efficiency <= 0) {
@@ -530,7 +528,7 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
   cost.bytes_per_ns_per_engine = dma.bandwidth_per_engine_gbps * efficiency;  // GB/s = bytes/ns
   cost.fixed_latency_ns = dma.fixed_latency_ns;
   cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
-  cost.dge_ns = enum_is(inst, "dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
+  cost.dge_ns = inst.enum_is("dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
   if (inst.opcode == Opcode::dma_gather || inst.opcode == Opcode::dma_scatter) {
     // Indirect DMA: the HBM table operand names all V rows but only the SBUF side's rows move (dst
     // of a gather, src of a scatter): one descriptor per row (trainium.md §7: indirect DMA needs the

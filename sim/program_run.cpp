@@ -19,6 +19,29 @@ PreparedProgram prepare_program(isa::Program program, const std::string& origin,
   return prepared;
 }
 
+PreparedProgram prepare_programs(std::vector<isa::Program> programs, const std::string& origin,
+                                 const std::string& config_name, const std::vector<std::string>& overrides) {
+  if (programs.empty()) throw isa::IsaError(origin + ": no program to run");
+  std::vector<isa::Program> rest(std::make_move_iterator(programs.begin() + 1),
+                                 std::make_move_iterator(programs.end()));
+  PreparedProgram prepared = prepare_program(std::move(programs.front()), origin, config_name, overrides);
+  const HardwareConfig& hardware = prepared.config.hardware;
+  if (rest.size() + 1 > hardware.chip.physical_cores) {
+    throw isa::IsaError(origin + ": " + std::to_string(rest.size() + 1) + " programs for a chip of " +
+                        std::to_string(hardware.chip.physical_cores) + " physical cores");
+  }
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string where = origin + " (core " + std::to_string(i + 1) + ")";
+    if (rest[i].generation != hardware.generation) {
+      throw isa::IsaError(where + ": the kernel targets " + std::string(enum_name(rest[i].generation)) +
+                          " but config '" + hardware.name + "' is " + std::string(enum_name(hardware.generation)));
+    }
+    isa::check_program(rest[i], hardware);
+  }
+  prepared.other_cores = std::move(rest);
+  return prepared;
+}
+
 std::string allocation_declaration(const isa::Allocation& a) {
   std::string text = std::string(dtype_name(a.dtype)) + "[";
   for (size_t i = 0; i < a.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(a.shape[i]);
@@ -66,11 +89,21 @@ SimResult run_prepared(const PreparedProgram& prepared,
                           "its inputs too; missing: " + text);
     }
   }
-  return simulate(prepared.program, prepared.config.hardware, prepared.config.hash, options,
-                  [&](uint32_t, isa::CoreState& state) {
-                    // Also when timing-only: control flow that depends on values is expanded with the inputs.
-                    for (const auto& [allocation, bytes] : inputs) state.hbm(allocation) = bytes;
-                  });
+  auto load_inputs = [&](uint32_t, isa::CoreState& state) {
+    // Also when timing-only: control flow that depends on values is expanded with the inputs.
+    for (const auto& [allocation, bytes] : inputs) state.hbm(allocation) = bytes;
+  };
+  if (prepared.other_cores.empty()) {
+    return simulate(prepared.program, prepared.config.hardware, prepared.config.hash, options, load_inputs);
+  }
+  std::vector<const isa::Program*> programs{&prepared.program};
+  SimOptions split = options;
+  split.cores = {0};
+  for (size_t i = 0; i < prepared.other_cores.size(); ++i) {
+    programs.push_back(&prepared.other_cores[i]);
+    split.cores.push_back(uint32_t(i + 1));
+  }
+  return simulate(programs, prepared.config.hardware, prepared.config.hash, split, load_inputs, /*shared_hbm=*/true);
 }
 
 }  // namespace trnsim::sim

@@ -24,6 +24,9 @@ class RunUsageError : public std::runtime_error {
 struct PreparedProgram {
   LoadedConfig config;
   isa::Program program;
+  // The programs of cores 1, 2, ... of a kernel split across the physical cores of a logical core (an LNC launch):
+  // each runs on its own core, all sharing core 0's HBM. Empty for a one-core run.
+  std::vector<isa::Program> other_cores;
 };
 
 // Loads `config_name` with `overrides` (ConfigError), checks that the program targets that config's
@@ -31,6 +34,11 @@ struct PreparedProgram {
 // `origin` names the program in messages (its path, or "<program>").
 PreparedProgram prepare_program(isa::Program program, const std::string& origin, const std::string& config_name,
                                 const std::vector<std::string>& overrides);
+
+// The same for a kernel split across cores: programs[i] runs on physical core i, all sharing one HBM (their HBM
+// tensors must be declared alike).
+PreparedProgram prepare_programs(std::vector<isa::Program> programs, const std::string& origin,
+                                 const std::string& config_name, const std::vector<std::string>& overrides);
 
 // "fp32[128, 512]"
 std::string allocation_declaration(const isa::Allocation& allocation);
@@ -45,7 +53,8 @@ int find_hbm_tensor(const isa::Program& program, const std::string& name);
 std::vector<std::string> missing_inputs(const isa::Program& program, const std::vector<uint32_t>& given);
 
 // Simulates the prepared program with `inputs` (allocation index, bytes in the allocation's dtype)
-// copied into every core's HBM before the run (SPMD: each core its own copy). Timing-only runs of a program
+// copied into every core's HBM before the run (SPMD: each core its own copy), or into the one shared HBM of a split
+// kernel (PreparedProgram::other_cores). Timing-only runs of a program
 // whose loops depend on tensor values (isa::control_depends_on_values) need every input too (RunUsageError).
 SimResult run_prepared(const PreparedProgram& prepared,
                        const std::vector<std::pair<uint32_t, std::vector<uint8_t>>>& inputs,

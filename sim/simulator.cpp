@@ -45,18 +45,23 @@ std::mutex& systemc_mutex() {
 
 namespace {
 
-// Programs that share one chip's HBM must declare the same HBM tensors in the same order.
+// Programs that share one chip's HBM must declare the same HBM tensors at the same positions (the shared store is
+// indexed by allocation); their on-chip tensors are their own and may differ.
 void check_same_hbm(const isa::Program& a, const isa::Program& b, size_t core) {
-  bool same = a.allocations.size() == b.allocations.size();
-  for (size_t i = 0; same && i < a.allocations.size(); ++i) {
-    const isa::Allocation &x = a.allocations[i], &y = b.allocations[i];
-    if (x.space == isa::MemorySpace::hbm || y.space == isa::MemorySpace::hbm) {
-      same = x.space == y.space && x.name == y.name && x.shape == y.shape && x.dtype == y.dtype;
+  bool same = true;
+  const size_t n = std::max(a.allocations.size(), b.allocations.size());
+  for (size_t i = 0; same && i < n; ++i) {
+    const isa::Allocation* x = i < a.allocations.size() ? &a.allocations[i] : nullptr;
+    const isa::Allocation* y = i < b.allocations.size() ? &b.allocations[i] : nullptr;
+    const bool x_hbm = x && x->space == isa::MemorySpace::hbm, y_hbm = y && y->space == isa::MemorySpace::hbm;
+    if (x_hbm || y_hbm) {
+      same = x && y && x->space == y->space && x->name == y->name && x->shape == y->shape && x->dtype == y->dtype;
     }
   }
   if (!same) {
     throw isa::IsaError("the program of core index " + std::to_string(core) +
-                        " does not declare the same allocations as the first core's (HBM is shared)");
+                        " does not declare the same HBM tensors at the same positions as the first core's (HBM is "
+                        "shared)");
   }
 }
 
@@ -140,7 +145,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   std::vector<std::unique_ptr<isa::Program>> expanded;
   std::vector<const isa::Program*> scheduled = programs;
   for (size_t i = 0; i < programs.size(); ++i) {
-    if (!isa::has_control_flow(*programs[i])) continue;
+    if (!isa::needs_expansion(*programs[i])) continue;
     if (isa::control_depends_on_values(*programs[i])) {
       if (shared_hbm && programs.size() > 1) {
         throw isa::IsaError("the program of core index " + std::to_string(i) + " has control flow that depends on "

@@ -36,6 +36,9 @@ void exec_register_add(const Instruction& inst, ExecContext& ctx) {
 void exec_register_sub(const Instruction& inst, ExecContext& ctx) {
   execute_register_only(inst, ctx.state.registers());
 }
+void exec_register_mul(const Instruction& inst, ExecContext& ctx) {
+  execute_register_only(inst, ctx.state.registers());
+}
 void exec_register_compare(const Instruction& inst, ExecContext& ctx) {
   execute_register_only(inst, ctx.state.registers());
 }

@@ -134,5 +134,7 @@ void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
 void exec_sem_signal(const Instruction&, ExecContext&) {}
 void exec_sem_wait(const Instruction&, ExecContext&) {}
 void exec_barrier(const Instruction&, ExecContext&) {}
+// The cores' meeting is timing (sim/chip/core_barrier.h); in program order on each core nothing moves.
+void exec_core_barrier(const Instruction&, ExecContext&) {}
 
 }  // namespace trnsim::isa

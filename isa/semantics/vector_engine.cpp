@@ -130,11 +130,6 @@ void check_reduction(AluOp op) {
   if (!alu_op_is_reduction(op)) throw IsaError(std::string(alu_op_name(op)) + " is not a reduction operator");
 }
 
-// The word an enumeration operand holds (reduce_cmd).
-std::string enum_word(const Instruction& inst, const char* operand) {
-  const OperandSpec* spec = inst.spec().find(operand);
-  return spec->enum_values.at(static_cast<size_t>(inst.scalar(operand)));
-}
 
 // The Vector engine's accumulator registers of the lanes `ap`'s partitions run on (isa/core_state.h).
 float* lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
@@ -606,7 +601,7 @@ void exec_tensor_scalar_reduce(const Instruction& inst, ExecContext& ctx) {
   if (!is_accumulating_reduce_op(reduce_op)) {
     throw IsaError("reduce_op must be add, multiply, maximum or minimum, not " + std::string(alu_op_name(reduce_op)));
   }
-  const std::string command = enum_word(inst, "reduce_cmd");
+  const std::string command(inst.enum_word("reduce_cmd"));
   check_init_operand(inst, command, "reduce_init", false);
   bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
   if (has_res) check_shape("reduce_res", inst.tensor("reduce_res"), data.partitions(), 1);
@@ -644,7 +639,7 @@ void exec_tensor_scalar_cumulative(const Instruction& inst, ExecContext& ctx) {
                      " (ISA: int32/uint32 are not supported)");
     }
   }
-  const std::string command = enum_word(inst, "reduce_cmd");
+  const std::string command(inst.enum_word("reduce_cmd"));
   check_init_operand(inst, command, "imm1", false);
   Tile x = ctx.read(src);
   std::vector<float> s0 = ctx.per_partition(inst, "imm0", x.partitions);
@@ -665,7 +660,7 @@ void exec_exponential(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
   const AccessPattern& src = inst.tensor("src");
   check_same_shape("dst", dst, "src", src);
-  const std::string command = enum_word(inst, "reduce_cmd");
+  const std::string command(inst.enum_word("reduce_cmd"));
   check_init_operand(inst, command, "reduce_init", true);
   bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
   bool accumulate = command != "idle";

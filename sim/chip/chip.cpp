@@ -7,12 +7,13 @@ namespace trnsim::sim {
 Chip::Chip(sc_core::sc_module_name name, const HardwareConfig& config, const std::vector<const isa::Program*>& programs,
            const std::vector<uint32_t>& cores, TraceWriter* trace, const std::vector<isa::CoreState*>& states,
            const CoreRunOptions& options)
-    : sc_core::sc_module(name), m_hbm("hbm", config.hbm) {
+    : sc_core::sc_module(name), m_hbm("hbm", config.hbm), m_core_barrier(cores) {
   CoreRunOptions core_options = options;
   core_options.decoupled = cores.size() > 1;
   for (size_t i = 0; i < cores.size(); ++i) {
     m_cores.push_back(std::make_unique<NeuronCore>(("core" + std::to_string(cores[i])).c_str(), cores[i], config,
-                                                   *programs.at(i), m_hbm, trace, states.at(i), core_options));
+                                                   *programs.at(i), m_hbm, m_core_barrier, trace, states.at(i),
+                                                   core_options));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <systemc>
 #include <vector>
 
+#include "sim/chip/core_barrier.h"
 #include "sim/core/neuron_core.h"
 #include "sim/mem/hbm.h"
 
@@ -23,6 +24,7 @@ class Chip : public sc_core::sc_module {
 
  private:
   Hbm m_hbm;
+  CoreBarrier m_core_barrier;
   std::vector<std::unique_ptr<NeuronCore>> m_cores;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/view.h"
 #include "sim/cost_model.h"
@@ -55,8 +56,8 @@ bool accumulates_in_pipeline(const isa::Instruction& inst) {
 }  // namespace
 
 NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config,
-                       const isa::Program& program, Hbm& hbm, TraceWriter* trace, isa::CoreState* state,
-                       const CoreRunOptions& options)
+                       const isa::Program& program, Hbm& hbm, CoreBarrier& core_barrier, TraceWriter* trace,
+                       isa::CoreState* state, const CoreRunOptions& options)
     : sc_core::sc_module(name),
       m_index(index),
       m_config(config),
@@ -73,6 +74,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_sbuf("sbuf", trnsim::OnChipMemory::sbuf, config.core, program),
       m_psum("psum", trnsim::OnChipMemory::psum, config.core, program),
       m_hbm(hbm),
+      m_core_barrier(core_barrier),
       m_tracker(config, program),
       m_slice_of(trace ? program.instructions.size() : 0, -1),
       m_opcode_counts(isa::kOpcodeCount, 0) {
@@ -83,6 +85,12 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
         isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), m_workers.get(), {}, 0});
   }
   if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
+  m_uses_registers.assign(isa::kOpcodeCount, 0);
+  for (size_t opcode = 0; opcode < isa::kOpcodeCount; ++opcode) {
+    for (const isa::OperandSpec& operand : isa::instruction_spec(static_cast<isa::Opcode>(opcode)).operands) {
+      if (operand.kind == isa::OperandKind::reg) m_uses_registers[opcode] = 1;
+    }
+  }
   SC_THREAD(run);
 }
 
@@ -119,6 +127,7 @@ void NeuronCore::run() {
   } catch (...) {
     error = std::current_exception();
   }
+  m_core_barrier.finished(m_index);
   if (!error) return;
   if (!m_options.error) std::rethrow_exception(error);
   // The other cores see it and return (sc_stop would print a banner to stdout).
@@ -175,6 +184,14 @@ void NeuronCore::step(size_t index) {
     dependency = m_tracker.query(reads, writes);
   }
   double ready = dependency.ready_ns;
+  // Register dependencies: reg operands, and the registers dynamic addresses were resolved from.
+  isa::RegisterUse registers;
+  bool has_resolved = false;
+  for (const isa::AccessPattern& ap : inst.tensors) has_resolved = has_resolved || ap.resolved_register >= 0;
+  if (m_uses_registers[static_cast<size_t>(inst.opcode)] || has_resolved) {
+    registers = isa::register_use(inst);
+    for (int r = 0; r < registers.reads; ++r) ready = std::max(ready, m_register_ready_ns[size_t(registers.read[size_t(r)])]);
+  }
   Slot slot;
   uint32_t performance_mode = 1;
   Engine kind = inst.engine;
@@ -204,6 +221,16 @@ void NeuronCore::step(size_t index) {
       auto& history = m_semaphores[sem];
       int64_t value = (history.empty() ? 0 : history.back().second) + static_cast<int64_t>(inst.scalar("value"));
       history.emplace_back(slot.done_ns, value);
+      break;
+    }
+    case isa::Opcode::core_barrier: {
+      // The engine issues it once its earlier work and this core's accesses of data are done, then waits for the
+      // other cores' barriers (blocking this thread in SystemC time until they arrive).
+      EngineModel& e = engine(kind);
+      ComputeCost cost = compute_cost(inst, m_program, m_config);
+      double arrival = std::max(ready, e.free_at_ns());
+      double meeting = m_core_barrier.meet(m_index, inst.list("cores"), arrival);
+      slot = e.schedule(meeting, cost.occupancy_ns(), cost.latency_ns());
       break;
     }
     case isa::Opcode::barrier: {
@@ -253,6 +280,7 @@ void NeuronCore::step(size_t index) {
     }
   }
   m_tracker.record(static_cast<int64_t>(index), slot.done_ns, reads, writes);
+  for (int r = 0; r < registers.writes; ++r) m_register_ready_ns[size_t(registers.written[size_t(r)])] = slot.done_ns;
   ++m_opcode_counts[static_cast<size_t>(inst.opcode)];
   m_local_ns = std::max(m_local_ns, slot.start_ns);
   m_finish_ns = std::max(m_finish_ns, slot.done_ns);

@@ -11,6 +11,7 @@
 // program order before it is scheduled; timing never depends on values.
 #pragma once
 
+#include <array>
 #include <exception>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "isa/core_state.h"
 #include "isa/interpreter.h"
 #include "sim/base/dependency_tracker.h"
+#include "sim/chip/core_barrier.h"
 #include "sim/dma/dma_system.h"
 #include "sim/engine/engine_model.h"
 #include "sim/mem/hbm.h"
@@ -46,7 +48,8 @@ class NeuronCore : public sc_core::sc_module {
  public:
   SC_HAS_PROCESS(NeuronCore);  // SystemC 2.3 needs it for SC_THREAD with a custom constructor
   NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config, const isa::Program& program,
-             Hbm& hbm, TraceWriter* trace, isa::CoreState* state, const CoreRunOptions& options);
+             Hbm& hbm, CoreBarrier& core_barrier, TraceWriter* trace, isa::CoreState* state,
+             const CoreRunOptions& options);
 
   double finish_ns() const { return m_finish_ns; }
   uint64_t flops(DType& dtype) const;
@@ -70,12 +73,17 @@ class NeuronCore : public sc_core::sc_module {
   DmaSystem m_dma;
   OnChipMemory m_sbuf, m_psum;
   Hbm& m_hbm;
+  CoreBarrier& m_core_barrier;
   DependencyTracker m_tracker;
   std::unique_ptr<isa::ExecContext> m_exec;
   std::unique_ptr<isa::HostWorkers> m_workers;
   std::unique_ptr<numerics::StochasticSource> m_rng;
 
   std::map<int64_t, std::vector<std::pair<double, int64_t>>> m_semaphores;  // (time, new value)
+  // When each register's last write completes: an instruction reading a register (a trip count, a dynamic
+  // address) waits for it.
+  std::array<double, isa::kRegisterCount> m_register_ready_ns{};
+  std::vector<uint8_t> m_uses_registers;  // per opcode: has reg operands (else only resolved offsets are checked)
   std::vector<int64_t> m_slice_of;  // trace slice per instruction
   int m_trace_process = -1;
   std::map<std::pair<int, uint32_t>, int> m_tracks;

@@ -54,6 +54,7 @@ dma_copy dst=out_a, src=b[:, :], dge_mode=swdge
 sem_signal sem=3, value=2, engine=vector
 sem_wait sem=3, value=2, engine=tensor
 barrier
+core_barrier data=out_a, cores=[0, 1]
 sbuf mx : mxfp8_e4m3[128, 128]
 sbuf mx_scale : fp8_e8m0[128, 512]
 nc_matmul_mx dst=acc[0:128, 0:128], stationary=mx, moving=mx, stationary_scale=mx_scale[4:128, 0:128], moving_scale=mx_scale[4:128, 0:128], accumulate=true, tile_position=[64, 0], tile_size=[64, 128]
@@ -84,6 +85,7 @@ quantize_mx dst=mx[:, 0:32], src=a[:, 0:128], dst_scale=qs[4:128, :]
 register_move dst=r5, imm=-7, src=r6, engine=vector
 register_add dst=r63, src=r5, imm=3, src2=r2, engine=gpsimd
 register_sub dst=r9, src=r8, imm=2, src2=r7
+register_mul dst=r11, src=r9, imm=-3, src2=r2, engine=scalar
 register_compare dst=r10, src=r9, op=greater_equal, imm=-4, src2=r3
 register_load dst=r1, src=nz[0:1, 0:1], engine=scalar
 register_store dst=nz[0:1, 1:2], src=r1, engine=tensor
