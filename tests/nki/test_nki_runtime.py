@@ -240,17 +240,23 @@ def split_exp(a):
     return out
 
 
-@pytest.mark.parametrize("target,speedup", [("trn1", 1.0), ("trn2", 2.0)])
-def test_lnc2_grid_uses_both_physical_cores(target, speedup, monkeypatch, rng):
-    """kernel[2] on trn2 runs its two programs on the logical core's two physical cores; trn1 has
-    one core per logical core, so the programs run one after the other."""
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_lnc2_grid_uses_both_physical_cores(target, monkeypatch, rng):
+    """kernel[2] on trn2 runs its two programs together on the logical core's two physical cores, sharing
+    HBM (so not quite twice as fast); trn1 has one core per logical core: the programs run in turn."""
+    import trnsim
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
     a = f32(rng, 512, 256)
     np.testing.assert_allclose(split_exp[1](a), np.exp(a), rtol=1e-3)
     one = split_exp.last_latency_ns
     np.testing.assert_allclose(split_exp[2](a), np.exp(a), rtol=1e-3)
     two = split_exp.last_latency_ns
-    assert one / two == pytest.approx(speedup, rel=0.05)
+    if target == "trn1":
+        assert one / two == pytest.approx(1.0, rel=0.05)
+        return
+    alone = [trnsim.run_program(p, timing_only=True, config="trn2").latency_ns for p in split_exp.last_programs]
+    assert max(alone) <= two < sum(alone)
+    assert 1.5 < one / two <= 2.0
 
 
 def test_jit_options_and_missing_api(rng):

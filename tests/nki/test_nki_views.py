@@ -62,3 +62,51 @@ def test_overlapping_addresses_are_an_error_at_the_line():
         line = next(i for i, text in enumerate(f, 1) if "# CLASH" in text)
     with pytest.raises(trnsim.nki.KernelError, match=rf"test_nki_views.py:{line}: .*\[sbuf-address\]"):
         clashing(np.zeros((128, 256), np.float32))
+
+
+@nki.jit
+def halves_as_uint16(a):
+    """fp32 [128, 64] seen as uint16 [128, 128]: each word's two halves, low first (little endian)."""
+    out = nl.ndarray((a.shape[0], 2 * a.shape[1]), dtype=nl.uint16, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    halves = nl.ndarray((a.shape[0], 2 * a.shape[1]), dtype=nl.uint16, buffer=nl.sbuf)
+    nki.isa.tensor_copy(dst=halves, src=t.view(nl.uint16))
+    nl.store(out, halves)
+    return out
+
+
+@nki.jit
+def words_from_bytes(a):
+    """uint8 [128, 64] seen as int32 [128, 16], and a column slice of it seen back as uint8."""
+    out = nl.ndarray((a.shape[0], 16), dtype=nl.int32, buffer=nl.shared_hbm)
+    back = nl.ndarray((a.shape[0], 8), dtype=nl.uint8, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    words = nl.ndarray((a.shape[0], 16), dtype=nl.int32, buffer=nl.sbuf)
+    nki.isa.tensor_copy(dst=words, src=t.view(nl.int32))
+    nl.store(out, words)
+    part = nl.ndarray((a.shape[0], 8), dtype=nl.uint8, buffer=nl.sbuf)
+    nki.isa.tensor_copy(dst=part, src=words[:, 2:4].view(nl.uint8))
+    nl.store(back, part)
+    return out, back
+
+
+def test_view_dtype_between_sizes_regroups_the_bytes(rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(halves_as_uint16(a), a.view(np.uint16))
+    b = rng.integers(0, 256, (128, 64), dtype=np.uint8)
+    words, back = words_from_bytes(b)
+    np.testing.assert_array_equal(words, b.view(np.int32))
+    np.testing.assert_array_equal(back, b[:, 8:16])
+
+
+def test_view_dtype_of_a_strided_last_dim_is_an_error(rng):
+    @nki.jit
+    def strided(a):
+        out = nl.ndarray((128, 32), dtype=nl.uint16, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        h = nl.ndarray((128, 32), dtype=nl.uint16, buffer=nl.sbuf)
+        nki.isa.tensor_copy(dst=h, src=t[:, 0:32:2].view(nl.uint16))
+        nl.store(out, h)
+        return out
+    with pytest.raises(trnsim.nki.KernelError, match="last dim is not contiguous"):
+        strided(rng.standard_normal((128, 64)).astype(np.float32))

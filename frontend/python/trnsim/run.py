@@ -66,6 +66,8 @@ def run_program(program, inputs=None, config="trn2", overrides=None, timing_only
                 overwrite=False):
     """Run ``program`` (``.tasm`` text, or a path to a ``.tasm`` file / ``os.PathLike``) on ``config``
     (a name such as ``"trn2"`` or a YAML path) with ``overrides`` (``["a.b=v", ...]`` or a dict).
+    A list of programs is a kernel split across physical cores (an LNC launch): program i runs on core i,
+    all sharing one HBM (they declare the same HBM tensors); the latency is the last core's finish.
 
     ``inputs`` maps HBM tensor names to arrays; every input tensor is needed unless ``timing_only``
     (then inputs are ignored and the timing is the same). ``trace`` writes a Perfetto trace there; an
@@ -74,17 +76,22 @@ def run_program(program, inputs=None, config="trn2", overrides=None, timing_only
     shape or dtype that does not fit, ValueError for missing inputs, ``ProgramError`` for a program
     that does not parse or is illegal on the config (naming the instruction and rule) and
     ``ConfigError`` for a config that cannot be loaded."""
-    if isinstance(program, os.PathLike) or (isinstance(program, str) and "\n" not in program
-                                            and program.endswith(".tasm")):
-        text, origin, is_path = os.fspath(program), os.fspath(program), True
-    else:
-        text, origin, is_path = str(program), "<program>", False
+    programs = list(program) if isinstance(program, (list, tuple)) else [program]
+    if not programs:
+        raise ValueError("run_program: no program")
+    paths = [isinstance(p, os.PathLike) or (isinstance(p, str) and "\n" not in p and p.endswith(".tasm"))
+             for p in programs]
+    if any(paths) and not all(paths):
+        raise ValueError("run_program: give every program as text or every program as a path")
+    is_path = paths[0]
+    texts = [os.fspath(p) if is_path else str(p) for p in programs]
+    origin = texts[0] if is_path else "<program>"
     if trace is not None and os.path.exists(trace) and not overwrite:
         raise FileExistsError(f"{os.fspath(trace)} exists: pass overwrite=True to replace it")
     if isinstance(overrides, dict):
         overrides = [f"{k}={v}" for k, v in overrides.items()]
     packed = [_input_tuple(name, array) for name, array in (inputs or {}).items()]
-    raw = _C.run_program(text, origin, is_path, str(config), list(overrides or []), packed, bool(timing_only),
+    raw = _C.run_program(texts, origin, is_path, str(config), list(overrides or []), packed, bool(timing_only),
                          os.fspath(trace) if trace is not None else "")
     outputs = {}
     for name, (dtype, shape, data, as_float32) in raw["outputs"].items():

@@ -14,12 +14,12 @@ A kernel is ordinary Python traced once per argument shapes/dtypes into trnsim's
 import functools
 import os
 
-from . import isa, language
+from . import isa, language, lnc
 from ._core import KernelError
 from ._runtime import Kernel, RunSummary, set_target
 
 __all__ = ["jit", "simulate", "simulate_kernel", "benchmark", "baremetal", "profile", "install", "uninstall",
-           "language", "isa", "KernelError", "Kernel", "set_target", "missing_api"]
+           "language", "isa", "lnc", "KernelError", "Kernel", "set_target", "missing_api"]
 
 
 def jit(fn=None, mode=None, platform_target=None, **options):

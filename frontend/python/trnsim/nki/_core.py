@@ -478,26 +478,59 @@ class View:
         return index_view(self, tuple(key))
 
     def view(self, dtype):
+        """The same bytes as another dtype. Between sizes (fp32 -> bf16: 2 elements per element) the last dim
+        scales, which needs it contiguous; offsets and the other strides scale with it."""
         dtype = as_dtype(dtype)
-        if dtype.size_bytes != self.st.dtype.size_bytes:
-            fail("view(dtype) between dtypes of different sizes is not supported yet")
+        old, new = self.st.dtype.size_bytes, dtype.size_bytes
         alias = self.st.trace.alias(self.st, dtype)
-        return View(alias, self.offset, [list(d) for d in self.dims], self.pdim, self.pstart)
+        dims = [list(d) for d in self.dims]
+        if old == new:
+            return View(alias, self.offset, dims, self.pdim, self.pstart)
+        last = len(dims) - 1
+        if last == self.pdim or dims[last][0] != 1 and dims[last][1] != 1:
+            fail(f"view({dtype.nki_name}) of a tensor whose last dim is not contiguous: the bytes do not regroup")
+        if isinstance(self.offset, DynOffset):
+            fail(f"view({dtype.nki_name}) of a view addressed by a register: take the dtype view first")
+        if new < old:
+            k = old // new
+            for i, d in enumerate(dims):
+                if i != self.pdim:
+                    d[0] *= k
+            dims[last] = [1, dims[last][1] * k]
+            return View(alias, self.offset * k, dims, self.pdim, self.pstart)
+        k = new // old
+        if dims[last][1] % k or self.offset % k or any(d[0] % k for i, d in enumerate(dims[:last]) if i != self.pdim):
+            fail(f"view({dtype.nki_name}) of {self.dtype.nki_name}{list(self.shape)}: the last dim and the offsets "
+                 f"must be whole {new}-byte elements")
+        for i, d in enumerate(dims[:last]):
+            if i != self.pdim:
+                d[0] //= k
+        dims[last] = [1, dims[last][1] // k]
+        return View(alias, self.offset // k, dims, self.pdim, self.pstart)
 
-    def ap(self, pattern, offset=0, **unsupported):
-        """``t.ap([[stride, num], ...], offset)``: an explicit access pattern over this tensor's
-        storage. On chip the first pair is [partition step, partitions]."""
+    def ap(self, pattern, offset=0, scalar_offset=None, dtype=None, **unsupported):
+        """``t.ap([[stride, num], ...], offset, scalar_offset=)``: an explicit access pattern over this tensor's
+        storage. On chip the first pair is [partition step, partitions]. ``scalar_offset`` (a register, NKI
+        scalar) adds its value, in elements, when the instruction issues (dynamic addressing)."""
+        unsupported = {k: v for k, v in unsupported.items() if v is not None}
         if unsupported:
             fail(f"ap(): {', '.join(sorted(unsupported))} not supported yet")
+        if dtype is not None and as_dtype(dtype) is not self.st.dtype:
+            return self.view(dtype).ap(pattern, offset, scalar_offset)
         dims = [[int(s), int(n)] for s, n in pattern]
-        base = self.st.full_view()
+        start = self.offset + int(offset)
+        if scalar_offset is not None:
+            if not is_register(scalar_offset) and not isinstance(scalar_offset, (int, np.integer)):
+                fail(f"ap(): scalar_offset is a register (nisa.scalar_load / register_alloc) or an int, got "
+                     f"{type(scalar_offset).__name__}")
+            start = offset_plus(start, scalar_offset)
         if self.st.space == "hbm":
-            return View(self.st, self.offset + int(offset), dims, None, 0)
+            return View(self.st, start, dims, None, 0)
         # The partition pair's step is 0 / 1, or (as NKI writes it) the tile's elements per partition.
         if dims[0][0] not in (0, 1, self.st.per_partition) and dims[0][1] > 1:
             fail("ap(): on-chip partitions are contiguous (partition step 1)")
         dims[0][0] = 0
-        return View(self.st, self.offset + int(offset), dims, 0, self.pstart)
+        return View(self.st, start, dims, 0, self.pstart)
 
 
 def _temporary_refs():
@@ -544,11 +577,54 @@ class _AccumulatedView(View):
 
 
 class DynSlice:
-    """``nl.ds(start, size)``: ``size`` elements from ``start``."""
+    """``nl.ds(start, size)``: ``size`` elements from ``start`` (an int, or a register: dynamic addressing)."""
     __slots__ = ("start", "size")
 
     def __init__(self, start, size):
-        self.start, self.size = int(start), int(size)
+        self.start = start if is_register(start) else int(start)
+        self.size = int(size)
+
+
+def is_register(x):
+    """An NKI scalar (nki.isa's VirtualRegister) rather than a Python int."""
+    return hasattr(x, "_register") and hasattr(x, "_scope")
+
+
+class DynOffset:
+    """A view's offset with a run-time part (NKI ``scalar_offset``, indexing by a scalar): ``static`` elements
+    plus the value of register ``reg`` when the instruction issues (the ISA's ``scalar_offset=rN``)."""
+    __slots__ = ("static", "reg")
+
+    def __init__(self, static, reg):
+        self.static, self.reg = int(static), reg
+
+    def __add__(self, other):
+        if isinstance(other, DynOffset):
+            return DynOffset(self.static + other.static, self.reg + other.reg)
+        if is_register(other):
+            return DynOffset(self.static, self.reg + other)
+        return DynOffset(self.static + int(other), self.reg)
+
+    __radd__ = __add__
+
+    def __eq__(self, other):
+        return isinstance(other, DynOffset) and other.static == self.static and other.reg is self.reg
+
+    __hash__ = object.__hash__
+
+    def _static_only(self, *_):
+        fail("this view needs its offset known while tracing, but it is addressed by a register (scalar_offset): "
+             "take the view first and index by the register last")
+
+    __int__ = __index__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __mod__ = __lt__ = __gt__ = \
+        __le__ = __ge__ = _static_only
+
+
+def offset_plus(offset, term):
+    """offset + term, where either may have a run-time (register) part."""
+    if is_register(term):
+        return DynOffset(offset, term) if not isinstance(offset, DynOffset) else offset + term
+    return offset + term
 
 
 def _norm_index(i, size, what):
@@ -571,8 +647,8 @@ def index_view(view, key):
     for k in key:
         if type(k) is IndexExpr:
             return _index_expressions(view, key)
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    if any(k is Ellipsis for k in key):
+        i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (view.ndim - len(key) + 1) + key[i + 1:]
     if len(key) > view.ndim:
         fail(f"{len(key)} indices for a tensor of {view.ndim} dims {list(view.shape)}")
@@ -580,8 +656,21 @@ def index_view(view, key):
     dims, vars_out = [], []
     for d, (stride, size) in enumerate(view.dims):
         k = key[d] if d < len(key) else slice(None)
+        if isinstance(k, DynSlice) and is_register(k.start):
+            # nl.ds(reg, n): n elements from a run-time start; the bounds are checked when it issues.
+            if d == pdim:
+                fail("a partition range cannot start at a register (dynamic addressing is along the free dims)")
+            offset = offset_plus(offset, k.start * stride)
+            dims.append([stride, k.size])
+            vars_out.append(None)
+            continue
         if isinstance(k, DynSlice):
             k = slice(k.start, k.start + k.size)
+        if is_register(k):
+            if d == pdim:
+                fail("a partition cannot be chosen by a register (dynamic addressing is along the free dims)")
+            offset = offset_plus(offset, k * stride)
+            continue
         if isinstance(k, slice):
             start, stop, step = k.indices(size)
             if k.stop is not None and not isinstance(k.stop, (int, np.integer)):
@@ -618,7 +707,7 @@ def index_view(view, key):
         kept = 0
         for d in range(pdim):
             k = key[d] if d < len(key) else slice(None)
-            if not isinstance(k, (int, np.integer)):
+            if not isinstance(k, (int, np.integer)) and not is_register(k):
                 kept += 1
         new_pdim = kept
     return View(view.st, offset, dims, new_pdim, pstart)

@@ -60,7 +60,7 @@ def _ap_text(v):
         if len(dims) > 5:
             fail(f"an HBM access of {len(dims)} non-contiguous dims: the DMA takes at most 5")
         inner = "".join([f", [{s}, {n}]" for s, n in dims[1:]])
-        return f"{st.name}{{offset={v.offset}, ap=[[{dims[0][0]}, {dims[0][1]}]{inner}]}}"
+        return f"{st.name}{{{_offset_text(v.offset)}ap=[[{dims[0][0]}, {dims[0][1]}]{inner}]}}"
     pdim = v.pdim
     if len(dims) == 2 and pdim == 0:
         s, n = dims[1]
@@ -72,7 +72,14 @@ def _ap_text(v):
         if len(free) > 4:
             fail(f"an access of {len(free)} non-contiguous free dims: engines take at most 4")
         inner = "".join([f", [{s}, {n}]" for s, n in free])
-    return f"{st.name}{{offset={v.offset}, ap=[[{v.pstart}, {dims[pdim][1]}]{inner}]}}"
+    return f"{st.name}{{{_offset_text(v.offset)}ap=[[{v.pstart}, {dims[pdim][1]}]{inner}]}}"
+
+
+def _offset_text(offset):
+    """'offset=O, ' or, addressed by a register, 'offset=O, scalar_offset=rN, '."""
+    if isinstance(offset, _core.DynOffset):
+        return f"offset={offset.static}, scalar_offset=r{offset.reg._register}, "
+    return f"offset={offset}, "
 
 
 def as_view(value, what):
@@ -165,6 +172,7 @@ def emit(name, args, kwargs, location=None):
     parts = []
     written = []
     touched = []
+    dynamic = False
     for (oname, kind, required, words), v in zip(plan, values):
         if v is None:
             if required:
@@ -177,6 +185,7 @@ def emit(name, args, kwargs, location=None):
                 if view is None:
                     return -1   # the mask keeps nothing
             touched.append(view.st)
+            dynamic = dynamic or isinstance(view.offset, _core.DynOffset)
             if kind != "in":
                 written.append(view)
             if kind != "out" and view.st.pending_zero:
@@ -222,6 +231,12 @@ def emit(name, args, kwargs, location=None):
         else:
             fail(f"nisa.{name}: operand kind {kind} not handled", location)
         parts.append(f"{oname}={text}")
+    mode = values[names["dge_mode"]] if name == "dma_copy" else None
+    if dynamic and name == "dma_copy" and getattr(mode, "_isa_name", mode) in (None, "unknown"):
+        # A register-addressed DMA needs descriptors made at run time: the hardware DGE where the chip has it
+        # (v3+), else the GpSimd's software DGE (what the NKI compiler picks; the ISA wants the mode named).
+        parts = [p for p in parts if not p.startswith("dge_mode=")]
+        parts.append("dge_mode=" + ("hwdge" if trace.target.hardware_dge else "swdge"))
     if engine is not None:
         if engine not in [e for e, _ in spec["engines"]]:
             fail(f"nisa.{name} cannot run on the {engine} engine (engines: "

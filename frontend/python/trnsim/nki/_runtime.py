@@ -3,6 +3,7 @@ simulator with values (or timing only), and hand results back in the caller's fr
 import inspect
 import json
 import os
+import re
 
 import numpy as np
 
@@ -148,6 +149,7 @@ class Kernel:
         self.last_summary = None
         self.last_result = None
         self.last_program = None
+        self.last_programs = []   # one per physical core of the last LNC launch
         self.benchmark_result = None
         self._cache = {}
         self.trace_count = 0
@@ -189,38 +191,44 @@ class Kernel:
         if device is not None and device.type != "cpu":
             return self._run_on_device(bound, arrays, device, grid)
         instances = _instances(grid)
-        total_ns, summaries, state = 0.0, [], {}
+        summaries, state = [], {}
         per_core_ns = {}
         cores = _logical_cores(config, overrides, grid)
+        # An LNC launch runs its programs together, one per physical core, sharing HBM (their core_barriers meet,
+        # their DMAs contend); other grid instances run one after another, each seeing what earlier ones wrote.
+        batches = [instances] if cores > 1 else [[program_id] for program_id in instances]
         results = None
-        for index, program_id in enumerate(instances):
-            traced = self._traced(bound, arrays, config, overrides, program_id, grid)
+        import trnsim
+        for index, batch in enumerate(batches):
+            traced_batch = [self._traced(bound, arrays, config, overrides, program_id, grid) for program_id in batch]
             inputs = {}
-            for arg_name, st_name in traced.inputs.items():
-                inputs[st_name] = state.get(st_name, arrays[arg_name][1])
-            inputs.update(traced.constants)
-            for st_name in traced.outputs:
-                if st_name in state and st_name not in inputs:
-                    inputs[st_name] = state[st_name]
-            import trnsim
+            for traced in traced_batch:
+                for arg_name, st_name in traced.inputs.items():
+                    inputs[st_name] = state.get(st_name, arrays[arg_name][1])
+                inputs.update(traced.constants)
+                for st_name in traced.outputs:
+                    if st_name in state and st_name not in inputs:
+                        inputs[st_name] = state[st_name]
+            programs = [t.tasm for t in traced_batch]
             try:
-                result = trnsim.run_program(traced.tasm, inputs, config=config, overrides=overrides,
-                                            timing_only=timing_only,
+                result = trnsim.run_program(programs if len(programs) > 1 else programs[0], inputs, config=config,
+                                            overrides=overrides, timing_only=timing_only,
                                             trace=trace_path if index == 0 else None, overwrite=overwrite)
             except trnsim.ProgramError as e:
-                raise KernelError(traced.trace.explain(str(e))) from None
+                raise KernelError(_explain(traced_batch, str(e))) from None
             if trace_path and index == 0:
-                _annotate_trace(trace_path, traced.trace)
+                _annotate_trace(trace_path, [t.trace for t in traced_batch])
             state.update(result.outputs)
             core = index % cores
             per_core_ns[core] = per_core_ns.get(core, 0.0) + result.latency_ns
-            summaries.append(RunSummary(result, traced.trace, traced.trace.target))
-            self.last_result, self.last_program = result, traced.tasm
+            summaries.append(RunSummary(result, traced_batch[0].trace, traced_batch[0].trace.target))
+            self.last_result, self.last_program, self.last_programs = result, programs[0], programs
             if not timing_only:
-                _device_prints(traced, result)
-            results = traced
-        # Grid instances share the logical core's physical cores round-robin; contention between
-        # them for HBM is not modelled in this mode.
+                for traced in traced_batch:
+                    _device_prints(traced, result)
+            results = traced_batch[0]
+        # Other grid instances share the logical core's physical cores round-robin; contention between
+        # them for HBM is not modelled in this mode (an LNC launch's programs do contend: they ran together).
         self.last_latency_ns = max(per_core_ns.values()) if per_core_ns else 0.0
         self.last_summary = summaries[0] if len(summaries) == 1 else _GridSummary(summaries, self.last_latency_ns)
         if timing_only:
@@ -414,8 +422,16 @@ def _device_prints(traced, result):
             print(prefix, result.outputs[name])
 
 
-def _annotate_trace(path, trace):
-    """Names every instruction slice of the Perfetto trace after the kernel line that issued it."""
+def _explain(traced_batch, message):
+    """A program error at the kernel's line: the program of the core the message names (``core N ...``)."""
+    match = re.match(r"core (\d+) ", message)
+    core = int(match.group(1)) if match and len(traced_batch) > 1 else 0
+    return traced_batch[min(core, len(traced_batch) - 1)].trace.explain(message)
+
+
+def _annotate_trace(path, traces):
+    """Names every instruction slice of the Perfetto trace after the kernel line that issued it (``traces``:
+    the kernel trace of each core's program, by the trace's process id = core)."""
     with open(path) as f:
         text = f.read()
     try:
@@ -427,6 +443,8 @@ def _annotate_trace(path, trace):
         args = ev.get("args") or {}
         line = args.get("line")
         if isinstance(line, int):
+            pid = ev.get("pid", 0)
+            trace = traces[pid] if isinstance(pid, int) and 0 <= pid < len(traces) else traces[0]
             loc = trace.location_of_line(line)
             if loc:
                 args["source"] = f"{loc[0]}:{loc[1]}"

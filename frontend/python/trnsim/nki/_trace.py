@@ -50,6 +50,7 @@ class Target:
         self.hbm_gbps = float(leaves["hbm.bandwidth_gbps"])
         self.dma_transpose = leaves.get("core.dma.transpose_supported") == "true"
         self.hbm_stacks = int(leaves["hbm.stacks"])
+        self.hardware_dge = int(leaves.get("core.dma.hardware_dge_per_core", 0)) > 0
 
 
 class Trace:
@@ -67,6 +68,7 @@ class Trace:
         self.transpose_flops = 0   # HFU: the Tensor engine's transposes (identity matmuls)
         self.pending = []          # lazy matmul results not written yet (language.LazyMatmul)
         self.registers = 0         # registers handed out (nisa.register_alloc); the ISA has 64 per core
+        self.free_registers = []   # registers whose VirtualRegister died where no open loop reads them again
         self.loops = []            # instruction indices of the open compiled loops' begins
 
     # -- context
@@ -129,17 +131,45 @@ class Trace:
         return st
 
     def alias(self, st, dtype):
-        """The same bytes seen as another dtype of the same size (``t.view(dtype)``)."""
+        """The same bytes seen as another dtype (``t.view(dtype)``): the last dim scales by the size ratio."""
         if st.space == "hbm":
             fail("view(dtype) of an HBM tensor is not supported yet")
         root = st.base or st
-        alias = Storage(self, st.space, dtype, st.shape, st.pdim)
+        shape = list(st.shape)
+        if dtype.size_bytes != st.dtype.size_bytes:
+            last = len(shape) - 1
+            if last == st.pdim:
+                fail("view(dtype) to another size needs a free dim last")
+            if shape[last] * st.dtype.size_bytes % dtype.size_bytes:
+                fail(f"view({dtype.nki_name}): the last dim of {st.dtype.nki_name}{list(st.shape)} is not a whole "
+                     f"number of {dtype.size_bytes}-byte elements")
+            shape[last] = shape[last] * st.dtype.size_bytes // dtype.size_bytes
+        alias = Storage(self, st.space, dtype, shape, st.pdim)
         alias.base = root
         alias.location = user_location()
         alias.name = f"{root.name}_as_{dtype.name}"
-        if not any(t.name == alias.name for t in self.tiles):
-            self.tiles.append(alias)
+        for t in self.tiles:
+            if t.name == alias.name:
+                return t   # one declaration per (tile, dtype)
+        self.tiles.append(alias)
         return alias
+
+    def allocate_register(self):
+        """A register number: a freed one first (the ISA has 64 per core), else a new one."""
+        if self.free_registers:
+            return self.free_registers.pop()
+        if self.registers >= 64:
+            return None
+        self.registers += 1
+        return self.registers - 1
+
+    def release_register(self, index, scope):
+        """A VirtualRegister allocated with open loops ``scope`` is gone. Its number is reused unless a loop
+        opened after it is still open (that loop's body runs again and may read the old value)."""
+        loops = tuple(self.loops)
+        if len(loops) > len(scope) and loops[:len(scope)] == scope:
+            return
+        self.free_registers.append(index)
 
     def close_loop(self, begin, end):
         """A compiled loop's body runs again after its last instruction: every tile it touches stays

@@ -5,6 +5,8 @@ of its ``.def`` line in that order, positionally or by name, plus ``engine=`` (o
 table allows) and ``mask=`` (beta-1 masks). An instruction trnsim's ISA lacks raises a KernelError
 naming it (see ``missing()``).
 """
+import numpy as np
+
 from . import _core, _emit, _trace
 from ._core import fail, user_location
 
@@ -77,7 +79,7 @@ NKI_FUNCTIONS = [
     "register_store", "rng", "scalar_tensor_tensor", "select_reduce", "sendrecv", "sequence_bounds",
     "set_rng_seed", "tensor_copy", "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce",
     "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
-    "topk", "get_nc_version", "dma_gather", "scalar_load",
+    "topk", "get_nc_version", "dma_gather", "scalar_load", "scalar_store",
 ]
 
 
@@ -155,11 +157,18 @@ def dma_compute(dst, srcs, reduce_op=None, scales=None, unique_indices=None, **k
 
 
 class VirtualRegister:
-    """``nisa.register_alloc()``: one of the core's 64 int32 registers (ISA r0..r63)."""
-    __slots__ = ("_register",)
+    """``nisa.register_alloc()`` / ``nisa.scalar_load()``: one of the core's 64 int32 registers (ISA r0..r63),
+    NKI's ``NkiScalar``. Arithmetic (+, -, * with ints or registers) is traced into register instructions
+    (int32, wrapping); comparisons give a 0/1 register. A register whose object is gone is reused."""
+    __slots__ = ("_register", "_trace", "_scope")
 
-    def __init__(self, index):
-        self._register = index
+    def __init__(self, index, trace=None, scope=()):
+        self._register, self._trace, self._scope = index, trace, scope
+
+    def __del__(self):
+        trace = getattr(self, "_trace", None)
+        if trace is not None:
+            trace.release_register(self._register, self._scope)
 
     def __repr__(self):
         return f"<nki register r{self._register}>"
@@ -170,12 +179,14 @@ class VirtualRegister:
 
     def _compare(self, other, op):
         """A new register holding 1 where ``self op other`` holds (signed int32), else 0."""
+        if not isinstance(other, VirtualRegister) and not _is_int(other):
+            return NotImplemented   # ``x in (Ellipsis, ...)``: not a traced comparison
         location = user_location()
         out = register_alloc()
         if isinstance(other, VirtualRegister):
             _emit.emit("register_compare", (out, self, op), {"src2": other}, location)
         else:
-            _emit.emit("register_compare", (out, self, op, int(other)), {}, location)
+            _emit.emit("register_compare", (out, self, op, _int32(other, op)), {}, location)
         return out
 
     def __lt__(self, other): return self._compare(other, "less")
@@ -186,22 +197,64 @@ class VirtualRegister:
     def __ne__(self, other): return self._compare(other, "not_equal")
     __hash__ = object.__hash__
 
+    def _arith(self, other, opcode, what):
+        location = user_location()
+        out = register_alloc()
+        if isinstance(other, VirtualRegister):
+            _emit.emit(opcode, (out, self), {"src2": other}, location)
+        else:
+            _emit.emit(opcode, (out, self, _int32(other, what)), {}, location)
+        return out
+
+    def __add__(self, other): return self if _is_zero(other) else self._arith(other, "register_add", "+")
+    __radd__ = __add__
+    def __sub__(self, other): return self if _is_zero(other) else self._arith(other, "register_sub", "-")
+    def __mul__(self, other): return self if _is_int(other) and int(other) == 1 else \
+        self._arith(other, "register_mul", "*")
+    __rmul__ = __mul__
+
+    def __rsub__(self, other):
+        location = user_location()
+        out = register_alloc(_int32(other, "-"))
+        _emit.emit("register_sub", (out, out), {"src2": self}, location)
+        return out
+
+    def __neg__(self):
+        return 0 - self
+
     def __index__(self):
         fail("a register's value is not known while tracing: use nl.fori_loop / nl.dynamic_range, not range()")
+
+
+def _is_int(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _is_zero(x):
+    return _is_int(x) and int(x) == 0
+
+
+def _int32(x, what):
+    if not _is_int(x):
+        fail(f"register arithmetic ({what}) takes an int or a register, got {type(x).__name__} {x!r}")
+    x = int(x)
+    if not -2 ** 31 <= x < 2 ** 31:
+        fail(f"register arithmetic ({what}): {x} does not fit an int32 register")
+    return x
 
 
 def register_alloc(init=None, **_):
     """A fresh register, set to ``init`` (an int, or another register's value) when given."""
     location = user_location()
     trace = _trace.current()
-    if trace.registers >= 64:
-        fail("more than 64 registers: the ISA has 64 per core [register-index]", location)
-    reg = VirtualRegister(trace.registers)
-    trace.registers += 1
+    index = trace.allocate_register()
+    if index is None:
+        fail("more than 64 registers live at once: the ISA has 64 per core [register-index]", location)
+    reg = VirtualRegister(index, trace, tuple(trace.loops))
     if isinstance(init, VirtualRegister):
         _emit.emit("register_move", (reg,), {"src": init}, location)
     elif init is not None:
-        _emit.emit("register_move", (reg, int(init)), {}, location)
+        _emit.emit("register_move", (reg, _int32(init, "register_alloc")), {}, location)
     return reg
 
 
@@ -211,6 +264,11 @@ def scalar_load(src, **_):
     reg = register_alloc()
     _emit.emit("register_load", (reg, src), {}, location)
     return reg
+
+
+def scalar_store(dst, src, **_):
+    """``nisa.scalar_store``: a register's value into a one-element integer tensor."""
+    _emit.emit("register_store", (dst, src), {}, user_location())
 
 
 def register_move(dst, imm=None, src=None, **kwargs):

@@ -1137,11 +1137,11 @@ def static_cast(array, dtype):
 
 # nki.language API of NKI 0.7 that this front-end does not offer yet (trnsim.nki.missing_api()).
 MISSING = [
-    "Tensor.ap(scalar_offset=<register>) dynamic addressing (compiled loops run a body of static accesses)",
     "Tensor.ap(vector_offset=, indirect_dim=)",
-    "Tensor.indirect (gather/scatter views)",
+    "Tensor.indirect: tensor indirection of compute-engine operands (trn3 column gather/scatter by a uint16 index "
+    "tile; HBM row gathers by an index tile, table[idx_tile, :], work)",
     "vector_select",
     "all_reduce and nki.collectives",
-    "view(dtype) between dtypes of different sizes",
+    "view(dtype) of an HBM tensor",
     "blocks / NkiBlockGrid (tile grids: nl.tiles and nl.alloc_tiles work)",
 ]
