@@ -156,21 +156,28 @@ OpRecord execute_kernel(int device, const std::string& key, const kernels::Kerne
   return run_on_device(*runtime, device, key, parts, invocation, inputs, outputs, std::move(record), host_start);
 }
 
-OpRecord execute_program(int device, const std::string& key, const std::function<isa::Program()>& make_program,
+OpRecord execute_program(int device, const std::string& key,
+                         const std::function<std::vector<isa::Program>()>& make_programs,
                          const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
                          OpRecord record) {
   const auto host_start = std::chrono::steady_clock::now();
   std::shared_ptr<DeviceRuntime> runtime = current_runtime();
   ProgramParts parts = runtime->find_program(key);
   if (parts.empty()) {
-    isa::Program program = make_program();
-    if (program.generation != runtime->config().generation) {
-      throw isa::IsaError("program '" + program.name + "' targets " + std::string(enum_name(program.generation)) +
-                          " but the device simulates " + runtime->config().name);
+    std::vector<isa::Program> programs = make_programs();
+    if (programs.empty() || programs.size() > cores_per_device(runtime->config())) {
+      throw isa::IsaError("key '" + key + "': " + std::to_string(programs.size()) + " programs for a device of " +
+                          std::to_string(cores_per_device(runtime->config())) + " physical cores");
     }
-    isa::check_program(program, runtime->config());
-    // One core runs it: a program names no core of its own, so the device's other cores idle.
-    parts = {std::make_shared<const isa::Program>(std::move(program))};
+    // Program i runs on core i; with fewer programs than cores the others idle.
+    for (isa::Program& program : programs) {
+      if (program.generation != runtime->config().generation) {
+        throw isa::IsaError("program '" + program.name + "' targets " + std::string(enum_name(program.generation)) +
+                            " but the device simulates " + runtime->config().name);
+      }
+      isa::check_program(program, runtime->config());
+      parts.push_back(std::make_shared<const isa::Program>(std::move(program)));
+    }
     runtime->cache_program(key, parts);
   }
   return run_on_device(*runtime, device, key, parts, std::nullopt, inputs, outputs, std::move(record), host_start);

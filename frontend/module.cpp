@@ -206,7 +206,8 @@ PYBIND11_MODULE(_C, m) {
     fe::config_info();  // loads the device's config if nothing has yet
     return config_leaves(fe::current_runtime()->config(), fe::current_runtime()->hash());
   });
-  m.def("execute_program", [](int device, const std::string& key, const std::string& tasm, const std::string& origin,
+  m.def("execute_program", [](int device, const std::string& key, const std::vector<std::string>& tasm,
+                              const std::string& origin,
                               const std::vector<py::tuple>& inputs, const std::vector<py::tuple>& outputs,
                               const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
                               const std::string& dtype) {
@@ -234,7 +235,12 @@ PYBIND11_MODULE(_C, m) {
     fe::OpRecord done;
     {
       py::gil_scoped_release release;
-      done = fe::execute_program(device, key, [&] { return trnsim::isa::parse_tasm(tasm, origin); }, in, out, record);
+      // One program per physical core of an LNC launch (a list of one otherwise).
+      done = fe::execute_program(device, key, [&] {
+        std::vector<trnsim::isa::Program> programs;
+        for (const std::string& text : tasm) programs.push_back(trnsim::isa::parse_tasm(text, origin));
+        return programs;
+      }, in, out, record);
     }
     py::dict d;
     d["start_ns"] = done.start_ns;

@@ -12,11 +12,13 @@
 
 namespace trnsim::frontend {
 
-// The program cached under `key` (built by `make_program` the first time: checked for the device's
-// generation and legality, IsaError otherwise) is simulated on one core of `device` with values:
+// The programs cached under `key` (built by `make_programs` the first time: checked for the device's
+// generation and legality, IsaError otherwise) are simulated with values, program i on physical core i of
+// `device`, all sharing its HBM (one program: one core; an NKI LNC launch: one per core of the logical core):
 // `inputs` copied into its HBM tensors, `outputs` copied back, the clock advanced, the op logged
-// (profiler, timeline, recording; a recorded launch carries the program, no invocation).
-OpRecord execute_program(int device, const std::string& key, const std::function<isa::Program()>& make_program,
+// (profiler, timeline, recording; a recorded launch carries the programs, no invocation).
+OpRecord execute_program(int device, const std::string& key,
+                         const std::function<std::vector<isa::Program>()>& make_programs,
                          const std::vector<HostBuffer>& inputs, const std::vector<HostBuffer>& outputs,
                          OpRecord record);
 

@@ -94,3 +94,31 @@ def test_recorded_and_replayed(tmp_path):
     (launch,) = report["launches"]
     assert launch["op"] == "nki.scaled_product" and launch["kind"] == "kernel"
     assert launch["recorded_ns"] == recorded and launch["ns"] == recorded   # bit for bit
+
+
+@nki.jit
+def swap_halves(a):
+    """LNC=2 on the device: each core writes its half, the cores meet (nisa.core_barrier), each copies the
+    other's half: out = a with its halves swapped, as one op of the program."""
+    import nki.isa as nisa
+    n, d = a.shape
+    half = n // 2
+    me = nl.program_id(0)
+    shared = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(shared[me * half:(me + 1) * half, :], nl.load(a[me * half:(me + 1) * half, :]))
+    nisa.core_barrier(shared, (0, 1))
+    other = 1 - me
+    nl.store(out[me * half:(me + 1) * half, :], nl.load(shared[other * half:(other + 1) * half, :]))
+    return out
+
+
+def test_an_lnc_launch_is_one_op_on_both_physical_cores():
+    if trnsim._C.device_config_leaves().get("chip.default_logical_core_size") != "2":
+        pytest.skip("the device's config has no LNC=2")
+    a = torch.randn(256, 64)
+    seen = len(trnsim.op_log())
+    out = swap_halves[2](a.to("neuron"))
+    torch.testing.assert_close(out.cpu(), torch.cat([a[128:], a[:128]]))
+    log = [r for r in trnsim.op_log()[seen:] if r["op"] == "nki.swap_halves"]
+    assert len(log) == 1

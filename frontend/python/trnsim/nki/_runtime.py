@@ -257,8 +257,15 @@ class Kernel:
         inputs = {name: value.detach().contiguous() for name, (value, _) in arrays.items()}
         host = {name: _HostShape(t) for name, t in inputs.items()}
         total, outputs, structure = 0.0, None, None
-        for program_id in _instances(grid):
-            traced = self._traced(bound, host, config[0], [config[1]], program_id, grid, leaves=leaves)
+        # An LNC launch is one op on the logical core's physical cores (shared HBM, core_barriers meet); other
+        # grid instances are ops one after another, each seeing what earlier ones wrote.
+        lnc = int(leaves.get("chip.default_logical_core_size", 1))
+        instances = _instances(grid)
+        batches = [instances] if len(grid) == 1 and grid[0] == lnc and lnc > 1 else [[i] for i in instances]
+        for batch in batches:
+            traced_batch = [self._traced(bound, host, config[0], [config[1]], program_id, grid, leaves=leaves)
+                            for program_id in batch]
+            traced = traced_batch[0]
             if outputs is None:
                 outputs = {}
                 for st in traced.trace.hbm:
@@ -275,12 +282,13 @@ class Kernel:
             outs = [_buffer(name, by_name[name]) for name in traced.outputs]
             shapes = [list(t.shape) for t in inputs.values()]
             dtype = str(next(iter(inputs.values())).dtype).replace("torch.", "") if inputs else ""
+            programs = [t.tasm for t in traced_batch]
             try:
-                done = _C.execute_program(device.index or 0, f"nki:{self.__name__}:{hash(traced.tasm)}", traced.tasm,
-                                          f"<nki kernel {self.__name__}>", ins, outs, f"nki.{self.__name__}",
-                                          shapes, dtype)
+                done = _C.execute_program(device.index or 0, f"nki:{self.__name__}:{hash(tuple(programs))}",
+                                          programs, f"<nki kernel {self.__name__}>", ins, outs,
+                                          f"nki.{self.__name__}", shapes, dtype)
             except RuntimeError as e:
-                raise KernelError(traced.trace.explain(str(e))) from None
+                raise KernelError(_explain(traced_batch, str(e))) from None
             total += done["ns"]
         self.last_latency_ns = total
         self.last_summary = None
