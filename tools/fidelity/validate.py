@@ -1,0 +1,172 @@
+"""trnsim's fidelity table: the published hardware figures trnsim is calibrated or validated on
+(../shared/reference/trainium.md §9), each run as a trnsim workload written for it, printed as
+simulated vs published with the error and the band the project holds it to.
+
+    PYTHONPATH=build/python python tools/fidelity/validate.py [--only V1,V8] [--json FILE] [--check]
+
+- V1: the NKI tutorial's bf16 matmul [4096, 8192] @ [8192, 8192] in its four stages on trn1
+  (examples/nki/matmul_kernels.py, beta-1 NKI, run through trnsim.nki): each stage's latency within
+  15 %, and each stage-to-stage speed-up within 15 % of the published one.
+- V2: the same four stages on trn2: the published engine-active percentages (DMA, Tensor, Vector)
+  within 10 points (active = merged busy time over the kernel's time, as Neuron Explorer counts it).
+- V8: one DMA engine moves 32 KiB (bf16 [4, 4096], HBM -> SBUF) on trn2 in 1,416 ns; within 2 %.
+- V9: dependent one-element ScalarE activations on trn1 issue every 264 cycles; within 2 %.
+
+All runs are timing-only. ``--check`` exits 1 when a figure is outside its band. The golden test tier
+runs this table (tests/golden/test_fidelity.py).
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+# trainium.md §9.
+V1_PUBLISHED_MS = {"tiled": 51.80, "hoisted": 42.96, "blocked": 22.07, "optimized": 6.97}
+V2_PUBLISHED_ACTIVE = {   # percent of the kernel's time each engine is active
+    "tiled": {"dma": 99.93, "tensor": 87.28},
+    "hoisted": {"dma": 99.73, "tensor": 99.85},
+    "blocked": {"tensor": 99.52, "dma": 95.70},
+    "optimized": {"dma": 21.54, "tensor": 99.50, "vector": 10.55},
+}
+V8_PUBLISHED_NS = 1416.0
+V9_PUBLISHED_CYCLES = 264.0
+
+BANDS = {"V1": ("relative", 0.15), "V1-ratio": ("relative", 0.15), "V2": ("points", 10.0),
+         "V8": ("relative", 0.02), "V9": ("relative", 0.02)}
+
+
+class Row:
+    def __init__(self, case, workload, config, published, simulated, unit, band):
+        self.case, self.workload, self.config = case, workload, config
+        self.published, self.simulated, self.unit = published, simulated, unit
+        self.kind, self.limit = BANDS[band]
+
+    @property
+    def error(self):
+        if self.kind == "points":
+            return self.simulated - self.published
+        return (self.simulated - self.published) / self.published
+
+    @property
+    def within(self):
+        return abs(self.error) <= self.limit
+
+    def as_dict(self):
+        return {"case": self.case, "workload": self.workload, "config": self.config, "unit": self.unit,
+                "published": self.published, "simulated": self.simulated, "error": self.error,
+                "band": self.limit, "band_kind": self.kind, "within": self.within}
+
+    def text(self):
+        err = f"{self.error:+.1f} pt" if self.kind == "points" else f"{100 * self.error:+.1f} %"
+        band = f"±{self.limit:.0f} pt" if self.kind == "points" else f"±{100 * self.limit:.0f} %"
+        return (f"{self.case:<9} {self.workload:<40} {self.config:<5} {self.published:>10.3f} {self.simulated:>10.3f} "
+                f"{self.unit:<6} {err:>9} {band:>6}  {'ok' if self.within else 'OUT'}")
+
+
+def _tutorial_stages(target):
+    """(stage, latency_ns, summary) of the four matmul stages at the tutorial's size, timing-only."""
+    import ml_dtypes
+    import numpy as np
+    import trnsim.nki
+    trnsim.nki.install()
+    sys.path.insert(0, os.path.join(REPO, "examples", "nki"))
+    import matmul_kernels
+    from neuronxcc import nki
+    previous = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = target
+    try:
+        M, K, N = 4096, 8192, 8192
+        lhsT = np.zeros((K, M), dtype=ml_dtypes.bfloat16)
+        rhs = np.zeros((K, N), dtype=ml_dtypes.bfloat16)
+        out = []
+        for name, kernel in matmul_kernels.STAGES:
+            bench = nki.benchmark(kernel, warmup=1, iters=1, timing_only=True)
+            bench(lhsT, rhs)
+            out.append((name, bench.last_latency_ns, bench.last_summary))
+        return out
+    finally:
+        if previous is None:
+            os.environ.pop("NEURON_PLATFORM_TARGET_OVERRIDE", None)
+        else:
+            os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = previous
+
+
+def v1():
+    stages = _tutorial_stages("trn1")
+    rows = [Row("V1", f"matmul tutorial: {name}", "trn1", V1_PUBLISHED_MS[name], ns / 1e6, "ms", "V1")
+            for name, ns, _ in stages]
+    for (a, ta, _), (b, tb, _) in zip(stages, stages[1:]):
+        rows.append(Row("V1-ratio", f"speed-up {a} -> {b}", "trn1", V1_PUBLISHED_MS[a] / V1_PUBLISHED_MS[b],
+                        ta / tb, "x", "V1-ratio"))
+    return rows
+
+
+def v2():
+    rows = []
+    for name, _, summary in _tutorial_stages("trn2"):
+        for engine, published in V2_PUBLISHED_ACTIVE[name].items():
+            active = 100 * summary.utilization.get(f"core0.{engine}", 0.0)
+            rows.append(Row("V2", f"matmul tutorial: {name}, {engine} active", "trn2", published, active, "%", "V2"))
+    return rows
+
+
+def v8():
+    import trnsim
+    program = ("kernel v8\ntarget trn2\nhbm a : bf16[4, 4096] input\nsbuf t : bf16[4, 4096]\n"
+               "dma_copy dst=t, src=a\n")
+    ns = trnsim.run_program(program, timing_only=True, config="trn2").latency_ns
+    return [Row("V8", "DMA 32 KiB on one engine", "trn2", V8_PUBLISHED_NS, ns, "ns", "V8")]
+
+
+def v9(count=100):
+    import trnsim
+    body = "".join("activation dst=t, op=exp, data=t\n" for _ in range(count))
+    result = trnsim.run_program("kernel v9\ntarget trn1\nsbuf t : fp32[128, 1]\n" + body, timing_only=True,
+                                config="trn1")
+    from trnsim import _C
+    clock = float(_C.config_leaves("trn1", [])["core.scalar.clock_ghz"])
+    cycles = result.latency_ns / count * clock
+    return [Row("V9", f"{count} dependent 1-element activations", "trn1", V9_PUBLISHED_CYCLES, cycles, "cycles",
+                "V9")]
+
+
+CASES = {"V1": v1, "V2": v2, "V8": v8, "V9": v9}
+
+
+def table(only=None):
+    rows = []
+    for case, run in CASES.items():
+        if only and case not in only:
+            continue
+        rows.extend(run())
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated cases (V1,V2,V8,V9)")
+    parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a figure is outside its band")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else None
+    unknown = (only or set()) - set(CASES)
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: one of {', '.join(CASES)}")
+    rows = table(only)
+    print(f"{'case':<9} {'workload':<40} {'cfg':<5} {'published':>10} {'simulated':>10} {'unit':<6} {'error':>9} "
+          f"{'band':>6}")
+    for row in rows:
+        print(row.text())
+    outside = [r for r in rows if not r.within]
+    print(f"{len(rows) - len(outside)} of {len(rows)} within their band")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.as_dict() for r in rows], f, indent=1)
+    return 1 if args.check and outside else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
