@@ -79,6 +79,7 @@ struct ChipConfig {
   std::vector<uint32_t> supported_logical_core_sizes;
   uint32_t collective_cores = 0;
   double base_clock_ghz = 0;
+  double kernel_launch_ns = 0;
 
   template <class V>
   void visit(V& v) {
@@ -89,6 +90,10 @@ struct ChipConfig {
     v.field("collective_cores", collective_cores, info("CC-cores that run collectives", 0, 1024));
     v.field("base_clock_ghz", base_clock_ghz,
             info("NeuronCore base clock: the profiler's cycle count (total_cycles) is in this clock", 0.01, 20));
+    v.field("kernel_launch_ns", kernel_launch_ns,
+            info("fixed cost of one kernel execution (program load, semaphore set-up, completion) before its first "
+                 "instruction: stats launch_ns, charged once per launch (each eager op on the device); total_ns is the "
+                 "body after it", 0, 1e9));
   }
 };
 

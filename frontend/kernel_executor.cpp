@@ -137,6 +137,7 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
   add_bindings(launch, outputs, "out");
   record::set_kernel_result(launch, result.stats);
   record.ns = launch.ns;
+  record.launch_ns = launch.launch_ns;
   record.flops = launch.flops;
   record.mfu = launch.mfu;
   record.bottleneck = launch.bottleneck;

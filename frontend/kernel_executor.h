@@ -47,7 +47,8 @@ struct OpRecord {
   std::string dtype;
   int device = 0;
   double start_ns = 0;  // on the device's simulated clock
-  double ns = 0;
+  double ns = 0;         // kernels: launch_ns + the simulated body
+  double launch_ns = 0;  // kernels: the execution's fixed cost (config chip.kernel_launch_ns)
   uint64_t flops = 0;
   double mfu = 0;
   uint64_t bytes = 0;      // host-link bytes of a copy or a fallback

@@ -245,6 +245,7 @@ PYBIND11_MODULE(_C, m) {
     py::dict d;
     d["start_ns"] = done.start_ns;
     d["ns"] = done.ns;
+    d["launch_ns"] = done.launch_ns;
     d["flops"] = done.flops;
     d["mfu"] = done.mfu;
     d["bottleneck"] = done.bottleneck;
@@ -321,6 +322,7 @@ PYBIND11_MODULE(_C, m) {
       d["dtype"] = r.dtype;
       d["device"] = r.device;
       d["ns"] = r.ns;
+      d["launch_ns"] = r.launch_ns;
       d["flops"] = r.flops;
       d["mfu"] = r.mfu;
       d["bottleneck"] = r.bottleneck;

@@ -51,7 +51,8 @@ struct Launch {
 
   // The measured result.
   double start_ns = 0;  // on the device's simulated clock
-  double ns = 0;
+  double ns = 0;         // kernels: launch_ns + the body
+  double launch_ns = 0;  // kernels: the execution's fixed cost (config chip.kernel_launch_ns), first
   std::map<std::string, double> busy_ns;  // per engine of each core ("core0.tensor", "core1.dma")
   uint64_t flops = 0;
   double mfu = 0;

@@ -26,6 +26,7 @@ void add_launch_to_timeline(sim::TraceWriter& timeline, const Launch& launch, do
     args.push_back({"flops", std::to_string(launch.flops)});
     args.push_back({"mfu", std::to_string(launch.mfu)});
     args.push_back({"bottleneck", launch.bottleneck});
+    args.push_back({"launch_ns", std::to_string(launch.launch_ns)});
   } else {
     args.push_back({"host_link_bytes", std::to_string(launch.host_link_bytes)});
   }
@@ -35,7 +36,13 @@ void add_launch_to_timeline(sim::TraceWriter& timeline, const Launch& launch, do
     const int link = timeline.find_or_add_track(process, "host link", 1);
     timeline.slice(process, link, start_ns, launch.ns, name, {{"bytes", std::to_string(launch.host_link_bytes)}});
   }
-  if (core_trace) timeline.append(*core_trace, start_ns, device + " ", launch.device * 100 + 1);
+  if (launch.kind == "kernel" && launch.launch_ns > 0) {
+    // The execution's fixed cost (config chip.kernel_launch_ns) comes first; the cores' instructions follow it.
+    const int track = timeline.find_or_add_track(process, "launch", 2);
+    timeline.slice(process, track, start_ns, launch.launch_ns, "launch " + launch.op,
+                   {{"launch_ns", std::to_string(launch.launch_ns)}});
+  }
+  if (core_trace) timeline.append(*core_trace, start_ns + launch.launch_ns, device + " ", launch.device * 100 + 1);
 }
 
 }  // namespace trnsim::record

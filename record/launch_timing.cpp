@@ -42,7 +42,8 @@ std::string busiest_engine(const std::map<std::string, double>& busy_ns) {
 }
 
 void set_kernel_result(Launch& launch, const sim::SimStats& stats) {
-  launch.ns = stats.total_ns;
+  launch.ns = stats.execution_ns();
+  launch.launch_ns = stats.launch_ns;
   launch.flops = stats.flops;
   launch.mfu = stats.mfu();
   launch.busy_ns.clear();

@@ -78,6 +78,7 @@ std::string launch_line(const Launch& launch) {
   }
   j["start_ns"] = launch.start_ns;
   j["ns"] = launch.ns;
+  j["launch_ns"] = launch.launch_ns;
   Json busy = Json::object();
   for (const auto& [engine, ns] : launch.busy_ns) busy[engine] = ns;
   j["busy_ns"] = busy;
@@ -174,6 +175,8 @@ Launch parse_launch(const std::string& line, const std::string& origin, size_t n
   }
   launch.start_ns = field<double>(j, "start_ns", origin, n);
   launch.ns = field<double>(j, "ns", origin, n);
+  // Recordings made before launch costs were modelled have none: their ns is the body alone.
+  launch.launch_ns = optional_field<double>(j, "launch_ns", 0.0, origin, n);
   launch.busy_ns = field<std::map<std::string, double>>(j, "busy_ns", origin, n);
   launch.flops = field<uint64_t>(j, "flops", origin, n);
   launch.mfu = field<double>(j, "mfu", origin, n);

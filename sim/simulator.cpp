@@ -203,6 +203,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   stats.config_hash = config_hash;
   stats.cores = static_cast<uint32_t>(options.cores.size());
   stats.total_cycles = stats.total_ns * config.chip.base_clock_ghz;
+  stats.launch_ns = config.chip.kernel_launch_ns;
   // MFU counts matmul FLOPs against the peak of the dominant input dtype on the cores used.
   if (auto dtype = parse_dtype(stats.flops_dtype)) {
     stats.peak_tflops = peak_tensor_tflops_per_core(config.core.tensor, *dtype) * stats.cores;

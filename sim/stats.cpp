@@ -14,6 +14,8 @@ double SimStats::utilization(const std::string& engine) const {
 std::string SimStats::to_json() const {
   nlohmann::ordered_json j;
   j["total_ns"] = total_ns;
+  j["launch_ns"] = launch_ns;
+  j["execution_ns"] = execution_ns();
   j["total_cycles"] = total_cycles;
   j["config"] = config_name;
   j["config_hash"] = config_hash;
@@ -42,8 +44,9 @@ std::string SimStats::to_json() const {
 std::string SimStats::summary() const {
   std::ostringstream out;
   char line[256];
-  std::snprintf(line, sizeof line, "simulated %.3f us (%.0f cycles at the base clock) on %u core(s), config %s (%s)\n",
-                total_ns / 1e3, total_cycles, cores, config_name.c_str(), config_hash.c_str());
+  std::snprintf(line, sizeof line,
+                "simulated %.3f us (%.0f cycles at the base clock) on %u core(s), config %s (%s); a launch adds %.3f us\n",
+                total_ns / 1e3, total_cycles, cores, config_name.c_str(), config_hash.c_str(), launch_ns / 1e3);
   out << line;
   for (const auto& [name, e] : engines) {
     std::snprintf(line, sizeof line, "  %-14s %6.1f%% busy  %8llu instructions\n", name.c_str(),

@@ -15,7 +15,8 @@ struct EngineStats {
 };
 
 struct SimStats {
-  double total_ns = 0;
+  double total_ns = 0;   // the program body: from the launch's end to the last instruction's completion
+  double launch_ns = 0;  // the kernel execution's fixed cost before the body (config chip.kernel_launch_ns)
   double total_cycles = 0;  // in the chip's base clock (chip.base_clock_ghz)
   std::string config_name;
   std::string config_hash;
@@ -32,6 +33,7 @@ struct SimStats {
   double host_seconds = 0;
   uint64_t simulated_instructions = 0;
 
+  double execution_ns() const { return launch_ns + total_ns; }  // one launch, end to end
   double achieved_tflops() const { return total_ns > 0 ? flops / total_ns / 1e3 : 0; }
   double mfu() const { return peak_tflops > 0 ? achieved_tflops() / peak_tflops : 0; }
   double dma_achieved_gbps() const { return total_ns > 0 ? dma_bytes / total_ns : 0; }

@@ -149,7 +149,7 @@ def test_conv2d_splits_across_the_logical_cores_physical_cores():
         trnsim.reset_simulated_time()
         y = F.conv2d(x.to("neuron"), wt.to("neuron"), padding=1)
         (rec,) = [r for r in trnsim.op_log("kernel") if r["op"] == "convolution_overrideable"]
-        times[lnc] = rec["ns"]
+        times[lnc] = rec["ns"] - rec["launch_ns"]   # the body: the launch cost does not split
         check(y, F.conv2d(x, wt, padding=1), torch.bfloat16, 64 * 9)
     trnsim.set_config("trn2")
     assert times[2] < 0.75 * times[1], times

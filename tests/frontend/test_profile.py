@@ -169,7 +169,7 @@ def test_matmul_splits_across_the_logical_cores_physical_cores():
         out = a.to("neuron") @ b.to("neuron")
         check(out, a @ b, torch.bfloat16, 1024)
         (rec,) = trnsim.op_log("kernel")
-        times[lnc] = rec["ns"]
+        times[lnc] = rec["ns"] - rec["launch_ns"]   # the body: the launch cost does not split
     trnsim.set_config("trn2")
     # Two physical cores: close to half the time (each core its own half of the output).
     assert times[2] < 0.6 * times[1], times
@@ -216,3 +216,26 @@ def test_casts_of_strided_views_run_on_the_device():
     # so it is one cast in storage order.
     assert kernels == ["copy device->device", "cast", "cast", "copy device->device", "cast"]
     assert trnsim.fallback_report() == {}
+
+
+def test_each_kernel_op_pays_the_launch_cost_first(tmp_path, trn2):
+    """chip.kernel_launch_ns: every kernel op (one kernel execution in eager mode) is charged it before its body;
+    copies and fallbacks are not kernel executions. The timeline shows the launch, the cores' slices after it."""
+    launch = float(trnsim._C.device_config_leaves()["chip.kernel_launch_ns"])
+    assert launch > 0
+    a = torch.randn(128, 64).to("neuron")
+    with trnsim.profile() as prof:
+        b = a * 2 + 1
+    kernels = [r for r in prof.records if r["kind"] == "kernel"]
+    assert kernels and all(r["launch_ns"] == launch and r["ns"] > launch for r in kernels)
+    path = tmp_path / "launch.json"
+    prof.export_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    launches = [e for e in events if e.get("ph") == "X" and tracks.get((e["pid"], e["tid"])) == "launch"]
+    assert len(launches) == len(kernels)
+    assert all(e["dur"] == pytest.approx(launch / 1e3) for e in launches)
+    first_engine = min(e["ts"] for e in events if e.get("ph") == "X" and procs[e["pid"]].startswith("neuron:0 core"))
+    assert first_engine >= min(e["ts"] for e in launches) + launch / 1e3 - 1e-6
+    del b

@@ -459,3 +459,24 @@ TEST(SimulationErrors, MemoryBeyondTheHostIsRefused) {
 
 }  // namespace
 }  // namespace trnsim::sim
+
+namespace trnsim::sim {
+namespace {
+
+TEST(LaunchCost, IsReportedApartFromTheBodyAndFollowsTheConfig) {
+  // chip.kernel_launch_ns is charged once per kernel execution: stats launch_ns, execution = launch + body; the
+  // body (total_ns) does not depend on it.
+  HardwareConfig hw = config("trn2");
+  HardwareConfig slow = config("trn2", {"chip.kernel_launch_ns=50000"});
+  isa::Program p = dma_program(hw.generation, 128, 512, DType::bf16);
+  SimResult a = run(p, hw), b = run(p, slow);
+  EXPECT_DOUBLE_EQ(a.stats.launch_ns, hw.chip.kernel_launch_ns);
+  EXPECT_DOUBLE_EQ(b.stats.launch_ns, 50000);
+  EXPECT_GT(hw.chip.kernel_launch_ns, 0);
+  EXPECT_DOUBLE_EQ(a.stats.total_ns, b.stats.total_ns);
+  EXPECT_DOUBLE_EQ(b.stats.execution_ns(), 50000 + b.stats.total_ns);
+  EXPECT_THAT(b.stats.to_json(), testing::HasSubstr("\"launch_ns\": 50000.0"));
+}
+
+}  // namespace
+}  // namespace trnsim::sim

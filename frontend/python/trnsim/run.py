@@ -33,7 +33,8 @@ _ML_FLOATS = {np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
 
 class RunResult:
     """What a run gave: ``outputs`` (tensor name -> array; empty when timing-only), ``latency_ns``
-    (simulated), ``engines`` (engine -> busy ns, e.g. ``"core0.tensor"``), ``stats`` (the dict
+    (the simulated program body), ``launch_ns`` (the kernel execution's fixed cost before it, config
+    ``chip.kernel_launch_ns``; ``execution_ns`` = both), ``engines`` (engine -> busy ns, e.g. ``"core0.tensor"``), ``stats`` (the dict
     ``trnsim run --stats`` writes: flops, mfu, utilisation, DMA bytes, ...), ``name``, ``config_hash``."""
 
     def __init__(self, outputs, stats, name, config_hash):
@@ -42,6 +43,8 @@ class RunResult:
         self.name = name
         self.config_hash = config_hash
         self.latency_ns = stats["total_ns"]
+        self.launch_ns = stats.get("launch_ns", 0.0)
+        self.execution_ns = self.launch_ns + self.latency_ns
         self.engines = {name: e["busy_ns"] for name, e in stats["engines"].items()}
 
     def __repr__(self):

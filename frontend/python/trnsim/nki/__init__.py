@@ -9,7 +9,8 @@ Opt in, never implicitly (a real Neuron install is never shadowed):
 A kernel is ordinary Python traced once per argument shapes/dtypes into trnsim's ISA (one NKI
 ``nki.isa`` call = one instruction) and run on the configured hardware (``NEURON_PLATFORM_TARGET_OVERRIDE``
 = trn1 / trn2 / trn3, else ``trnsim.nki.set_target`` or the device config). Every call leaves
-``kernel.last_latency_ns`` and ``kernel.last_summary`` (per-engine busy time, MFU / HFU / MBU).
+``kernel.last_latency_ns`` (one kernel execution: the launch cost, config ``chip.kernel_launch_ns``, then the
+body) and ``kernel.last_summary`` (the body's per-engine busy time, MFU / HFU / MBU; its ``launch_ns``).
 """
 import functools
 import os
