@@ -118,15 +118,21 @@ struct TensorEngineConfig {
     v.field("min_initiation_interval_cycles", min_initiation_interval_cycles,
             info("shortest back-to-back matmul interval (MM_INIT_LATENCY)", 1, 100000));
     v.field("rate_factor_by_dtype", rate_factor_by_dtype,
-            info("moving-data throughput relative to bf16; a dtype absent here cannot be a matmul input", 0.001, 64));
+            info("moving-data throughput relative to bf16: a pass takes 1 / this bf16 passes (an MX dtype's factor "
+                 "counts its values per element: 4 / this); a dtype absent here cannot be a matmul input",
+                 0.001, 64));
     v.field("double_row_dtypes", double_row_dtypes, info("dtypes that may use the double_row performance mode"));
     v.field("double_row_rate_factor", double_row_rate_factor,
-            info("throughput relative to bf16 in double_row mode (K doubled per instruction)", 0, 64));
+            info("throughput relative to bf16 in double_row mode: K doubles per instruction and a pass takes 2 / this "
+                 "bf16 passes",
+                 0, 64));
     v.field("max_stationary_free_size", max_stationary_free_size, info("largest stationary free size", 1, 4096));
     v.field("max_moving_free_size_by_psum_dtype", max_moving_free_size_by_psum_dtype,
             info("largest moving free size for each PSUM output dtype; absent dtype = not a legal output", 1, 65536));
     v.field("load_stationary_speedup", load_stationary_speedup,
-            info("LoadStationary runs this many times faster than a MultiplyMoving of equal free size", 1, 64));
+            info("LoadStationary runs this many times faster than a MultiplyMoving of equal free size; loaded in the "
+                 "background of the previous matmul, it bounds the matmul interval below by N_stationary / this",
+                 1, 64));
     v.field("tile_granularity_rows", tile_granularity_rows,
             info("smallest row/column tile for concurrent small matmuls", 1, 4096));
     v.field("fp32_transpose_speedup", fp32_transpose_speedup, info("speed-up of the PE transpose mode on fp32", 1, 16));
@@ -149,8 +155,9 @@ struct ComputeEngineConfig {
     v.field("clock_ghz", clock_ghz, info("engine clock", 0.01, 20));
     v.field("lanes", lanes, info("partitions processed in parallel", 1, 4096));
     v.field("elements_per_cycle_by_dtype", elements_per_cycle_by_dtype,
-            info("published datapath width in elements per cycle (all lanes, best mode); "
-                 "a dtype absent here cannot be read or written by the engine",
+            info("published datapath width in elements per cycle (all lanes, best mode); / lanes = elements per lane "
+                 "per cycle, which caps the performance mode of an instruction streaming the dtype and, below 1, "
+                 "slows it; a dtype absent here cannot be read or written by the engine",
                  1, 1 << 20));
     v.field("fixed_overhead_cycles", fixed_overhead_cycles,
             info("static cost added to a dependent or small instruction", 0, 100000));
