@@ -137,7 +137,8 @@ struct TensorEngineConfig {
             info("smallest row/column tile for concurrent small matmuls", 1, 4096));
     v.field("fp32_transpose_speedup", fp32_transpose_speedup, info("speed-up of the PE transpose mode on fp32", 1, 16));
     v.field("background_transpose", background_transpose,
-            info("a transpose may run concurrently with another matmul or transpose"));
+            info("a transpose may run concurrently with another matmul or transpose (the Tensor engine has a "
+                 "second, transpose-only lane)"));
   }
 };
 
