@@ -66,6 +66,11 @@ struct EnumNames<Topology> {
 
 // Allowed range and documentation of one field. Bounds are inclusive and apply to numbers,
 // to every element of a number list and to every value of a per-dtype map.
+//
+// A doc that starts with "informational: " marks a key no simulated quantity reads (it describes the hardware, or
+// waits for a model that will use it; the doc says which). Every other leaf key changes some simulated time, count
+// or legality outcome: tests/sim/config_keys_live_test.cpp perturbs each one and checks that it does.
+inline constexpr const char* kInformationalPrefix = "informational: ";
 struct FieldInfo {
   const char* doc;
   double min = 0;
@@ -86,8 +91,14 @@ struct ChipConfig {
     v.field("physical_cores", physical_cores, info("NeuronCores on one chip", 1, 1024));
     v.field("default_logical_core_size", default_logical_core_size,
             info("physical cores per logical core (LNC) unless the user picks another", 1, 8));
-    v.field("supported_logical_core_sizes", supported_logical_core_sizes, info("LNC values the chip supports", 1, 8));
-    v.field("collective_cores", collective_cores, info("CC-cores that run collectives", 0, 1024));
+    v.field("supported_logical_core_sizes", supported_logical_core_sizes,
+            info("informational: LNC values the chip supports (validated: default_logical_core_size must be one; "
+                 "the device and replay run that default)",
+                 1, 8));
+    v.field("collective_cores", collective_cores,
+            info("informational: CC-cores that run collectives (no collective is simulated yet; for the multi-chip "
+                 "model)",
+                 0, 1024));
     v.field("base_clock_ghz", base_clock_ghz,
             info("NeuronCore base clock: the profiler's cycle count (total_cycles) is in this clock", 0.01, 20));
     v.field("kernel_launch_ns", kernel_launch_ns,
@@ -123,20 +134,29 @@ struct TensorEngineConfig {
     v.field("min_initiation_interval_cycles", min_initiation_interval_cycles,
             info("shortest back-to-back matmul interval (MM_INIT_LATENCY)", 1, 100000));
     v.field("rate_factor_by_dtype", rate_factor_by_dtype,
-            info("moving-data throughput relative to bf16; a dtype absent here cannot be a matmul input", 0.001, 64));
+            info("moving-data throughput relative to bf16: a pass takes 1 / this bf16 passes (an MX dtype's factor "
+                 "counts its values per element: 4 / this); a dtype absent here cannot be a matmul input",
+                 0.001, 64));
     v.field("double_row_dtypes", double_row_dtypes, info("dtypes that may use the double_row performance mode"));
     v.field("double_row_rate_factor", double_row_rate_factor,
-            info("throughput relative to bf16 in double_row mode (K doubled per instruction)", 0, 64));
+            info("throughput relative to bf16 in double_row mode: K doubles per instruction and a pass takes 2 / this "
+                 "bf16 passes",
+                 0, 64));
     v.field("max_stationary_free_size", max_stationary_free_size, info("largest stationary free size", 1, 4096));
     v.field("max_moving_free_size_by_psum_dtype", max_moving_free_size_by_psum_dtype,
             info("largest moving free size for each PSUM output dtype; absent dtype = not a legal output", 1, 65536));
     v.field("load_stationary_speedup", load_stationary_speedup,
-            info("LoadStationary runs this many times faster than a MultiplyMoving of equal free size", 1, 64));
+            info("LoadStationary runs this many times faster than a MultiplyMoving of equal free size; loaded in the "
+                 "background of the previous matmul, it bounds the matmul interval below by N_stationary / this",
+                 1, 64));
     v.field("tile_granularity_rows", tile_granularity_rows,
-            info("smallest row/column tile for concurrent small matmuls", 1, 4096));
+            info("smallest row/column tile for concurrent small matmuls (not modelled yet: nc_matmul's "
+                 "tile_position is neither checked nor timed)",
+                 1, 4096));
     v.field("fp32_transpose_speedup", fp32_transpose_speedup, info("speed-up of the PE transpose mode on fp32", 1, 16));
     v.field("background_transpose", background_transpose,
-            info("a transpose may run concurrently with another matmul or transpose"));
+            info("a transpose may run concurrently with another matmul or transpose (the Tensor engine has a "
+                 "second, transpose-only lane)"));
   }
 };
 
@@ -151,17 +171,23 @@ struct ComputeEngineConfig {
 
   template <class V>
   void visit(V& v) {
+    visit_fields(v, "throughput multipliers the hardware may select (its published rules say when)");
+  }
+  // The fields, with the doc of performance_modes (an engine without published modes marks it informational).
+  template <class V>
+  void visit_fields(V& v, const char* performance_modes_doc) {
     v.field("clock_ghz", clock_ghz, info("engine clock", 0.01, 20));
     v.field("lanes", lanes, info("partitions processed in parallel", 1, 4096));
     v.field("elements_per_cycle_by_dtype", elements_per_cycle_by_dtype,
-            info("published datapath width in elements per cycle (all lanes, best mode); "
-                 "a dtype absent here cannot be read or written by the engine",
+            info("published datapath width in elements per cycle (all lanes, best mode); / lanes = elements per lane "
+                 "per cycle, which caps the performance mode of an instruction streaming the dtype and, below 1, "
+                 "slows it; a dtype absent here cannot be read or written by the engine",
                  1, 1 << 20));
     v.field("fixed_overhead_cycles", fixed_overhead_cycles,
             info("static cost added to a dependent or small instruction", 0, 100000));
     v.field("min_initiation_interval_cycles", min_initiation_interval_cycles,
             info("shortest interval between two instructions (MIN_II)", 1, 100000));
-    v.field("performance_modes", performance_modes, info("throughput multipliers the hardware may select", 1, 64));
+    v.field("performance_modes", performance_modes, info(performance_modes_doc, 1, 64));
   }
 };
 
@@ -181,7 +207,10 @@ struct GpSimdEngineConfig : ComputeEngineConfig {
   uint32_t processors = 0;
   template <class V>
   void visit(V& v) {
-    ComputeEngineConfig::visit(v);
+    // No GpSimd performance mode is published (A-V3, A-V4): the cost model runs it at one element per lane per cycle
+    // (or slower, elements_per_cycle_by_dtype), whatever the list says.
+    ComputeEngineConfig::visit_fields(v, "informational: GpSimd has no published performance mode; its instructions "
+                                         "run at 1x whatever is listed (validated against the widths)");
     v.field("processors", processors, info("programmable vector processors, each wired to lanes/processors partitions",
                                            1, 1024));
   }
@@ -349,10 +378,12 @@ struct NeuronLinkConfig {
   double latency_ns = 0;
   template <class V>
   void visit(V& v) {
-    v.field("version", version, info("NeuronLink generation"));
-    v.field("links_per_chip", links_per_chip, info("chip-to-chip links on one chip", 0, 1024));
-    v.field("bandwidth_per_link_gbps", bandwidth_per_link_gbps, info("one link, one direction", 0, 1e6));
-    v.field("latency_ns", latency_ns, info("one hop", 0, 1e9));
+    // Nothing chip-to-chip is simulated yet (one chip per run): informational until the multi-chip model.
+    v.field("version", version, info("informational: NeuronLink generation"));
+    v.field("links_per_chip", links_per_chip, info("informational: chip-to-chip links on one chip", 0, 1024));
+    v.field("bandwidth_per_link_gbps", bandwidth_per_link_gbps,
+            info("informational: one link, one direction", 0, 1e6));
+    v.field("latency_ns", latency_ns, info("informational: one hop", 0, 1e9));
   }
 };
 
@@ -362,9 +393,12 @@ struct SwitchLevelConfig {
   double latency_ns = 0;
   template <class V>
   void visit(V& v) {
-    v.field("chips_per_group", chips_per_group, info("groups of the level below joined by one switch", 1, 1 << 20));
-    v.field("bandwidth_per_chip_gbps", bandwidth_per_chip_gbps, info("per-chip bandwidth into this level", 0.001, 1e6));
-    v.field("latency_ns", latency_ns, info("one traversal of this level", 0, 1e9));
+    // Informational until the multi-chip model (see NeuronLinkConfig).
+    v.field("chips_per_group", chips_per_group,
+            info("informational: groups of the level below joined by one switch", 1, 1 << 20));
+    v.field("bandwidth_per_chip_gbps", bandwidth_per_chip_gbps,
+            info("informational: per-chip bandwidth into this level", 0.001, 1e6));
+    v.field("latency_ns", latency_ns, info("informational: one traversal of this level", 0, 1e9));
   }
 };
 
@@ -377,12 +411,14 @@ struct SystemConfig {
   std::vector<SwitchLevelConfig> switch_levels;
   template <class V>
   void visit(V& v) {
-    v.field("description", description, info("what this system is"));
-    v.field("chips", chips, info("Trainium chips in the system", 1, 1 << 20));
-    v.field("topology", topology, info("single chip, torus of NeuronLinks, or switched fabric"));
-    v.field("torus_dimensions", torus_dimensions, info("ring size along each torus dimension (torus only)", 1, 1 << 20));
+    // Informational until the multi-chip model (see NeuronLinkConfig); validated and shown by `config show`.
+    v.field("description", description, info("informational: what this system is"));
+    v.field("chips", chips, info("informational: Trainium chips in the system", 1, 1 << 20));
+    v.field("topology", topology, info("informational: single chip, torus of NeuronLinks, or switched fabric"));
+    v.field("torus_dimensions", torus_dimensions,
+            info("informational: ring size along each torus dimension (torus only)", 1, 1 << 20));
     v.field("bandwidth_per_chip_gbps_by_dimension", bandwidth_per_chip_gbps_by_dimension,
-            info("per-chip bandwidth along each torus dimension (torus only)", 0.001, 1e6));
+            info("informational: per-chip bandwidth along each torus dimension (torus only)", 0.001, 1e6));
     v.field("switch_levels", switch_levels, info("switch hierarchy from the innermost level out (switched only)"));
   }
 };
@@ -401,8 +437,8 @@ struct HardwareConfig {
 
   template <class V>
   void visit(V& v) {
-    v.field("name", name, info("short name of this configuration"));
-    v.field("description", description, info("one line on what it describes"));
+    v.field("name", name, info("informational: short name of this configuration (named in stats and traces)"));
+    v.field("description", description, info("informational: one line on what it describes"));
     v.field("generation", generation, info("Trainium generation whose ISA rules apply"));
     v.field("chip", chip, info("chip-level organisation"));
     v.field("core", core, info("one physical NeuronCore"));
@@ -410,7 +446,9 @@ struct HardwareConfig {
     v.field("host_link", host_link, info("link between host memory and the device"));
     v.field("neuronlink", neuronlink, info("chip-to-chip links"));
     v.field("systems", systems, info("multi-chip systems built from this chip, by name"));
-    v.field("default_system", default_system, info("system simulated unless another is named"));
+    v.field("default_system", default_system,
+            info("informational: system simulated unless another is named (one chip is simulated; for the "
+                 "multi-chip model and `config show`'s system figures)"));
   }
 };
 

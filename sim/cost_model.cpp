@@ -8,6 +8,8 @@
 #include "isa/core_state.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -82,11 +84,41 @@ bool inner_stride_one(const AccessPattern& ap) {
   return true;
 }
 
-// The largest mode the engine lists that does not exceed `eligible` (1 when none is listed).
-uint32_t select_mode(const std::vector<uint32_t>& modes, uint32_t eligible) {
+// How many elements of these dtypes one lane of the engine streams per cycle: the engine's published datapath width
+// (elements_per_cycle_by_dtype, all lanes, best mode; A-V3: 512 bf16/fp16 and 256 other dtypes on the NC-v3 Vector
+// engine) over its lanes, for the slowest dtype. Dtypes the engine does not list do not limit it here (legality
+// refuses them, but for quantize_mx's packed outputs, which are not streamed element by element).
+double lane_rate(const ComputeEngineConfig& engine, std::initializer_list<DType> dtypes) {
+  double rate = std::numeric_limits<double>::infinity();
+  for (DType dtype : dtypes) {
+    auto it = engine.elements_per_cycle_by_dtype.find(dtype);
+    if (it != engine.elements_per_cycle_by_dtype.end()) rate = std::min(rate, double(it->second) / engine.lanes);
+  }
+  return rate;
+}
+
+// The same for the tensors an instruction streams: its tensor operands of more than one element per partition (a
+// per-partition scalar operand or a [P, 1] reduction result is read or written once per lane, not streamed).
+double streaming_lane_rate(const Instruction& inst, const ComputeEngineConfig& engine) {
+  double rate = std::numeric_limits<double>::infinity();
+  for (const isa::OperandSpec& operand : inst.spec().operands) {
+    const AccessPattern* ap = given_tensor(inst, operand);
+    if (ap && ap->free_elements() > 1) rate = std::min(rate, lane_rate(engine, {ap->dtype}));
+  }
+  return rate;
+}
+
+// A lane streaming fewer than one element per cycle (a width below the lanes) takes 1 / rate cycles per element:
+// the factor on the per-element part of a cost. 1 at every shipped width (none is below the lanes).
+double slowdown(double lane_rate) { return lane_rate < 1 ? 1 / lane_rate : 1; }
+
+// The largest mode the engine lists that does not exceed `eligible` (1 when none is listed) nor the lane rate of the
+// dtypes streamed: a mode moves `mode` elements per lane per cycle, which the datapath must carry (A-V3: the 4x mode
+// is the 512-wide bf16/fp16 path of 128 lanes; at the shipped widths this never lowers a mode the rules give).
+uint32_t select_mode(const std::vector<uint32_t>& modes, uint32_t eligible, double lane_rate) {
   uint32_t mode = 1;
   for (uint32_t m : modes) {
-    if (m <= eligible) mode = std::max(mode, m);
+    if (m <= eligible && m <= lane_rate) mode = std::max(mode, m);
   }
   return mode;
 }
@@ -94,11 +126,11 @@ uint32_t select_mode(const std::vector<uint32_t>& modes, uint32_t eligible) {
 // A-V3 VectorE performance mode of tensor_copy/tensor_scalar: 4x with input and output both in
 // SBUF, both bf16/fp16, contiguous innermost; 2x (bf16/fp16) when non-contiguous or a side is in PSUM.
 uint32_t vector_copy_mode(const Program& program, const ComputeEngineConfig& engine, const AccessPattern& in,
-                          const AccessPattern& out) {
+                          const AccessPattern& out, double lane_rate) {
   if (!is_16bit_float(in.dtype) || !is_16bit_float(out.dtype)) return 1;
   bool both_sbuf = space(program, in) == MemorySpace::sbuf && space(program, out) == MemorySpace::sbuf;
   bool contiguous = inner_stride_one(in) && inner_stride_one(out);
-  return select_mode(engine.performance_modes, both_sbuf && contiguous ? 4 : 2);
+  return select_mode(engine.performance_modes, both_sbuf && contiguous ? 4 : 2, lane_rate);
 }
 
 // The copy-like instructions' input operand (the one the perf-mode rules look at).
@@ -120,12 +152,15 @@ void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
   if (inst.opcode == Opcode::nc_transpose) {
     // ISA-COST: max(P, min(MIN_II, F)) back-to-back; fp32 at the fp32 matmul rate (4x) unless the
     // v3+ transpose mode speeds it up (A-V3: 2x).
+    // The data is the stationary of that matmul (free size F, against an identity moving of P columns), so its
+    // LoadStationary bounds it as a matmul's does (see below): max(P, min(MIN_II, F), F / LS speed-up).
     const AccessPattern& data = inst.tensor("data");
     double time_rate = rate_of(data.dtype);
     if (data.dtype == DType::fp32) time_rate *= pe.fp32_transpose_speedup;
     cost.elements = data.free_elements();
+    const double f = double(data.free_elements());
     cost.occupancy_cycles =
-        std::max<double>(data.partitions(), std::min<double>(min_ii, double(data.free_elements()))) / time_rate;
+        std::max({double(data.partitions()), std::min(min_ii, f), f / pe.load_stationary_speedup}) / time_rate;
     cost.flops = 0;
     cost.flops_dtype = data.dtype;
     return;
@@ -151,15 +186,27 @@ void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
 
   // The dtype that paces the array: the slower input (both inputs are of one class, see legality).
   DType input_dtype = rate_of(moving.dtype) < rate_of(stationary.dtype) ? moving.dtype : stationary.dtype;
-  // A-V3/A-V4: double_row and MX LoadStationary/MultiplyMoving take the time of bf16 K = 128; their
-  // higher peak comes from K, not from a faster pass. Otherwise the dtype's rate (fp32: 0.25 -> 4x).
-  double time_rate = double_row || mx ? 1.0 : rate_of(input_dtype);
+  // Pass time against a bf16 K = 128 pass: 1 / the dtype's rate (fp32: 0.25 -> 4x). A double_row or MX pass
+  // contracts kDoubleRowContraction / values_per_element times K = 128 and reaches its rate factor
+  // (double_row_rate_factor, the MX dtype's rate_factor_by_dtype) of the bf16 throughput, so it takes
+  // contraction / factor bf16 passes: A-V3/A-V4 publish the same LS/MM time as bf16 K = 128 (factor 2 for
+  // double_row, 4 for MX), their higher peak coming from K, not from a faster pass.
+  double time_rate = rate_of(input_dtype);
+  if (double_row) time_rate = pe.double_row_rate_factor / kDoubleRowContraction;
+  if (mx) time_rate = rate_of(input_dtype) / isa::values_per_element(input_dtype);
   // The v3+ PE transpose mode (is_transpose) runs fp32 faster (A-V3); the speed-up is 1 before v3.
   if (transpose && input_dtype == DType::fp32) time_rate *= pe.fp32_transpose_speedup;
 
-  // ISA-COST / §6: II = max(min(MM_INIT_LATENCY, N_stationary), N_moving), LoadStationary overlapped.
+  // ISA-COST / §6: II = max(min(MM_INIT_LATENCY, N_stationary), N_moving), with the next LoadStationary in the
+  // background of this MultiplyMoving: throughput is bound by max(LS, MM) (§6 "Background LoadStationary"), an LS
+  // being load_stationary_speedup times faster than an MM of the same free size (§6 "Fast LoadStationary": N_stat /
+  // speed-up cycles). II = max(min(MIN_II, N_stat), N_stat / speed-up, N_mov): the LS term binds only when the
+  // speed-up is below N_stat / MIN_II, so never at the published 4x with N_stat <= 128 (ISA-COST unchanged); at 1x
+  // a [128, 128] stationary against a short moving takes 128 cycles instead of 64. Every nc_matmul loads its
+  // stationary (§6 Profiler view: one LS plus one MM per nc_matmul).
   cost.elements = n;
-  cost.occupancy_cycles = std::max(std::min(min_ii, double(m)), double(n)) / time_rate;
+  cost.occupancy_cycles =
+      std::max({std::min(min_ii, double(m)), double(m) / pe.load_stationary_speedup, double(n)}) / time_rate;
   // PROF: MFU counts model matmuls only; transposes are not model FLOPs. A MAC is 2 FLOPs.
   cost.flops = transpose ? 0 : 2 * k * m * n;
   cost.flops_dtype = input_dtype;
@@ -170,7 +217,12 @@ void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
 void vector_cost(const Instruction& inst, const Program& program, const HardwareConfig& config, ComputeCost& cost) {
   const VectorEngineConfig& dve = config.core.vector;
   const double min_ii = dve.min_initiation_interval_cycles;
-  const double n = double(cost.elements);
+  // quantize_mx streams its bf16/fp16 src; its packed outputs are not elements of the datapath (A-V4: 4 input
+  // elements per partition per cycle).
+  const double rate = inst.opcode == Opcode::quantize_mx ? lane_rate(dve, {inst.tensor("src").dtype})
+                                                         : streaming_lane_rate(inst, dve);
+  // N of the formulas, in lane cycles at one element per cycle: a width below the lanes stretches every formula.
+  const double n = double(cost.elements) * slowdown(rate);
   // A-V2/PERF: the ~100-cycle static overhead is paid by a dependent (RAW) instruction, so it is
   // the delay before results are visible, not part of the initiation interval.
   cost.latency_cycles = dve.fixed_overhead_cycles;
@@ -194,7 +246,7 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
     }
     case Opcode::tensor_scalar:
     case Opcode::tensor_copy:
-      cost.performance_mode = vector_copy_mode(program, dve, copy_input(inst), inst.tensor("dst"));
+      cost.performance_mode = vector_copy_mode(program, dve, copy_input(inst), inst.tensor("dst"), rate);
       // The mode divides the per-element time; MIN_II ("shortest interval between two
       // instructions") still bounds the result.
       cycles = std::max(min_ii, n / cost.performance_mode);
@@ -218,7 +270,7 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
     case Opcode::quantize_mx:
       // A-V4: 4 elements per partition per cycle, the Vector engine's 4x mode (config performance_modes); N = src's
       // elements per partition (the largest operand).
-      cost.performance_mode = select_mode(dve.performance_modes, 4);
+      cost.performance_mode = select_mode(dve.performance_modes, 4, rate);
       cycles = std::max(min_ii, n / cost.performance_mode);
       break;
     // ISA-COST: tensor_scalar_reduce max(MIN_II, N) + MIN_II (the reduction's "small additional cost").
@@ -278,7 +330,8 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
 void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
   const ScalarEngineConfig& act = config.core.scalar;
   const double min_ii = act.min_initiation_interval_cycles;
-  const double n = double(cost.elements);
+  const double rate = streaming_lane_rate(inst, act);
+  const double n = double(cost.elements) * slowdown(rate);  // as on the Vector engine
   // V9: a dependent chain issues every 264 cycles = MIN_II + this overhead (see the configs).
   cost.latency_cycles = act.fixed_overhead_cycles;
 
@@ -301,7 +354,7 @@ void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
       const AccessPattern& in = copy_input(inst);
       const AccessPattern& out = inst.tensor("dst");
       cost.performance_mode =
-          is_16bit_float(in.dtype) && is_16bit_float(out.dtype) ? select_mode(act.performance_modes, 2) : 1;
+          is_16bit_float(in.dtype) && is_16bit_float(out.dtype) ? select_mode(act.performance_modes, 2, rate) : 1;
       cycles = std::max(min_ii, n / cost.performance_mode);
       break;
     }
@@ -314,7 +367,10 @@ void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
 
 void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
   const GpSimdEngineConfig& pool = config.core.gpsimd;
-  const double n = double(cost.elements);
+  // A width below the lanes stretches the per-element part of every formula below (as on the Vector engine); the
+  // processors' start-up does not stream.
+  const double slow = slowdown(streaming_lane_rate(inst, pool));
+  const double n = double(cost.elements) * slow;
   // ISA-COST GPSIMD_START (~150 cycles) is the start-up of the processors' program: the engine is
   // busy for it, so it is occupancy; results are visible when the instruction ends (latency 0).
   const double start = pool.fixed_overhead_cycles;
@@ -326,13 +382,13 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
     // ISA topk (HEAD docs, the one cost they keep; trainium.md §5.2): 4 * n + K GpSimd cycles, the 16-partition
     // groups in parallel; taken as the whole cost (no GPSIMD_START on top: the published estimate is complete).
     constexpr double kTopkCyclesPerElement = 4;  // ISA topk "4*n + K"
-    cycles = kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements());
+    cycles = slow * (kTopkCyclesPerElement * inst.scalar("n") + double(inst.tensor("val_dst").free_elements()));
   } else if (inst.opcode == Opcode::nc_n_gather) {
-    cycles = start + double(inst.tensor("indices").free_elements());  // assumed, as noted above
+    cycles = start + slow * double(inst.tensor("indices").free_elements());  // assumed, as noted above
   } else if (inst.opcode == Opcode::sequence_bounds) {
     // No published cost: assumed GPSIMD_START + n, n = segment ids (one pass over the partition; the two passes of
     // the NKI reference, starts and ends, taken as one).
-    cycles = start + double(inst.tensor("segment_ids").free_elements());
+    cycles = start + slow * double(inst.tensor("segment_ids").free_elements());
   } else if (inst.opcode == Opcode::local_gather) {
     // ISA-COST local_gather (trainium.md §5.2): GPSIMD_START + (num_valid_indices * e) / C GpSimd cycles, with
     // C = ((28 + t * e) / (t * e)) / min(4 / dtype_size, e), e = num_elem_per_idx, t = 4; the 8 cores in parallel.
@@ -345,14 +401,14 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
                                                        : kIndexPartitions * double(inst.tensor("index").free_elements());
     const double dtype_size = double(dtype_size_bytes(inst.tensor("src_buffer").dtype));
     const double c = ((kGatherFixed + kGatherT * e) / (kGatherT * e)) / std::min(kGatherWordBytes / dtype_size, e);
-    cycles = start + valid * e / c;
+    cycles = start + slow * valid * e / c;
   } else if (inst.opcode == Opcode::tensor_partition_reduce) {
     // Assumed (no published cost): each processor is wired to lanes/processors partitions and
     // walks its partitions one after another, so N elements take N * ceil(P / partitions per processor).
     const AccessPattern& data = inst.tensor("data");
     uint32_t per_processor = std::max(1u, pool.lanes / std::max(1u, pool.processors));
     uint32_t rows = (data.partitions() + per_processor - 1) / per_processor;
-    cycles = start + double(data.free_elements()) * rows;
+    cycles = start + slow * double(data.free_elements()) * rows;
   }
   cost.occupancy_cycles = cycles;
   cost.latency_cycles = 0;

@@ -53,6 +53,13 @@ bool accumulates_in_pipeline(const isa::Instruction& inst) {
          inst.scalar("accumulate") != 1;
 }
 
+// A transpose on the PE array: nc_transpose on the Tensor engine, or an nc_matmul in the transpose mode.
+bool is_pe_transpose(const isa::Instruction& inst) {
+  if (inst.engine != Engine::tensor) return false;
+  return inst.opcode == isa::Opcode::nc_transpose ||
+         (inst.opcode == isa::Opcode::nc_matmul && inst.scalar("is_transpose") != 0);
+}
+
 }  // namespace
 
 NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config,
@@ -70,6 +77,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_scalar("scalar", Engine::scalar),
       m_gpsimd("gpsimd", Engine::gpsimd),
       m_sync("sync", Engine::sync),
+      m_tensor_background("tensor_background", Engine::tensor),
       m_dma("dma", config.core.dma, config.hbm.stack_by_core.at(index), hbm),
       m_sbuf("sbuf", trnsim::OnChipMemory::sbuf, config.core, program),
       m_psum("psum", trnsim::OnChipMemory::psum, config.core, program),
@@ -109,6 +117,7 @@ int NeuronCore::trace_track(Engine kind, uint32_t queue) {
   auto it = m_tracks.find(key);
   if (it != m_tracks.end()) return it->second;
   std::string name = kind == Engine::dma ? "qSyncIO" + std::to_string(queue) : track_name(kind);
+  if (kind == Engine::tensor && queue == 1) name = "TensorMatrixBackground";  // the background-transpose lane
   int order = kind == Engine::dma ? 10 + static_cast<int>(queue) : static_cast<int>(kind);
   int track = m_trace->add_track(m_trace_process, name, order);
   m_tracks.emplace(key, track);
@@ -216,7 +225,9 @@ void NeuronCore::step(size_t index) {
     case isa::Opcode::sem_signal: {
       EngineModel& e = engine(kind);
       ComputeCost cost = compute_cost(inst, m_program, m_config);
-      slot = e.schedule(std::max(ready, e.last_done_ns()), cost.occupancy_ns(), cost.latency_ns());
+      double earlier_done = e.last_done_ns();
+      if (kind == Engine::tensor) earlier_done = std::max(earlier_done, m_tensor_background.last_done_ns());
+      slot = e.schedule(std::max(ready, earlier_done), cost.occupancy_ns(), cost.latency_ns());
       int64_t sem = static_cast<int64_t>(inst.scalar("sem"));
       auto& history = m_semaphores[sem];
       int64_t value = (history.empty() ? 0 : history.back().second) + static_cast<int64_t>(inst.scalar("value"));
@@ -229,19 +240,22 @@ void NeuronCore::step(size_t index) {
       EngineModel& e = engine(kind);
       ComputeCost cost = compute_cost(inst, m_program, m_config);
       double arrival = std::max(ready, e.free_at_ns());
+      if (kind == Engine::tensor) arrival = std::max(arrival, m_tensor_background.free_at_ns());
       double meeting = m_core_barrier.meet(m_index, inst.list("cores"), arrival);
       slot = e.schedule(meeting, cost.occupancy_ns(), cost.latency_ns());
       break;
     }
     case isa::Opcode::barrier: {
       double all_done = ready;
-      for (EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
+      for (EngineModel* e : {&m_tensor, &m_tensor_background, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
         all_done = std::max(all_done, e->last_done_ns());
       }
       all_done = std::max(all_done, m_dma.last_done_ns());
       ComputeCost cost = compute_cost(inst, m_program, m_config);
       slot = m_sync.schedule(all_done, cost.occupancy_ns(), cost.latency_ns());
-      for (EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) e->hold_until(slot.done_ns);
+      for (EngineModel* e : {&m_tensor, &m_tensor_background, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
+        e->hold_until(slot.done_ns);
+      }
       break;
     }
     default:
@@ -262,10 +276,23 @@ void NeuronCore::step(size_t index) {
             if (memory) conflict = std::max(conflict, memory->conflict_ready(kind, *ap, performance_mode));
           }
         }
-        slot = engine(kind).schedule(std::max(ready, conflict), cost.occupancy_ns(), cost.latency_ns());
+        const double start_after = std::max(ready, conflict);
+        if (kind == Engine::tensor && m_config.core.tensor.background_transpose) {
+          // In program order on either lane; a transpose takes the lane that frees first (the main one on a tie).
+          const double issue = std::max(start_after, m_tensor_issue_ns);
+          EngineModel& lane = is_pe_transpose(inst) && m_tensor_background.free_at_ns() < m_tensor.free_at_ns()
+                                  ? m_tensor_background
+                                  : m_tensor;
+          if (&lane == &m_tensor_background) queue = 1;
+          slot = lane.schedule(issue, cost.occupancy_ns(), cost.latency_ns());
+        } else {
+          slot = engine(kind).schedule(start_after, cost.occupancy_ns(), cost.latency_ns());
+        }
         if (cost.flops) m_flops_by_dtype[cost.flops_dtype] += cost.flops;
       }
   }
+  // Every Tensor instruction (semaphores and barriers too) bounds when the next one may issue on either lane.
+  if (kind == Engine::tensor) m_tensor_issue_ns = std::max(m_tensor_issue_ns, slot.start_ns);
   // A NaN or infinite config figure that slipped past validation would otherwise stall the
   // SystemC clock (a wait of NaN) or corrupt the bookings of every later instruction.
   if (!std::isfinite(slot.start_ns) || !std::isfinite(slot.done_ns)) {
@@ -336,6 +363,10 @@ void NeuronCore::add_stats(SimStats& stats) const {
   for (const EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
     stats.engines[prefix + std::string(enum_name(e->engine_kind()))] = e->stats();
   }
+  // The background-transpose lane is part of the Tensor engine (its busy time may then exceed the elapsed time).
+  EngineStats& tensor = stats.engines[prefix + "tensor"];
+  tensor.busy_ns += m_tensor_background.stats().busy_ns;
+  tensor.instructions += m_tensor_background.stats().instructions;
   stats.engines[prefix + "dma"] = m_dma.stats();
   for (size_t opcode = 0; opcode < m_opcode_counts.size(); ++opcode) {
     if (!m_opcode_counts[opcode]) continue;

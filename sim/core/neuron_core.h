@@ -70,6 +70,11 @@ class NeuronCore : public sc_core::sc_module {
   CoreRunOptions m_options;
 
   EngineModel m_tensor, m_vector, m_scalar, m_gpsimd, m_sync;
+  // tensor.background_transpose (A-V4): a second, transpose-only lane of the Tensor engine, so a PE transpose runs
+  // concurrently with another matmul or transpose. Both lanes issue in program order (m_tensor_issue_ns: the start
+  // of the last Tensor instruction); unused without the feature.
+  EngineModel m_tensor_background;
+  double m_tensor_issue_ns = 0;
   DmaSystem m_dma;
   OnChipMemory m_sbuf, m_psum;
   Hbm& m_hbm;

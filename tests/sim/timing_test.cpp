@@ -444,6 +444,50 @@ TEST(SimulationErrors, NonFiniteTimesAreAnError) {
   EXPECT_THROW(run_unchecked(std::string(kCopyHeader) + "memset dst=s, value=1\n", slow, {0}, true), isa::IsaError);
 }
 
+// tensor.background_transpose (A-V4, trn3): a PE transpose runs on a second, transpose-only lane of the Tensor engine,
+// concurrently with another matmul or transpose; both lanes issue in program order.
+TEST(TensorEngine, BackgroundTransposeOverlapsTransposesAndMatmuls) {
+  const char* text = R"(target trn3
+sbuf w : bf16[128, 128]
+sbuf x : bf16[128, 512]
+psum acc : fp32[128, 512]
+psum t0 : bf16[128, 128]
+psum t1 : bf16[128, 128]
+psum t2 : bf16[128, 128]
+psum t3 : bf16[128, 128]
+)";
+  for (bool background : {true, false}) {
+    HardwareConfig hw =
+        config("trn3", {std::string("core.tensor.background_transpose=") + (background ? "true" : "false")});
+    const double clock = hw.core.tensor.clock_ghz, latency = hw.core.tensor.fixed_overhead_cycles;
+    // A [128, 128] transpose: max(P, min(MIN_II, F), F / LS speed-up) = 128 cycles (ISA-COST, §6).
+    const double transpose = std::max({128.0, std::min(64.0, 128.0), 128.0 / hw.core.tensor.load_stationary_speedup});
+    std::string chain = text;
+    for (int i = 0; i < 4; ++i) chain += "nc_transpose dst=t" + std::to_string(i) + ", data=w\n";
+    SimResult r = run(isa::parse_tasm(chain, "chain"), hw);
+    // Four independent transposes: two at a time on the two lanes, else one after another.
+    EXPECT_NEAR(r.stats.total_ns, ((background ? 2 : 4) * transpose + latency) / clock, 1e-6) << background;
+    EXPECT_NEAR(r.stats.engines.at("core0.tensor").busy_ns, 4 * transpose / clock, 1e-6) << background;
+    EXPECT_EQ(r.stats.engines.at("core0.tensor").instructions, 4u);
+
+    // A matmul (512 cycles) then a transpose: the transpose runs beside it, else after it.
+    SimResult m = run(isa::parse_tasm(std::string(text) + "nc_matmul dst=acc, stationary=w, moving=x\n"
+                                                          "nc_transpose dst=t0, data=w\n",
+                                      "overlap"),
+                      hw);
+    EXPECT_NEAR(m.stats.total_ns, ((background ? 512 : 512 + transpose) + latency) / clock, 1e-6) << background;
+    // A transpose before a matmul: the matmul issues after it in program order, on the main lane it leaves free
+    // only with the feature.
+    SimResult t = run(isa::parse_tasm(std::string(text) + "nc_transpose dst=t0, data=w\n"
+                                                          "nc_transpose dst=t1, data=w\n"
+                                                          "nc_matmul dst=acc, stationary=w, moving=x\n",
+                                      "before"),
+                      hw);
+    EXPECT_NEAR(t.stats.total_ns, ((background ? transpose + 512 : 2 * transpose + 512) + latency) / clock, 1e-6)
+        << background;
+  }
+}
+
 // Sizes no host can hold are refused before anything is allocated, naming the quantity.
 TEST(SimulationErrors, MemoryBeyondTheHostIsRefused) {
   HardwareConfig hw = config("trn2");
