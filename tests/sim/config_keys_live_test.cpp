@@ -355,7 +355,7 @@ dma_copy dst=xs, src=x
 std::string stats_signature(const SimStats& s) {
   std::ostringstream out;
   out.precision(17);
-  out << "ns=" << s.total_ns << " cycles=" << s.total_cycles << " flops=" << s.flops << " dma=" << s.dma_bytes
+  out << "ns=" << s.total_ns << " launch=" << s.launch_ns << " cycles=" << s.total_cycles << " flops=" << s.flops << " dma=" << s.dma_bytes
       << " hbm=" << s.hbm_bytes << " sbuf_hw=" << s.sbuf_high_water_bytes << " psum_hw=" << s.psum_high_water_bytes;
   for (const auto& [engine, e] : s.engines) out << ' ' << engine << '=' << e.busy_ns << '/' << e.instructions;
   return out.str();
