@@ -90,7 +90,7 @@ class DependencyTracker {
     int count = -1;  // fragments kept (-1: none)
     Fragment fragments[2];
   };
-  static constexpr size_t kMemoEntries = 1024;
+  static constexpr size_t kMemoEntries = 256;
   struct Cut {  // the fragments of one list of patterns, by pattern
     std::vector<Fragment> fragments;
     std::vector<std::pair<isa::AccessPattern, std::pair<size_t, size_t>>> spans;  // (copies: the caller's may change)
