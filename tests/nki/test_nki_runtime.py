@@ -240,17 +240,19 @@ def split_exp(a):
     return out
 
 
-@pytest.mark.parametrize("target,speedup", [("trn1", 1.0), ("trn2", 2.0)])
+@pytest.mark.parametrize("target,speedup", [("trn1", (0.95, 1.05)), ("trn2", (1.5, 2.0))])
 def test_lnc2_grid_uses_both_physical_cores(target, speedup, monkeypatch, rng):
-    """kernel[2] on trn2 runs its two programs on the logical core's two physical cores; trn1 has
-    one core per logical core, so the programs run one after the other."""
+    """kernel[2] on trn2 runs its two programs on the logical core's two physical cores (which share one
+    HBM stack: 2 x 16 DMA engines can ask more than its 725 GB/s, so less than 2x); trn1 has one core
+    per logical core, so the programs run one after the other. Enough rows that each program's pipeline
+    fill and drain (the DMA start latency of its first load and last store) stay small."""
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
-    a = f32(rng, 512, 256)
+    a = f32(rng, 4096, 256)
     np.testing.assert_allclose(split_exp[1](a), np.exp(a), rtol=1e-3)
     one = split_exp.last_latency_ns
     np.testing.assert_allclose(split_exp[2](a), np.exp(a), rtol=1e-3)
     two = split_exp.last_latency_ns
-    assert one / two == pytest.approx(speedup, rel=0.05)
+    assert speedup[0] <= one / two <= speedup[1], one / two
 
 
 def test_jit_options_and_missing_api(rng):
