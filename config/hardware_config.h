@@ -52,10 +52,25 @@ struct EnumNames<ConflictCondition> {
   static constexpr std::array<std::string_view, 2> names = {"always", "vector_performance_mode"};
 };
 
-enum class QueueArbitration : uint8_t { round_robin, qos };
+// How a DMA engine picks among its queues (trainium.md §7). round_robin (v2, v3): queues take
+// turns, so a transfer of one queue uses engine time another queue leaves free; FIFO within a
+// queue. qos (v4): four classes of service; every transfer is in the default class while the ISA
+// carries no priority operand, so it behaves as round_robin. fifo (a what-if): an engine serves
+// transfers strictly in issue order across all its queues.
+enum class QueueArbitration : uint8_t { round_robin, qos, fifo };
 template <>
 struct EnumNames<QueueArbitration> {
-  static constexpr std::array<std::string_view, 2> names = {"round_robin", "qos"};
+  static constexpr std::array<std::string_view, 3> names = {"round_robin", "qos", "fifo"};
+};
+
+// How HBM addresses are spread over the channels of a stack: modular (bit-slice: consecutive
+// interleave granules on consecutive channels, so a stride that is a multiple of channels x granule
+// keeps hitting the same channels) or hashed (a hash of the address picks the channel: any
+// pattern spreads evenly).
+enum class HbmInterleave : uint8_t { modular, hashed };
+template <>
+struct EnumNames<HbmInterleave> {
+  static constexpr std::array<std::string_view, 2> names = {"modular", "hashed"};
 };
 
 enum class Topology : uint8_t { single, torus, switched };
@@ -290,10 +305,12 @@ struct DmaConfig {
   uint32_t engines_per_core = 0;
   uint32_t queues_per_engine = 0;
   double bandwidth_per_engine_gbps = 0;
+  double start_latency_ns = 0;
   double fixed_latency_ns = 0;
-  double descriptor_overhead_ns = 0;
+  double descriptor_processing_ns = 0;
   uint32_t hardware_dge_per_core = 0;
   double hardware_dge_instruction_ns = 0;
+  double software_dge_cycles_per_descriptor = 0;
   QueueArbitration queue_arbitration = QueueArbitration::round_robin;
   bool transpose_supported = false;
   double transpose_hbm_to_sbuf_efficiency = 0;
@@ -303,14 +320,30 @@ struct DmaConfig {
   void visit(V& v) {
     v.field("engines_per_core", engines_per_core, info("DMA engines serving one NeuronCore", 1, 1024));
     v.field("queues_per_engine", queues_per_engine, info("hardware queues per DMA engine", 1, 1024));
-    v.field("bandwidth_per_engine_gbps", bandwidth_per_engine_gbps, info("peak bytes per ns of one engine", 0.001, 1e6));
-    v.field("fixed_latency_ns", fixed_latency_ns, info("start-up latency of one transfer on an engine", 0, 1e9));
-    v.field("descriptor_overhead_ns", descriptor_overhead_ns,
-            info("processing cost of each descriptor (one contiguous chunk)", 0, 1e9));
+    v.field("bandwidth_per_engine_gbps", bandwidth_per_engine_gbps,
+            info("bytes per ns one engine streams once its descriptors are processed", 0.001, 1e6));
+    v.field("start_latency_ns", start_latency_ns,
+            info("latency from a transfer's trigger until its engines start it (descriptor setup, synchronization, "
+                 "semaphore-to-start); not engine time: hidden behind earlier transfers of the same queue",
+                 0, 1e9));
+    v.field("fixed_latency_ns", fixed_latency_ns,
+            info("start-up time of a transfer on each engine it uses; the engine is busy for it", 0, 1e9));
+    v.field("descriptor_processing_ns", descriptor_processing_ns,
+            info("time an engine needs per descriptor element (a chunk contiguous on both sides): an engine's share "
+                 "of a transfer takes max(its elements x this, its bytes / bandwidth), so small elements bound "
+                 "throughput",
+                 0, 1e9));
     v.field("hardware_dge_per_core", hardware_dge_per_core, info("hardware descriptor-generation engines", 0, 64));
     v.field("hardware_dge_instruction_ns", hardware_dge_instruction_ns,
-            info("time for a hardware DGE to issue one DMA instruction", 0, 1e9));
-    v.field("queue_arbitration", queue_arbitration, info("how an engine picks among its queues"));
+            info("time a hardware DGE is busy with one DMA instruction (dge_mode=hwdge)", 0, 1e9));
+    v.field("software_dge_cycles_per_descriptor", software_dge_cycles_per_descriptor,
+            info("GpSimd cycles to build one descriptor for dge_mode=swdge and indirect DMA (after the GpSimd "
+                 "fixed overhead); the GpSimd engine is busy for it",
+                 0, 1e9));
+    v.field("queue_arbitration", queue_arbitration,
+            info("how an engine picks among its queues: round_robin (queues share the engine, FIFO within each), "
+                 "qos (4 classes of service; one class until the ISA carries a priority: as round_robin), fifo "
+                 "(strict issue order across queues)"));
     v.field("transpose_supported", transpose_supported, info("DMA can transpose 2-byte dtypes in flight"));
     v.field("transpose_hbm_to_sbuf_efficiency", transpose_hbm_to_sbuf_efficiency,
             info("fraction of copy throughput a HBM->SBUF transpose reaches", 0, 1));
@@ -351,6 +384,9 @@ struct HbmConfig {
   uint64_t capacity_bytes = 0;
   double bandwidth_gbps = 0;
   double latency_ns = 0;
+  uint32_t channels_per_stack = 0;
+  uint32_t interleave_bytes = 0;
+  HbmInterleave interleave = HbmInterleave::hashed;
   template <class V>
   void visit(V& v) {
     v.field("stacks", stacks, info("HBM stacks on the chip", 1, 64));
@@ -358,6 +394,14 @@ struct HbmConfig {
     v.field("capacity_bytes", capacity_bytes, info("HBM capacity of the chip", 1, 1e15));
     v.field("bandwidth_gbps", bandwidth_gbps, info("HBM bandwidth of the chip, shared evenly by its stacks", 0.001, 1e7));
     v.field("latency_ns", latency_ns, info("access latency seen by a DMA read", 0, 1e6));
+    v.field("channels_per_stack", channels_per_stack,
+            info("independent channels of one stack, each with an equal share of its bandwidth", 1, 64));
+    v.field("interleave_bytes", interleave_bytes,
+            info("bytes of consecutive addresses on one channel before the next channel (modular interleave)", 1,
+                 1 << 20));
+    v.field("interleave", interleave,
+            info("how addresses map to channels: modular (a transfer touching few channels gets only their "
+                 "bandwidth) or hashed (every pattern spreads over all channels)"));
   }
 };
 

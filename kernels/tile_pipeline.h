@@ -21,8 +21,9 @@ namespace trnsim::kernels::detail {
 // Four buffers per role: a DMA engine serves its transfers in program order, so loads must be
 // emitted far enough ahead of the stores that wait on compute (4 measured best for bf16 add).
 constexpr int kRingDepth = 4;
-// Per-partition bytes of one tile's DMA: 16 KiB amortises the ~70 ns start-up and 10 ns per
-// descriptor of a DMA (config dma.fixed_latency_ns / descriptor_overhead_ns) to ~3% of the
+// Per-partition bytes of one tile's DMA: 16 KiB keeps every descriptor element far above the
+// ~2 KiB where descriptor processing stops bounding an engine (config dma.descriptor_processing_ns
+// x bandwidth) and amortises the ~110 ns start-up per engine (dma.fixed_latency_ns) to ~2% of the
 // 128 x 16 KiB / (16 engines x 27.2 GB/s) = 4.8 us transfer, while keeping the pipeline fill short.
 constexpr int64_t kTargetDmaBytesPerPartition = 16 * 1024;
 // DMA queues: loads, stores and once-loaded constants (weights) on separate queues.

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "isa/alu.h"
 #include "isa/core_state.h"
@@ -473,7 +474,81 @@ PartitionRange absolute_partitions(const Program& program, const AccessPattern& 
 }  // namespace
 
 double DmaCost::engine_ns() const {
-  return fixed_latency_ns + descriptor_ns + (double(bytes) / engines) / bytes_per_ns_per_engine;
+  return fixed_latency_ns + std::max(descriptor_ns, bytes_per_engine() / bytes_per_ns_per_engine);
+}
+
+double DmaCost::hbm_channel_efficiency() const {
+  uint64_t busiest = 0;
+  for (uint32_t c = 0; c < hbm_channels; ++c) busiest = std::max(busiest, hbm_channel_bytes[c]);
+  if (busiest == 0) return 1;
+  return std::min(1.0, double(bytes) / (double(hbm_channels) * double(busiest)));
+}
+
+bool hbm_channel_bytes(const AccessPattern& ap, uint32_t channels, uint32_t granule,
+                       std::array<uint64_t, kMaxHbmChannels>& bytes) {
+  if (channels == 0 || channels > kMaxHbmChannels || granule == 0) return false;
+  const int64_t esize = int64_t(dtype_size_bytes(ap.dtype));
+  const int64_t period = int64_t(channels) * granule;
+  // The contiguous run and the dims outside it, as run_length() merges them.
+  uint64_t run = 1;
+  int inner = ap.num_free_dims - 1;
+  for (; inner >= 0; --inner) {
+    if (ap.free[inner].size == 1) continue;
+    if (ap.free[inner].stride != int64_t(run)) break;
+    run *= ap.free[inner].size;
+  }
+  std::vector<isa::ApDim> outer;
+  for (int i = inner; i >= 0; --i) {
+    if (ap.free[i].size > 1) outer.push_back(ap.free[i]);
+  }
+  if (ap.partition.size > 1) {
+    if (inner < 0 && ap.partition.stride == int64_t(run)) {
+      run *= ap.partition.size;
+    } else {
+      outer.push_back(ap.partition);
+    }
+  }
+  auto residue = [period](int64_t v) { return uint32_t(((v % period) + period) % period); };
+  // Where the runs start, modulo one interleave period: (residue, runs starting there).
+  std::vector<std::pair<uint32_t, uint64_t>> starts{{residue(ap.offset * esize), 1}};
+  constexpr uint64_t kBudget = 1 << 16;  // combinations worth counting per instruction
+  for (const isa::ApDim& dim : outer) {
+    const uint32_t step = residue(dim.stride * esize);
+    const uint32_t cycle = step == 0 ? 1 : uint32_t(period / std::gcd(int64_t(step), period));
+    const uint32_t distinct = std::min<uint32_t>(dim.size, cycle);
+    if (uint64_t(distinct) * starts.size() > kBudget) return false;
+    std::vector<std::pair<uint32_t, uint64_t>> next;
+    next.reserve(starts.size() * distinct);
+    for (const auto& [r, count] : starts) {
+      for (uint32_t i = 0; i < distinct; ++i) {
+        const uint64_t repeats = dim.size / cycle + (i < dim.size % cycle ? 1 : 0);
+        next.emplace_back(uint32_t((r + uint64_t(i) * step) % period), count * repeats);
+      }
+    }
+    std::sort(next.begin(), next.end());
+    starts.clear();
+    for (const auto& e : next) {
+      if (!starts.empty() && starts.back().first == e.first) {
+        starts.back().second += e.second;
+      } else {
+        starts.push_back(e);
+      }
+    }
+  }
+  bytes.fill(0);
+  const uint64_t length = run * uint64_t(esize);
+  const uint64_t full_periods = length / uint64_t(period), rest = length % uint64_t(period);
+  for (const auto& [r, count] : starts) {
+    for (uint32_t c = 0; c < channels; ++c) bytes[c] += count * full_periods * granule;
+    uint64_t left = rest, at = r;
+    while (left > 0) {
+      const uint64_t take = std::min<uint64_t>(left, granule - at % granule);
+      bytes[(at / granule) % channels] += count * take;
+      at = (at + take) % uint64_t(period);
+      left -= take;
+    }
+  }
+  return true;
 }
 
 bool is_dma(const isa::Instruction& inst) {
@@ -582,23 +657,43 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
                                 " cannot do this transfer (its efficiency is 0 in the config)");
   }
   cost.bytes_per_ns_per_engine = dma.bandwidth_per_engine_gbps * efficiency;  // GB/s = bytes/ns
+  cost.start_latency_ns = dma.start_latency_ns;
   cost.fixed_latency_ns = dma.fixed_latency_ns;
-  cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
-  cost.dge_ns = inst.enum_is("dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
-  if (inst.opcode == Opcode::dma_gather || inst.opcode == Opcode::dma_scatter) {
+  const bool indirect = inst.opcode == Opcode::dma_gather || inst.opcode == Opcode::dma_scatter;
+  if (indirect) {
     // Indirect DMA: the HBM table operand names all V rows but only the SBUF side's rows move (dst
-    // of a gather, src of a scatter): one descriptor per row (trainium.md §7: indirect DMA needs the
-    // software DGE). Assumed: the GpSimd builds the descriptors in GPSIMD_START (config
-    // gpsimd.fixed_overhead_cycles) + one cycle per row, charged as extra fixed latency of the
-    // transfer (neither GpSimd occupancy nor serialised between queues). A scatter's read-add-write
-    // was priced above (dma.read_add_write_efficiency).
+    // of a gather, src of a scatter): one descriptor per row at least (trainium.md §7: indirect DMA
+    // needs the software DGE). A scatter's read-add-write was priced above (dma.read_add_write_efficiency).
     const bool gather = inst.opcode == Opcode::dma_gather;
     const AccessPattern& moved = gather ? dst : src;
     const uint64_t rows = moved.partitions();
     cost.bytes = moved.elements() * dtype_size_bytes(moved.dtype);
     cost.descriptors = std::max<uint64_t>(rows, moved.elements() / std::max<uint64_t>(1, gather ? dst_run : src_run));
-    cost.descriptor_ns = double(cost.descriptors) / cost.engines * dma.descriptor_overhead_ns;
-    cost.fixed_latency_ns += (config.core.gpsimd.fixed_overhead_cycles + double(rows)) / config.core.gpsimd.clock_ghz;
+  }
+  // Each engine used handles at least one element of the transfer. A DMA transpose is not a list of
+  // row elements: the engines write [128 partitions, 16 elements] blocks cooperatively and reach up
+  // to 90 % (HBM -> SBUF) / 50 % (SBUF -> SBUF) of copy throughput (A-V3), which the efficiency
+  // above prices; it pays one element's processing per engine.
+  const double descriptors_per_engine =
+      inst.opcode == Opcode::dma_transpose ? 1.0 : std::max(1.0, double(cost.descriptors) / cost.engines);
+  cost.descriptor_ns = descriptors_per_engine * dma.descriptor_processing_ns;
+  cost.dge_ns = inst.enum_is("dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
+  if (indirect || inst.enum_is("dge_mode", "swdge")) {
+    // Software DGE (DMA, nki-dge: "consumes GpSimd Engine cycles for descriptor generation"): the
+    // GpSimd builds the descriptors in its fixed overhead plus an assumed number of cycles per
+    // descriptor (config dma.software_dge_cycles_per_descriptor); the timing model occupies the
+    // GpSimd engine for it before the transfer starts.
+    cost.gpsimd_ns = (config.core.gpsimd.fixed_overhead_cycles +
+                      double(cost.descriptors) * dma.software_dge_cycles_per_descriptor) /
+                     config.core.gpsimd.clock_ghz;
+  }
+  // HBM channels (modular interleave): the HBM side's addresses decide which channels the bytes
+  // reach. Indirect rows land wherever their indices point: taken as spread evenly.
+  if (config.hbm.interleave == HbmInterleave::modular && !indirect && (cost.reads_hbm || cost.writes_hbm)) {
+    const AccessPattern& side = cost.reads_hbm ? src : dst;
+    if (hbm_channel_bytes(side, config.hbm.channels_per_stack, config.hbm.interleave_bytes, cost.hbm_channel_bytes)) {
+      cost.hbm_channels = config.hbm.channels_per_stack;
+    }
   }
   return cost;
 }

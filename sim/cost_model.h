@@ -4,6 +4,8 @@
 // the kernel library's tuning and the tests all call these.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "config/hardware_config.h"
@@ -26,26 +28,50 @@ struct ComputeCost {
   double latency_ns() const { return latency_cycles / clock_ghz; }
 };
 
-// One DMA instruction. A transfer is spread over DMA engines by partition (128 / engines per
-// core partitions each, as on hardware); every engine used moves an equal share.
+// Most HBM channels of one stack the model tracks (config hbm.channels_per_stack is at most this).
+constexpr uint32_t kMaxHbmChannels = 64;
+
+// One DMA instruction (trainium.md §7). A transfer is spread over DMA engines by partition
+// (128 / engines per core partitions each, as on hardware); every engine used moves an equal
+// share. Each engine processes its share's descriptor elements (chunks contiguous on both sides)
+// in order: an element takes at least descriptor_processing_ns, and the share at least its bytes
+// over the engine's bandwidth, so small elements bound throughput, not only latency.
 struct DmaCost {
   uint64_t bytes = 0;             // bytes moved (read or written, not both)
   uint32_t first_engine = 0;      // engines used: [first_engine, first_engine + engines)
   uint32_t engines = 1;
-  uint64_t descriptors = 0;       // contiguous chunks, all engines together
+  uint64_t descriptors = 0;       // descriptor elements (contiguous chunks), all engines together
   double bytes_per_ns_per_engine = 0;  // per-engine rate after efficiency (transpose, read-add-write)
-  double fixed_latency_ns = 0;    // per transfer, on each engine
-  double descriptor_ns = 0;       // descriptor processing per engine (its share of descriptors)
+  double start_latency_ns = 0;    // trigger -> engines start (not engine time; hidden in a busy queue)
+  double fixed_latency_ns = 0;    // per transfer, on each engine (engine time)
+  double descriptor_ns = 0;       // processing of the engine's share of the descriptors (engine time)
   double dge_ns = 0;              // hardware descriptor generation before the transfer (hwdge)
+  double gpsimd_ns = 0;           // software descriptor generation on the GpSimd engine (swdge, indirect DMA)
   bool reads_hbm = false;
   bool writes_hbm = false;
+  // HBM bytes of the transfer on each channel of its stack (modular interleave); channels == 0
+  // when the addresses spread evenly (hashed interleave) or the transfer does not touch HBM.
+  uint32_t hbm_channels = 0;
+  std::array<uint64_t, kMaxHbmChannels> hbm_channel_bytes{};
 
-  // Time on one engine without contention: fixed + descriptors + bytes / rate.
+  // Bytes one engine moves.
+  double bytes_per_engine() const { return double(bytes) / std::max<uint32_t>(1, engines); }
+  // Time each engine is busy with the transfer: fixed + max(descriptors, bytes / rate).
   double engine_ns() const;
+  // Share of the stack's bandwidth the transfer can use: its bytes over engines x bytes on its busiest
+  // channel (1 when hashed or spread evenly).
+  double hbm_channel_efficiency() const;
 };
 
 bool is_dma(const isa::Instruction& inst);
 ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& program, const HardwareConfig& config);
 DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, const HardwareConfig& config);
+
+// Bytes of an HBM access pattern on each of `channels` channels when consecutive `granule`-byte
+// blocks of addresses go to consecutive channels (modular interleave), counting from the tensor's
+// start (HBM tensors are assumed to start on a channels x granule boundary). Returns false (and
+// leaves `bytes` alone) when the pattern is too irregular to count cheaply; treat it as spread evenly.
+bool hbm_channel_bytes(const isa::AccessPattern& ap, uint32_t channels, uint32_t granule,
+                       std::array<uint64_t, kMaxHbmChannels>& bytes);
 
 }  // namespace trnsim::sim

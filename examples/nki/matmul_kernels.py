@@ -5,7 +5,8 @@ the NKI tutorial walks through (written for trnsim, following the tutorial's pla
    accumulate in PSUM. Every A^T tile is loaded again for every output tile.
 2. ``matmul_hoisted``: the A^T tiles of one row of output tiles are loaded once and reused across N.
 3. ``matmul_blocked``: blocks of BLOCK_M columns of A^T and BLOCK_N columns of B, each over all of K,
-   stay in SBUF while every output tile of the block is computed (each loaded tile feeds 2 matmuls).
+   stay in SBUF while every output tile of the block is computed (each loaded tile feeds 2 matmuls);
+   loaded tile by tile, as the tutorial does (its loads have the tiled stage's shapes).
 4. ``matmul_optimized``: blocks in K too, partial sums kept in SBUF across K blocks, so each
    operand block is loaded once per block pair and the DMA streams whole rows.
 
@@ -74,20 +75,27 @@ def matmul_blocked(lhsT, rhs, TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=2):
     TILES_K = K // TILE_K
     for m in nl.affine_range(M // BLOCK_M):
         # A block of BLOCK_M columns of A^T over all of K stays in SBUF for every n block ...
-        a_tiles = nl.ndarray((TILES_K, nl.par_dim(TILE_K), BLOCK_M), dtype=lhsT.dtype, buffer=nl.sbuf)
-        for k in nl.affine_range(TILES_K):
-            a_tiles[k] = nl.load(lhsT[k * TILE_K:(k + 1) * TILE_K, m * BLOCK_M:(m + 1) * BLOCK_M])
-        for n in nl.affine_range(N // BLOCK_N):
-            # ... and a block of BLOCK_N columns of B over all of K for every tile of the C block.
-            b_tiles = nl.ndarray((TILES_K, nl.par_dim(TILE_K), BLOCK_N), dtype=rhs.dtype, buffer=nl.sbuf)
+        # The tutorial loads them tile by tile ([TILE_K, TILE_M] each), as the tiled stage does.
+        a_tiles = nl.ndarray((TILES_IN_BLOCK_M, TILES_K, nl.par_dim(TILE_K), TILE_M), dtype=lhsT.dtype,
+                             buffer=nl.sbuf)
+        for bm in nl.affine_range(TILES_IN_BLOCK_M):
+            col = (m * TILES_IN_BLOCK_M + bm) * TILE_M
             for k in nl.affine_range(TILES_K):
-                b_tiles[k] = nl.load(rhs[k * TILE_K:(k + 1) * TILE_K, n * BLOCK_N:(n + 1) * BLOCK_N])
+                a_tiles[bm, k] = nl.load(lhsT[k * TILE_K:(k + 1) * TILE_K, col:col + TILE_M])
+        for n in nl.affine_range(N // BLOCK_N):
+            # ... and a block of BLOCK_N columns of B over all of K for every tile of the C block,
+            # again one [TILE_K, TILE_N] tile per load.
+            b_tiles = nl.ndarray((TILES_IN_BLOCK_N, TILES_K, nl.par_dim(TILE_K), TILE_N), dtype=rhs.dtype,
+                                 buffer=nl.sbuf)
+            for bn in nl.affine_range(TILES_IN_BLOCK_N):
+                col = (n * TILES_IN_BLOCK_N + bn) * TILE_N
+                for k in nl.affine_range(TILES_K):
+                    b_tiles[bn, k] = nl.load(rhs[k * TILE_K:(k + 1) * TILE_K, col:col + TILE_N])
             for bm in nl.affine_range(TILES_IN_BLOCK_M):
                 for bn in nl.affine_range(TILES_IN_BLOCK_N):
                     acc = nl.zeros((TILE_M, TILE_N), nl.float32, buffer=nl.psum)
                     for k in nl.affine_range(TILES_K):
-                        acc += nisa.nc_matmul(a_tiles[k, :, bm * TILE_M:(bm + 1) * TILE_M],
-                                              b_tiles[k, :, bn * TILE_N:(bn + 1) * TILE_N])
+                        acc += nisa.nc_matmul(a_tiles[bm, k], b_tiles[bn, k])
                     out_tile = nl.copy(acc, dtype=result.dtype)
                     nl.store(result[m * BLOCK_M + bm * TILE_M:m * BLOCK_M + (bm + 1) * TILE_M,
                                     n * BLOCK_N + bn * TILE_N:n * BLOCK_N + (bn + 1) * TILE_N], value=out_tile)

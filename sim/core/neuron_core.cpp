@@ -262,6 +262,16 @@ void NeuronCore::step(size_t index) {
       if (is_dma(inst)) {
         DmaCost cost = dma_cost(inst, m_program, m_config);
         queue = static_cast<uint32_t>(inst.scalar("queue"));
+        if (cost.gpsimd_ns > 0) {
+          // Software DGE: the GpSimd engine builds the descriptors, in its program order, before the
+          // transfer can be triggered (it is busy meanwhile; nothing else waits on it).
+          Slot dge = m_gpsimd.schedule(ready, cost.gpsimd_ns, 0);
+          ready = dge.done_ns;
+          if (m_trace) {
+            m_trace->slice(m_trace_process, trace_track(Engine::gpsimd, 0), dge.start_ns, dge.end_ns - dge.start_ns,
+                           "swdge " + inst.spec().name, {{"index", std::to_string(index)}});
+          }
+        }
         slot = m_dma.schedule(ready, cost, queue);
         kind = Engine::dma;
       } else {

@@ -139,10 +139,11 @@ TEST(DmaGather, CostMovesOnlyGatheredRowsWithOneDescriptorEach) {
   EXPECT_TRUE(cost.reads_hbm);
   EXPECT_FALSE(cost.writes_hbm);
   EXPECT_EQ(cost.engines, trn2().core.dma.engines_per_core);
-  // Descriptor generation on the GpSimd: GPSIMD_START + one cycle per row, as extra fixed latency.
+  // Descriptor generation on the GpSimd (software DGE): GPSIMD_START + the config's cycles per row.
   const GpSimdEngineConfig& pool = trn2().core.gpsimd;
-  double dge = (pool.fixed_overhead_cycles + 128.0) / pool.clock_ghz;
-  EXPECT_NEAR(cost.fixed_latency_ns, trn2().core.dma.fixed_latency_ns + dge, 1e-9);
+  double dge = (pool.fixed_overhead_cycles + 128.0 * trn2().core.dma.software_dge_cycles_per_descriptor) / pool.clock_ghz;
+  EXPECT_NEAR(cost.gpsimd_ns, dge, 1e-9);
+  EXPECT_DOUBLE_EQ(cost.fixed_latency_ns, trn2().core.dma.fixed_latency_ns);
 }
 
 }  // namespace

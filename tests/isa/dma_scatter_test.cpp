@@ -164,8 +164,9 @@ TEST(DmaScatter, CostMovesOnlyScatteredRowsWithOneDescriptorEach) {
   const DmaConfig& dma = trn2().core.dma;
   EXPECT_DOUBLE_EQ(cost.bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps);
   const GpSimdEngineConfig& pool = trn2().core.gpsimd;
-  double dge = (pool.fixed_overhead_cycles + 128.0) / pool.clock_ghz;
-  EXPECT_NEAR(cost.fixed_latency_ns, dma.fixed_latency_ns + dge, 1e-9);
+  double dge = (pool.fixed_overhead_cycles + 128.0 * dma.software_dge_cycles_per_descriptor) / pool.clock_ghz;
+  EXPECT_NEAR(cost.gpsimd_ns, dge, 1e-9);
+  EXPECT_DOUBLE_EQ(cost.fixed_latency_ns, dma.fixed_latency_ns);
 
   Scatter a = make_scatter(50000, 256, 128, DType::bf16, true);
   sim::DmaCost add = sim::dma_cost(a.program.instructions[3], a.program, trn2());

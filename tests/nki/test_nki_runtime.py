@@ -248,7 +248,7 @@ def test_lnc2_grid_uses_both_physical_cores(target, monkeypatch, rng):
     HBM (so not quite twice as fast); trn1 has one core per logical core: the programs run in turn."""
     import trnsim
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
-    a = f32(rng, 512, 256)
+    a = f32(rng, 4096, 256)
     np.testing.assert_allclose(split_exp[1](a), np.exp(a), rtol=1e-3)
     one = split_exp.last_latency_ns - split_exp.last_result.launch_ns   # the bodies: one launch each
     np.testing.assert_allclose(split_exp[2](a), np.exp(a), rtol=1e-3)

@@ -50,10 +50,6 @@ namespace {
 // Keys that are dead today and owned by work in progress elsewhere: each must still be dead (so the entry is removed
 // when that work makes it live), and the list should shrink to nothing.
 const std::map<std::string, std::string> kPending = {
-    // Owned by the DMA-shape work (issue 13 item 1, branch dma-shape), which rewrites the DMA cost model and models
-    // the queue arbitration (round-robin across queues, FIFO within, QoS classes on trn3): until it lands a DMA
-    // engine serves its queues in program order.
-    {"core.dma.queue_arbitration", "pending: owned by the DMA-shape work (issue 13 item 1)"},
     // nc_matmul's tile_position / tile_size (concurrent small matmuls on row / column tiles of the PE array) are
     // neither checked by isa/legality (only nc_matmul_mx's row tiling, with its own published sizes) nor timed: the
     // key waits for PE tiling to be modelled.

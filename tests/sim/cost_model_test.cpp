@@ -608,8 +608,14 @@ TEST(CostModelDma, V8OneEngineMoves32KiBIn1416ns) {
   EXPECT_FALSE(c.writes_hbm);
   EXPECT_DOUBLE_EQ(c.bytes_per_ns_per_engine, dma.bandwidth_per_engine_gbps);
   EXPECT_DOUBLE_EQ(c.dge_ns, 0);
-  EXPECT_DOUBLE_EQ(c.engine_ns(), dma.fixed_latency_ns + 4 * dma.descriptor_overhead_ns + 32768 / 27.2);
-  EXPECT_NEAR(c.engine_ns(), 1416, 0.1 * 1416);  // V8
+  EXPECT_DOUBLE_EQ(c.gpsimd_ns, 0);
+  EXPECT_DOUBLE_EQ(c.start_latency_ns, dma.start_latency_ns);
+  EXPECT_EQ(c.hbm_channels, 0u);  // trn2 hashes HBM addresses over its channels
+  // Four 8 KiB elements: the bytes bound the engine, not its descriptor processing.
+  EXPECT_DOUBLE_EQ(c.descriptor_ns, 4 * dma.descriptor_processing_ns);
+  EXPECT_DOUBLE_EQ(c.engine_ns(), dma.fixed_latency_ns + std::max(4 * dma.descriptor_processing_ns, 32768 / 27.2));
+  // V8: the engine's span (its time plus the HBM access latency) is the published 1,416 ns.
+  EXPECT_NEAR(c.engine_ns() + k.hw().hbm.latency_ns, 1416, 0.02 * 1416);
 }
 
 TEST_P(CostModelTest, DmaSpreadsOverTheEnginesOfItsPartitions) {
@@ -623,9 +629,9 @@ TEST_P(CostModelTest, DmaSpreadsOverTheEnginesOfItsPartitions) {
   EXPECT_EQ(c.first_engine, 0u);
   EXPECT_EQ(c.bytes, 128u * 128 * 2);
   EXPECT_EQ(c.descriptors, 128u);
-  EXPECT_DOUBLE_EQ(c.descriptor_ns, 128.0 / engines * dma.descriptor_overhead_ns);
-  EXPECT_DOUBLE_EQ(c.engine_ns(), dma.fixed_latency_ns + 128.0 / engines * dma.descriptor_overhead_ns +
-                                      (128.0 * 128 * 2 / engines) / dma.bandwidth_per_engine_gbps);
+  EXPECT_DOUBLE_EQ(c.descriptor_ns, 128.0 / engines * dma.descriptor_processing_ns);
+  EXPECT_DOUBLE_EQ(c.engine_ns(), dma.fixed_latency_ns + std::max(128.0 / engines * dma.descriptor_processing_ns,
+                                                                  (128.0 * 128 * 2 / engines) / dma.bandwidth_per_engine_gbps));
 
   // Partitions [8, 24): engines 1 and 2.
   b().emit(Opcode::dma_copy)
@@ -676,10 +682,97 @@ TEST_P(CostModelTest, DmaHardwareDgeAddsItsInstructionTime) {
   b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dge_mode", "hwdge");
   EXPECT_DOUBLE_EQ(k.dma().dge_ns, hw().core.dma.hardware_dge_instruction_ns);
   EXPECT_DOUBLE_EQ(hw().core.dma.hardware_dge_instruction_ns, v3_or_later() ? 600.0 : 0.0);  // A-V3
+  EXPECT_DOUBLE_EQ(k.dma().gpsimd_ns, 0);
   b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dge_mode", "swdge");
   EXPECT_DOUBLE_EQ(k.dma().dge_ns, 0);
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a)).word("dge_mode", "none");
+  EXPECT_DOUBLE_EQ(k.dma().dge_ns, 0);  // DMA: descriptors precomputed, "zero on-device overhead"
+  EXPECT_DOUBLE_EQ(k.dma().gpsimd_ns, 0);
   b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a));
   EXPECT_DOUBLE_EQ(k.dma().dge_ns, 0);
+}
+
+TEST_P(CostModelTest, DmaSoftwareDgeChargesTheGpSimdPerDescriptor) {
+  uint32_t a = b().hbm("A", DType::bf16, {128, 256}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::bf16, {128, 128});
+  // Rows of 128 out of 256: 128 descriptors.
+  b().emit(Opcode::dma_copy)
+      .tensor("dst", b().view(s))
+      .tensor("src", b().view(a, {Slice::all(), Slice::range(0, 128)}))
+      .word("dge_mode", "swdge");
+  const double cycles = hw().core.gpsimd.fixed_overhead_cycles + 128 * hw().core.dma.software_dge_cycles_per_descriptor;
+  EXPECT_DOUBLE_EQ(k.dma().gpsimd_ns, cycles / hw().core.gpsimd.clock_ghz);
+  EXPECT_GT(k.dma().gpsimd_ns, 0);
+}
+
+TEST_P(CostModelTest, DmaSmallElementsAreBoundByDescriptorProcessing) {
+  const DmaConfig& dma = hw().core.dma;
+  const double per_engine = 128.0 / dma.engines_per_core;
+  uint32_t a = b().hbm("A", DType::bf16, {128, 8192}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::bf16, {128, 4096});
+  // Trainium.md §7: < 256 B per partition is overhead-bound, >= 4 KiB saturates the engines.
+  for (uint32_t row_bytes : {64u, 256u, 1024u, 2048u, 4096u, 8192u}) {
+    const uint32_t elements = row_bytes / 2;
+    b().emit(Opcode::dma_copy)
+        .tensor("dst", b().view(s, {Slice::all(), Slice::range(0, elements)}))
+        .tensor("src", b().view(a, {Slice::all(), Slice::range(0, elements)}));
+    DmaCost c = k.dma();
+    EXPECT_EQ(c.descriptors, 128u);
+    const double data = per_engine * row_bytes / dma.bandwidth_per_engine_gbps;
+    const double expected = dma.fixed_latency_ns + std::max(per_engine * dma.descriptor_processing_ns, data);
+    EXPECT_DOUBLE_EQ(c.engine_ns(), expected) << row_bytes;
+    // Throughput relative to the engine's streaming rate.
+    const double efficiency = data / c.engine_ns();
+    if (row_bytes <= 256) EXPECT_LT(efficiency, 0.25) << row_bytes;
+    if (row_bytes >= 4096) EXPECT_GT(efficiency, 0.85) << row_bytes;
+  }
+}
+
+TEST(CostModelDma, HbmChannelsOfAModularInterleave) {
+  // 16 channels x 256 B: a 1 KiB row reaches 4 consecutive channels.
+  std::array<uint64_t, kMaxHbmChannels> bytes{};
+  isa::AccessPattern ap;
+  ap.dtype = DType::bf16;
+  ap.partition = {8192, 128};  // rows 16 KiB apart: every row starts on channel 0
+  ap.num_free_dims = 1;
+  ap.free[0] = {1, 512};
+  ASSERT_TRUE(hbm_channel_bytes(ap, 16, 256, bytes));
+  for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(bytes[c], c < 4 ? 128u * 256 : 0u) << c;
+  // Offset by 256 elements (512 B): channels 2..5.
+  ap.offset = 256;
+  ASSERT_TRUE(hbm_channel_bytes(ap, 16, 256, bytes));
+  for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(bytes[c], c >= 2 && c < 6 ? 128u * 256 : 0u) << c;
+  // Rows 1 KiB + 256 B apart: row r starts on channel 5r mod 16, so rows spread over every channel.
+  ap.offset = 0;
+  ap.partition = {640, 128};
+  ASSERT_TRUE(hbm_channel_bytes(ap, 16, 256, bytes));
+  for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(bytes[c], 128u * 1024 / 16) << c;
+  // A contiguous 4 KiB row: all 16 channels alike; a 100 B row that straddles a granule: two channels.
+  ap.partition = {2048, 1};
+  ap.free[0] = {1, 2048};
+  ASSERT_TRUE(hbm_channel_bytes(ap, 16, 256, bytes));
+  for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(bytes[c], 256u) << c;
+  ap.offset = 100;  // bytes 200..299: 56 on channel 0, 44 on channel 1
+  ap.free[0] = {1, 50};
+  ASSERT_TRUE(hbm_channel_bytes(ap, 16, 256, bytes));
+  EXPECT_EQ(bytes[0], 56u);
+  EXPECT_EQ(bytes[1], 44u);
+}
+
+TEST(CostModelDma, Trn1LoadsOfTheTutorialReachFewHbmChannels) {
+  // V1 on trn1: a [128, 512] bf16 tile of an [8192, 8192] matrix is 128 rows of 1 KiB at a 16 KiB
+  // pitch; with modular interleave it reaches channels_per_stack x 1 KiB / (channels x granule).
+  Kernel k("trn1");
+  auto& b = k.b();
+  const HbmConfig& hbm = k.hw().hbm;
+  ASSERT_EQ(hbm.interleave, HbmInterleave::modular);
+  uint32_t rhs = b.hbm("rhs", DType::bf16, {8192, 8192}, isa::AllocationRole::input);
+  uint32_t s = b.sbuf("s", DType::bf16, {128, 512});
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(s)).tensor("src", b.view(rhs, {Slice::range(0, 128), Slice::range(0, 512)}));
+  DmaCost c = k.dma();
+  ASSERT_EQ(c.hbm_channels, hbm.channels_per_stack);
+  const double reached = 1024.0 / hbm.interleave_bytes;  // channels one row covers (its pitch is a whole period)
+  EXPECT_DOUBLE_EQ(c.hbm_channel_efficiency(), reached / hbm.channels_per_stack);
 }
 
 TEST_P(CostModelTest, DmaReadAddWriteRunsAtItsEfficiency) {
