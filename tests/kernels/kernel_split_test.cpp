@@ -740,8 +740,10 @@ TEST(KernelSplit, TwoCoresSpeedUpConv2d) {
     std::printf("conv2d %s [8, 64, 56, 56] x [64, 64, 3, 3] bf16: 1 core %.1f us, cores {0,1} %.1f us (%.2fx)\n",
                 backward ? "bwd" : "fwd", one / 1e3, two / 1e3, two / one);
     // The backward's dW has two accumulators here ([64, 512] and [64, 65 with grad_bias]): core 1 gets
-    // the short one and most of dX, core 0 the long one; dW is latency-bound, so the backward gains less.
-    EXPECT_LT(two / one, backward ? 0.7 : 0.6) << (backward ? "backward" : "forward");
+    // the short one and most of dX, core 0 the long one; dW is latency-bound, so the backward gains less. Since DMA
+    // cost depends on the transfer's shape (issue 13: one descriptor element per row, the two cores on one HBM
+    // stack) its loads of 56-element rows weigh more: 0.70 before, 0.81 since.
+    EXPECT_LT(two / one, backward ? 0.85 : 0.6) << (backward ? "backward" : "forward");
   }
 }
 

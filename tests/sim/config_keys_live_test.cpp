@@ -255,6 +255,16 @@ sbuf xs2 : bf16[128, 1024]
 dma_copy dst=xs, src=x, dge_mode=hwdge
 dma_copy dst=ws, src=w, dge_mode=hwdge, queue=1
 dma_copy dst=xs2, src=x, dge_mode=hwdge, queue=2
+dma_copy dst=ws[0:32, 0:8], src=w[0:32, 0:8], dge_mode=hwdge, queue=3
+dma_copy dst=ws[32:64, 0:8], src=w[32:64, 0:8], dge_mode=hwdge, queue=4
+dma_copy dst=ws[64:96, 0:8], src=w[64:96, 0:8], dge_mode=hwdge, queue=5
+dma_copy dst=ws[96:128, 0:8], src=w[96:128, 0:8], dge_mode=hwdge, queue=6
+dma_copy dst=xs[0:32, 0:8], src=x[0:32, 0:8], dge_mode=hwdge, queue=7
+)"},
+      {"dma_software_dge", R"(
+hbm x : bf16[128, 1024] input
+sbuf xs : bf16[128, 1024]
+dma_copy dst=xs[:, 0:1024:2], src=x[:, 0:1024:2], dge_mode=swdge
 )"},
       {"dma_transpose", R"(
 hbm x : bf16[128, 128] input
