@@ -9,7 +9,8 @@ simulated vs published with the error and the band the project holds it to.
   15 %, and each stage-to-stage speed-up within 15 % of the published one.
 - V2: the same four stages on trn2: the published engine-active percentages (DMA, Tensor, Vector)
   within 10 points (active = merged busy time over the kernel's time, as Neuron Explorer counts it).
-- V8: one DMA engine moves 32 KiB (bf16 [4, 4096], HBM -> SBUF) on trn2 in 1,416 ns; within 2 %.
+- V8: one DMA engine moves 32 KiB (bf16 [4, 4096], HBM -> SBUF) on trn2 in 1,416 ns (the engine's span);
+  within 2 %.
 - V9: dependent one-element ScalarE activations on trn1 issue every 264 cycles; within 2 %.
 
 All runs are timing-only. ``--check`` exits 1 when a figure is outside its band. The golden test tier
@@ -117,7 +118,9 @@ def v8():
     import trnsim
     program = ("kernel v8\ntarget trn2\nhbm a : bf16[4, 4096] input\nsbuf t : bf16[4, 4096]\n"
                "dma_copy dst=t, src=a\n")
-    ns = trnsim.run_program(program, timing_only=True, config="trn2").latency_ns
+    # The published figure is the engine's span in the profile; the trigger reaches it a start latency earlier
+    # (core.dma.start_latency_ns), which the kernel's time includes.
+    ns = trnsim.run_program(program, timing_only=True, config="trn2").engines["core0.dma"]
     return [Row("V8", "DMA 32 KiB on one engine", "trn2", V8_PUBLISHED_NS, ns, "ns", "V8")]
 
 
