@@ -77,8 +77,13 @@ Instruction resolve_dynamic_offsets(const Program& program, const Instruction& i
     if (operand.tensor_slot < 0) continue;
     AccessPattern& ap = resolved.tensors[size_t(operand.tensor_slot)];
     if (!ap.present() || !ap.dynamic()) continue;
-    const int32_t value = registers.at(size_t(ap.offset_register));
     const std::string reg = "r" + std::to_string(ap.offset_register);
+    // The parsers check the index; a program built in C++ may not have.
+    if (size_t(ap.offset_register) >= registers.size()) {
+      throw IsaError("operand '" + operand.name + "': scalar_offset " + reg + " does not exist (r0..r" +
+                     std::to_string(kRegisterCount - 1) + ") [register-index]");
+    }
+    const int32_t value = registers[size_t(ap.offset_register)];
     ap.offset += value;
     ap.resolved_register = ap.offset_register;
     ap.offset_register = -1;

@@ -197,7 +197,7 @@ class Kernel:
         cores = _logical_cores(config, overrides, grid)
         # An LNC launch runs its programs together, one per physical core, sharing HBM (their core_barriers meet,
         # their DMAs contend); other grid instances run one after another, each seeing what earlier ones wrote.
-        batches = [instances] if cores > 1 else [[program_id] for program_id in instances]
+        batches = _batches(instances, cores)
         results = None
         import trnsim
         for index, batch in enumerate(batches):
@@ -262,9 +262,7 @@ class Kernel:
         total, outputs, structure = 0.0, None, None
         # An LNC launch is one op on the logical core's physical cores (shared HBM, core_barriers meet); other
         # grid instances are ops one after another, each seeing what earlier ones wrote.
-        lnc = int(leaves.get("chip.default_logical_core_size", 1))
-        instances = _instances(grid)
-        batches = [instances] if len(grid) == 1 and grid[0] == lnc and lnc > 1 else [[i] for i in instances]
+        batches = _batches(_instances(grid), _logical_cores(None, (), grid, leaves))
         for batch in batches:
             traced_batch = [self._traced(bound, host, config[0], [config[1]], program_id, grid, leaves=leaves)
                             for program_id in batch]
@@ -393,15 +391,21 @@ def _instances(grid):
     return out
 
 
-def _logical_cores(config, overrides, grid):
+def _logical_cores(config, overrides, grid, leaves=None):
     """An LNC launch ``kernel[2]`` on trn2/trn3 runs its two programs on the two physical cores of
     the logical core; any other grid runs its instances one after another on one core."""
-    from .. import _C
-    leaves = _C.config_leaves(config, list(overrides))
+    if leaves is None:
+        from .. import _C
+        leaves = _C.config_leaves(config, list(overrides))
     lnc = int(leaves.get("chip.default_logical_core_size", 1))
     if len(grid) == 1 and grid[0] == lnc and lnc > 1:
         return lnc
     return 1
+
+
+def _batches(instances, cores):
+    """The programs run together: all of an LNC launch (one per physical core), else one at a time."""
+    return [instances] if cores > 1 else [[program_id] for program_id in instances]
 
 
 class _GridSummary:
