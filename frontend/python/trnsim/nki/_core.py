@@ -7,11 +7,12 @@ the same core ``trnsim run`` uses (``trnsim.run_program``).
 
 On-chip memory is allocated as the NKI compiler does it, after tracing, from liveness: a tile lives
 from the first to the last instruction that touches it (not while Python holds it), and takes a
-region of SBUF (a byte range on all partitions, 256-byte aligned: the timing model tracks
-dependencies in 256-byte granules, so two tiles never share one) or of PSUM (whole 2 KiB banks).
-A region freed longest ago is reused first, so a tile allocated in a loop gets fresh memory on the
-next iteration while there is room (the next load does not wait for this iteration's reader), the
-multi-buffering the compiler gives loop-local tiles. Tiles whose live ranges do not fit are a
+region of SBUF (a byte range on all partitions, 256-byte aligned) or of PSUM (whole 2 KiB banks).
+A region freed longest ago is reused first, and a tile avoids the bytes of the previous tile made at
+the same source line, so a tile allocated in a loop gets another buffer on the next iteration (the
+next load does not wait for this iteration's reader): the multi-buffering the compiler gives
+loop-local tiles. A kernel that fits only with one buffer per line gets that placement. Tiles whose
+live ranges do not fit even so are a
 KernelError at the line that created the tile, listing what else is live.
 """
 import heapq
@@ -23,7 +24,7 @@ import numpy as np
 from math import prod as _prod
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-SBUF_ALIGN_BYTES = 256    # the timing model's dependency granule (sim/base/dependency_tracker)
+SBUF_ALIGN_BYTES = 256    # assumed: the allocation granule of the NKI compiler's SBUF allocator
 
 
 class KernelError(Exception):
@@ -950,13 +951,17 @@ class LruAllocator:
     def size_of(self, nbytes):
         return max(self.align, -(-nbytes // self.align) * self.align)
 
-    def take(self, size):
-        start = self._take(size)
+    def take(self, size, avoid=None):
+        """``avoid`` = (start, end): bytes to take only when nothing else fits (the previous tile of
+        the same allocation site, so that a loop's tiles alternate between buffers)."""
+        start = self._take(size, avoid)
         if start is None and self._coalesce():
-            start = self._take(size)
+            start = self._take(size, avoid)
+        if start is None and avoid is not None:
+            start = self._take(size, None)
         return start
 
-    def _take(self, size):
+    def _take(self, size, avoid=None):
         aside, found = [], None
         heap, free = self.heap, self.free
         while heap:
@@ -964,6 +969,13 @@ class LruAllocator:
             t, a, b = entry
             if free.get(a) != (b, t):
                 continue   # stale
+            if avoid is not None and a < avoid[1] and avoid[0] < b:
+                # Only the part of the range outside the avoided bytes may serve.
+                if (avoid[0] - a >= size) or (b - avoid[1] >= size):
+                    found = entry
+                    break
+                aside.append(entry)
+                continue
             if b - a >= size:
                 found = entry
                 break
@@ -973,12 +985,19 @@ class LruAllocator:
         if found is None:
             return None
         t, a, b = found
+        if avoid is not None and a < avoid[1] and avoid[0] < b and avoid[0] - a < size:
+            start = max(a, avoid[1])   # above the avoided bytes (below them does not fit)
+        else:
+            start = a
         del free[a]
-        if a + size < b:
-            free[a + size] = (b, t)
-            heapq.heappush(heap, (t, a + size, b))
+        if a < start:
+            free[a] = (start, t)
+            heapq.heappush(heap, (t, a, start))
+        if start + size < b:
+            free[start + size] = (b, t)
+            heapq.heappush(heap, (t, start + size, b))
         self.in_use += size
-        return a
+        return start
 
     def take_at(self, start, size):
         """The range [start, start + size) if it is free (an ``address=`` placement), else None."""

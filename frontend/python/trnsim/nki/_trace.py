@@ -187,7 +187,16 @@ class Trace:
 
     def allocate(self):
         """Addresses from live ranges, in program order: at each instruction the tiles it touches
-        first are placed, then those it touches last are freed."""
+        first are placed, then those it touches last are freed. A kernel that only fits when a loop's
+        tiles share one buffer gets that placement instead (as the NKI compiler would)."""
+        try:
+            return self._allocate(alternate_buffers=True)
+        except KernelError:
+            for t in self.tiles:
+                t.region = None
+            return self._allocate(alternate_buffers=False)
+
+    def _allocate(self, alternate_buffers):
         allocators = {"sbuf": LruAllocator(self.target.sbuf_bytes, _core.SBUF_ALIGN_BYTES),
                       "psum": LruAllocator(self.target.psum_bytes, self.target.psum_bank_bytes)}
         roots = [t for t in self.tiles if t.base is None and t.first >= 0]
@@ -196,6 +205,10 @@ class Trace:
             starts.setdefault(t.first, []).append(t)
             ends.setdefault(t.last, []).append(t)
         live = set()
+        # The NKI compiler gives a tile allocated in a loop body more than one buffer when memory
+        # allows, so one iteration's loads overlap the previous one's compute. Tiles here are traced
+        # per iteration; a tile avoids the bytes of the previous tile from the same source line.
+        last_by_site = {}
         for i in sorted(set(starts) | set(ends)):
             for t in starts.get(i, ()):
                 allocator = allocators[t.space]
@@ -209,10 +222,12 @@ class Trace:
                         fail(f"address={t.address}: bytes {t.address[1]}..{t.address[1] + size - 1} are held by live "
                              f"tiles ({', '.join(clash[:5]) or 'fragmented'}) [{t.space}-address]", t.location)
                 else:
-                    start = allocator.take(size)
+                    previous = last_by_site.get((t.space, t.location)) if alternate_buffers else None
+                    start = allocator.take(size, (previous[0], previous[0] + previous[1]) if previous else None)
                 if start is None:
                     self._overflow(t, size, allocator, live)
                 t.region = (start, size)
+                last_by_site[(t.space, t.location)] = t.region
                 live.add(t)
             for t in ends.get(i, ()):
                 allocators[t.space].release(t.region[0], t.region[1], i)
