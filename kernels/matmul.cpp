@@ -9,7 +9,7 @@ namespace {
 using isa::Opcode;
 
 constexpr int64_t kPsumTilesPerSet = 4;      // two alternating sets fill the 8 banks (A-V2)
-constexpr int64_t kRingSlots = 3;            // A^T tiles in flight: load, compute, spare for jitter
+constexpr int64_t kRingSlots = 6;            // A^T tiles in flight: two per load queue hide a load's start latency
 constexpr double kResidentBudget = 0.7;      // share of an SBUF partition the resident B block may take
 constexpr uint32_t kLoadQueues = 3;          // DMA queues that feed the ring
 constexpr uint32_t kResidentQueues[] = {3, 7};  // B loads alternate between two queues
