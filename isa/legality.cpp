@@ -1129,6 +1129,7 @@ class Checker {
       fail("matmul-contraction", "contraction over " + std::to_string(stationary.partitions()) +
                                      " partitions exceeds the " + std::to_string(pe.pe_rows) + " PE rows");
     }
+    check_pe_tiling(inst, stationary.partitions(), m, double_row);
     (void)k;
     if (m > pe.max_stationary_free_size) {
       fail("matmul-stationary-size", "stationary free size " + std::to_string(m) + " exceeds " +
@@ -1142,6 +1143,46 @@ class Checker {
         dtype_size_bytes(stationary.dtype) != 1) {
       fail("matmul-transpose-dtype", "transpose mode writes the input dtype: dst must be " +
                                          std::string(dtype_name(stationary.dtype)));
+    }
+  }
+
+  // PE tiling (ISA nc_matmul, trainium.md §6): tile_size = [rows, columns] of the PE array, each a multiple of
+  // core.tensor.tile_granularity_rows (64 on v2, 32 on v3+) up to the array; tile_position = [row, column] aligned
+  // to the tile; the stationary fits the tile (K partitions on its rows, M on its columns); double_row mode
+  // cannot be combined with column tiling. Both given or neither.
+  void check_pe_tiling(const Instruction& inst, uint64_t stationary_rows, uint64_t stationary_columns, bool double_row) {
+    const std::vector<int64_t>& position = inst.list("tile_position");
+    const std::vector<int64_t>& size = inst.list("tile_size");
+    if (position.empty() && size.empty()) return;
+    const TensorEngineConfig& pe = m_config.core.tensor;
+    if (position.size() != 2 || size.size() != 2) {
+      fail("matmul-pe-tiling", "tile_position and tile_size are both [row, column] pairs, given together");
+      return;
+    }
+    const int64_t granularity = std::max<int64_t>(1, pe.tile_granularity_rows);
+    const int64_t extent[2] = {int64_t(pe.pe_rows), int64_t(pe.pe_columns)};
+    const char* axis[2] = {"row", "column"};
+    for (int i = 0; i < 2; ++i) {
+      if (size[i] < granularity || size[i] > extent[i] || size[i] % granularity != 0) {
+        fail("matmul-pe-tiling", std::string("tile_size ") + axis[i] + " " + std::to_string(size[i]) +
+                                     " must be a multiple of " + std::to_string(granularity) + " up to " +
+                                     std::to_string(extent[i]) + " on " + std::string(enum_name(m_config.generation)));
+        return;
+      }
+      if (position[i] < 0 || position[i] % size[i] != 0 || position[i] + size[i] > extent[i]) {
+        fail("matmul-pe-tiling", std::string("tile_position ") + axis[i] + " " + std::to_string(position[i]) +
+                                     " must be a multiple of the tile's " + std::to_string(size[i]) + " " + axis[i] +
+                                     "s inside the " + std::to_string(extent[i]) + "-" + axis[i] + " array");
+        return;
+      }
+    }
+    if (int64_t(stationary_rows) > size[0] || int64_t(stationary_columns) > size[1]) {
+      fail("matmul-pe-tiling", "stationary [" + std::to_string(stationary_rows) + ", " +
+                                   std::to_string(stationary_columns) + "] does not fit the [" + std::to_string(size[0]) +
+                                   ", " + std::to_string(size[1]) + "] PE tile");
+    }
+    if (double_row && size[1] != extent[1]) {
+      fail("matmul-pe-tiling", "double_row mode cannot be combined with column tiling");
     }
   }
 

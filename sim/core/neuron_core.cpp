@@ -93,6 +93,10 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
         isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), m_workers.get(), {}, 0});
   }
   if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
+  const uint32_t granularity = std::max(1u, config.core.tensor.tile_granularity_rows);
+  m_pe_cell_rows = std::max(1u, config.core.tensor.pe_rows / granularity);
+  m_pe_cell_columns = std::max(1u, config.core.tensor.pe_columns / granularity);
+  m_pe_cell_free_ns.assign(size_t(m_pe_cell_rows) * m_pe_cell_columns, 0.0);
   m_uses_registers.assign(isa::kOpcodeCount, 0);
   for (size_t opcode = 0; opcode < isa::kOpcodeCount; ++opcode) {
     for (const isa::OperandSpec& operand : isa::instruction_spec(static_cast<isa::Opcode>(opcode)).operands) {
@@ -287,7 +291,25 @@ void NeuronCore::step(size_t index) {
           }
         }
         const double start_after = std::max(ready, conflict);
-        if (kind == Engine::tensor && m_config.core.tensor.background_transpose) {
+        const bool pe_tiled = (inst.opcode == isa::Opcode::nc_matmul || inst.opcode == isa::Opcode::nc_matmul_mx) &&
+                              !inst.list("tile_position").empty();
+        if (pe_tiled) {
+          // PE tiling: the matmul holds only its tile of the array, so matmuls on disjoint tiles run
+          // together; it issues in program order like every Tensor instruction.
+          const std::vector<int64_t>& position = inst.list("tile_position");
+          const std::vector<int64_t>& size = inst.list("tile_size");
+          const int64_t granularity = std::max<int64_t>(1, m_config.core.tensor.tile_granularity_rows);
+          std::vector<size_t> cells;
+          for (int64_t r = position[0] / granularity; r < (position[0] + size[0]) / granularity; ++r) {
+            for (int64_t c = position[1] / granularity; c < (position[1] + size[1]) / granularity; ++c) {
+              cells.push_back(size_t(r) * m_pe_cell_columns + size_t(c));
+            }
+          }
+          double start = std::max(start_after, m_tensor_issue_ns);
+          for (size_t cell : cells) start = std::max(start, m_pe_cell_free_ns.at(cell));
+          slot = m_tensor.schedule_beside(start, cost.occupancy_ns(), cost.latency_ns());
+          for (size_t cell : cells) m_pe_cell_free_ns[cell] = slot.end_ns;
+        } else if (kind == Engine::tensor && m_config.core.tensor.background_transpose) {
           // In program order on either lane; a transpose takes the lane that frees first (the main one on a tie).
           const double issue = std::max(start_after, m_tensor_issue_ns);
           EngineModel& lane = is_pe_transpose(inst) && m_tensor_background.free_at_ns() < m_tensor.free_at_ns()
@@ -297,6 +319,10 @@ void NeuronCore::step(size_t index) {
           slot = lane.schedule(issue, cost.occupancy_ns(), cost.latency_ns());
         } else {
           slot = engine(kind).schedule(start_after, cost.occupancy_ns(), cost.latency_ns());
+        }
+        if (kind == Engine::tensor && !pe_tiled && queue == 0) {
+          // An untiled instruction on the main lane holds the whole array.
+          for (double& cell : m_pe_cell_free_ns) cell = std::max(cell, slot.end_ns);
         }
         if (cost.flops) m_flops_by_dtype[cost.flops_dtype] += cost.flops;
       }

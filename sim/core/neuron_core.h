@@ -75,6 +75,10 @@ class NeuronCore : public sc_core::sc_module {
   // of the last Tensor instruction); unused without the feature.
   EngineModel m_tensor_background;
   double m_tensor_issue_ns = 0;
+  // PE tiling (core.tensor.tile_granularity_rows): when each cell of the array is free, row-major over
+  // (pe_rows / g) x (pe_columns / g) cells; a matmul with a tile_position holds only its tile's cells.
+  std::vector<double> m_pe_cell_free_ns;
+  uint32_t m_pe_cell_rows = 1, m_pe_cell_columns = 1;
   DmaSystem m_dma;
   OnChipMemory m_sbuf, m_psum;
   Hbm& m_hbm;

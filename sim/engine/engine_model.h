@@ -22,6 +22,10 @@ class EngineModel : public sc_core::sc_module {
   EngineModel(sc_core::sc_module_name name, Engine kind);
 
   Slot schedule(double ready_ns, double occupancy_ns, double latency_ns);
+  // An instruction on a part of the engine (a PE-array tile) beside others: it starts at start_ns (the
+  // caller has checked its part is free), and counts as busy only where no earlier instruction already
+  // is (callers issue in program order, so starts never decrease). Later schedule() calls wait for it.
+  Slot schedule_beside(double start_ns, double occupancy_ns, double latency_ns);
   // The engine issues nothing before `time_ns` (barriers, semaphore waits).
   void hold_until(double time_ns);
 
@@ -34,6 +38,7 @@ class EngineModel : public sc_core::sc_module {
   Engine m_kind;
   double m_free_at_ns = 0;
   double m_last_done_ns = 0;
+  double m_busy_until_ns = 0;  // the end of the busy time counted so far
   EngineStats m_stats;
 };
 

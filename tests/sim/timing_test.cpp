@@ -693,6 +693,82 @@ psum t3 : bf16[128, 128]
   }
 }
 
+// PE tiling (ISA nc_matmul tile_position / tile_size, trainium.md §6): a matmul on a tile of the PE array holds only
+// that tile, so matmuls on disjoint tiles run together; on one tile, or beside an untiled matmul, they queue.
+TEST(TensorEngine, PeTilesRunMatmulsOnDisjointTilesTogether) {
+  const std::string header = R"(target trn2
+sbuf w : bf16[128, 128]
+sbuf x : bf16[128, 512]
+psum acc : fp32[128, 4, 512]
+)";
+  auto tiled = [](int bank, int row, int column, int size) {
+    const std::string r = std::to_string(row), c = std::to_string(column), n = std::to_string(size);
+    return "nc_matmul dst=acc[0:" + n + ", " + std::to_string(bank) + ", 0:512], stationary=w[" + r + ":" +
+           std::to_string(row + size) + ", 0:" + n + "], moving=x[" + r + ":" + std::to_string(row + size) +
+           ", 0:512], tile_position=[" + r + "," + c + "], tile_size=[" + n + "," + n + "]\n";
+  };
+  const HardwareConfig hw = config("trn2");
+  const SimResult one = run(isa::parse_tasm(header + tiled(0, 0, 0, 32), "one"), hw);
+  const double occupancy = one.stats.engines.at("core0.tensor").busy_ns;
+  ASSERT_GT(occupancy, 0);
+  // Four on the diagonal tiles: all at once; the engine counts as busy once.
+  std::string diagonal = header;
+  for (int i = 0; i < 4; ++i) diagonal += tiled(i, 32 * i, 32 * i, 32);
+  const SimResult together = run(isa::parse_tasm(diagonal, "diagonal"), hw);
+  EXPECT_NEAR(together.stats.total_ns, one.stats.total_ns, 1e-6);
+  EXPECT_NEAR(together.stats.engines.at("core0.tensor").busy_ns, occupancy, 1e-6);
+  EXPECT_EQ(together.stats.engines.at("core0.tensor").instructions, 4u);
+  // Four on one tile: one after another.
+  std::string same = header;
+  for (int i = 0; i < 4; ++i) same += tiled(i, 0, 0, 32);
+  EXPECT_NEAR(run(isa::parse_tasm(same, "same"), hw).stats.total_ns, one.stats.total_ns + 3 * occupancy, 1e-6);
+  // An untiled matmul holds the whole array: it waits for a tiled one, and a tiled one waits for it.
+  const std::string untiled = "nc_matmul dst=acc[0:128, 3, 0:512], stationary=w, moving=x\n";
+  const SimResult after = run(isa::parse_tasm(header + tiled(0, 64, 64, 64) + untiled, "after"), hw);
+  const SimResult before = run(isa::parse_tasm(header + untiled + tiled(0, 64, 64, 64), "before"), hw);
+  const double untiled_alone =
+      run(isa::parse_tasm(header + untiled, "alone"), hw).stats.engines.at("core0.tensor").busy_ns;
+  EXPECT_NEAR(after.stats.engines.at("core0.tensor").busy_ns, occupancy + untiled_alone, 1e-6);
+  EXPECT_NEAR(after.stats.total_ns, before.stats.total_ns, 1e-6);
+  EXPECT_NEAR(after.stats.total_ns, one.stats.total_ns + untiled_alone, 1e-6);
+}
+
+TEST(TensorEngine, PeTilesFollowTheGenerationsGranularity) {
+  const std::string header = R"(sbuf w : bf16[128, 128]
+sbuf x : bf16[128, 512]
+psum acc : fp32[128, 512]
+)";
+  auto rules = [&](const char* name, const std::string& line) {
+    const std::string text = std::string("target ") + name + "\n" + header + line + "\n";
+    try {
+      isa::check_program(isa::parse_tasm(text, "tiles"), config(name));
+      return std::string("legal");
+    } catch (const isa::IsaError& e) {
+      return std::string(e.what());
+    }
+  };
+  const std::string small = "nc_matmul dst=acc[0:32, 0:512], stationary=w[0:32, 0:32], moving=x[0:32, 0:512], "
+                            "tile_position=[32,96], tile_size=[32,32]";
+  EXPECT_EQ(rules("trn2", small), "legal");
+  EXPECT_EQ(rules("trn3", small), "legal");
+  // NeuronCore-v2 tiles the array in 64s.
+  EXPECT_THAT(rules("trn1", small), ::testing::HasSubstr("[matmul-pe-tiling]"));
+  EXPECT_THAT(rules("trn1", small), ::testing::HasSubstr("multiple of 64"));
+  EXPECT_EQ(rules("trn1", "nc_matmul dst=acc[0:64, 0:512], stationary=w[0:64, 0:64], moving=x[0:64, 0:512], "
+                          "tile_position=[64,0], tile_size=[64,64]"),
+            "legal");
+  // A tile not aligned to its size, a stationary larger than its tile, half a pair.
+  EXPECT_THAT(rules("trn2", "nc_matmul dst=acc[0:32, 0:512], stationary=w[0:32, 0:32], moving=x[0:32, 0:512], "
+                            "tile_position=[16,0], tile_size=[32,32]"),
+              ::testing::HasSubstr("tile_position row 16 must be a multiple of the tile's 32 rows"));
+  EXPECT_THAT(rules("trn2", "nc_matmul dst=acc[0:64, 0:512], stationary=w[0:64, 0:64], moving=x[0:64, 0:512], "
+                            "tile_position=[0,0], tile_size=[32,32]"),
+              ::testing::HasSubstr("does not fit the [32, 32] PE tile"));
+  EXPECT_THAT(rules("trn2", "nc_matmul dst=acc[0:32, 0:512], stationary=w[0:32, 0:32], moving=x[0:32, 0:512], "
+                            "tile_position=[0,0]"),
+              ::testing::HasSubstr("given together"));
+}
+
 // Sizes no host can hold are refused before anything is allocated, naming the quantity.
 TEST(SimulationErrors, MemoryBeyondTheHostIsRefused) {
   HardwareConfig hw = config("trn2");
