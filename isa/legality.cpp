@@ -1,6 +1,7 @@
 #include "isa/legality.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <cstdlib>
 #include <iterator>
 #include <utility>
@@ -197,8 +198,14 @@ class Checker {
     switch (engine) {
       case Engine::scalar: return m_config.core.scalar;
       case Engine::gpsimd: return m_config.core.gpsimd;
-      default: return m_config.core.vector;
+      case Engine::vector: return m_config.core.vector;
+      case Engine::tensor:
+      case Engine::sync:
+      case Engine::dma: break;
     }
+    // Exhaustive above (no default:): an engine without the compute engines' rules is an internal error, not the
+    // Vector engine's rules.
+    throw std::logic_error("internal: " + std::string(enum_name(engine)) + " has no compute-engine config");
   }
 
   void check_instruction(const Instruction& inst) {

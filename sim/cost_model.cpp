@@ -427,7 +427,8 @@ void sync_cost(const Instruction& inst, const HardwareConfig& config, ComputeCos
     case Engine::vector: cost.occupancy_cycles = core.vector.min_initiation_interval_cycles; break;
     case Engine::scalar: cost.occupancy_cycles = core.scalar.min_initiation_interval_cycles; break;
     case Engine::gpsimd: cost.occupancy_cycles = core.gpsimd.min_initiation_interval_cycles; break;
-    default: cost.occupancy_cycles = core.sync.fixed_overhead_cycles; break;
+    case Engine::sync: cost.occupancy_cycles = core.sync.fixed_overhead_cycles; break;
+    case Engine::dma: throw std::logic_error("internal: " + inst.spec().name + " on the DMA engines has no sync cost");
   }
   cost.latency_cycles = 0;
 }

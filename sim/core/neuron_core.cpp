@@ -1,6 +1,7 @@
 #include "sim/core/neuron_core.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <cmath>
 
 #include "isa/control_flow.h"
@@ -112,8 +113,11 @@ EngineModel& NeuronCore::engine(Engine kind) {
     case Engine::vector: return m_vector;
     case Engine::scalar: return m_scalar;
     case Engine::gpsimd: return m_gpsimd;
-    default: return m_sync;
+    case Engine::sync: return m_sync;
+    case Engine::dma: break;  // the DMA system books its own queues (step())
   }
+  // Exhaustive above (no default:), so a new engine kind is a compiler warning here, not the Sync queue.
+  throw std::logic_error("internal: no engine queue for " + std::string(enum_name(kind)));
 }
 
 int NeuronCore::trace_track(Engine kind, uint32_t queue) {
