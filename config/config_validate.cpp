@@ -171,6 +171,10 @@ void validate_hardware_config(const HardwareConfig& config, const detail::Locati
                   "stack " + str(stack) + " serves no core");
   }
 
+  check.require(config.collectives.recursive_max_bytes >= config.collectives.mesh_max_bytes,
+                "collectives.recursive_max_bytes", "must be at least collectives.mesh_max_bytes (" +
+                str(config.collectives.mesh_max_bytes) + ")");
+
   // Systems.
   check.require(config.systems.count(config.default_system) == 1, "default_system",
                 "'" + config.default_system + "' is not one of the systems listed");

@@ -111,9 +111,9 @@ struct ChipConfig {
                  "the device and replay run that default)",
                  1, 8));
     v.field("collective_cores", collective_cores,
-            info("informational: CC-cores that run collectives (no collective is simulated yet; for the multi-chip "
-                 "model)",
-                 0, 1024));
+            info("CC-cores that drive a chip's collective transfers: at most this many of its transfers move at "
+                 "once (sim/system)",
+                 1, 1024));
     v.field("base_clock_ghz", base_clock_ghz,
             info("NeuronCore base clock: the profiler's cycle count (total_cycles) is in this clock", 0.01, 20));
     v.field("kernel_launch_ns", kernel_launch_ns,
@@ -422,12 +422,16 @@ struct NeuronLinkConfig {
   double latency_ns = 0;
   template <class V>
   void visit(V& v) {
-    // Nothing chip-to-chip is simulated yet (one chip per run): informational until the multi-chip model.
+    // The systems' per-dimension bandwidths drive the torus links (sim/system); these describe the chip's links.
     v.field("version", version, info("informational: NeuronLink generation"));
-    v.field("links_per_chip", links_per_chip, info("informational: chip-to-chip links on one chip", 0, 1024));
+    v.field("links_per_chip", links_per_chip,
+            info("informational: chip-to-chip links on one chip (a torus system's neighbours follow its dimensions)",
+                 0, 1024));
     v.field("bandwidth_per_link_gbps", bandwidth_per_link_gbps,
-            info("informational: one link, one direction", 0, 1e6));
-    v.field("latency_ns", latency_ns, info("informational: one hop", 0, 1e9));
+            info("informational: one link, one direction (a torus link's rate is its dimension's per-chip bandwidth "
+                 "over the dimension's two neighbours)",
+                 0, 1e6));
+    v.field("latency_ns", latency_ns, info("one hop of a torus link: added to each transfer per link it crosses", 0, 1e9));
   }
 };
 
@@ -437,12 +441,11 @@ struct SwitchLevelConfig {
   double latency_ns = 0;
   template <class V>
   void visit(V& v) {
-    // Informational until the multi-chip model (see NeuronLinkConfig).
-    v.field("chips_per_group", chips_per_group,
-            info("informational: groups of the level below joined by one switch", 1, 1 << 20));
+    v.field("chips_per_group", chips_per_group, info("groups of the level below joined by one switch", 1, 1 << 20));
     v.field("bandwidth_per_chip_gbps", bandwidth_per_chip_gbps,
-            info("informational: per-chip bandwidth into this level", 0.001, 1e6));
-    v.field("latency_ns", latency_ns, info("informational: one traversal of this level", 0, 1e9));
+            info("per-chip bandwidth into this level, each direction (a chip's port, shared by its transfers)", 0.001,
+                 1e6));
+    v.field("latency_ns", latency_ns, info("one traversal of this level's switch", 0, 1e9));
   }
 };
 
@@ -455,15 +458,37 @@ struct SystemConfig {
   std::vector<SwitchLevelConfig> switch_levels;
   template <class V>
   void visit(V& v) {
-    // Informational until the multi-chip model (see NeuronLinkConfig); validated and shown by `config show`.
+    // The multi-chip model (sim/system) builds its chips and links from these; `config show` prints them.
     v.field("description", description, info("informational: what this system is"));
-    v.field("chips", chips, info("informational: Trainium chips in the system", 1, 1 << 20));
-    v.field("topology", topology, info("informational: single chip, torus of NeuronLinks, or switched fabric"));
-    v.field("torus_dimensions", torus_dimensions,
-            info("informational: ring size along each torus dimension (torus only)", 1, 1 << 20));
+    v.field("chips", chips, info("Trainium chips in the system", 1, 1 << 20));
+    v.field("topology", topology, info("single chip, torus of NeuronLinks, or switched fabric"));
+    v.field("torus_dimensions", torus_dimensions, info("ring size along each torus dimension (torus only)", 1, 1 << 20));
     v.field("bandwidth_per_chip_gbps_by_dimension", bandwidth_per_chip_gbps_by_dimension,
-            info("informational: per-chip bandwidth along each torus dimension (torus only)", 0.001, 1e6));
+            info("per-chip bandwidth along each torus dimension, each direction, split over the dimension's two "
+                 "neighbours (torus only)",
+                 0.001, 1e6));
     v.field("switch_levels", switch_levels, info("switch hierarchy from the innermost level out (switched only)"));
+  }
+};
+
+// How the runtime runs a collective across chips (collectives.md §2): the algorithm by message size and the
+// per-step cost of the CC-cores' software handshake.
+struct CollectivesConfig {
+  double step_latency_ns = 0;
+  uint64_t mesh_max_bytes = 0;
+  uint64_t recursive_max_bytes = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("step_latency_ns", step_latency_ns,
+            info("fixed cost of each step of a collective on a rank (semaphore hand-off and DMA start of the CC-core)",
+                 0, 1e9));
+    v.field("mesh_max_bytes", mesh_max_bytes,
+            info("messages up to this size take the mesh algorithm (one step, every peer directly)", 0,
+                 uint64_t{1} << 50));
+    v.field("recursive_max_bytes", recursive_max_bytes,
+            info("messages up to this size (above mesh_max_bytes) take recursive doubling / halving; larger ones "
+                 "the ring",
+                 0, uint64_t{1} << 50));
   }
 };
 
@@ -476,6 +501,7 @@ struct HardwareConfig {
   HbmConfig hbm;
   HostLinkConfig host_link;
   NeuronLinkConfig neuronlink;
+  CollectivesConfig collectives;
   std::map<std::string, SystemConfig> systems;
   std::string default_system;
 
@@ -489,10 +515,11 @@ struct HardwareConfig {
     v.field("hbm", hbm, info("device memory"));
     v.field("host_link", host_link, info("link between host memory and the device"));
     v.field("neuronlink", neuronlink, info("chip-to-chip links"));
+    v.field("collectives", collectives, info("how collectives run across the chips of a system"));
     v.field("systems", systems, info("multi-chip systems built from this chip, by name"));
     v.field("default_system", default_system,
-            info("informational: system simulated unless another is named (one chip is simulated; for the "
-                 "multi-chip model and `config show`'s system figures)"));
+            info("informational: the system `trnsim bench collective` and `config show`'s system figures use unless "
+                 "another is named"));
   }
 };
 

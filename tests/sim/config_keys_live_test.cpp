@@ -43,6 +43,7 @@
 #include "kernels/kernel_invocation.h"
 #include "record/launch_timing.h"
 #include "sim/simulator.h"
+#include "sim/system/collectives.h"
 
 namespace trnsim::sim {
 namespace {
@@ -76,6 +77,12 @@ const std::map<std::string, std::vector<std::string>> kScaledTogether = {
 
 // The other coupled keys, each with the rule and how coupled_perturbations keeps it.
 const std::map<std::string, std::string> kCoupledOtherwise = {
+    // A system's chips are the product of its torus dimensions or of its switch levels' group sizes.
+    {"systems.<name>.chips", "half the chips: the last torus dimension or the outermost group halved"},
+    {"systems.<name>.torus_dimensions", "the last dimension halved, with the chips"},
+    {"systems.<name>.switch_levels[].chips_per_group", "the outermost group halved, with the chips"},
+    // Each topology has its own lists.
+    {"systems.<name>.topology", "a torus as one switch level of all its chips (and back: a switch as a ring)"},
     // stack_by_core lists one stack per core, every stack serving one.
     {"chip.physical_cores", "half the chip: the first half of hbm.stack_by_core, half the stacks and their bandwidth"},
     {"hbm.stacks", "half the stacks: each core's stack index halved"},
@@ -114,7 +121,7 @@ std::string join_list(const std::vector<std::string>& items, char open, char clo
 // ---- the probe set ----
 
 struct Probe {
-  enum Kind { program, kernel_split, host_link };
+  enum Kind { program, kernel_split, host_link, collectives };
   Probe(std::string name_, std::string text_, std::vector<uint32_t> cores_ = {0}, bool simulate_ = true,
         const char* illegal_on_ = "", Kind kind_ = program)
       : name(std::move(name_)), text(std::move(text_)), cores(std::move(cores_)), simulate(simulate_),
@@ -350,6 +357,7 @@ dma_copy dst=xs, src=x
   probes.emplace_back("kernel_split_over_the_logical_core", "", std::vector<uint32_t>{0}, true, "",
                       Probe::kernel_split);
   probes.emplace_back("host_link_copy", "", std::vector<uint32_t>{0}, true, "", Probe::host_link);
+  probes.emplace_back("collectives_on_every_system", "", std::vector<uint32_t>{0}, true, "", Probe::collectives);
 
   const std::string target = "target " + std::string(enum_name(base.generation)) + "\n";
   for (Probe& probe : probes) {
@@ -381,12 +389,54 @@ std::string legality_signature(const isa::Program& program, const HardwareConfig
   return rules.empty() ? "" : "illegal:" + rules;
 }
 
+// Collectives on every multi-chip system of the config: all-reduces at the runtime's size thresholds (1 MiB and
+// 56 MiB, the defaults of collectives.mesh_max_bytes / recursive_max_bytes) and above, and an all-gather. Cached by
+// what they read (most perturbations leave it alone, and the 144-chip system is the costliest probe).
+std::string collectives_signature(const HardwareConfig& hw) {
+  std::ostringstream key;
+  key.precision(17);
+  key << hw.chip.collective_cores << ' ' << hw.hbm.bandwidth_gbps << ' ' << hw.neuronlink.latency_ns << ' '
+      << hw.collectives.step_latency_ns << ' ' << hw.collectives.mesh_max_bytes << ' '
+      << hw.collectives.recursive_max_bytes;
+  for (const auto& [name, system] : hw.systems) {
+    key << ' ' << name << ':' << system.chips << ':' << int(system.topology);
+    for (uint32_t d : system.torus_dimensions) key << ',' << d;
+    for (double b : system.bandwidth_per_chip_gbps_by_dimension) key << ',' << b;
+    for (const SwitchLevelConfig& l : system.switch_levels) {
+      key << ';' << l.chips_per_group << ',' << l.bandwidth_per_chip_gbps << ',' << l.latency_ns;
+    }
+  }
+  static std::map<std::string, std::string> cache;
+  auto hit = cache.find(key.str());
+  if (hit != cache.end()) return hit->second;
+  std::ostringstream out;
+  out.precision(17);
+  for (const auto& [name, system] : hw.systems) {
+    if (system.chips < 2) continue;
+    out << name << ':';
+    for (auto [op, bytes] : std::vector<std::pair<CollectiveOp, uint64_t>>{{CollectiveOp::all_reduce, 1u << 20},
+                                                                          {CollectiveOp::all_reduce, 56u << 20},
+                                                                          {CollectiveOp::all_reduce, 256u << 20},
+                                                                          {CollectiveOp::all_gather, 64u << 10}}) {
+      CollectiveSimulator simulator(hw, name);
+      CollectiveRequest request;
+      request.op = op;
+      request.bytes = bytes;
+      const CollectiveTiming t = simulator.run(request);
+      out << ' ' << collective_algorithm_name(t.algorithm) << '=' << t.latency_ns;
+    }
+    out << "; ";
+  }
+  return cache[key.str()] = out.str();
+}
+
 // What a probe gives on a config (empty optional: the probe does not exist for this generation).
 std::optional<std::string> outcome(const Probe& probe, const HardwareConfig& hw) {
   SimOptions options;
   options.timing_only = true;
   try {
     if (probe.kind == Probe::host_link) return number_text(record::host_link_ns(hw, 1u << 20));
+    if (probe.kind == Probe::collectives) return collectives_signature(hw);
     if (probe.kind == Probe::kernel_split) {
       // A library kernel as the device builds it: split over the config's logical core (kernels::build_parts).
       kernels::BinarySpec spec;
@@ -605,6 +655,47 @@ std::vector<std::vector<std::string>> coupled_perturbations(const std::string& k
       stacks.push_back(number_text(std::stoi(stack) / 2));
     }
     out.push_back({scaled(key, 0.5), "hbm.stack_by_core=" + join_list(stacks, '[', ']')});
+  } else if (key.rfind("systems.<name>.", 0) == 0 && kCoupledOtherwise.count(key)) {
+    // Every multi-chip system of the config, by the leaves it has.
+    std::map<std::string, std::map<std::string, std::string>> systems;  // name -> leaf (after the name) -> value
+    for (const ConfigLeaf& leaf : flat) {
+      if (leaf.path.rfind("systems.", 0) != 0) continue;
+      const size_t dot = leaf.path.find('.', 8);
+      if (dot == std::string::npos) continue;
+      systems[leaf.path.substr(8, dot - 8)][leaf.path.substr(dot + 1)] = leaf.value;
+    }
+    for (const auto& [name, leaves] : systems) {
+      const std::string at = "systems." + name + ".";
+      const double chips = std::stod(leaves.at("chips"));
+      if (chips < 2) continue;
+      const std::string topology = leaves.at("topology");
+      if (key == "systems.<name>.topology") {
+        if (topology == "torus") {
+          out.push_back({at + "topology=switched", at + "torus_dimensions=[]", at + "bandwidth_per_chip_gbps_by_dimension=[]",
+                         at + "switch_levels=[{chips_per_group: " + number_text(chips) +
+                             ", bandwidth_per_chip_gbps: 512, latency_ns: 500}]"});
+        } else {
+          out.push_back({at + "topology=torus", at + "switch_levels=[]", at + "torus_dimensions=[" + number_text(chips) + "]",
+                         at + "bandwidth_per_chip_gbps_by_dimension=[512]"});
+        }
+        continue;
+      }
+      if (topology == "torus") {
+        std::vector<std::string> dims = split_list(leaves.at("torus_dimensions"));
+        if (dims.empty() || std::stoi(dims.back()) % 2) continue;
+        dims.back() = number_text(std::stoi(dims.back()) / 2);
+        out.push_back({at + "chips=" + number_text(chips / 2), at + "torus_dimensions=" + join_list(dims, '[', ']')});
+      } else if (topology == "switched") {
+        size_t levels = 0;
+        while (leaves.count("switch_levels[" + std::to_string(levels) + "].chips_per_group")) ++levels;
+        if (!levels) continue;
+        const std::string last = "switch_levels[" + std::to_string(levels - 1) + "].chips_per_group";
+        const int group = std::stoi(leaves.at(last));
+        if (group % 2) continue;
+        out.push_back({at + "chips=" + number_text(chips / 2),
+                       at + "switch_levels." + std::to_string(levels - 1) + ".chips_per_group=" + number_text(group / 2)});
+      }
+    }
   } else if (kCoupledOtherwise.count(key)) {  // an engine's performance_modes
     const std::string engine = key.substr(0, key.rfind('.'));
     std::vector<std::string> modes = split_list(text_of(key));

@@ -406,6 +406,7 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   cl->add_option("--keys", *keys, "Keys in the generated config (each one unknown, so the check rejects it)")
       ->check(CLI::Range(1, 10000000));
   cl->callback([keys] { bench_config_load(*keys); });
+  add_collective_bench(*bench, exit_code);
   mm->callback([o, &exit_code] {
     try {
       bench_matmul(*o);

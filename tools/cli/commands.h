@@ -16,6 +16,9 @@ void add_run_command(CLI::App& app, int& exit_code);
 // Adds `bench matmul ...` (kernel library performance on the timing model).
 void add_bench_commands(CLI::App& app, int& exit_code);
 
+// Adds `bench collective ...` (collectives across a multi-chip system) to the `bench` command.
+void add_collective_bench(CLI::App& bench, int& exit_code);
+
 // Adds `replay REC [--config C] [--set k=v]... [--diff] ...`: re-times a recording of
 // trnsim.record() without PyTorch (exit 1 with --diff when any launch's time changed).
 void add_replay_command(CLI::App& app, int& exit_code);

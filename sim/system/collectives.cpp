@@ -1,0 +1,297 @@
+#include "sim/system/collectives.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace trnsim::sim {
+namespace {
+
+constexpr const char* kOpNames[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute",
+                                    "send_recv"};
+constexpr const char* kAlgorithmNames[] = {"auto", "mesh", "recursive", "ring", "hierarchical"};
+
+bool power_of_two(uint32_t n) { return n && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+const char* collective_op_name(CollectiveOp op) { return kOpNames[size_t(op)]; }
+const char* collective_algorithm_name(CollectiveAlgorithm algorithm) { return kAlgorithmNames[size_t(algorithm)]; }
+
+CollectiveOp parse_collective_op(const std::string& name) {
+  for (size_t i = 0; i < std::size(kOpNames); ++i) {
+    if (name == kOpNames[i]) return CollectiveOp(i);
+  }
+  std::string known;
+  for (const char* n : kOpNames) known += std::string(known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("no collective '" + name + "' (one of: " + known + ")");
+}
+
+CollectiveAlgorithm parse_collective_algorithm(const std::string& name) {
+  for (size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
+    if (name == kAlgorithmNames[i]) return CollectiveAlgorithm(i);
+  }
+  std::string known;
+  for (const char* n : kAlgorithmNames) known += std::string(known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("no collective algorithm '" + name + "' (one of: " + known + ")");
+}
+
+double bus_bandwidth_factor(CollectiveOp op, uint32_t ranks) {
+  const double r = double(std::max(1u, ranks));
+  switch (op) {
+    case CollectiveOp::all_reduce: return 2 * (r - 1) / r;
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all: return (r - 1) / r;
+    case CollectiveOp::permute:
+    case CollectiveOp::send_recv: return 1;
+  }
+  return 1;
+}
+
+CollectiveSimulator::CollectiveSimulator(const HardwareConfig& config, const std::string& system,
+                                         uint32_t ranks_per_chip)
+    : m_config(config), m_topology(config, system), m_ranks_per_chip(std::max(1u, ranks_per_chip)) {
+  for (const SystemLink& link : m_topology.links()) m_links.push_back(std::make_unique<BandwidthCalendar>(link.bytes_per_ns));
+  // A copy between two ranks of one chip reads and writes its HBM: half the chip's HBM bandwidth (assumed).
+  for (uint32_t chip = 0; chip < m_topology.chips(); ++chip) {
+    m_local.push_back(std::make_unique<BandwidthCalendar>(config.hbm.bandwidth_gbps / 2));
+  }
+  m_cc_core_free_ns.assign(m_topology.chips(), std::vector<double>(std::max(1u, config.chip.collective_cores), 0.0));
+}
+
+CollectiveAlgorithm CollectiveSimulator::choose(CollectiveOp op, uint64_t bytes, uint32_t group_size) const {
+  if (op == CollectiveOp::permute || op == CollectiveOp::send_recv) return CollectiveAlgorithm::mesh;
+  if (op == CollectiveOp::all_reduce && m_topology.kind() == Topology::switched &&
+      m_topology.group_sizes().size() > 1 && group_size == ranks() && m_topology.group_sizes()[0] > 1) {
+    return CollectiveAlgorithm::hierarchical;
+  }
+  if (bytes <= m_config.collectives.mesh_max_bytes) return CollectiveAlgorithm::mesh;
+  if (op == CollectiveOp::all_to_all) return CollectiveAlgorithm::mesh;
+  if (bytes <= m_config.collectives.recursive_max_bytes && power_of_two(group_size)) {
+    return CollectiveAlgorithm::recursive;
+  }
+  return CollectiveAlgorithm::ring;
+}
+
+std::vector<std::vector<uint32_t>> CollectiveSimulator::rings_of(const std::vector<uint32_t>& members,
+                                                                  bool whole_system) const {
+  const uint32_t n = uint32_t(members.size());
+  std::vector<std::vector<uint32_t>> orders;  // each a sequence of positions in `members`
+  if (whole_system && m_topology.kind() == Topology::torus) {
+    std::vector<uint32_t> position(ranks());
+    for (uint32_t p = 0; p < n; ++p) position[members[p]] = p;
+    for (const std::vector<uint32_t>& chips : m_topology.ring_orders()) {
+      std::vector<uint32_t> order;
+      for (uint32_t chip : chips) {
+        for (uint32_t r = 0; r < m_ranks_per_chip; ++r) order.push_back(position[chip * m_ranks_per_chip + r]);
+      }
+      orders.push_back(std::move(order));
+    }
+  } else {
+    std::vector<uint32_t> order(n);
+    for (uint32_t p = 0; p < n; ++p) order[p] = p;
+    orders.push_back(std::move(order));
+  }
+  std::vector<std::vector<uint32_t>> rings;
+  for (const std::vector<uint32_t>& order : orders) {
+    std::vector<uint32_t> next(n);
+    for (uint32_t i = 0; i < n; ++i) next[order[i]] = order[(i + 1) % n];
+    rings.push_back(next);
+    if (m_topology.kind() == Topology::torus && n > 2) {
+      std::vector<uint32_t> back(n);
+      for (uint32_t i = 0; i < n; ++i) back[order[(i + 1) % n]] = order[i];
+      rings.push_back(back);
+    }
+  }
+  return rings;
+}
+
+std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op, CollectiveAlgorithm algorithm,
+                                                                 double bytes, uint32_t n,
+                                                                 const std::vector<std::vector<uint32_t>>& rings) const {
+  std::vector<Step> steps;
+  if (n < 2) return steps;
+  const double chunk = bytes / n;
+  auto ring_pass = [&](double per_step) {  // n - 1 steps, each rank to its successor on every ring
+    const double share = per_step / double(rings.size());
+    for (uint32_t k = 0; k + 1 < n; ++k) {
+      Step step;
+      for (const std::vector<uint32_t>& next : rings) {
+        for (uint32_t i = 0; i < n; ++i) step.push_back({i, next[i], share});
+      }
+      steps.push_back(std::move(step));
+    }
+  };
+  auto mesh_pass = [&](double per_peer) {  // one step, every rank to every peer
+    Step step;
+    for (uint32_t i = 0; i < n; ++i) {
+      for (uint32_t k = 1; k < n; ++k) step.push_back({i, (i + k) % n, per_peer});
+    }
+    steps.push_back(std::move(step));
+  };
+  auto halving = [&]() {  // reduce-scatter: partners at n/2, n/4, ..., halving the data each step
+    for (uint32_t distance = n / 2; distance >= 1; distance /= 2) {
+      Step step;
+      for (uint32_t i = 0; i < n; ++i) step.push_back({i, i ^ distance, chunk * distance});
+      steps.push_back(std::move(step));
+    }
+  };
+  auto doubling = [&]() {  // all-gather: partners at 1, 2, ..., doubling the data each step
+    for (uint32_t distance = 1; distance < n; distance *= 2) {
+      Step step;
+      for (uint32_t i = 0; i < n; ++i) step.push_back({i, i ^ distance, chunk * distance});
+      steps.push_back(std::move(step));
+    }
+  };
+  if (algorithm == CollectiveAlgorithm::recursive && !power_of_two(n)) algorithm = CollectiveAlgorithm::ring;
+  switch (op) {
+    case CollectiveOp::all_reduce:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_gather: {
+      const bool scatter = op != CollectiveOp::all_gather, gather = op != CollectiveOp::reduce_scatter;
+      switch (algorithm) {
+        case CollectiveAlgorithm::mesh:
+          if (scatter) mesh_pass(chunk);
+          if (gather) mesh_pass(chunk);
+          break;
+        case CollectiveAlgorithm::recursive:
+          if (scatter) halving();
+          if (gather) doubling();
+          break;
+        case CollectiveAlgorithm::automatic:
+        case CollectiveAlgorithm::ring:
+        case CollectiveAlgorithm::hierarchical:
+          if (scatter) ring_pass(chunk);
+          if (gather) ring_pass(chunk);
+          break;
+      }
+      break;
+    }
+    case CollectiveOp::all_to_all:
+      if (algorithm == CollectiveAlgorithm::ring) {
+        // Pairwise exchange: step k sends to the rank k + 1 further on.
+        for (uint32_t k = 1; k < n; ++k) {
+          Step step;
+          for (uint32_t i = 0; i < n; ++i) step.push_back({i, (i + k) % n, chunk});
+          steps.push_back(std::move(step));
+        }
+      } else {
+        mesh_pass(chunk);
+      }
+      break;
+    case CollectiveOp::permute: {
+      Step step;
+      for (uint32_t i = 0; i < n; ++i) step.push_back({i, (i + 1) % n, bytes});
+      steps.push_back(std::move(step));
+      break;
+    }
+    case CollectiveOp::send_recv: steps.push_back({{0, 1, bytes}}); break;
+  }
+  return steps;
+}
+
+double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns) {
+  const uint32_t from_chip = from_rank / m_ranks_per_chip, to_chip = to_rank / m_ranks_per_chip;
+  std::vector<double>& cores = m_cc_core_free_ns[from_chip];
+  auto core = std::min_element(cores.begin(), cores.end());
+  const double start = std::max(start_ns, *core);
+  double end = start;
+  const std::vector<uint32_t>& route = m_topology.route(from_chip, to_chip);
+  if (route.empty()) {
+    end = m_local[from_chip]->reserve(start, bytes);
+  } else {
+    // The bytes stream through every link of the route (cut-through): each link carries them from the start.
+    for (uint32_t link : route) end = std::max(end, m_links[link]->reserve(start, bytes, m_links[link]->capacity()));
+  }
+  *core = end;
+  return end + m_topology.route_latency_ns(from_chip, to_chip);
+}
+
+uint64_t CollectiveSimulator::run_steps(const std::vector<Step>& steps, const std::vector<uint32_t>& members,
+                                        std::vector<double>& ready) {
+  uint64_t transfers = 0;
+  const double step_ns = m_config.collectives.step_latency_ns;
+  std::vector<double> begin(members.size());
+  std::vector<char> active(members.size());
+  for (const Step& step : steps) {
+    std::fill(active.begin(), active.end(), 0);
+    for (const Transfer& t : step) active[t.from] = active[t.to] = 1;
+    for (size_t i = 0; i < members.size(); ++i) begin[i] = ready[members[i]] + (active[i] ? step_ns : 0);
+    for (const Transfer& t : step) {
+      const double arrival = transfer(members[t.from], members[t.to], t.bytes, begin[t.from]);
+      double& done = ready[members[t.to]];
+      done = std::max({done, arrival, begin[t.to]});
+      ++transfers;
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (active[i]) ready[members[i]] = std::max(ready[members[i]], begin[i]);
+    }
+  }
+  return transfers;
+}
+
+CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
+  std::vector<uint32_t> members = request.ranks;
+  if (members.empty()) {
+    // Every rank, chips in the topology's ring order and the ranks of a chip together.
+    for (uint32_t chip : m_topology.ring_order()) {
+      for (uint32_t r = 0; r < m_ranks_per_chip; ++r) members.push_back(chip * m_ranks_per_chip + r);
+    }
+  }
+  for (uint32_t rank : members) {
+    if (rank >= ranks()) {
+      throw std::invalid_argument("rank " + std::to_string(rank) + " is not in the system (" +
+                                  std::to_string(ranks()) + " ranks)");
+    }
+  }
+  const uint32_t n = uint32_t(members.size());
+  if (request.op == CollectiveOp::send_recv && n < 2) throw std::invalid_argument("send_recv needs two ranks");
+  CollectiveTiming timing;
+  timing.ranks = n;
+  timing.algorithm = request.algorithm == CollectiveAlgorithm::automatic ? choose(request.op, request.bytes, n)
+                                                                         : request.algorithm;
+  std::vector<double> ready(ranks(), request.start_ns);
+  const double bytes = double(request.bytes);
+  const std::vector<uint32_t>& groups = m_topology.group_sizes();
+  if (timing.algorithm == CollectiveAlgorithm::hierarchical && request.op == CollectiveOp::all_reduce &&
+      !groups.empty() && n == ranks()) {
+    // Groups of the first switch level (in chip order); position j of every group forms a cross-group ring.
+    const uint32_t g = groups[0] * m_ranks_per_chip, count = n / g;
+    std::vector<std::vector<uint32_t>> inner(count), across(g);
+    for (uint32_t rank = 0; rank < n; ++rank) {
+      inner[rank / g].push_back(rank);
+      across[rank % g].push_back(rank);
+    }
+    auto part = [&](CollectiveOp op, double part_bytes, const std::vector<std::vector<uint32_t>>& subgroups) {
+      uint64_t steps = 0;
+      for (const auto& members_of : subgroups) {
+        const uint32_t size = uint32_t(members_of.size());
+        // A part runs within one switch level: never hierarchical again.
+        CollectiveAlgorithm algorithm = choose(op, uint64_t(part_bytes), size);
+        if (algorithm == CollectiveAlgorithm::hierarchical) algorithm = CollectiveAlgorithm::ring;
+        const std::vector<Step> steps_of = plan(op, algorithm, part_bytes, size, rings_of(members_of, false));
+        timing.transfers += run_steps(steps_of, members_of, ready);
+        steps = std::max<uint64_t>(steps, steps_of.size());
+      }
+      timing.steps += steps;
+    };
+    part(CollectiveOp::reduce_scatter, bytes, inner);
+    part(CollectiveOp::all_reduce, bytes / g, across);
+    part(CollectiveOp::all_gather, bytes, inner);
+  } else {
+    if (timing.algorithm == CollectiveAlgorithm::hierarchical) timing.algorithm = CollectiveAlgorithm::ring;
+    const std::vector<Step> steps =
+        plan(request.op, timing.algorithm, bytes, n, rings_of(members, request.ranks.empty()));
+    if (timing.algorithm == CollectiveAlgorithm::recursive && !power_of_two(n)) timing.algorithm = CollectiveAlgorithm::ring;
+    timing.steps = steps.size();
+    timing.transfers = run_steps(steps, members, ready);
+  }
+  double end = request.start_ns;
+  for (uint32_t rank : members) end = std::max(end, ready[rank]);
+  timing.latency_ns = end - request.start_ns;
+  timing.algbw_gbps = timing.latency_ns > 0 ? bytes / timing.latency_ns : 0;
+  timing.busbw_gbps = timing.algbw_gbps * bus_bandwidth_factor(request.op, n);
+  return timing;
+}
+
+}  // namespace trnsim::sim

@@ -1,0 +1,101 @@
+// Collectives across the chips of a system, timed on its links (sim/system/topology): each collective is a
+// sequence of steps, every rank sending its part of a step to its peers once it has finished the previous step
+// (its sends out and its receives in) and paid the step's fixed cost (collectives.step_latency_ns). A transfer
+// waits for a free CC-core of its chip (chip.collective_cores), books its bytes on every link of its route (links
+// are shared: concurrent transfers, and collectives run on the same simulator, contend), and arrives after the
+// route's latency. Ranks on one chip exchange through the chip's HBM (a copy reads and writes it: half the
+// chip's HBM bandwidth, assumed).
+//
+// Algorithms (collectives.md §2), chosen by size as Neuron's runtime does unless one is asked for:
+//   mesh       every rank sends to every peer directly, one step per phase (<= collectives.mesh_max_bytes);
+//   recursive  recursive halving (reduce-scatter) / doubling (all-gather), log2(n) steps, n a power of two
+//              (<= collectives.recursive_max_bytes);
+//   ring       n - 1 steps of S / n around the ranks (larger messages; the fallback where recursive needs a
+//              power of two); on a torus the data is split over both directions of the topology's ring (one
+//              Hamiltonian cycle both ways: half the links of a 2-D torus, where KangaRing uses all);
+//   hierarchical (all-reduce on a switched fabric of more than one level): reduce-scatter inside each first-level
+//              group, all-reduce of the group's share across groups, all-gather inside the group, each part by size.
+// Not modelled yet: the reduction's compute (a receiving rank adds at link rate), KangaRing's DMA duplication
+// (it runs as the ring), EFA between servers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/hardware_config.h"
+#include "sim/base/bandwidth_calendar.h"
+#include "sim/system/topology.h"
+
+namespace trnsim::sim {
+
+enum class CollectiveOp : uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv };
+enum class CollectiveAlgorithm : uint8_t { automatic, mesh, recursive, ring, hierarchical };
+
+const char* collective_op_name(CollectiveOp op);
+const char* collective_algorithm_name(CollectiveAlgorithm algorithm);
+CollectiveOp parse_collective_op(const std::string& name);                 // std::invalid_argument listing the names
+CollectiveAlgorithm parse_collective_algorithm(const std::string& name);   // "auto" is automatic
+// nccl-tests / nccom-test busbw factor for r ranks: all-reduce 2(r-1)/r; all-gather, reduce-scatter, all-to-all
+// (r-1)/r; permute and send/recv 1 (collectives.md §1).
+double bus_bandwidth_factor(CollectiveOp op, uint32_t ranks);
+
+struct CollectiveRequest {
+  CollectiveOp op = CollectiveOp::all_reduce;
+  // nccl-tests' size: the all-reduce buffer, all-gather's output, reduce-scatter's input, all-to-all's buffer
+  // per rank, what each rank sends in a permute / send-recv.
+  uint64_t bytes = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;
+  std::vector<uint32_t> ranks;  // the group, in ring order (empty: every rank of the system)
+  double start_ns = 0;          // when every member is ready
+};
+
+struct CollectiveTiming {
+  double latency_ns = 0;  // start to the last rank's completion
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
+  uint32_t ranks = 0;
+  uint64_t steps = 0;      // steps on the critical path (all parts)
+  uint64_t transfers = 0;  // rank-to-rank transfers booked
+  double algbw_gbps = 0;   // bytes / latency (1e9 bytes per second)
+  double busbw_gbps = 0;   // algbw x the bus factor
+};
+
+class CollectiveSimulator {
+ public:
+  // `ranks_per_chip` ranks on each chip (logical cores), ranks numbered chip by chip.
+  CollectiveSimulator(const HardwareConfig& config, const std::string& system, uint32_t ranks_per_chip = 1);
+
+  uint32_t ranks() const { return m_ranks_per_chip * m_topology.chips(); }
+  const SystemTopology& topology() const { return m_topology; }
+  // Runs one collective; links and CC-cores stay booked, so later calls contend with it.
+  CollectiveTiming run(const CollectiveRequest& request);
+  // The algorithm `run` takes for this op, size and group size when asked for `automatic`.
+  CollectiveAlgorithm choose(CollectiveOp op, uint64_t bytes, uint32_t group_size) const;
+
+ private:
+  struct Transfer {
+    uint32_t from, to;  // positions in the group
+    double bytes;
+  };
+  using Step = std::vector<Transfer>;
+  // `rings`: for each ring the successor of every position (a ring pass splits its data over them).
+  std::vector<Step> plan(CollectiveOp op, CollectiveAlgorithm algorithm, double bytes, uint32_t n,
+                         const std::vector<std::vector<uint32_t>>& rings) const;
+  // The rings among `members`: on a torus both directions of each of the topology's ring orders (when the group is
+  // every rank) or of the group's own order; elsewhere the group's order one way.
+  std::vector<std::vector<uint32_t>> rings_of(const std::vector<uint32_t>& members, bool whole_system) const;
+  // Runs steps among `members` (ranks) from their ready times; returns the count of transfers.
+  uint64_t run_steps(const std::vector<Step>& steps, const std::vector<uint32_t>& members, std::vector<double>& ready);
+  // One rank-to-rank transfer that may start at `start_ns`: its arrival.
+  double transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns);
+
+  const HardwareConfig& m_config;
+  SystemTopology m_topology;
+  uint32_t m_ranks_per_chip;
+  std::vector<std::unique_ptr<BandwidthCalendar>> m_links;  // one per topology link
+  std::vector<std::unique_ptr<BandwidthCalendar>> m_local;  // per chip: rank-to-rank on one chip
+  std::vector<std::vector<double>> m_cc_core_free_ns;       // per chip, per CC-core
+};
+
+}  // namespace trnsim::sim

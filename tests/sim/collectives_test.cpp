@@ -1,0 +1,213 @@
+// Multi-chip systems (sim/system): topologies from the config and collectives timed on their links, checked against
+// times worked out by hand from the link rates, the step and hop latencies (no contention in the cases with closed
+// forms), and the runtime's choice of algorithm by size (collectives.md §2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "config/config_loader.h"
+#include "sim/system/collectives.h"
+#include "sim/system/topology.h"
+
+namespace trnsim::sim {
+namespace {
+
+HardwareConfig trn(const char* name) { return load_config(name).hardware; }
+
+SystemConfig torus(std::vector<uint32_t> dims, std::vector<double> bandwidth) {
+  SystemConfig s;
+  s.topology = Topology::torus;
+  s.chips = 1;
+  for (uint32_t d : dims) s.chips *= d;
+  s.torus_dimensions = std::move(dims);
+  s.bandwidth_per_chip_gbps_by_dimension = std::move(bandwidth);
+  return s;
+}
+
+SystemConfig switched(std::vector<std::pair<uint32_t, double>> levels, std::vector<double> latency) {
+  SystemConfig s;
+  s.topology = Topology::switched;
+  s.chips = 1;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    SwitchLevelConfig level;
+    level.chips_per_group = levels[i].first;
+    level.bandwidth_per_chip_gbps = levels[i].second;
+    level.latency_ns = latency[i];
+    s.switch_levels.push_back(level);
+    s.chips *= level.chips_per_group;
+  }
+  return s;
+}
+
+CollectiveTiming run(const HardwareConfig& hw, const std::string& system, CollectiveOp op, uint64_t bytes,
+                     CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic) {
+  CollectiveSimulator simulator(hw, system);
+  CollectiveRequest request;
+  request.op = op;
+  request.bytes = bytes;
+  request.algorithm = algorithm;
+  return simulator.run(request);
+}
+
+TEST(SystemTopology, TorusRoutesTakeTheShorterWayAndTheSnakeRingStepsOneHop) {
+  HardwareConfig hw = trn("trn2");
+  SystemTopology t(hw, "trn2-48xlarge");
+  ASSERT_EQ(t.chips(), 16u);
+  EXPECT_EQ(t.links().size(), 16u * 4);  // 4 neighbours per chip
+  for (const SystemLink& link : t.links()) EXPECT_DOUBLE_EQ(link.bytes_per_ns, 512.0 / 2);
+  size_t longest = 0;
+  for (uint32_t a = 0; a < 16; ++a) {
+    for (uint32_t b = 0; b < 16; ++b) {
+      // Hops = the ring distance along each dimension (4-rings: at most 2 each way).
+      const uint32_t dx = std::min((a % 4 + 4 - b % 4) % 4, (b % 4 + 4 - a % 4) % 4);
+      const uint32_t dy = std::min((a / 4 + 4 - b / 4) % 4, (b / 4 + 4 - a / 4) % 4);
+      ASSERT_EQ(t.route(a, b).size(), dx + dy) << a << " -> " << b;
+      EXPECT_DOUBLE_EQ(t.route_latency_ns(a, b), (dx + dy) * hw.neuronlink.latency_ns);
+      longest = std::max(longest, t.route(a, b).size());
+      uint32_t chip = a;
+      for (uint32_t link : t.route(a, b)) {
+        ASSERT_EQ(t.links()[link].from_chip, chip);
+        chip = t.links()[link].to_chip;
+      }
+      EXPECT_EQ(chip, b);
+    }
+  }
+  EXPECT_EQ(longest, 4u);
+  const std::vector<uint32_t>& ring = t.ring_order();
+  ASSERT_EQ(std::set<uint32_t>(ring.begin(), ring.end()).size(), 16u);
+  for (size_t i = 0; i < ring.size(); ++i) EXPECT_EQ(t.route(ring[i], ring[(i + 1) % ring.size()]).size(), 1u) << i;
+}
+
+TEST(SystemTopology, SwitchedRoutesClimbToTheFirstSharedLevel) {
+  HardwareConfig hw = trn("trn3");
+  SystemTopology t(hw, "trn3-ultraserver-gen2");
+  ASSERT_EQ(t.chips(), 144u);
+  const auto& levels = hw.systems.at("trn3-ultraserver-gen2").switch_levels;
+  // Chips 0 and 3 share a first-level switch; 0 and 4 meet at the second level.
+  EXPECT_EQ(t.route(0, 3).size(), 2u);
+  EXPECT_DOUBLE_EQ(t.route_latency_ns(0, 3), levels[0].latency_ns);
+  EXPECT_EQ(t.route(0, 4).size(), 4u);
+  EXPECT_DOUBLE_EQ(t.route_latency_ns(0, 4), levels[1].latency_ns + 2 * levels[0].latency_ns);
+  EXPECT_THROW(SystemTopology(hw, "no-such-system"), std::invalid_argument);
+}
+
+// A ring all-reduce on a ring of 8 chips: 2 (n - 1) steps; in each, every chip sends half its chunk of S / n one hop
+// each way round, on links nobody else uses.
+TEST(Collectives, RingAllReduceIsTwoPassesOfStepsOfOneChunk) {
+  HardwareConfig hw = trn("trn2");
+  hw.systems["ring8"] = torus({8}, {200});
+  const double link = 200.0 / 2, bytes = 64.0 * (1 << 20), chunk = bytes / 8;
+  const double step = hw.collectives.step_latency_ns + chunk / 2 / link + hw.neuronlink.latency_ns;
+  const CollectiveTiming t = run(hw, "ring8", CollectiveOp::all_reduce, uint64_t(bytes), CollectiveAlgorithm::ring);
+  EXPECT_EQ(t.steps, 14u);
+  EXPECT_EQ(t.transfers, 14u * 8 * 2);
+  EXPECT_NEAR(t.latency_ns, 14 * step, 1e-6 * t.latency_ns);
+  EXPECT_NEAR(t.busbw_gbps, bytes / t.latency_ns * 2 * 7 / 8, 1e-9);
+  // All-gather and reduce-scatter are one pass each.
+  EXPECT_NEAR(run(hw, "ring8", CollectiveOp::all_gather, uint64_t(bytes), CollectiveAlgorithm::ring).latency_ns,
+              7 * step, 1e-6 * t.latency_ns);
+}
+
+// A mesh all-gather on one switch: every chip sends S / n to each of its n - 1 peers at once, so its port (and
+// every receiver's) carries (n - 1) S / n.
+TEST(Collectives, MeshAllGatherIsBoundByEachChipsPort) {
+  HardwareConfig hw = trn("trn3");
+  hw.systems["switch8"] = switched({{8, 400}}, {700});
+  const double bytes = 1 << 20, chunk = bytes / 8;
+  const CollectiveTiming t = run(hw, "switch8", CollectiveOp::all_gather, uint64_t(bytes), CollectiveAlgorithm::mesh);
+  EXPECT_EQ(t.steps, 1u);
+  EXPECT_NEAR(t.latency_ns, hw.collectives.step_latency_ns + 7 * chunk / 400 + 700, 1e-6);
+  // Through one port the CC-cores do not matter (the port serialises the bytes either way)...
+  HardwareConfig few = hw;
+  few.chip.collective_cores = 1;
+  EXPECT_NEAR(run(few, "switch8", CollectiveOp::all_gather, uint64_t(bytes), CollectiveAlgorithm::mesh).latency_ns,
+              t.latency_ns, 1e-6);
+  // ...but on a torus a chip with one CC-core drives one of its four links at a time.
+  HardwareConfig torus16 = trn("trn2"), one_core = torus16;
+  one_core.chip.collective_cores = 1;
+  const double many = run(torus16, "trn2-48xlarge", CollectiveOp::all_gather, 16 << 20, CollectiveAlgorithm::mesh).latency_ns;
+  EXPECT_GT(run(one_core, "trn2-48xlarge", CollectiveOp::all_gather, 16 << 20, CollectiveAlgorithm::mesh).latency_ns,
+            1.5 * many);
+}
+
+// Recursive halving then doubling on a switch of 16 chips: log2(16) = 4 steps each way, S / 2, S / 4, ... out and
+// back, one transfer per port per step.
+TEST(Collectives, RecursiveAllReduceHalvesThenDoubles) {
+  HardwareConfig hw = trn("trn3");
+  hw.systems["switch16"] = switched({{16, 250}}, {400});
+  const double bytes = 16.0 * (1 << 20);
+  double expected = 0;
+  for (double share : {1.0 / 2, 1.0 / 4, 1.0 / 8, 1.0 / 16, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2}) {
+    expected += hw.collectives.step_latency_ns + bytes * share / 250 + 400;
+  }
+  const CollectiveTiming t =
+      run(hw, "switch16", CollectiveOp::all_reduce, uint64_t(bytes), CollectiveAlgorithm::recursive);
+  EXPECT_EQ(t.steps, 8u);
+  EXPECT_NEAR(t.latency_ns, expected, 1e-6 * expected);
+  // Not a power of two: the ring instead.
+  hw.systems["switch12"] = switched({{12, 250}}, {400});
+  EXPECT_EQ(run(hw, "switch12", CollectiveOp::all_reduce, uint64_t(bytes), CollectiveAlgorithm::recursive).algorithm,
+            CollectiveAlgorithm::ring);
+}
+
+// On the 4 x 4 torus the ring pass runs both ways round the snake: two of a chip's four links at once.
+TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
+  HardwareConfig hw = trn("trn2");
+  CollectiveSimulator whole(hw, "trn2-48xlarge");
+  ASSERT_EQ(whole.topology().ring_orders().size(), 1u);
+  CollectiveRequest request;
+  request.op = CollectiveOp::all_reduce;
+  request.bytes = uint64_t(1) << 30;
+  request.algorithm = CollectiveAlgorithm::ring;
+  const CollectiveTiming t = whole.run(request);
+  EXPECT_EQ(t.transfers, 30u * 16 * 2);
+  // Each step: half of S / 16 each way over one 256 GB/s link (no link carries two transfers).
+  const double link = hw.systems.at("trn2-48xlarge").bandwidth_per_chip_gbps_by_dimension[0] / 2;
+  const double step = hw.collectives.step_latency_ns + double(request.bytes) / 16 / 2 / link + hw.neuronlink.latency_ns;
+  EXPECT_NEAR(t.latency_ns, 30 * step, 1e-6 * t.latency_ns);
+}
+
+TEST(Collectives, TheAlgorithmFollowsTheMessageSize) {
+  HardwareConfig hw = trn("trn2");
+  CollectiveSimulator s(hw, "trn2-48xlarge");
+  const CollectivesConfig& c = hw.collectives;
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.mesh_max_bytes, 16), CollectiveAlgorithm::mesh);
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.mesh_max_bytes + 1, 16), CollectiveAlgorithm::recursive);
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.recursive_max_bytes + 1, 16), CollectiveAlgorithm::ring);
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.mesh_max_bytes + 1, 12), CollectiveAlgorithm::ring);
+  EXPECT_EQ(s.choose(CollectiveOp::all_to_all, uint64_t(1) << 30, 16), CollectiveAlgorithm::mesh);
+  // Two switch levels: reduce-scatter in the server, all-reduce across servers, all-gather in the server.
+  HardwareConfig trn3 = trn("trn3");
+  CollectiveSimulator big(trn3, "trn3-ultraserver-gen2");
+  EXPECT_EQ(big.choose(CollectiveOp::all_reduce, uint64_t(1) << 30, 144), CollectiveAlgorithm::hierarchical);
+  const CollectiveTiming t = run(trn3, "trn3-ultraserver-gen2", CollectiveOp::all_reduce, uint64_t(1) << 30);
+  EXPECT_EQ(t.algorithm, CollectiveAlgorithm::hierarchical);
+  EXPECT_GT(t.busbw_gbps, 0);
+  // busbw can never beat the chip's port: the inner ring of four moves 3/4 of S out of each chip and back.
+  EXPECT_LT(t.busbw_gbps, trn3.systems.at("trn3-ultraserver-gen2").switch_levels[0].bandwidth_per_chip_gbps * 2);
+}
+
+TEST(Collectives, ConcurrentCollectivesShareTheLinks) {
+  HardwareConfig hw = trn("trn2");
+  CollectiveSimulator s(hw, "trn2-48xlarge");
+  CollectiveRequest request;
+  request.op = CollectiveOp::all_reduce;
+  request.bytes = uint64_t(256) << 20;
+  request.algorithm = CollectiveAlgorithm::ring;
+  const double alone = s.run(request).latency_ns;
+  const double second = s.run(request).latency_ns;  // the same links, booked by the first from time 0
+  EXPECT_GT(second, 1.5 * alone);
+}
+
+TEST(Collectives, NamesAndFactors) {
+  EXPECT_EQ(parse_collective_op("reduce_scatter"), CollectiveOp::reduce_scatter);
+  EXPECT_THROW(parse_collective_op("allreduce"), std::invalid_argument);
+  EXPECT_EQ(parse_collective_algorithm("auto"), CollectiveAlgorithm::automatic);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::all_reduce, 16), 2.0 * 15 / 16);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::all_gather, 16), 15.0 / 16);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::permute, 16), 1.0);
+}
+
+}  // namespace
+}  // namespace trnsim::sim
