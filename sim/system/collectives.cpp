@@ -112,27 +112,27 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
   std::vector<Step> steps;
   if (n < 2) return steps;
   const double chunk = bytes / n;
-  auto ring_pass = [&](double per_step) {  // n - 1 steps, each rank to its successor on every ring
+  auto ring_pass = [&](double per_step, bool reduces) {  // n - 1 steps, each rank to its successor on every ring
     const double share = per_step / double(rings.size());
     for (uint32_t k = 0; k + 1 < n; ++k) {
       Step step;
       for (const std::vector<uint32_t>& next : rings) {
-        for (uint32_t i = 0; i < n; ++i) step.push_back({i, next[i], share});
+        for (uint32_t i = 0; i < n; ++i) step.push_back({i, next[i], share, reduces});
       }
       steps.push_back(std::move(step));
     }
   };
-  auto mesh_pass = [&](double per_peer) {  // one step, every rank to every peer
+  auto mesh_pass = [&](double per_peer, bool reduces) {  // one step, every rank to every peer
     Step step;
     for (uint32_t i = 0; i < n; ++i) {
-      for (uint32_t k = 1; k < n; ++k) step.push_back({i, (i + k) % n, per_peer});
+      for (uint32_t k = 1; k < n; ++k) step.push_back({i, (i + k) % n, per_peer, reduces});
     }
     steps.push_back(std::move(step));
   };
   auto halving = [&]() {  // reduce-scatter: partners at n/2, n/4, ..., halving the data each step
     for (uint32_t distance = n / 2; distance >= 1; distance /= 2) {
       Step step;
-      for (uint32_t i = 0; i < n; ++i) step.push_back({i, i ^ distance, chunk * distance});
+      for (uint32_t i = 0; i < n; ++i) step.push_back({i, i ^ distance, chunk * distance, true});
       steps.push_back(std::move(step));
     }
   };
@@ -151,8 +151,8 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
       const bool scatter = op != CollectiveOp::all_gather, gather = op != CollectiveOp::reduce_scatter;
       switch (algorithm) {
         case CollectiveAlgorithm::mesh:
-          if (scatter) mesh_pass(chunk);
-          if (gather) mesh_pass(chunk);
+          if (scatter) mesh_pass(chunk, true);
+          if (gather) mesh_pass(chunk, false);
           break;
         case CollectiveAlgorithm::recursive:
           if (scatter) halving();
@@ -161,8 +161,8 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
         case CollectiveAlgorithm::automatic:
         case CollectiveAlgorithm::ring:
         case CollectiveAlgorithm::hierarchical:
-          if (scatter) ring_pass(chunk);
-          if (gather) ring_pass(chunk);
+          if (scatter) ring_pass(chunk, true);
+          if (gather) ring_pass(chunk, false);
           break;
       }
       break;
@@ -176,7 +176,7 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
           steps.push_back(std::move(step));
         }
       } else {
-        mesh_pass(chunk);
+        mesh_pass(chunk, false);
       }
       break;
     case CollectiveOp::permute: {
@@ -190,7 +190,9 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
   return steps;
 }
 
-double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns) {
+double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns,
+                                     bool reduces) {
+  const double rate_share = reduces ? m_config.core.dma.read_add_write_efficiency : 1.0;
   const uint32_t from_chip = from_rank / m_ranks_per_chip, to_chip = to_rank / m_ranks_per_chip;
   std::vector<double>& cores = m_cc_core_free_ns[from_chip];
   auto core = std::min_element(cores.begin(), cores.end());
@@ -198,10 +200,12 @@ double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, doubl
   double end = start;
   const std::vector<uint32_t>& route = m_topology.route(from_chip, to_chip);
   if (route.empty()) {
-    end = m_local[from_chip]->reserve(start, bytes);
+    end = m_local[from_chip]->reserve(start, bytes, m_local[from_chip]->capacity() * rate_share);
   } else {
     // The bytes stream through every link of the route (cut-through): each link carries them from the start.
-    for (uint32_t link : route) end = std::max(end, m_links[link]->reserve(start, bytes, m_links[link]->capacity()));
+    for (uint32_t link : route) {
+      end = std::max(end, m_links[link]->reserve(start, bytes, m_links[link]->capacity() * rate_share));
+    }
   }
   *core = end;
   return end + m_topology.route_latency_ns(from_chip, to_chip);
@@ -218,7 +222,7 @@ uint64_t CollectiveSimulator::run_steps(const std::vector<Step>& steps, const st
     for (const Transfer& t : step) active[t.from] = active[t.to] = 1;
     for (size_t i = 0; i < members.size(); ++i) begin[i] = ready[members[i]] + (active[i] ? step_ns : 0);
     for (const Transfer& t : step) {
-      const double arrival = transfer(members[t.from], members[t.to], t.bytes, begin[t.from]);
+      const double arrival = transfer(members[t.from], members[t.to], t.bytes, begin[t.from], t.reduces);
       double& done = ready[members[t.to]];
       done = std::max({done, arrival, begin[t.to]});
       ++transfers;

@@ -15,8 +15,11 @@
 //              Hamiltonian cycle both ways: half the links of a 2-D torus, where KangaRing uses all);
 //   hierarchical (all-reduce on a switched fabric of more than one level): reduce-scatter inside each first-level
 //              group, all-reduce of the group's share across groups, all-gather inside the group, each part by size.
-// Not modelled yet: the reduction's compute (a receiving rank adds at link rate), KangaRing's DMA duplication
-// (it runs as the ring), EFA between servers.
+// A reducing step's transfer (the receiver adds what arrives into its own data) moves at most
+// core.dma.read_add_write_efficiency of its links' rate: before v4 the DMA's read-add-write runs through the
+// collective compute engines at 50 % of copy throughput, on v4 at the full rate (A-V4; that the reduction streams
+// with the transfer is assumed). Not modelled yet: KangaRing's DMA duplication (it runs as the ring), the second
+// Hamiltonian cycle of a 2-D torus, EFA between servers.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +80,7 @@ class CollectiveSimulator {
   struct Transfer {
     uint32_t from, to;  // positions in the group
     double bytes;
+    bool reduces = false;  // the receiver adds the bytes into its own (a reduce-scatter step)
   };
   using Step = std::vector<Transfer>;
   // `rings`: for each ring the successor of every position (a ring pass splits its data over them).
@@ -88,7 +92,7 @@ class CollectiveSimulator {
   // Runs steps among `members` (ranks) from their ready times; returns the count of transfers.
   uint64_t run_steps(const std::vector<Step>& steps, const std::vector<uint32_t>& members, std::vector<double>& ready);
   // One rank-to-rank transfer that may start at `start_ns`: its arrival.
-  double transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns);
+  double transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns, bool reduces);
 
   const HardwareConfig& m_config;
   SystemTopology m_topology;

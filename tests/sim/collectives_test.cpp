@@ -99,10 +99,16 @@ TEST(Collectives, RingAllReduceIsTwoPassesOfStepsOfOneChunk) {
   hw.systems["ring8"] = torus({8}, {200});
   const double link = 200.0 / 2, bytes = 64.0 * (1 << 20), chunk = bytes / 8;
   const double step = hw.collectives.step_latency_ns + chunk / 2 / link + hw.neuronlink.latency_ns;
+  // The reduce-scatter half adds what arrives: at read_add_write_efficiency of the link's rate (0.5 on trn2).
+  const double efficiency = hw.core.dma.read_add_write_efficiency;
+  ASSERT_DOUBLE_EQ(efficiency, 0.5);
+  const double reduce_step = hw.collectives.step_latency_ns + chunk / 2 / (efficiency * link) + hw.neuronlink.latency_ns;
   const CollectiveTiming t = run(hw, "ring8", CollectiveOp::all_reduce, uint64_t(bytes), CollectiveAlgorithm::ring);
   EXPECT_EQ(t.steps, 14u);
   EXPECT_EQ(t.transfers, 14u * 8 * 2);
-  EXPECT_NEAR(t.latency_ns, 14 * step, 1e-6 * t.latency_ns);
+  EXPECT_NEAR(t.latency_ns, 7 * reduce_step + 7 * step, 1e-6 * t.latency_ns);
+  EXPECT_NEAR(run(hw, "ring8", CollectiveOp::reduce_scatter, uint64_t(bytes), CollectiveAlgorithm::ring).latency_ns,
+              7 * reduce_step, 1e-6 * t.latency_ns);
   EXPECT_NEAR(t.busbw_gbps, bytes / t.latency_ns * 2 * 7 / 8, 1e-9);
   // All-gather and reduce-scatter are one pass each.
   EXPECT_NEAR(run(hw, "ring8", CollectiveOp::all_gather, uint64_t(bytes), CollectiveAlgorithm::ring).latency_ns,
@@ -162,10 +168,13 @@ TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
   request.algorithm = CollectiveAlgorithm::ring;
   const CollectiveTiming t = whole.run(request);
   EXPECT_EQ(t.transfers, 30u * 16 * 2);
-  // Each step: half of S / 16 each way over one 256 GB/s link (no link carries two transfers).
+  // Each step: half of S / 16 each way over one 256 GB/s link (no link carries two transfers); the reduce-scatter
+  // half at read_add_write_efficiency of it.
   const double link = hw.systems.at("trn2-48xlarge").bandwidth_per_chip_gbps_by_dimension[0] / 2;
-  const double step = hw.collectives.step_latency_ns + double(request.bytes) / 16 / 2 / link + hw.neuronlink.latency_ns;
-  EXPECT_NEAR(t.latency_ns, 30 * step, 1e-6 * t.latency_ns);
+  const double fixed = hw.collectives.step_latency_ns + hw.neuronlink.latency_ns, half_chunk = double(request.bytes) / 16 / 2;
+  const double expected = 15 * (fixed + half_chunk / (hw.core.dma.read_add_write_efficiency * link)) +
+                          15 * (fixed + half_chunk / link);
+  EXPECT_NEAR(t.latency_ns, expected, 1e-6 * t.latency_ns);
 }
 
 TEST(Collectives, TheAlgorithmFollowsTheMessageSize) {
