@@ -23,7 +23,8 @@ ROWS = ([("V1", f"matmul tutorial: {s}") for s in STAGES]
         + [("V1-ratio", f"speed-up {a} -> {b}") for a, b in zip(STAGES, STAGES[1:])]
         + [("V2", f"matmul tutorial: {s}, {e} active") for s, engines in validate.V2_PUBLISHED_ACTIVE.items()
            for e in engines]
-        + [("V8", "DMA 32 KiB on one engine"), ("V9", "100 dependent 1-element activations")])
+        + [("V8", "DMA 32 KiB on one engine"), ("V9", "100 dependent 1-element activations")]
+        + [("C", f"nccom {what}") for _, _, _, what in validate.C_PUBLISHED_US])
 
 OUT_OF_BAND = {
     ("V2", "matmul tutorial: tiled, tensor active"),
