@@ -34,6 +34,18 @@ bool is_register_access(const Instruction& inst) {
 }
 // core_barrier names the shared HBM tensor it orders accesses of; its engine does not move its bytes.
 bool names_without_access(const Instruction& inst) { return inst.opcode == Opcode::core_barrier; }
+// A collective's bytes move through the CC-cores' DMA (HBM or SBUF, as nki.collectives), not its trigger engine's
+// memory path.
+bool is_collective(const Instruction& inst) {
+  switch (inst.opcode) {
+    case Opcode::all_reduce:
+    case Opcode::all_gather:
+    case Opcode::reduce_scatter:
+    case Opcode::all_to_all:
+    case Opcode::collective_permute: return true;
+    default: return false;
+  }
+}
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
@@ -124,7 +136,8 @@ class Checker {
       }
     }
     if (a.space == MemorySpace::hbm) {
-      if (inst.engine != Engine::dma && !is_register_access(inst) && !names_without_access(inst))
+      if (inst.engine != Engine::dma && !is_register_access(inst) && !names_without_access(inst) &&
+          !is_collective(inst))
         fail("engine-memory", what + ": only DMA reaches HBM; the " +
                                                                 std::string(enum_name(inst.engine)) +
                                                                 " engine reads SBUF/PSUM");
@@ -141,7 +154,7 @@ class Checker {
     }
     const MemoryAccessConfig& access = m_config.core.memory_access;
     const auto& engines = a.space == MemorySpace::sbuf ? access.sbuf_engines : access.psum_engines;
-    const bool sequencer = is_register_access(inst) && a.space == MemorySpace::sbuf;
+    const bool sequencer = (is_register_access(inst) || is_collective(inst)) && a.space == MemorySpace::sbuf;
     if (!sequencer && std::find(engines.begin(), engines.end(), inst.engine) == engines.end()) {
       fail("engine-memory", what + ": the " + std::string(enum_name(inst.engine)) + " engine cannot access " +
                                 memory_space_name(a.space));
@@ -274,6 +287,75 @@ class Checker {
     if (inst.opcode == Opcode::quantize_mx) check_quantize_mx(inst);
     if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
     if (inst.opcode == Opcode::core_barrier) check_core_barrier(inst);
+    if (is_collective(inst)) check_collective(inst);
+  }
+
+  // Collectives: ranks are physical cores of the simulation, each listed once; dst and src share a dtype; with the
+  // group given, the element counts fit it (all_gather's dst = n x src, reduce_scatter's src = n x dst, all_to_all's
+  // split into n blocks, the rest equal); the reduction is one nki.collectives offers (add, minimum, maximum).
+  void check_collective(const Instruction& inst) {
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& src = inst.tensor("src");
+    if (!dst.present() || !src.present()) return;
+    if (dst.dtype != src.dtype) {
+      fail("collective-dtype", "dst is " + std::string(dtype_name(dst.dtype)) + " but src is " +
+                                   std::string(dtype_name(src.dtype)) + " (a collective does not cast)");
+    }
+    std::vector<int64_t> ranks;
+    if (inst.opcode == Opcode::collective_permute) {
+      const std::vector<int64_t>& pairs = inst.list("pairs");  // flat: source, target, source, target, ...
+      std::vector<int64_t> targets;
+      for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+        for (int64_t rank : {pairs[i], pairs[i + 1]}) {
+          if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
+        }
+        if (std::find(targets.begin(), targets.end(), pairs[i + 1]) != targets.end()) {
+          fail("collective-group", "rank " + std::to_string(pairs[i + 1]) + " is the target of two pairs");
+        }
+        targets.push_back(pairs[i + 1]);
+      }
+      if (pairs.empty()) fail("collective-group", "pairs lists [source, target] ranks: none given");
+    } else {
+      ranks = inst.list("group");
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        if (std::find(ranks.begin(), ranks.begin() + long(i), ranks[i]) != ranks.begin() + long(i)) {
+          fail("collective-group", "rank " + std::to_string(ranks[i]) + " is listed twice");
+        }
+      }
+      const int64_t size = int64_t(inst.scalar("group_size"));
+      if (size < 0 || (size > 0 && (ranks.empty() || ranks.size() % size_t(size) != 0))) {
+        fail("collective-group", "group_size " + std::to_string(size) + " must split the group's " +
+                                     std::to_string(ranks.size()) + " ranks into equal rank-lists");
+      } else if (size > 0) {
+        ranks.resize(size_t(size));  // the shape rules below are per rank-list
+      }
+    }
+    for (int64_t rank : ranks) {
+      if (rank < 0 || rank >= int64_t(m_config.chip.physical_cores)) {
+        fail("collective-group", "rank " + std::to_string(rank) + " is no core of the simulation (ranks are physical "
+                                 "cores 0.." + std::to_string(m_config.chip.physical_cores - 1) + ")");
+      }
+    }
+    if (inst.opcode == Opcode::all_reduce || inst.opcode == Opcode::reduce_scatter) {
+      const AluOp op = AluOp(inst.scalar("op"));
+      if (op != AluOp::add && op != AluOp::maximum && op != AluOp::minimum) {
+        fail("collective-op", std::string(alu_op_name(op)) + " is not a reduction a collective computes (add, "
+                              "minimum or maximum, as nki.collectives)");
+      }
+    }
+    const uint64_t n = ranks.size(), d = dst.elements(), e = src.elements();
+    auto shape = [&](bool ok, const std::string& rule) {
+      if (!ok) {
+        fail("collective-shape", rule + ": dst has " + std::to_string(d) + " elements and src " + std::to_string(e) +
+                                     (n ? " for " + std::to_string(n) + " ranks" : ""));
+      }
+    };
+    switch (inst.opcode) {
+      case Opcode::all_gather: shape(n == 0 || d == n * e, "all_gather's dst holds every rank's src"); break;
+      case Opcode::reduce_scatter: shape(n == 0 || e == n * d, "reduce_scatter's src holds every rank's dst"); break;
+      case Opcode::all_to_all: shape(d == e && (n == 0 || e % n == 0), "all_to_all's dst and src split into one block per rank"); break;
+      default: shape(d == e, "dst and src have as many elements"); break;
+    }
   }
 
   // core_barrier: the shared tensor is in HBM; the cores are two or more distinct physical cores of the chip.

@@ -581,6 +581,14 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
     case Opcode::loop_end:
     case Opcode::while_begin:
     case Opcode::while_end: sync_cost(inst, config, cost); return cost;
+    case Opcode::all_reduce:
+    case Opcode::all_gather:
+    case Opcode::reduce_scatter:
+    case Opcode::all_to_all:
+    case Opcode::collective_permute:
+      // The trigger on the engine; the collective's own time comes from the system model at the ranks' meeting.
+      sync_cost(inst, config, cost);
+      return cost;
     case Opcode::core_barrier:
       // Its issue on the engine, then the remote semaphore update reaching the other core. Assumed: that write
       // crosses the chip like a DMA transfer's fixed part (dma.fixed_latency_ns); the figure is not published.

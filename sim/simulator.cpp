@@ -182,6 +182,8 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   core_options.timing_only = options.timing_only;
   core_options.quantum_ns = options.quantum_ns;
   core_options.interpreter = options.interpreter;
+  core_options.collective_system = options.collective_system;
+  core_options.collective_ranks_per_chip = options.collective_ranks_per_chip;
   std::exception_ptr core_error;
   core_options.error = &core_error;
   {

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "config/hardware_config.h"
@@ -21,6 +22,11 @@ struct SimOptions {
   bool trace = false;
   double quantum_ns = 10000;          // temporal-decoupling quantum between cores
   isa::InterpreterOptions interpreter;
+  // Collectives (all_reduce, ...): the config system their ranks' transfers cross (empty: the config's
+  // default_system) and how many ranks sit on one chip of it (0: the chip's physical cores, so on one chip every
+  // core is a rank of it; 1 on a multi-chip system: core r stands for a rank on chip r).
+  std::string collective_system;
+  uint32_t collective_ranks_per_chip = 0;
 };
 
 struct SimResult {

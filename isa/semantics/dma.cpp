@@ -137,4 +137,12 @@ void exec_barrier(const Instruction&, ExecContext&) {}
 // The cores' meeting is timing (sim/chip/core_barrier.h); in program order on each core nothing moves.
 void exec_core_barrier(const Instruction&, ExecContext&) {}
 
+// A collective's values move at the ranks' meeting (sim/system/collective_rendezvous.h), which sees every member's
+// memory; in one rank's program order it changes nothing.
+void exec_all_reduce(const Instruction&, ExecContext&) {}
+void exec_all_gather(const Instruction&, ExecContext&) {}
+void exec_reduce_scatter(const Instruction&, ExecContext&) {}
+void exec_all_to_all(const Instruction&, ExecContext&) {}
+void exec_collective_permute(const Instruction&, ExecContext&) {}
+
 }  // namespace trnsim::isa

@@ -7,12 +7,16 @@ namespace trnsim::sim {
 Chip::Chip(sc_core::sc_module_name name, const HardwareConfig& config, const std::vector<const isa::Program*>& programs,
            const std::vector<uint32_t>& cores, TraceWriter* trace, const std::vector<isa::CoreState*>& states,
            const CoreRunOptions& options)
-    : sc_core::sc_module(name), m_hbm("hbm", config.hbm), m_core_barrier(cores) {
+    : sc_core::sc_module(name),
+      m_hbm("hbm", config.hbm),
+      m_core_barrier(cores),
+      m_collectives(config, cores, options.collective_system, options.collective_ranks_per_chip) {
   CoreRunOptions core_options = options;
   core_options.decoupled = cores.size() > 1;
   for (size_t i = 0; i < cores.size(); ++i) {
     m_cores.push_back(std::make_unique<NeuronCore>(("core" + std::to_string(cores[i])).c_str(), cores[i], config,
-                                                   *programs.at(i), m_hbm, m_core_barrier, trace, states.at(i),
+                                                   *programs.at(i), m_hbm, m_core_barrier, m_collectives, trace,
+                                                   states.at(i),
                                                    core_options));
   }
 }

@@ -10,6 +10,7 @@
 #include "sim/chip/core_barrier.h"
 #include "sim/core/neuron_core.h"
 #include "sim/mem/hbm.h"
+#include "sim/system/collective_rendezvous.h"
 
 namespace trnsim::sim {
 
@@ -25,6 +26,7 @@ class Chip : public sc_core::sc_module {
  private:
   Hbm m_hbm;
   CoreBarrier m_core_barrier;
+  CollectiveRendezvous m_collectives;
   std::vector<std::unique_ptr<NeuronCore>> m_cores;
 };
 

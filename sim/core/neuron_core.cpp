@@ -64,8 +64,9 @@ bool is_pe_transpose(const isa::Instruction& inst) {
 }  // namespace
 
 NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config,
-                       const isa::Program& program, Hbm& hbm, CoreBarrier& core_barrier, TraceWriter* trace,
-                       isa::CoreState* state, const CoreRunOptions& options)
+                       const isa::Program& program, Hbm& hbm, CoreBarrier& core_barrier,
+                       CollectiveRendezvous& collectives, TraceWriter* trace, isa::CoreState* state,
+                       const CoreRunOptions& options)
     : sc_core::sc_module(name),
       m_index(index),
       m_config(config),
@@ -84,6 +85,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_psum("psum", trnsim::OnChipMemory::psum, config.core, program),
       m_hbm(hbm),
       m_core_barrier(core_barrier),
+      m_collectives(collectives),
       m_tracker(config, program),
       m_slice_of(trace ? program.instructions.size() : 0, -1),
       m_opcode_counts(isa::kOpcodeCount, 0) {
@@ -145,6 +147,7 @@ void NeuronCore::run() {
     error = std::current_exception();
   }
   m_core_barrier.finished(m_index);
+  m_collectives.finished(m_index);
   if (!error) return;
   if (!m_options.error) std::rethrow_exception(error);
   // The other cores see it and return (sc_stop would print a banner to stdout).
@@ -251,6 +254,21 @@ void NeuronCore::step(size_t index) {
       if (kind == Engine::tensor) arrival = std::max(arrival, m_tensor_background.free_at_ns());
       double meeting = m_core_barrier.meet(m_index, inst.list("cores"), arrival);
       slot = e.schedule(meeting, cost.occupancy_ns(), cost.latency_ns());
+      break;
+    }
+    case isa::Opcode::all_reduce:
+    case isa::Opcode::all_gather:
+    case isa::Opcode::reduce_scatter:
+    case isa::Opcode::all_to_all:
+    case isa::Opcode::collective_permute: {
+      // The engine triggers it once its inputs are ready; the CC-cores run it from the ranks' meeting on, and what
+      // reads its dst waits for the end (the engine itself goes on).
+      EngineModel& e = engine(kind);
+      ComputeCost cost = compute_cost(inst, m_program, m_config);
+      const double arrival = std::max(ready, e.free_at_ns());
+      const CollectiveRendezvous::Meeting meeting = m_collectives.meet(m_index, inst, arrival, m_state);
+      slot = e.schedule(meeting.start_ns, cost.occupancy_ns(), cost.latency_ns());
+      slot.done_ns = std::max(slot.done_ns, meeting.end_ns);
       break;
     }
     case isa::Opcode::barrier: {

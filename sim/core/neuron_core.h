@@ -28,6 +28,7 @@
 #include "sim/mem/hbm.h"
 #include "sim/mem/onchip_memory.h"
 #include "sim/stats.h"
+#include "sim/system/collective_rendezvous.h"
 #include "sim/trace/trace_writer.h"
 
 namespace trnsim::sim {
@@ -37,6 +38,8 @@ struct CoreRunOptions {
   double quantum_ns = 10000;
   bool decoupled = false;  // several cores share the chip: sync with the SystemC clock every quantum
   isa::InterpreterOptions interpreter;
+  std::string collective_system;           // see SimOptions
+  uint32_t collective_ranks_per_chip = 0;
   // Where a core's thread leaves the first error it raises: an exception escaping an SC_THREAD
   // would reach the caller of sc_start as an sc_report (or terminate), so the thread stores it
   // and returns, the other cores return at their next instruction, and simulate() rethrows it
@@ -48,7 +51,8 @@ class NeuronCore : public sc_core::sc_module {
  public:
   SC_HAS_PROCESS(NeuronCore);  // SystemC 2.3 needs it for SC_THREAD with a custom constructor
   NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config, const isa::Program& program,
-             Hbm& hbm, CoreBarrier& core_barrier, TraceWriter* trace, isa::CoreState* state,
+             Hbm& hbm, CoreBarrier& core_barrier, CollectiveRendezvous& collectives, TraceWriter* trace,
+             isa::CoreState* state,
              const CoreRunOptions& options);
 
   double finish_ns() const { return m_finish_ns; }
@@ -83,6 +87,7 @@ class NeuronCore : public sc_core::sc_module {
   OnChipMemory m_sbuf, m_psum;
   Hbm& m_hbm;
   CoreBarrier& m_core_barrier;
+  CollectiveRendezvous& m_collectives;
   DependencyTracker m_tracker;
   std::unique_ptr<isa::ExecContext> m_exec;
   std::unique_ptr<isa::HostWorkers> m_workers;

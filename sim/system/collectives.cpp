@@ -284,8 +284,20 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
     part(CollectiveOp::all_gather, bytes, inner);
   } else {
     if (timing.algorithm == CollectiveAlgorithm::hierarchical) timing.algorithm = CollectiveAlgorithm::ring;
-    const std::vector<Step> steps =
-        plan(request.op, timing.algorithm, bytes, n, rings_of(members, request.ranks.empty()));
+    std::vector<Step> steps = plan(request.op, timing.algorithm, bytes, n, rings_of(members, request.ranks.empty()));
+    if (request.op == CollectiveOp::permute && !request.pairs.empty()) {
+      // The pairs given: one step, each source to its target.
+      auto position = [&](int64_t rank) {
+        auto it = std::find(members.begin(), members.end(), uint32_t(rank));
+        if (it == members.end()) throw std::invalid_argument("permute pair rank " + std::to_string(rank) + " is not in the group");
+        return uint32_t(it - members.begin());
+      };
+      Step step;
+      for (size_t i = 0; i + 1 < request.pairs.size(); i += 2) {
+        step.push_back({position(request.pairs[i]), position(request.pairs[i + 1]), bytes});
+      }
+      steps.assign(1, step);
+    }
     if (timing.algorithm == CollectiveAlgorithm::recursive && !power_of_two(n)) timing.algorithm = CollectiveAlgorithm::ring;
     timing.steps = steps.size();
     timing.transfers = run_steps(steps, members, ready);

@@ -51,6 +51,7 @@ struct CollectiveRequest {
   uint64_t bytes = 0;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;
   std::vector<uint32_t> ranks;  // the group, in ring order (empty: every rank of the system)
+  std::vector<int64_t> pairs;   // permute: source, target, source, target, ... ranks (empty: each to the next)
   double start_ns = 0;          // when every member is ready
 };
 

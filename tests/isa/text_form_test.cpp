@@ -55,6 +55,11 @@ sem_signal sem=3, value=2, engine=vector
 sem_wait sem=3, value=2, engine=tensor
 barrier
 core_barrier data=out_a, cores=[0, 1]
+all_reduce dst=out_a, src=in_a, op=maximum, group=[0, 2, 1, 3], group_size=2
+all_gather dst=b, src=b, group=[0]
+reduce_scatter dst=out_a, src=in_a, op=add, group=[1], engine=gpsimd
+all_to_all dst=out_a, src=in_a, group=[0, 1]
+collective_permute dst=out_a, src=in_a, pairs=[[0, 1], [1, 0]]
 sbuf mx : mxfp8_e4m3[128, 128]
 sbuf mx_scale : fp8_e8m0[128, 512]
 nc_matmul_mx dst=acc[0:128, 0:128], stationary=mx, moving=mx, stationary_scale=mx_scale[4:128, 0:128], moving_scale=mx_scale[4:128, 0:128], accumulate=true, tile_position=[64, 0], tile_size=[64, 128]
