@@ -6,33 +6,30 @@
 namespace trnsim::sim {
 namespace {
 
-constexpr const char* kOpNames[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute",
-                                    "send_recv"};
-constexpr const char* kAlgorithmNames[] = {"auto", "mesh", "recursive", "ring", "hierarchical"};
+// "a, b, c" of an enum's names, for messages.
+template <class Enum>
+std::string known_names() {
+  std::string known;
+  for (std::string_view n : EnumNames<Enum>::names) known += std::string(known.empty() ? "" : ", ") + std::string(n);
+  return known;
+}
 
 bool power_of_two(uint32_t n) { return n && (n & (n - 1)) == 0; }
 
 }  // namespace
 
-const char* collective_op_name(CollectiveOp op) { return kOpNames[size_t(op)]; }
-const char* collective_algorithm_name(CollectiveAlgorithm algorithm) { return kAlgorithmNames[size_t(algorithm)]; }
+const char* collective_op_name(CollectiveOp op) { return enum_name(op).data(); }
+const char* collective_algorithm_name(CollectiveAlgorithm algorithm) { return enum_name(algorithm).data(); }
 
 CollectiveOp parse_collective_op(const std::string& name) {
-  for (size_t i = 0; i < std::size(kOpNames); ++i) {
-    if (name == kOpNames[i]) return CollectiveOp(i);
-  }
-  std::string known;
-  for (const char* n : kOpNames) known += std::string(known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("no collective '" + name + "' (one of: " + known + ")");
+  if (auto op = parse_enum<CollectiveOp>(name)) return *op;
+  throw std::invalid_argument("no collective '" + name + "' (one of: " + known_names<CollectiveOp>() + ")");
 }
 
 CollectiveAlgorithm parse_collective_algorithm(const std::string& name) {
-  for (size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
-    if (name == kAlgorithmNames[i]) return CollectiveAlgorithm(i);
-  }
-  std::string known;
-  for (const char* n : kAlgorithmNames) known += std::string(known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("no collective algorithm '" + name + "' (one of: " + known + ")");
+  if (auto algorithm = parse_enum<CollectiveAlgorithm>(name)) return *algorithm;
+  throw std::invalid_argument("no collective algorithm '" + name + "' (one of: " + known_names<CollectiveAlgorithm>() +
+                              ")");
 }
 
 double bus_bandwidth_factor(CollectiveOp op, uint32_t ranks) {

@@ -22,11 +22,14 @@
 // Hamiltonian cycle of a 2-D torus, EFA between servers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "config/enum_names.h"
 #include "config/hardware_config.h"
 #include "sim/base/bandwidth_calendar.h"
 #include "sim/system/topology.h"
@@ -35,6 +38,21 @@ namespace trnsim::sim {
 
 enum class CollectiveOp : uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv };
 enum class CollectiveAlgorithm : uint8_t { automatic, mesh, recursive, ring, hierarchical };
+}  // namespace trnsim::sim
+
+namespace trnsim {
+template <>
+struct EnumNames<sim::CollectiveOp> {
+  static constexpr std::array<std::string_view, 6> names = {"all_reduce", "all_gather", "reduce_scatter",
+                                                            "all_to_all", "permute",    "send_recv"};
+};
+template <>
+struct EnumNames<sim::CollectiveAlgorithm> {
+  static constexpr std::array<std::string_view, 5> names = {"auto", "mesh", "recursive", "ring", "hierarchical"};
+};
+}  // namespace trnsim
+
+namespace trnsim::sim {
 
 const char* collective_op_name(CollectiveOp op);
 const char* collective_algorithm_name(CollectiveAlgorithm algorithm);
