@@ -57,21 +57,13 @@ py::dict config_leaves(const trnsim::HardwareConfig& config, const std::string& 
   return d;
 }
 
-// trnsim.run_program's native half (frontend/python/trnsim/run.py): the core `trnsim run` uses
-// (sim/program_run.h), inputs converted by its .npy rules (tools/cli/npy.h).
-// More than one program: a kernel split across physical cores 0, 1, ... sharing HBM (an LNC launch).
-py::dict run_program(const std::vector<std::string>& program_texts, const std::string& origin, bool is_path,
-                     const std::string& config, const std::vector<std::string>& overrides,
-                     const std::vector<py::tuple>& inputs, bool timing_only, const std::string& trace_path) {
+// An HBM input list [(name, npy descr, shape, bytes)] converted by `trnsim run`'s .npy rules (tools/cli/npy.h) into
+// (allocation index, bytes); missing inputs are an error unless timing-only.
+std::vector<std::pair<uint32_t, std::vector<uint8_t>>> load_inputs(const trnsim::isa::Program& program,
+                                                                   const std::vector<py::tuple>& inputs,
+                                                                   bool timing_only) {
   namespace sim = trnsim::sim;
   namespace cli = trnsim::cli;
-  std::vector<trnsim::isa::Program> parsed;
-  for (const std::string& text : program_texts) {
-    parsed.push_back(is_path ? trnsim::isa::parse_tasm_file(text) : trnsim::isa::parse_tasm(text, origin));
-  }
-  sim::PreparedProgram prepared = sim::prepare_programs(std::move(parsed), origin, config, overrides);
-  const trnsim::isa::Program& program = prepared.program;
-
   std::vector<std::pair<uint32_t, std::vector<uint8_t>>> loaded;
   std::vector<uint32_t> given;
   for (const py::tuple& input : inputs) {
@@ -113,6 +105,48 @@ py::dict run_program(const std::vector<std::string>& program_texts, const std::s
     for (const std::string& m : missing) text += (text.empty() ? "" : ", ") + m;
     throw sim::RunUsageError("missing inputs for the program's input tensors: " + text);
   }
+  return loaded;
+}
+
+// The output HBM tensors of `state` as {name: (dtype, shape, bytes, widened to fp32)}.
+py::dict outputs_of(const trnsim::isa::Program& program, const trnsim::isa::CoreState& state) {
+  namespace cli = trnsim::cli;
+  py::dict outputs;
+  for (size_t i = 0; i < program.allocations.size(); ++i) {
+    const trnsim::isa::Allocation& a = program.allocations[i];
+    if (a.space != trnsim::isa::MemorySpace::hbm || a.role != trnsim::isa::AllocationRole::output) continue;
+    if (a.dtype == trnsim::DType::mxfp8_e4m3 || a.dtype == trnsim::DType::mxfp8_e5m2 ||
+        a.dtype == trnsim::DType::mxfp4_e2m1) {
+      continue;  // packed MX tensors have no NumPy form (as `trnsim run --output` refuses them)
+    }
+    const std::vector<uint8_t>& bytes = state.hbm(uint32_t(i));
+    bool native = native_numpy_dtype(a.dtype);
+    std::vector<uint8_t> data = native ? bytes : cli::tensor_bytes_to_npy(bytes, a.dtype, a.shape).data;
+    std::vector<uint64_t> shape(a.shape.begin(), a.shape.end());
+    outputs[py::str(a.name)] = py::make_tuple(std::string(trnsim::dtype_name(a.dtype)), shape,
+                                              py::bytes(reinterpret_cast<const char*>(data.data()), data.size()),
+                                              !native);
+  }
+  return outputs;
+}
+
+// trnsim.run_program's native half (frontend/python/trnsim/run.py): the core `trnsim run` uses
+// (sim/program_run.h), inputs converted by its .npy rules (tools/cli/npy.h).
+// More than one program: a kernel split across physical cores 0, 1, ... sharing HBM (an LNC launch).
+py::dict run_program(const std::vector<std::string>& program_texts, const std::string& origin, bool is_path,
+                     const std::string& config, const std::vector<std::string>& overrides,
+                     const std::vector<py::tuple>& inputs, bool timing_only, const std::string& trace_path) {
+  namespace sim = trnsim::sim;
+  namespace cli = trnsim::cli;
+  std::vector<trnsim::isa::Program> parsed;
+  for (const std::string& text : program_texts) {
+    parsed.push_back(is_path ? trnsim::isa::parse_tasm_file(text) : trnsim::isa::parse_tasm(text, origin));
+  }
+  sim::PreparedProgram prepared = sim::prepare_programs(std::move(parsed), origin, config, overrides);
+  const trnsim::isa::Program& program = prepared.program;
+
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> loaded = load_inputs(program, inputs, timing_only);
+
 
   sim::SimOptions options;
   options.timing_only = timing_only;
@@ -128,25 +162,48 @@ py::dict run_program(const std::vector<std::string>& program_texts, const std::s
     if (!out) throw std::runtime_error(trace_path + ": cannot write the trace");
   }
 
-  py::dict outputs;
-  if (!timing_only) {
-    const trnsim::isa::CoreState& state = *result.states.front();
-    for (size_t i = 0; i < program.allocations.size(); ++i) {
-      const trnsim::isa::Allocation& a = program.allocations[i];
-      if (a.space != trnsim::isa::MemorySpace::hbm || a.role != trnsim::isa::AllocationRole::output) continue;
-      if (a.dtype == trnsim::DType::mxfp8_e4m3 || a.dtype == trnsim::DType::mxfp8_e5m2 ||
-          a.dtype == trnsim::DType::mxfp4_e2m1) {
-        continue;  // packed MX tensors have no NumPy form (as `trnsim run --output` refuses them)
-      }
-      const std::vector<uint8_t>& bytes = state.hbm(uint32_t(i));
-      bool native = native_numpy_dtype(a.dtype);
-      std::vector<uint8_t> data = native ? bytes : cli::tensor_bytes_to_npy(bytes, a.dtype, a.shape).data;
-      std::vector<uint64_t> shape(a.shape.begin(), a.shape.end());
-      outputs[py::str(a.name)] = py::make_tuple(std::string(trnsim::dtype_name(a.dtype)), shape,
-                                                py::bytes(reinterpret_cast<const char*>(data.data()), data.size()),
-                                                !native);
-    }
+  py::dict d;
+  d["outputs"] = timing_only ? py::dict() : outputs_of(program, *result.states.front());
+  d["stats_json"] = result.stats.to_json();
+  d["name"] = program.name;
+  d["config_hash"] = prepared.config.hash;
+  return d;
+}
+
+// trnsim.run_ranks's native half: the same program on physical cores 0..n-1, each a rank with its own memory and
+// its own inputs (SPMD); collectives meet across them, timed on `system` (empty: the config's default system).
+py::dict run_ranks(const std::string& program_text, const std::string& origin, bool is_path, const std::string& config,
+                   const std::vector<std::string>& overrides, const std::vector<std::vector<py::tuple>>& inputs,
+                   bool timing_only, const std::string& system, uint32_t ranks_per_chip) {
+  namespace sim = trnsim::sim;
+  trnsim::isa::Program parsed =
+      is_path ? trnsim::isa::parse_tasm_file(program_text) : trnsim::isa::parse_tasm(program_text, origin);
+  sim::PreparedProgram prepared = sim::prepare_program(std::move(parsed), origin, config, overrides);
+  const trnsim::isa::Program& program = prepared.program;
+  const uint32_t ranks = uint32_t(inputs.size());
+  if (ranks == 0 || ranks > prepared.config.hardware.chip.physical_cores) {
+    throw sim::RunUsageError("run_ranks: " + std::to_string(ranks) + " ranks; a simulation runs 1.." +
+                             std::to_string(prepared.config.hardware.chip.physical_cores) +
+                             " (one per physical core of the chip)");
   }
+  std::vector<std::vector<std::pair<uint32_t, std::vector<uint8_t>>>> loaded;
+  for (const std::vector<py::tuple>& rank_inputs : inputs) loaded.push_back(load_inputs(program, rank_inputs, timing_only));
+  sim::SimOptions options;
+  options.timing_only = timing_only;
+  options.cores.clear();
+  for (uint32_t r = 0; r < ranks; ++r) options.cores.push_back(r);
+  options.collective_system = system;
+  options.collective_ranks_per_chip = ranks_per_chip;
+  sim::SimResult result;
+  {
+    py::gil_scoped_release release;
+    result = sim::simulate(program, prepared.config.hardware, prepared.config.hash, options,
+                           [&](uint32_t core, trnsim::isa::CoreState& state) {
+                             for (const auto& [index, bytes] : loaded.at(core)) state.hbm(index) = bytes;
+                           });
+  }
+  py::list outputs;
+  for (uint32_t r = 0; r < ranks; ++r) outputs.append(timing_only ? py::dict() : outputs_of(program, *result.states[r]));
   py::dict d;
   d["outputs"] = outputs;
   d["stats_json"] = result.stats.to_json();
@@ -168,6 +225,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("overrides"), py::arg("inputs"), py::arg("timing_only"), py::arg("trace_path"),
         "Run a .tasm program (text, or a path when is_path) on a config with HBM inputs "
         "[(name, npy descr, shape, bytes)]; see trnsim.run_program.");
+  m.def("run_ranks", &run_ranks, py::arg("program"), py::arg("origin"), py::arg("is_path"), py::arg("config"),
+        py::arg("overrides"), py::arg("inputs"), py::arg("timing_only"), py::arg("system"), py::arg("ranks_per_chip"),
+        "Run a .tasm program on one rank per physical core, each with its own inputs; see trnsim.run_ranks.");
 
   m.def("config_leaves", [](const std::string& config, const std::vector<std::string>& overrides) {
     trnsim::LoadedConfig loaded = trnsim::load_config(config, overrides);

@@ -227,4 +227,4 @@ def test_missing_instruction_is_a_kernel_error():
         return None
     with pytest.raises(nki.KernelError, match=name):
         uses_missing(np.zeros((8, 16), np.float32))
-    assert set(nki.missing_api()) == {"nki.isa", "nki.language"}
+    assert set(nki.missing_api()) == {"nki.isa", "nki.language", "nki.collectives"}

@@ -30,11 +30,11 @@ from . import device as _device_module
 from .compile import compile_backend
 from .profiler import Profile, profile
 from .record import Recording, record
-from .run import ConfigError, InputError, ProgramError, RunResult, run_program
+from .run import ConfigError, InputError, ProgramError, RunResult, run_program, run_ranks
 
 __all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
            "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "record", "Recording",
-           "compile_backend", "run_program", "RunResult", "ProgramError", "ConfigError", "InputError"]
+           "compile_backend", "run_program", "run_ranks", "RunResult", "ProgramError", "ConfigError", "InputError"]
 
 DEVICE_NAME = "neuron"
 

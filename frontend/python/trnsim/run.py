@@ -101,3 +101,31 @@ def run_program(program, inputs=None, config="trn2", overrides=None, timing_only
         np_dtype = np.dtype(np.float32) if as_float32 else _NUMPY_DTYPES[dtype]
         outputs[name] = np.frombuffer(data, dtype=np_dtype).reshape(shape).copy()
     return RunResult(outputs, json.loads(raw["stats_json"]), raw["name"], raw["config_hash"])
+
+
+def _outputs(raw_outputs):
+    outputs = {}
+    for name, (dtype, shape, data, as_float32) in raw_outputs.items():
+        np_dtype = np.dtype(np.float32) if as_float32 else _NUMPY_DTYPES[dtype]
+        outputs[name] = np.frombuffer(data, dtype=np_dtype).reshape(shape).copy()
+    return outputs
+
+
+def run_ranks(program, inputs, config="trn2", overrides=None, timing_only=False, system=None, ranks_per_chip=0):
+    """Run one ``.tasm`` program as ranks (SPMD): rank r on physical core r with its own memory and
+    ``inputs[r]`` (a dict like run_program's), so the program's collectives (``all_reduce`` ...) exchange
+    values between the ranks and are timed on ``system`` (a system of the config; default its
+    default_system: on one chip, through its HBM; ``ranks_per_chip`` as sim::SimOptions). Returns
+    ``(outputs, result)``: a dict of arrays per rank, and a RunResult with the run's time and stats."""
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise ValueError("run_ranks: inputs is a list with one dict of arrays per rank")
+    is_path = isinstance(program, os.PathLike) or (isinstance(program, str) and "\n" not in program
+                                                     and program.endswith(".tasm"))
+    text = os.fspath(program) if is_path else str(program)
+    if isinstance(overrides, dict):
+        overrides = [f"{k}={v}" for k, v in overrides.items()]
+    packed = [[_input_tuple(name, array) for name, array in (rank or {}).items()] for rank in inputs]
+    raw = _C.run_ranks(text, text if is_path else "<program>", is_path, str(config), list(overrides or []), packed,
+                       bool(timing_only), system or "", int(ranks_per_chip))
+    outputs = [_outputs(o) for o in raw["outputs"]]
+    return outputs, RunResult({}, json.loads(raw["stats_json"]), raw["name"], raw["config_hash"])

@@ -15,12 +15,12 @@ body) and ``kernel.last_summary`` (the body's per-engine busy time, MFU / HFU / 
 import functools
 import os
 
-from . import isa, language, lnc
+from . import collectives, isa, language, lnc
 from ._core import KernelError
 from ._runtime import Kernel, RunSummary, set_target
 
 __all__ = ["jit", "simulate", "simulate_kernel", "benchmark", "baremetal", "profile", "install", "uninstall",
-           "language", "isa", "lnc", "KernelError", "Kernel", "set_target", "missing_api"]
+           "language", "isa", "lnc", "collectives", "KernelError", "Kernel", "set_target", "missing_api"]
 
 
 def jit(fn=None, mode=None, platform_target=None, **options):
@@ -174,8 +174,10 @@ def profile(kernel=None, working_directory=".", save_neff_name=None, save_trace_
 
 
 def missing_api():
-    """What of NKI 0.7 trnsim's front-end lacks: ``{"nki.isa": [...], "nki.language": [...]}``."""
-    return {"nki.isa": isa.missing(), "nki.language": sorted(language.MISSING)}
+    """What of NKI 0.7 trnsim's front-end lacks: ``{"nki.isa": [...], "nki.language": [...],
+    "nki.collectives": [...]}``."""
+    return {"nki.isa": isa.missing(), "nki.language": sorted(language.MISSING),
+            "nki.collectives": sorted(collectives.MISSING)}
 
 
 from ._install import install, uninstall  # noqa: E402

@@ -25,7 +25,7 @@ def install(force=False):
                 raise RuntimeError(f"a real '{name}' package is installed: trnsim.nki.install() will not shadow "
                                    f"it (pass force=True to run kernels on trnsim anyway)")
     from .. import nki as current
-    from . import isa, language, legacy, legacy_isa, lnc, typing as nki_typing
+    from . import collectives, isa, language, legacy, legacy_isa, lnc, typing as nki_typing
     neuronxcc = types.ModuleType("neuronxcc")
     neuronxcc.__doc__ = "trnsim's stand-in for the Neuron compiler package (only .nki)"
     neuronxcc.__path__ = []
@@ -34,6 +34,7 @@ def install(force=False):
     legacy.compiler = compiler
     modules = {
         "nki": current, "nki.language": language, "nki.isa": isa, "nki.typing": nki_typing, "nki.lnc": lnc,
+        "nki.collectives": collectives,
         "neuronxcc": neuronxcc, "neuronxcc.nki": legacy, "neuronxcc.nki.language": language,
         "neuronxcc.nki.isa": legacy_isa, "neuronxcc.nki.typing": nki_typing,
         "neuronxcc.nki.compiler": compiler,

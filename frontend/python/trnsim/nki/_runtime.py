@@ -246,6 +246,47 @@ class Kernel:
         arrays_out = {name: _to_framework(state[name], framework, device) for name in results.outputs}
         return _rebuild(results.result_shape, arrays_out)
 
+    def run_ranks(self, args_per_rank, system=None, timing_only=None):
+        """Run the kernel as ranks (SPMD over physical cores 0..n-1, each with its own memory): rank r gets
+        the arguments ``args_per_rank[r]`` (a tuple, or a dict of keyword arguments; the same shapes on every
+        rank), so its ``nki.collectives`` calls exchange values with the other ranks, timed on ``system`` (a
+        system of the target's config; default its default system). Returns one result per rank, as a call
+        would; ``last_latency_ns`` is the run's (the last rank's finish, with the launch)."""
+        config, overrides = _target_config(self.platform_target)
+        timing_only = (not self.values) if timing_only is None else timing_only
+        sig = inspect.signature(self.fn)
+        bounds = [sig.bind(**a) if isinstance(a, dict) else sig.bind(*a) for a in args_per_rank]
+        if not bounds:
+            raise KernelError(f"{self.__name__}.run_ranks: no ranks")
+        per_rank_arrays = []
+        for bound in bounds:
+            bound.apply_defaults()
+            arrays = {}
+            for name, value in bound.arguments.items():
+                if _framework(value) is not None:
+                    arrays[name] = (value, _host_array(value))
+            per_rank_arrays.append(arrays)
+        traced = self._traced(bounds[0], per_rank_arrays[0], config, overrides, (), ())
+        inputs = []
+        for arrays in per_rank_arrays:
+            rank_inputs = {st_name: arrays[arg_name][1] for arg_name, st_name in traced.inputs.items()}
+            rank_inputs.update(traced.constants)
+            inputs.append(rank_inputs)
+        import trnsim
+        try:
+            outputs, result = trnsim.run_ranks(traced.tasm, inputs, config=config, overrides=overrides,
+                                               timing_only=timing_only, system=system)
+        except trnsim.ProgramError as e:
+            raise KernelError(_explain([traced], str(e))) from None
+        self.last_result, self.last_program, self.last_programs = result, traced.tasm, [traced.tasm]
+        self.last_latency_ns = result.launch_ns + result.latency_ns
+        self.last_summary = RunSummary(result, traced.trace, traced.trace.target)
+        if timing_only:
+            return None
+        framework = next((_framework(v) for v, _ in per_rank_arrays[0].values()), None)
+        return [_rebuild(traced.result_shape, {name: _to_framework(out[name], framework, None)
+                                               for name in traced.outputs}) for out in outputs]
+
     def _run_on_device(self, bound, arrays, device, grid):
         """Tensors on ``neuron``: the kernel is one op of the PyTorch program, simulated on the device
         (its clock, op log, profiler table, timeline and recordings), reading and writing the device

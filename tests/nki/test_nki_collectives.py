@@ -1,0 +1,103 @@
+"""nki.collectives (issue 14): a kernel run as ranks (kernel.run_ranks, one physical core each with its own memory)
+exchanges values with the ISA's collectives; checked against NumPy, and the time against the system model's."""
+import numpy as np
+import pytest
+
+import nki
+import nki.collectives as cc
+import nki.isa as nisa
+import nki.language as nl
+import trnsim
+from trnsim.nki import KernelError
+
+RANKS = 4
+
+
+@nki.jit
+def reduce_and_gather(x):
+    summed = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pair_max = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    gathered = nl.ndarray((RANKS * x.shape[0], x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    scattered = nl.ndarray((x.shape[0] // RANKS, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    shifted = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    everyone = cc.ReplicaGroup([list(range(RANKS))])
+    cc.all_reduce([x], [summed], everyone, nl.add)
+    cc.all_reduce([x], [pair_max], cc.ReplicaGroup.from_partition_op(RANKS, cc.rg_partition_op.mod, 2), nl.maximum)
+    cc.all_gather([x], [gathered], everyone, collective_dim=0)
+    cc.reduce_scatter([x], [scattered], everyone, nl.add)
+    cc.collective_permute([x], [shifted], [(r, (r + 1) % RANKS) for r in range(RANKS)])
+    return summed, pair_max, gathered, scattered, shifted
+
+
+@nki.jit
+def reduce_in_sbuf(x):
+    """An all-reduce of an SBUF tile, then compute on the result."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tile = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    total = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    cc.all_reduce([tile], [total], cc.ReplicaGroup([[0, 1, 2, 3]]), nl.add)
+    nisa.activation(dst=total, op=nl.exp, data=total, scale=0.01)
+    nisa.dma_copy(dst=out, src=total)
+    return out
+
+
+def test_collectives_exchange_values_between_ranks(rng):
+    xs = [rng.standard_normal((128, 64)).astype(np.float32) for _ in range(RANKS)]
+    results = reduce_and_gather.run_ranks([(x,) for x in xs])
+    assert len(results) == RANKS
+    total = xs[0] + xs[1] + xs[2] + xs[3]   # in rank order, fp32, as the rendezvous reduces
+    for rank, (summed, pair_max, gathered, scattered, shifted) in enumerate(results):
+        np.testing.assert_array_equal(summed, total)
+        # from_partition_op(4, mod, 2) = [[0, 2], [1, 3]]
+        np.testing.assert_array_equal(pair_max, np.maximum(xs[rank % 2], xs[rank % 2 + 2]))
+        np.testing.assert_array_equal(gathered, np.concatenate(xs))
+        np.testing.assert_array_equal(scattered, total[rank * 32:(rank + 1) * 32])
+        np.testing.assert_array_equal(shifted, xs[(rank - 1) % RANKS])
+    assert "all_reduce" in reduce_and_gather.last_program and "group_size=2" in reduce_and_gather.last_program
+    assert reduce_and_gather.last_latency_ns > 0
+
+
+def test_an_sbuf_all_reduce_feeds_compute(rng):
+    xs = [rng.standard_normal((128, 256)).astype(np.float32) for _ in range(RANKS)]
+    results = reduce_in_sbuf.run_ranks([(x,) for x in xs])
+    expected = np.exp(0.01 * (xs[0] + xs[1] + xs[2] + xs[3]))
+    for out in results:
+        np.testing.assert_allclose(out, expected, rtol=1e-5)
+
+
+def test_timing_only_gives_the_same_time(rng):
+    xs = [rng.standard_normal((128, 256)).astype(np.float32) for _ in range(RANKS)]
+    reduce_in_sbuf.run_ranks([(x,) for x in xs])
+    with_values = reduce_in_sbuf.last_latency_ns
+    assert reduce_in_sbuf.run_ranks([(x,) for x in xs], timing_only=True) is None
+    assert reduce_in_sbuf.last_latency_ns == with_values
+
+
+def test_run_ranks_on_tasm_and_its_errors(rng):
+    program = ("kernel k\ntarget trn2\nhbm x : fp32[128, 64] input\nhbm y : fp32[128, 64] output\n"
+               "all_reduce dst=y, src=x, op=add\n")
+    xs = [{"x": rng.standard_normal((128, 64)).astype(np.float32)} for _ in range(2)]
+    outputs, result = trnsim.run_ranks(program, xs, config="trn2")
+    np.testing.assert_array_equal(outputs[0]["y"], xs[0]["x"] + xs[1]["x"])
+    np.testing.assert_array_equal(outputs[1]["y"], outputs[0]["y"])
+    assert result.latency_ns > 0
+    with pytest.raises(ValueError, match="ranks"):
+        trnsim.run_ranks(program, [xs[0]] * 9, config="trn2")   # trn2 has 8 physical cores
+    bad = program.replace("op=add", "op=bitwise_and")
+    with pytest.raises(trnsim.ProgramError, match="collective-op"):
+        trnsim.run_ranks(bad, xs, config="trn2")
+
+
+def test_what_is_missing_is_listed():
+    missing = trnsim.nki.missing_api()["nki.collectives"]
+    assert "rank_id" in missing and "all_reduce" not in missing
+    for name in missing:
+        assert not hasattr(cc, name), name
+
+
+def test_replica_groups_are_checked():
+    with pytest.raises(KernelError, match="overlap"):
+        cc.ReplicaGroup([[0, 1], [1, 2]])
+    assert cc.ReplicaGroup.from_partition_op(8, cc.rg_partition_op.div, 4).rank_lists == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert cc.ReplicaGroup.from_partition_op(8, cc.rg_partition_op.bitwise_and, 0).rank_lists == [list(range(8))]
