@@ -79,40 +79,38 @@ def _dim(collective_dim, what, location):
              f"tensors' row-major order)", location)
 
 
+def _each(what, srcs, dsts, operands, location, collective_dim=0):
+    """One ISA collective `what` per (src, dst) pair: NKI's coalesced lists become consecutive instructions."""
+    _dim(collective_dim, what, location)
+    for src, dst in _pairs(srcs, dsts, what, location):
+        _emit.emit(what, (dst, src), operands, location)
+
+
 def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
     """Every rank's dst = op (nl.add, nl.minimum or nl.maximum) over its rank-list's src."""
     location = user_location()
-    for src, dst in _pairs(srcs, dsts, "all_reduce", location):
-        _emit.emit("all_reduce", (dst, src), dict(op=op, **_group(replica_group, location)), location)
+    _each("all_reduce", srcs, dsts, dict(op=op, **_group(replica_group, location)), location)
 
 
 def all_gather(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
     """Every rank's dst = its rank-list's src, concatenated along dim 0."""
     location = user_location()
-    _dim(collective_dim, "all_gather", location)
-    for src, dst in _pairs(srcs, dsts, "all_gather", location):
-        _emit.emit("all_gather", (dst, src), _group(replica_group, location), location)
+    _each("all_gather", srcs, dsts, _group(replica_group, location), location, collective_dim)
 
 
 def reduce_scatter(srcs, dsts, replica_group, op, collective_dim=0, priority=None, name=None):
     """The i-th member's dst = op over its rank-list's src, block i along dim 0."""
     location = user_location()
-    _dim(collective_dim, "reduce_scatter", location)
-    for src, dst in _pairs(srcs, dsts, "reduce_scatter", location):
-        _emit.emit("reduce_scatter", (dst, src), dict(op=op, **_group(replica_group, location)), location)
+    _each("reduce_scatter", srcs, dsts, dict(op=op, **_group(replica_group, location)), location, collective_dim)
 
 
 def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
     """The i-th member's dst block j = the j-th member's src block i (blocks along dim 0)."""
     location = user_location()
-    _dim(collective_dim, "all_to_all", location)
-    for src, dst in _pairs(srcs, dsts, "all_to_all", location):
-        _emit.emit("all_to_all", (dst, src), _group(replica_group, location), location)
+    _each("all_to_all", srcs, dsts, _group(replica_group, location), location, collective_dim)
 
 
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
     """For each (source, target): target's dst = source's src."""
     location = user_location()
-    pairs = [[int(a), int(b)] for a, b in source_target_pairs]
-    for src, dst in _pairs(srcs, dsts, "collective_permute", location):
-        _emit.emit("collective_permute", (dst, src), {"pairs": pairs}, location)
+    _each("collective_permute", srcs, dsts, {"pairs": [[int(a), int(b)] for a, b in source_target_pairs]}, location)
