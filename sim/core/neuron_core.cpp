@@ -343,7 +343,8 @@ void NeuronCore::step(size_t index) {
           slot = engine(kind).schedule(start_after, cost.occupancy_ns(), cost.latency_ns());
         }
         if (kind == Engine::tensor && !pe_tiled && queue == 0) {
-          // An untiled instruction on the main lane holds the whole array.
+          // An untiled instruction on the main lane (queue 1 is the background transpose lane) holds the whole
+          // array.
           for (double& cell : m_pe_cell_free_ns) cell = std::max(cell, slot.end_ns);
         }
         if (cost.flops) m_flops_by_dtype[cost.flops_dtype] += cost.flops;

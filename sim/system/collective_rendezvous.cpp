@@ -1,6 +1,7 @@
 #include "sim/system/collective_rendezvous.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "isa/alu.h"
 #include "isa/isa_error.h"
@@ -20,7 +21,8 @@ CollectiveOp op_of(isa::Opcode opcode) {
     case isa::Opcode::all_gather: return CollectiveOp::all_gather;
     case isa::Opcode::reduce_scatter: return CollectiveOp::reduce_scatter;
     case isa::Opcode::all_to_all: return CollectiveOp::all_to_all;
-    default: return CollectiveOp::permute;
+    case isa::Opcode::collective_permute: return CollectiveOp::permute;
+    default: throw std::logic_error("internal: " + isa::instruction_spec(opcode).name + " is not a collective");
   }
 }
 

@@ -239,11 +239,14 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
       for (uint32_t r = 0; r < m_ranks_per_chip; ++r) members.push_back(chip * m_ranks_per_chip + r);
     }
   }
+  std::vector<bool> seen(ranks(), false);
   for (uint32_t rank : members) {
     if (rank >= ranks()) {
       throw std::invalid_argument("rank " + std::to_string(rank) + " is not in the system (" +
                                   std::to_string(ranks()) + " ranks)");
     }
+    if (seen[rank]) throw std::invalid_argument("rank " + std::to_string(rank) + " is in the group twice");
+    seen[rank] = true;
   }
   const uint32_t n = uint32_t(members.size());
   if (request.op == CollectiveOp::send_recv && n < 2) throw std::invalid_argument("send_recv needs two ranks");
@@ -267,9 +270,8 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
       uint64_t steps = 0;
       for (const auto& members_of : subgroups) {
         const uint32_t size = uint32_t(members_of.size());
-        // A part runs within one switch level: never hierarchical again.
-        CollectiveAlgorithm algorithm = choose(op, uint64_t(part_bytes), size);
-        if (algorithm == CollectiveAlgorithm::hierarchical) algorithm = CollectiveAlgorithm::ring;
+        // A part's group is smaller than the system, so choose() never makes it hierarchical again.
+        const CollectiveAlgorithm algorithm = choose(op, uint64_t(part_bytes), size);
         const std::vector<Step> steps_of = plan(op, algorithm, part_bytes, size, rings_of(members_of, false));
         timing.transfers += run_steps(steps_of, members_of, ready);
         steps = std::max<uint64_t>(steps, steps_of.size());

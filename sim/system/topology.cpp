@@ -23,7 +23,7 @@ SystemTopology::SystemTopology(const HardwareConfig& config, const std::string& 
   m_hop_latency_ns = config.neuronlink.latency_ns;
   switch (system.topology) {
     case Topology::single: m_rings = {{0}}; break;
-    case Topology::torus: build_torus(config, system); break;
+    case Topology::torus: build_torus(system); break;
     case Topology::switched: build_switched(system); break;
   }
   m_routes.resize(size_t(m_chips) * m_chips);
@@ -35,13 +35,7 @@ SystemTopology::SystemTopology(const HardwareConfig& config, const std::string& 
       if (m_kind == Topology::torus) {
         m_route_latency_ns[key] = double(m_routes[key].size()) * m_hop_latency_ns;
       } else if (m_kind == Topology::switched && from != to) {
-        // Levels crossed: up to the first level whose group holds both chips.
-        uint64_t span = 1;
-        size_t top = 0;
-        for (; top < m_group_sizes.size(); ++top) {
-          span *= m_group_sizes[top];
-          if (from / span == to / span) break;
-        }
+        const size_t top = shared_level(from, to);
         double latency = m_level_latency_ns[top];
         for (size_t l = 0; l < top; ++l) latency += 2 * m_level_latency_ns[l];
         m_route_latency_ns[key] = latency;
@@ -50,8 +44,7 @@ SystemTopology::SystemTopology(const HardwareConfig& config, const std::string& 
   }
 }
 
-void SystemTopology::build_torus(const HardwareConfig& config, const SystemConfig& system) {
-  (void)config;
+void SystemTopology::build_torus(const SystemConfig& system) {
   m_dims = system.torus_dimensions;
   const size_t dims = m_dims.size();
   m_torus_link.assign(size_t(m_chips) * dims * 2, kNoLink);
@@ -126,6 +119,15 @@ void SystemTopology::build_switched(const SystemConfig& system) {
   for (uint32_t chip = 0; chip < m_chips; ++chip) m_rings[0][chip] = chip;
 }
 
+size_t SystemTopology::shared_level(uint32_t from, uint32_t to) const {
+  uint64_t span = 1;
+  for (size_t level = 0; level < m_group_sizes.size(); ++level) {
+    span *= m_group_sizes[level];
+    if (from / span == to / span) return level;
+  }
+  return m_group_sizes.size() - 1;  // validation: the levels' groups multiply to the chips
+}
+
 std::vector<uint32_t> SystemTopology::compute_route(uint32_t from, uint32_t to) const {
   std::vector<uint32_t> route;
   if (from == to) return route;
@@ -149,12 +151,7 @@ std::vector<uint32_t> SystemTopology::compute_route(uint32_t from, uint32_t to) 
       break;
     }
     case Topology::switched: {
-      uint64_t span = 1;
-      size_t top = 0;
-      for (; top < m_group_sizes.size(); ++top) {
-        span *= m_group_sizes[top];
-        if (from / span == to / span) break;
-      }
+      const size_t top = shared_level(from, to);
       for (size_t l = 0; l <= top; ++l) route.push_back(m_up[l * m_chips + from]);
       for (size_t l = top + 1; l-- > 0;) route.push_back(m_down[l * m_chips + to]);
       break;

@@ -44,9 +44,11 @@ class SystemTopology {
   const std::vector<uint32_t>& group_sizes() const { return m_group_sizes; }
 
  private:
-  void build_torus(const HardwareConfig& config, const SystemConfig& system);
+  void build_torus(const SystemConfig& system);
   void build_switched(const SystemConfig& system);
   std::vector<uint32_t> compute_route(uint32_t from, uint32_t to) const;
+  // Switched: the first level (0 = innermost) whose group holds both chips.
+  size_t shared_level(uint32_t from, uint32_t to) const;
 
   std::string m_name;
   Topology m_kind = Topology::single;

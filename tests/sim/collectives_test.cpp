@@ -209,6 +209,17 @@ TEST(Collectives, ConcurrentCollectivesShareTheLinks) {
   EXPECT_GT(second, 1.5 * alone);
 }
 
+TEST(Collectives, AGroupNamesEachRankOfTheSystemOnce) {
+  HardwareConfig hw = trn("trn2");
+  CollectiveSimulator s(hw, "trn2-48xlarge");
+  CollectiveRequest request;
+  request.bytes = 1 << 20;
+  request.ranks = {0, 3, 0};
+  EXPECT_THROW(s.run(request), std::invalid_argument);
+  request.ranks = {0, 16};
+  EXPECT_THROW(s.run(request), std::invalid_argument);
+}
+
 TEST(Collectives, NamesAndFactors) {
   EXPECT_EQ(parse_collective_op("reduce_scatter"), CollectiveOp::reduce_scatter);
   EXPECT_THROW(parse_collective_op("allreduce"), std::invalid_argument);

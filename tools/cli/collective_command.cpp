@@ -60,7 +60,16 @@ std::vector<uint64_t> parse_sizes(const std::string& text) {
     for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
     if (parts.size() < 2 || parts.size() > 3) throw std::invalid_argument("--sizes: FROM:TO or FROM:TO:FACTOR");
     const uint64_t from = parse_bytes(parts[0]), to = parse_bytes(parts[1]);
-    const double factor = parts.size() == 3 ? std::stod(parts[2]) : 2.0;
+    double factor = 2.0;
+    if (parts.size() == 3) {
+      size_t used = 0;
+      try {
+        factor = std::stod(parts[2], &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != parts[2].size()) throw std::invalid_argument("--sizes: factor '" + parts[2] + "' is not a number");
+    }
     if (factor <= 1) throw std::invalid_argument("--sizes: the factor must be above 1");
     for (double s = double(from); s <= double(to) * (1 + 1e-12); s *= factor) sizes.push_back(uint64_t(s));
   } else {
@@ -73,12 +82,26 @@ std::vector<uint64_t> parse_sizes(const std::string& text) {
 
 // "0-15", "0,2,4,6", "0-3,8-11".
 std::vector<uint32_t> parse_group(const std::string& text) {
+  auto rank = [&](const std::string& item) {
+    size_t used = 0;
+    unsigned long value = 0;
+    try {
+      value = std::stoul(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || value > UINT32_MAX) {
+      throw std::invalid_argument("--group: '" + item + "' in '" + text + "' is not a rank (e.g. 0-15 or 0,4,8)");
+    }
+    return uint32_t(value);
+  };
   std::vector<uint32_t> ranks;
   std::stringstream in(text);
   for (std::string part; std::getline(in, part, ',');) {
     const size_t dash = part.find('-');
-    const uint32_t first = uint32_t(std::stoul(part.substr(0, dash)));
-    const uint32_t last = dash == std::string::npos ? first : uint32_t(std::stoul(part.substr(dash + 1)));
+    const uint32_t first = rank(part.substr(0, dash));
+    const uint32_t last = dash == std::string::npos ? first : rank(part.substr(dash + 1));
+    if (last < first) throw std::invalid_argument("--group: '" + part + "' runs backwards");
     for (uint32_t r = first; r <= last; ++r) ranks.push_back(r);
   }
   return ranks;
@@ -121,7 +144,6 @@ void bench_collective(const CollectiveOptions& o) {
 
   std::ostringstream csv;
   csv << "config,config_hash,system,op,ranks,bytes,algorithm,time_ns,algbw_gbps,busbw_gbps,steps,transfers\n";
-  uint32_t ranks = 0;
   bool header = false;
   for (sim::CollectiveAlgorithm asked : algorithms) {
     for (uint64_t bytes : sizes) {
@@ -132,7 +154,6 @@ void bench_collective(const CollectiveOptions& o) {
       request.algorithm = asked;
       request.ranks = group;
       const sim::CollectiveTiming t = simulator.run(request);
-      ranks = t.ranks;
       if (!header) {
         std::cout << sim::collective_op_name(op) << " on " << config.hardware.name << " " << system << " ("
                   << simulator.topology().chips() << " chips, " << t.ranks << " ranks); GB/s = 1e9 bytes/s\n"
@@ -150,7 +171,6 @@ void bench_collective(const CollectiveOptions& o) {
           << t.busbw_gbps << "," << t.steps << "," << t.transfers << "\n";
     }
   }
-  (void)ranks;
   if (!csv_path.empty()) {
     write_text_file("--csv", csv_path, [&](std::ostream& out) { out << csv.str(); });
   }
