@@ -56,6 +56,12 @@ demo: build
 	@$(BUILD_DIR)/bin/trnsim bench matmul --m 4096 --k 8192 --n 8192 --transpose-a --config trn2 --cores 2
 	@for c in trn2 trn3; do $(BUILD_DIR)/bin/trnsim bench attention --seq 4096 --head-dim 128 --causal --config $$c; done
 	@echo
+	@echo "All-reduce across the shipped multi-chip systems, every algorithm (plots: $(BUILD_DIR)/demo/collectives_*.png):"
+	@mkdir -p $(BUILD_DIR)/demo
+	@for s in trn2-16 trn2-64 trn3-64 trn3-144; do $(BUILD_DIR)/bin/trnsim bench collective --system $$s --op all_reduce \
+	  --sizes 1K:1G:32 --algorithm auto,mesh,recursive,ring,hierarchical --force \
+	  --csv $(BUILD_DIR)/demo/collectives_$$s.csv --plot $(BUILD_DIR)/demo/collectives_$$s.png; done
+	@echo
 	@echo "A decoder-only transformer in plain PyTorch trained on the device 'neuron', trn2 vs trn3 (examples/transformer_demo.py):"
 	@$(VENV)/bin/python examples/transformer_demo.py --out $(BUILD_DIR)/demo
 
