@@ -216,3 +216,22 @@ def test_bench_checks_its_files_like_run(run_trnsim, tmp_path):
     result = run_trnsim(*point, "--stats", "s.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert_clean_error(run_trnsim(*point, "--stats", "s.json", cwd=tmp_path), "exists (pass --force to overwrite)")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sizes", "1K:1G:x"], "--sizes: factor 'x' is not a number"),
+    (["--sizes", "1K:1G:1"], "--sizes: the factor must be above 1"),
+    (["--sizes", "4K,1Q"], "--sizes: '1Q' is not a size"),
+    (["--sizes", "1K:2K:3:4"], "--sizes: FROM:TO or FROM:TO:FACTOR"),
+    (["--group", "0-x"], "--group: 'x' in '0-x' is not a rank"),
+    (["--group", "0,,3"], "--group: '' in '0,,3' is not a rank"),
+    (["--group", "99999999999"], "is not a rank"),
+    (["--group", "5-2"], "--group: '5-2' runs backwards"),
+    (["--group", "0,16"], "rank 16 is not in the system (16 ranks)"),
+    (["--group", "0,3,0"], "rank 0 is in the group twice"),
+    (["--algorithm", "fast"], "no collective algorithm 'fast'"),
+    (["--system", "nope", "--config", "trn2"], "config trn2 has no system 'nope' (it has: single-chip"),
+])
+def test_bench_collective_bad_arguments(run_trnsim, args, message):
+    system = [] if "--system" in args else ["--system", "trn2-16"]
+    assert_clean_error(run_trnsim("bench", "collective", *system, *args), message)

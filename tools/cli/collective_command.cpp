@@ -1,5 +1,6 @@
 // `trnsim bench collective`: a collective across the chips of a system (sim/system), timed for each size and
 // algorithm; prints latency, algbw and busbw as nccl-tests / nccom-test report them (GB/s = 1e9 bytes/s).
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -34,21 +35,26 @@ const std::map<std::string, std::pair<std::string, std::string>> kSystems = {
     {"trn3-144", {"trn3", "trn3-ultraserver-gen2"}},
 };
 
+// The number `text` starts with; `rest` gets what follows it (nullptr: nothing may). False if none.
+template <typename Number>
+bool parse_number(const std::string& text, Number& value, std::string* rest = nullptr) {
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || (!rest && stop != end)) return false;
+  if (rest) *rest = std::string(stop, end);
+  return true;
+}
+
 uint64_t parse_bytes(const std::string& text) {
-  size_t used = 0;
   double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--sizes: '" + text + "' is not a size (e.g. 4096, 64K, 1M, 1G)");
-  }
-  const std::string unit = text.substr(used);
+  std::string unit;
   const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"K", 1024}, {"KB", 1024}, {"KiB", 1024},
                                                {"M", 1 << 20}, {"MB", 1 << 20}, {"MiB", 1 << 20},
                                                {"G", 1 << 30}, {"GB", 1 << 30}, {"GiB", 1 << 30}};
-  auto it = units.find(unit);
-  if (it == units.end() || value <= 0) throw std::invalid_argument("--sizes: '" + text + "' is not a size");
-  return uint64_t(value * it->second);
+  if (!parse_number(text, value, &unit) || !units.count(unit) || value <= 0) {
+    throw std::invalid_argument("--sizes: '" + text + "' is not a size (e.g. 4096, 64K, 1M, 1G)");
+  }
+  return uint64_t(value * units.at(unit));
 }
 
 // "1K:1G" (powers of two), "1K:1G:4" (times 4), "4K,1M,64M".
@@ -61,14 +67,8 @@ std::vector<uint64_t> parse_sizes(const std::string& text) {
     if (parts.size() < 2 || parts.size() > 3) throw std::invalid_argument("--sizes: FROM:TO or FROM:TO:FACTOR");
     const uint64_t from = parse_bytes(parts[0]), to = parse_bytes(parts[1]);
     double factor = 2.0;
-    if (parts.size() == 3) {
-      size_t used = 0;
-      try {
-        factor = std::stod(parts[2], &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != parts[2].size()) throw std::invalid_argument("--sizes: factor '" + parts[2] + "' is not a number");
+    if (parts.size() == 3 && !parse_number(parts[2], factor)) {
+      throw std::invalid_argument("--sizes: factor '" + parts[2] + "' is not a number");
     }
     if (factor <= 1) throw std::invalid_argument("--sizes: the factor must be above 1");
     for (double s = double(from); s <= double(to) * (1 + 1e-12); s *= factor) sizes.push_back(uint64_t(s));
@@ -83,17 +83,11 @@ std::vector<uint64_t> parse_sizes(const std::string& text) {
 // "0-15", "0,2,4,6", "0-3,8-11".
 std::vector<uint32_t> parse_group(const std::string& text) {
   auto rank = [&](const std::string& item) {
-    size_t used = 0;
-    unsigned long value = 0;
-    try {
-      value = std::stoul(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || value > UINT32_MAX) {
+    uint32_t value = 0;
+    if (!parse_number(item, value)) {
       throw std::invalid_argument("--group: '" + item + "' in '" + text + "' is not a rank (e.g. 0-15 or 0,4,8)");
     }
-    return uint32_t(value);
+    return value;
   };
   std::vector<uint32_t> ranks;
   std::stringstream in(text);
