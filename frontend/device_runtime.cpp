@@ -10,6 +10,7 @@ namespace trnsim::frontend {
 namespace {
 
 constexpr size_t kMaxCachedPrograms = 1024;
+constexpr size_t kMaxCachedTimings = 16384;  // a SimStats is a few hundred bytes
 
 // The one global of the device: which runtime is current. Never destroyed: tensors freed while
 // static destructors run at exit still account their bytes to it.
@@ -53,6 +54,44 @@ void DeviceRuntime::cache_program(const std::string& key, const ProgramParts& pa
 size_t DeviceRuntime::program_cache_size() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_cache.size();
+}
+
+bool DeviceRuntime::values_enabled() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_values_enabled;
+}
+
+void DeviceRuntime::set_values_enabled(bool enabled) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_values_enabled = enabled;
+}
+
+std::optional<DeviceRuntime::CachedTiming> DeviceRuntime::find_timing(const std::string& key, bool need_trace) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_timing_cache.find(key);
+  if (it == m_timing_cache.end() || (need_trace && !it->second.trace)) {
+    ++m_timing_stats.misses;
+    return std::nullopt;
+  }
+  ++m_timing_stats.hits;
+  return it->second;
+}
+
+void DeviceRuntime::cache_timing(const std::string& key, CachedTiming timing) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_timing_cache.size() >= kMaxCachedTimings) m_timing_cache.clear();
+  m_timing_cache[key] = std::move(timing);
+  m_timing_stats.entries = m_timing_cache.size();
+}
+
+TimingCacheStats DeviceRuntime::timing_cache_stats() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_timing_stats;
+}
+
+void DeviceRuntime::reset_timing_cache_stats() {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_timing_stats.hits = m_timing_stats.misses = 0;
 }
 
 void DeviceRuntime::commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace) {
@@ -165,6 +204,10 @@ void DeviceRuntime::hand_over_to(DeviceRuntime& next) {
   next.m_timeline_enabled = m_timeline_enabled;
   next.m_timeline = std::move(m_timeline);
   next.m_fallback_mode = m_fallback_mode;
+  next.m_values_enabled = m_values_enabled;
+  // The timings belong to the config (the key is the program's): only the counters carry over.
+  next.m_timing_stats.hits = m_timing_stats.hits;
+  next.m_timing_stats.misses = m_timing_stats.misses;
   next.m_fallback_counts = std::move(m_fallback_counts);
   next.m_fallback_warned = std::move(m_fallback_warned);
 }

@@ -11,6 +11,7 @@
 #include <set>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "record/launch.h"
 #include "record/recording_format.h"
 #include "record/recording_writer.h"
+#include "sim/stats.h"
 #include "sim/trace/trace_writer.h"
 
 namespace trnsim::frontend {
@@ -60,6 +62,24 @@ class DeviceRuntime {
   ProgramParts find_program(const std::string& key) const;
   void cache_program(const std::string& key, const ProgramParts& parts);
   size_t program_cache_size() const;
+
+  // Values or timing only (trnsim.timing_only()): without values, kernels are timed but compute
+  // nothing, tensors hold no host data, and the host may not read them. Carries over set_config.
+  bool values_enabled() const;
+  void set_values_enabled(bool enabled);
+
+  // Timing cache of the timing-only mode: the simulated result of a program (by the same key as
+  // the program cache, so the same program on the same config) is reused by every later launch
+  // of it. Deterministic simulation makes a hit exact; `find_timing` counts hits and misses.
+  // With `need_trace` (the profiler's timeline is on) only an entry that kept its trace is a hit.
+  struct CachedTiming {
+    sim::SimStats stats;
+    std::shared_ptr<const sim::TraceWriter> trace;  // null when it was timed without a trace
+  };
+  std::optional<CachedTiming> find_timing(const std::string& key, bool need_trace);
+  void cache_timing(const std::string& key, CachedTiming timing);
+  TimingCacheStats timing_cache_stats() const;
+  void reset_timing_cache_stats();
 
   // Places the launch on its device's clock (sets record.start_ns and launch.start_ns), appends
   // the record to the op log, and adds the launch to the timeline (while profiling; `core_trace`
@@ -113,6 +133,9 @@ class DeviceRuntime {
   mutable std::mutex m_mutex;  // everything below
   record::RecordedConfig m_origin;
   std::map<std::string, ProgramParts> m_cache;
+  bool m_values_enabled = true;
+  std::map<std::string, CachedTiming> m_timing_cache;
+  TimingCacheStats m_timing_stats;
   std::map<int, DeviceState> m_devices;
   std::vector<OpRecord> m_log;
   bool m_timeline_enabled = false;

@@ -98,34 +98,56 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
                        const std::vector<HostBuffer>& outputs, OpRecord record,
                        std::chrono::steady_clock::time_point host_start) {
   const isa::Program& program = *parts.front();
-  auto allocation = [&](const HostBuffer& buffer) {
-    const int id = program.find_allocation(buffer.allocation);
-    if (id < 0) throw std::runtime_error("trnsim: program '" + key + "' has no allocation '" + buffer.allocation + "'");
-    return static_cast<uint32_t>(id);
-  };
   std::vector<const isa::Program*> programs;
   for (const auto& part : parts) programs.push_back(part.get());
-  auto prepare = [&](uint32_t, isa::CoreState& state) {
-    for (const HostBuffer& in : inputs) {
-      const uint32_t id = allocation(in);
-      const DType dst = program.allocations[id].dtype;
-      std::vector<uint8_t>& bytes = state.hbm(id);
-      if (bytes.size() < in.count * dtype_size_bytes(dst))
-        throw std::runtime_error("trnsim: input '" + in.allocation + "' larger than its allocation");
-      copy_converted(in.dtype, in.data, dst, bytes.data(), in.count);
-    }
-  };
   const bool trace = runtime.timeline_enabled();
-  sim::SimResult result =
-      record::simulate_kernel(programs, runtime.config(), runtime.hash(), /*timing_only=*/false, trace, prepare);
-  if (result.states.empty()) throw std::runtime_error("trnsim: the simulation returned no values");
-  for (const HostBuffer& out : outputs) {
-    const uint32_t id = allocation(out);
-    const DType src = program.allocations[id].dtype;
-    const std::vector<uint8_t>& bytes = result.states.front()->hbm(id);
-    if (bytes.size() < out.count * dtype_size_bytes(src))
-      throw std::runtime_error("trnsim: output '" + out.allocation + "' larger than its allocation");
-    copy_converted(src, bytes.data(), out.dtype, out.data, out.count);
+  sim::SimResult result;
+  std::shared_ptr<const sim::TraceWriter> core_trace;
+  if (!runtime.values_enabled()) {
+    // Timing only: nothing goes in or comes out; the outputs' blocks hold no values from here on.
+    // A program timed before (with its trace, while the timeline wants one) is not simulated again.
+    if (std::optional<DeviceRuntime::CachedTiming> cached = runtime.find_timing(key, trace)) {
+      result.stats = std::move(cached->stats);
+      core_trace = std::move(cached->trace);
+      record.timing_cached = true;
+    } else {
+      result = record::simulate_kernel(programs, runtime.config(), runtime.hash(), /*timing_only=*/true, trace, {});
+      core_trace = std::shared_ptr<const sim::TraceWriter>(std::move(result.trace));
+      runtime.cache_timing(key, DeviceRuntime::CachedTiming{result.stats, core_trace});
+    }
+    for (const HostBuffer& out : outputs) mark_without_values(out.data);
+    record.timing_only = true;
+  } else {
+    auto allocation = [&](const HostBuffer& buffer) {
+      const int id = program.find_allocation(buffer.allocation);
+      if (id < 0) throw std::runtime_error("trnsim: program '" + key + "' has no allocation '" + buffer.allocation + "'");
+      return static_cast<uint32_t>(id);
+    };
+    auto prepare = [&](uint32_t, isa::CoreState& state) {
+      for (const HostBuffer& in : inputs) {
+        const uint32_t id = allocation(in);
+        const DType dst = program.allocations[id].dtype;
+        std::vector<uint8_t>& bytes = state.hbm(id);
+        if (bytes.size() < in.count * dtype_size_bytes(dst))
+          throw std::runtime_error("trnsim: input '" + in.allocation + "' larger than its allocation");
+        copy_converted(in.dtype, in.data, dst, bytes.data(), in.count);
+      }
+    };
+    result = record::simulate_kernel(programs, runtime.config(), runtime.hash(), /*timing_only=*/false, trace, prepare);
+    if (result.states.empty()) throw std::runtime_error("trnsim: the simulation returned no values");
+    for (const HostBuffer& out : outputs) {
+      const uint32_t id = allocation(out);
+      const DType src = program.allocations[id].dtype;
+      const std::vector<uint8_t>& bytes = result.states.front()->hbm(id);
+      if (bytes.size() < out.count * dtype_size_bytes(src))
+        throw std::runtime_error("trnsim: output '" + out.allocation + "' larger than its allocation");
+      copy_converted(src, bytes.data(), out.dtype, out.data, out.count);
+    }
+    // Values computed from a tensor that has none (written in timing-only mode) are none either.
+    const bool inputs_hold_values =
+        std::all_of(inputs.begin(), inputs.end(), [](const HostBuffer& in) { return holds_values(in.data); });
+    if (!inputs_hold_values)
+      for (const HostBuffer& out : outputs) mark_without_values(out.data);
   }
   record.kind = "kernel";
   record.device = device;
@@ -138,11 +160,13 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
   record::set_kernel_result(launch, result.stats);
   record.ns = launch.ns;
   record.launch_ns = launch.launch_ns;
+  record.instructions = result.stats.simulated_instructions;
   record.flops = launch.flops;
   record.mfu = launch.mfu;
   record.bottleneck = launch.bottleneck;
   record.host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
-  runtime.commit(record, launch, trace ? result.trace.get() : nullptr);
+  if (!core_trace && result.trace) core_trace = std::shared_ptr<const sim::TraceWriter>(std::move(result.trace));
+  runtime.commit(record, launch, trace ? core_trace.get() : nullptr);
   return record;
 }
 
@@ -210,6 +234,43 @@ OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_d
   launch.transfer_bytes = {bytes_to_host, bytes_to_device};
   runtime->commit(record, launch, nullptr);
   return record;
+}
+
+double estimate_ns(uint64_t bytes_read, uint64_t bytes_written) {
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
+  const HardwareConfig& config = runtime->config();
+  const double share = static_cast<double>(cores_per_device(config)) / std::max<uint32_t>(1, config.chip.physical_cores);
+  const double bytes_per_ns = config.hbm.bandwidth_gbps * share;  // GB/s = bytes/ns
+  return config.chip.kernel_launch_ns + static_cast<double>(bytes_read + bytes_written) / bytes_per_ns;
+}
+
+OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written, double host_s, OpRecord record) {
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
+  record.kind = "estimate";
+  record.timing_only = true;
+  record.device = device;
+  record.bytes = bytes_read + bytes_written;
+  record.ns = estimate_ns(bytes_read, bytes_written);
+  record.launch_ns = runtime->config().chip.kernel_launch_ns;
+  record.host_s = host_s;
+  record.bottleneck = "estimate";
+  record::Launch launch = launch_of(record);
+  runtime->commit(record, launch, nullptr);
+  return record;
+}
+
+bool values_enabled() {
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime_or_null();
+  return !runtime || runtime->values_enabled();
+}
+void set_values_enabled(bool enabled) { current_runtime()->set_values_enabled(enabled); }
+
+TimingCacheStats timing_cache_stats() {
+  std::shared_ptr<DeviceRuntime> runtime = current_runtime_or_null();
+  return runtime ? runtime->timing_cache_stats() : TimingCacheStats{};
+}
+void reset_timing_cache_stats() {
+  if (auto runtime = current_runtime_or_null()) runtime->reset_timing_cache_stats();
 }
 
 // Before any config is set there is nothing on the clocks, the log or the timeline.

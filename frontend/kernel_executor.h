@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,9 @@ struct HostBuffer {
 
 struct OpRecord {
   std::string op;
-  std::string kind = "kernel";  // "kernel" (simulated), "copy" (host link), "fallback" (ran on the CPU)
+  // "kernel" (simulated), "copy" (host link), "fallback" (ran on the CPU), "estimate" (timing-only
+  // mode: an op with no kernel, its time estimated; record_estimate)
+  std::string kind = "kernel";
   std::vector<std::vector<int64_t>> shapes;  // input shapes
   std::string dtype;
   int device = 0;
@@ -54,7 +57,35 @@ struct OpRecord {
   uint64_t bytes = 0;      // host-link bytes of a copy or a fallback
   double host_s = 0;       // host seconds spent simulating (or computing, for a fallback)
   std::string bottleneck;  // the busiest engine ("tensor", "vector", ..., "dma"; "host_link")
+  uint64_t instructions = 0;   // kernels: instructions simulated (all cores)
+  bool timing_only = false;    // run in timing-only mode (no values computed)
+  bool timing_cached = false;  // timing-only mode: the time came from the timing cache
 };
+
+// Timing-only mode (trnsim.timing_only(), set_config(values=False), TRNSIM_VALUES=0): every kernel
+// is built and timed exactly as with values, but nothing is computed, and the tensors it writes
+// hold no values. The host reading a device tensor's values in this mode (host_alias) throws this;
+// a lowering that needs them for a decision is declined to the timing-only fallback.
+struct ValuesUnavailable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+bool values_enabled();
+void set_values_enabled(bool enabled);
+
+struct TimingCacheStats {
+  uint64_t hits = 0;     // launches whose timing was reused
+  uint64_t misses = 0;   // launches simulated in timing-only mode
+  uint64_t entries = 0;  // distinct programs timed
+};
+TimingCacheStats timing_cache_stats();
+void reset_timing_cache_stats();
+
+// The simulated-HBM allocator's record of which blocks hold values (device/memory.cpp): a block
+// written in timing-only mode holds none until it is written again with values. `ptr` may point
+// anywhere inside a live block; pointers outside every block (host memory) always hold values.
+void mark_without_values(const void* ptr);
+void mark_with_values(const void* ptr);
+bool holds_values(const void* ptr);
 
 // Builds the invoked kernel for the device's config (kernels/kernel_invocation.h; or takes it from
 // the cache, by `key`), copies `inputs` into its HBM allocations, simulates it on the device's cores
@@ -71,6 +102,13 @@ OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record);
 // device outputs came back over the host link (two transfers when both are non-empty).
 OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_device, double host_s,
                          OpRecord record);
+
+// Timing-only mode, an op with no kernel: its time is estimated as a memory-bound pass, the
+// launch cost (chip.kernel_launch_ns) plus the bytes it reads and writes at the device's share of
+// the chip's HBM bandwidth (hbm.bandwidth_gbps x cores per device / cores per chip). Nothing is
+// computed; record.kind becomes "estimate".
+OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written, double host_s, OpRecord record);
+double estimate_ns(uint64_t bytes_read, uint64_t bytes_written);
 
 double simulated_ns(int device);  // device < 0: all devices together
 void reset_simulated_time();

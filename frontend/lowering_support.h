@@ -61,8 +61,14 @@ inline HostBuffer buffer(const std::string& name, const at::Tensor& t) {
   return HostBuffer{name, t.data_ptr(), static_cast<size_t>(t.numel()), dt};
 }
 
+// The host's view of a device tensor's bytes. In timing-only mode there are none to read: throws
+// ValuesUnavailable (a lowering that needs values is declined to the timing-only fallback).
 inline at::Tensor host_alias(const at::Tensor& t) {
   if (t.device().type() != kNeuron) return t;
+  if (!values_enabled()) {
+    throw ValuesUnavailable("trnsim timing-only mode: the host needs the values of a neuron tensor of shape " +
+                            dims_key(t.sizes()) + ", which this mode does not compute");
+  }
   at::Tensor alias = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
   // The lazy conjugate / negative bits are tensor metadata, not storage: keep them, so a copy of a
   // conj() view materialises the conjugate as the CPU does.
@@ -94,15 +100,20 @@ inline double exact_integer_limit(at::ScalarType t) {
   return t == at::kBFloat16 ? 256.0 : t == at::kHalf ? 2048.0 : kExactIntegerBound;
 }
 
+// In timing-only mode the values are unknown and taken to be in range (a range check picks the
+// kernel path, not its time, for the sizes it admits).
 inline double host_max_abs(const at::Tensor& t) {
   if (t.numel() == 0) return 0;
+  if (on_neuron(t) && !values_enabled()) return 0;
   const at::Tensor h = host_alias(t);
   return h.scalar_type() == at::kBool ? 1.0 : h.abs().max().item<double>();
 }
 
 // The ISA has no 64-bit integers: a dense int64 tensor is read as an int32 host copy of its values
 // (the caller has checked that they fit), others as they are.
+// (Timing only: the bytes are never read, so the tensor itself stands for the copy.)
 inline at::Tensor kernel_input(const at::Tensor& dense) {
+  if (on_neuron(dense) && !values_enabled()) return dense;
   return dense.scalar_type() == at::kLong ? host_alias(dense).to(at::kInt) : dense;
 }
 
@@ -148,11 +159,25 @@ inline at::Tensor scalar_operand(const c10::Scalar& v) {
 // The value of a one-element tensor on the device or the host (device memory is host memory).
 inline c10::Scalar host_scalar(const at::Tensor& t) { return at::_local_scalar_dense(host_alias(t)); }
 
+// The value of a one-element tensor that a kernel takes as an immediate (a scale, a step count, a
+// fill value). In timing-only mode a device tensor's value is unknown and `stand_in` is used: an
+// immediate changes what the kernel computes, not its instructions or their time.
+inline double immediate_value(const at::Tensor& t, double stand_in) {
+  if (on_neuron(t) && !values_enabled()) return stand_in;
+  return host_scalar(t).toDouble();
+}
+
 // Targets / ids as the one-hot kernel's int32 index: -1 where the row is ignored (ignore_index,
 // padding_idx), checked on the host (integer metadata, like embedding ids); nullopt when one is
 // out of range (the caller falls back, so torch raises its error).
+// In timing-only mode the ids are unknown: every row counts as a valid id (0), which is the
+// kernel's time for any ids but ignored rows' (a documented approximation of this mode).
 inline std::optional<std::vector<int32_t>> one_hot_index(const at::Tensor& ids_in, int64_t classes, int64_t ignored,
                                                   int64_t* count) {
+  if (on_neuron(ids_in) && !values_enabled()) {
+    *count = ids_in.numel();
+    return std::vector<int32_t>(static_cast<size_t>(ids_in.numel()), 0);
+  }
   at::Tensor ids_c = ids_in.contiguous();
   at::Tensor ids = at::from_blob(ids_c.data_ptr(), {ids_c.numel()}, at::TensorOptions().dtype(ids_c.scalar_type()))
                        .to(at::kLong, false, true);

@@ -386,11 +386,25 @@ PYBIND11_MODULE(_C, m) {
       d["flops"] = r.flops;
       d["mfu"] = r.mfu;
       d["bottleneck"] = r.bottleneck;
+      d["instructions"] = r.instructions;
+      d["timing_only"] = r.timing_only;
+      d["timing_cached"] = r.timing_cached;
       out.append(d);
     }
     return out;
   });
   m.def("reset_op_log", &fe::reset_op_log);
+  m.def("set_values_enabled", &fe::set_values_enabled, py::arg("enabled"));
+  m.def("values_enabled", &fe::values_enabled);
+  m.def("timing_cache_stats", [] {
+    const fe::TimingCacheStats s = fe::timing_cache_stats();
+    py::dict d;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["entries"] = s.entries;
+    return d;
+  });
+  m.def("reset_timing_cache_stats", &fe::reset_timing_cache_stats);
   m.def("program_cache_size", &fe::program_cache_size);
   m.def("set_timeline_enabled", &fe::set_timeline_enabled, py::arg("enabled"));
   m.def("reset_timeline", &fe::reset_timeline);

@@ -62,6 +62,123 @@ void check_common_device(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValu
 }
 
 
+namespace {
+
+// A meta tensor with t's sizes, strides and dtype: what the op's meta function needs.
+at::Tensor meta_like(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+// Timing-only mode: the op runs on its arguments' meta twins (PyTorch's meta functions give the
+// results' shapes without values), its new results are allocated on the device (no values), its
+// mutated arguments resized as the meta call resized theirs, and its time is the documented
+// estimate of record_estimate. An op without a meta function, or whose result shape depends on
+// values (nonzero, unique, masked_select, ...), cannot be timed this way: a clear error.
+void timing_only_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& full,
+                          const std::string& reason) {
+  const auto& schema = op.schema();
+  const size_t n_args = schema.arguments().size(), n_returns = schema.returns().size();
+  std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+  OpRecord record;
+  record.op = full;
+  uint64_t bytes_read = 0, bytes_written = 0;
+  int device = -1;
+  // Device argument i's meta twin, to find what the call did to it.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device, meta) of mutated arguments
+  std::vector<std::pair<at::Tensor, at::Tensor>> by_alias;  // (device, meta) of every tensor argument
+  torch::jit::Stack meta_stack;
+  for (size_t i = 0; i < n_args; ++i) {
+    const c10::Argument& arg = schema.arguments()[i];
+    const bool writes = arg.alias_info() && arg.alias_info()->isWrite();
+    auto twin = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined()) return t;
+      record.shapes.push_back(dims(t.sizes()));
+      if (record.dtype.empty()) record.dtype = c10::toString(t.scalar_type());
+      if (!on_neuron(t)) return t.is_cpu() && t.dim() == 0 ? t : meta_like(t);  // host scalars stay scalars
+      if (device < 0) device = t.device().index();
+      at::Tensor m = meta_like(t);
+      // An out= argument is only written; an in-place self is read and written.
+      if (!(writes && arg.kwarg_only())) bytes_read += t.nbytes();
+      if (writes) written.emplace_back(t, m);
+      by_alias.emplace_back(t, m);
+      return m;
+    };
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
+      meta_stack.emplace_back(twin(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList().vec()) list.push_back(twin(t));
+      meta_stack.emplace_back(list);
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const auto& t : v.toOptionalTensorList().vec()) list.push_back(t ? std::optional<at::Tensor>(twin(*t)) : std::nullopt);
+      meta_stack.emplace_back(list);
+    } else {
+      meta_stack.push_back(v);
+    }
+  }
+  const auto host_start = std::chrono::steady_clock::now();
+  std::string meta_error;
+  try {
+    op.callBoxed(&meta_stack);
+  } catch (const c10::Error& e) {
+    meta_error = e.what_without_backtrace();
+  } catch (const std::exception& e) {  // a meta function written in Python raises a Python error
+    meta_error = e.what();
+  }
+  if (!meta_error.empty()) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "trnsim timing-only mode: the operator '", full,
+                                "' has no neuron kernel", reason.empty() ? "" : " (" + reason + ")",
+                                ", and its result cannot be sized without values: PyTorch's meta function says: ",
+                                meta_error,
+                                ". Ops whose results depend on values (nonzero, unique, masked selection, ...) need "
+                                "values mode: leave trnsim.timing_only() (or set TRNSIM_VALUES=1).");
+  }
+  const c10::Device target(kNeuron, static_cast<c10::DeviceIndex>(device < 0 ? current_device_index() : device));
+  for (auto& [dev, meta] : written) {
+    if (dev.sizes() != meta.sizes()) dev.resize_(meta.sizes());
+    bytes_written += dev.nbytes();
+    mark_without_values(dev.data_ptr());
+  }
+  auto materialise = [&](const at::Tensor& m, const c10::Argument& ret) -> at::Tensor {
+    if (!m.defined() || !m.is_meta()) return m;
+    if (ret.alias_info()) {
+      // A view of (or the same tensor as) an argument: the device argument whose twin it views.
+      for (auto& [dev, meta] : by_alias) {
+        if (meta.is_alias_of(m)) {
+          if (m.is_same(meta)) return dev;
+          return dev.as_strided(m.sizes(), m.strides(), dev.storage_offset() + m.storage_offset() - meta.storage_offset());
+        }
+      }
+    }
+    at::Tensor out = at::empty_strided(m.sizes(), m.strides(), m.options().device(target));
+    bytes_written += out.nbytes();
+    mark_without_values(out.data_ptr());
+    return out;
+  };
+  std::vector<c10::IValue> results;
+  for (size_t i = 0; i < n_returns; ++i) {
+    const c10::Argument& ret = schema.returns()[i];
+    c10::IValue& v = meta_stack[i];
+    if (v.isTensor()) {
+      results.emplace_back(materialise(v.toTensor(), ret));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList().vec()) list.push_back(materialise(t, ret));
+      results.emplace_back(list);
+    } else {
+      results.push_back(v);
+    }
+  }
+  torch::jit::drop(*stack, n_args);
+  for (c10::IValue& v : results) torch::jit::push(*stack, std::move(v));
+  const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
+  record_estimate(static_cast<int>(target.index()), bytes_read, bytes_written, host_s, std::move(record));
+}
+
+}  // namespace
+
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   const c10::OperatorName& name = op.schema().operator_name();
   std::string full = name.name;
@@ -73,6 +190,16 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
   TORCH_CHECK_NOT_IMPLEMENTED(mode != FallbackMode::error, "The operator '", full,
                               "' has no neuron kernel and TRNSIM_FALLBACK=error forbids running it on the CPU. "
                               "Set TRNSIM_FALLBACK=warn or allow to let it fall back.");
+  if (!runtime->values_enabled()) {
+    if (mode == FallbackMode::warn && first) {
+      TORCH_WARN("The operator '", full, "' has no neuron kernel (for these arguments) yet; in timing-only mode it ",
+                 "computes nothing and is charged an estimate (kind 'estimate' in trnsim.op_log(): launch cost + its ",
+                 "bytes at the HBM bandwidth). ", reason.empty() ? "" : "The kernel's reason: " + reason + ". ",
+                 "trnsim.fallback_report() lists such ops.");
+    }
+    timing_only_fallback(op, stack, full, reason);
+    return;
+  }
   if (mode == FallbackMode::warn && first) {
     TORCH_WARN("The operator '", full,
                "' has no neuron kernel (for these arguments) yet; it runs on the CPU (copies to the host and back). ",

@@ -21,7 +21,9 @@
 #include <iomanip>
 #include <sstream>
 #include <optional>
-#include <unordered_map>
+#include <map>
+#include <sys/mman.h>
+#include <algorithm>
 
 namespace trnsim::frontend {
 namespace {
@@ -59,13 +61,22 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
                        " of which ", format_bytes(free_bytes), " is free. Of the allocated memory ", format_bytes(used),
                        " is allocated by PyTorch. (simulated HBM of the configured hardware; see trnsim.set_config)");
     }
-    void* ptr = std::aligned_alloc(64, (n + 63) / 64 * 64);
+    // Timing only: the block is address space the host never touches (no values are computed or
+    // copied), so it costs no host memory however large the model; reserved without swap backing.
+    const bool with_values = runtime->values_enabled();
+    void* ptr = nullptr;
+    if (with_values) {
+      ptr = std::aligned_alloc(64, (n + 63) / 64 * 64);
+    } else {
+      ptr = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (ptr == MAP_FAILED) ptr = nullptr;
+    }
     if (ptr == nullptr) {
       runtime->release_memory(index, n);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "host memory backing the simulated HBM is exhausted (", format_bytes(n), ")");
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    blocks_[ptr] = Block{n, index};
+    blocks_[reinterpret_cast<uintptr_t>(ptr)] = Block{n, index, /*mapped=*/!with_values, with_values};
     return c10::DataPtr(ptr, ptr, &hbm_delete, device);
   }
 
@@ -74,7 +85,7 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
     std::optional<Block> block;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = blocks_.find(ptr);
+      auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
       if (it != blocks_.end()) {
         block = it->second;
         blocks_.erase(it);
@@ -83,7 +94,19 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
     if (block) {
       if (std::shared_ptr<DeviceRuntime> runtime = current_runtime_or_null()) runtime->release_memory(block->device, block->size);
     }
-    std::free(ptr);
+    if (block && block->mapped) ::munmap(ptr, block->size);
+    else std::free(ptr);
+  }
+
+  // Whether the block holding `ptr` has values (see kernel_executor.h); host memory always has.
+  bool holds_values(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Block* block = find_block(ptr);
+    return block == nullptr || block->has_values;
+  }
+  void set_values(const void* ptr, bool has_values) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Block* block = find_block(ptr)) block->has_values = has_values;
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &hbm_delete; }
@@ -118,7 +141,7 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
 
   bool owns(void* ptr, c10::DeviceIndex* device) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blocks_.find(ptr);
+    auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == blocks_.end()) return false;
     *device = it->second.device;
     return true;
@@ -130,9 +153,19 @@ class SimHbmAllocator final : public c10::DeviceAllocator {
   struct Block {
     size_t size;
     c10::DeviceIndex device;
+    bool mapped;      // mmap'd address space (timing-only mode), else aligned_alloc
+    bool has_values;  // false once written in timing-only mode
   };
+  // The live block containing `ptr` (a view's data pointer lies inside its storage's block).
+  Block* find_block(const void* ptr) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+    auto it = blocks_.upper_bound(p);
+    if (it == blocks_.begin()) return nullptr;
+    --it;
+    return p < it->first + std::max<size_t>(it->second.size, 1) ? &it->second : nullptr;
+  }
   std::mutex mutex_;  // never the GIL: allocate/free run from any thread
-  std::unordered_map<void*, Block> blocks_;
+  std::map<uintptr_t, Block> blocks_;  // by address: interior pointers find their block
 };
 
 // Never destroyed: tensors may still be freed while static destructors run at exit.
@@ -144,6 +177,9 @@ REGISTER_ALLOCATOR(kNeuron, &g_allocator)
 }  // namespace
 
 c10::Allocator* hbm_allocator() { return &g_allocator; }
+void mark_without_values(const void* ptr) { g_allocator.set_values(ptr, false); }
+void mark_with_values(const void* ptr) { g_allocator.set_values(ptr, true); }
+bool holds_values(const void* ptr) { return g_allocator.holds_values(ptr); }
 bool hbm_owns(void* ptr, c10::DeviceIndex* device) { return g_allocator.owns(ptr, device); }
 
 MemoryStats memory_stats(int device) {

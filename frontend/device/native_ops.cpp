@@ -185,10 +185,29 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   const bool lazy_bits = self.is_conj() || self.is_neg() || dst.is_conj() || dst.is_neg();
   if (!lazy_bits && self.device().type() == kNeuron && dst.device().type() == kNeuron && device_copy_kernel(self, dst))
     return dst;
-  at::Tensor src_host = host_alias(self);
-  at::Tensor dst_host = host_alias(dst);
-  dst_host.copy_(src_host);
   const bool from_device = self.device().type() == kNeuron, to_device = dst.device().type() == kNeuron;
+  if (!values_enabled()) {
+    // Timing only: a host <-> device copy is timed but moves nothing; the host cannot receive values.
+    TORCH_CHECK(!(from_device && !to_device), "trnsim timing-only mode: copying a neuron tensor of shape ",
+                dims_key(self.sizes()), " to the ", dst.device(),
+                " needs its values (.cpu(), .item(), .tolist(), .numpy(), printing), which this mode does not compute. "
+                "Leave trnsim.timing_only() (or set TRNSIM_VALUES=1) to read values.");
+    if (to_device) mark_without_values(dst.data_ptr());
+  } else {
+    if (from_device && !to_device) {
+      TORCH_CHECK(holds_values(self.data_ptr()), "trnsim: this neuron tensor (shape ", dims_key(self.sizes()),
+                  ") was written in timing-only mode and holds no values; recompute it outside trnsim.timing_only()");
+    }
+    at::Tensor src_host = host_alias(self);
+    at::Tensor dst_host = host_alias(dst);
+    dst_host.copy_(src_host);
+    // A copy that rewrites all of a device storage gives it values again; a partial one keeps what it had.
+    if (to_device && dst.is_non_overlapping_and_dense() && dst.nbytes() == dst.storage().nbytes() &&
+        (!from_device || holds_values(self.data_ptr())))
+      mark_with_values(dst.data_ptr());
+    else if (to_device && from_device && !holds_values(self.data_ptr()))
+      mark_without_values(dst.data_ptr());
+  }
   if (from_device != to_device && self.nbytes() > 0 && !in_fallback()) {
     const at::Tensor& device_side = to_device ? dst : self;
     record_host_transfer(device_side.device().index(), device_side.nbytes(),
@@ -227,11 +246,25 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) || (dense(self) && dense(from));
 }
 
-at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(host_alias(self)); }
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(values_enabled(), "trnsim timing-only mode: reading a neuron tensor's value on the host (.item(), ",
+              "bool(), int(), float(), a data-dependent branch) needs values, which this mode does not compute. "
+              "Leave trnsim.timing_only() (or set TRNSIM_VALUES=1) to read values.");
+  TORCH_CHECK(holds_values(self.data_ptr()), "trnsim: this neuron tensor was written in timing-only mode and holds no ",
+              "values; recompute it outside trnsim.timing_only()");
+  return at::_local_scalar_dense(host_alias(self));
+}
 
-// Memory initialisation on the host (device memory is host memory); not timed.
+// Memory initialisation on the host (device memory is host memory); not timed. In timing-only
+// mode nothing is written (the block holds no values).
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
-  if (self.numel() > 0) host_alias(self).fill_(value);
+  if (self.numel() == 0) return self;
+  if (!values_enabled()) {
+    mark_without_values(self.data_ptr());
+    return self;
+  }
+  host_alias(self).fill_(value);
+  if (self.is_non_overlapping_and_dense() && self.nbytes() == self.storage().nbytes()) mark_with_values(self.data_ptr());
   return self;
 }
 

@@ -50,7 +50,8 @@ at::Tensor& with_device_generator(at::Tensor& self, const std::optional<at::Gene
   at::Generator gen = generator && generator->defined() ? *generator : default_generator(self.device().index());
   TORCH_CHECK(gen.device().type() == kNeuron, op, ": expected a neuron generator, got one for ", gen.device());
   if (self.numel() == 0) return self;
-  {
+  // Timing only: no numbers are drawn (the generator does not advance), the pass is still timed.
+  if (values_enabled()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     at::Generator cpu = at::make_generator<at::CPUGeneratorImpl>();
     cpu.set_state(gen.get_state());

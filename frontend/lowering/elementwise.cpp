@@ -81,7 +81,7 @@ std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immedia
   const bool integral = at::isIntegralType(t.scalar_type(), /*includeBool=*/true);
   if (!at::isFloatingType(t.scalar_type()) && !integral) return std::nullopt;
   if (as_immediate) {
-    const double v = (on_neuron(t) ? host_scalar(t) : t.item()).toDouble();
+    const double v = on_neuron(t) ? immediate_value(t, 1.0) : t.item().toDouble();
     return BinaryOperand{at::Tensor(), DType::fp32, v, std::abs(v)};
   }
   const std::optional<DType> dt = elementwise_dtype(t.scalar_type());
@@ -458,7 +458,7 @@ std::optional<at::Tensor> lower_where_self(const std::string& op, LoweringArgs a
   // A 0-dim operand (e.g. _safe_softmax's zero, a mask's fill value) is an immediate.
   auto immediate = [](const at::Tensor& t) -> std::optional<double> {
     if (t.dim() != 0) return std::nullopt;
-    return host_scalar(t).toDouble();
+    return immediate_value(t, 0.0);
   };
   const std::optional<double> as = immediate(a), bs = immediate(b);
   return lower_where(op, cond, as ? std::nullopt : std::optional<at::Tensor>(a), as,

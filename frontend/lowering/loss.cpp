@@ -124,7 +124,9 @@ std::optional<at::Tensor> lower_nll_loss_backward(const std::string& op, const a
   double multiplier = -1.0;
   if (reduction == 1) {
     if (total_weight.numel() != 1) return std::nullopt;
-    const double total = (on_neuron(total_weight) ? host_scalar(total_weight) : total_weight.item()).toDouble();
+    // (timing only: the count one_hot_index assumed, every row valid)
+    const double total = on_neuron(total_weight) ? immediate_value(total_weight, static_cast<double>(count))
+                                                 : total_weight.item().toDouble();
     multiplier = -1.0 / total;  // torch divides by total_weight (0 gives inf / nan, as on the CPU)
   }
   c10::DeviceGuard guard(self.device());

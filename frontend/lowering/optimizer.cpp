@@ -210,7 +210,7 @@ bool lower_foreach(const ForeachOp& f, c10::ArrayRef<c10::IValue> a, ForeachCall
         const at::Tensor& t = a[1].toTensor();
         if (t.numel() != 1 || !(at::isFloatingType(t.scalar_type()) || at::isIntegralType(t.scalar_type(), true)))
           return false;
-        scalars.assign(count, host_scalar(t).toDouble() * alpha);
+        scalars.assign(count, immediate_value(t, 1.0) * alpha);
       } else {
         return false;
       }
@@ -345,7 +345,7 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
   double lr = 0;
   if (a[6].isTensor()) {
     if (a[6].toTensor().numel() != 1) return false;
-    lr = host_scalar(a[6].toTensor()).toDouble();
+    lr = immediate_value(a[6].toTensor(), 1e-3);
   } else {
     lr = a[6].toDouble();
   }
@@ -370,7 +370,7 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
     }
     if (m[i].scalar_type() != v[i].scalar_type()) return false;
     if (steps[i].numel() != 1) return false;
-    const double step = host_scalar(steps[i]).toDouble();
+    const double step = immediate_value(steps[i], 1.0);
     if (step < 1 || step != std::floor(step)) return false;
     step_values.push_back(static_cast<int64_t>(step));
   }

@@ -50,6 +50,10 @@ class LoweredKernel final : public c10::OperatorKernel {
     } catch (const kernels::KernelUnsupported& e) {
       decline(op, stack, e.what());
       return;
+    } catch (const ValuesUnavailable& e) {
+      // Timing only: the lowering needed values for a decision (a host-side check or index).
+      decline(op, stack, e.what());
+      return;
     }
     if (!results) {
       decline(op, stack, "");

@@ -32,7 +32,7 @@ from .profiler import Profile, profile
 from .record import Recording, record
 from .run import ConfigError, InputError, ProgramError, RunResult, run_program, run_ranks
 
-__all__ = ["set_config", "config", "fallback_report", "reset_fallback_report", "set_fallback_mode",
+__all__ = ["set_config", "config", "timing_only", "values_enabled", "timing_cache_stats", "reset_timing_cache_stats", "fallback_report", "reset_fallback_report", "set_fallback_mode",
            "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "record", "Recording",
            "compile_backend", "run_program", "run_ranks", "RunResult", "ProgramError", "ConfigError", "InputError"]
 
@@ -47,11 +47,62 @@ def _overrides_list(overrides, kwargs):
     return items
 
 
-def set_config(name_or_path="trn2", overrides=None, **kwargs):
+def set_config(name_or_path="trn2", overrides=None, values=None, **kwargs):
     """Choose the simulated hardware: a shipped config name ("trn2", "trn3"), a YAML path or a
-    what-if, plus overrides as "a.b=v" strings or keyword arguments (dots spelled "__")."""
+    what-if, plus overrides as "a.b=v" strings or keyword arguments (dots spelled "__").
+    ``values=False`` switches the device to timing-only mode (see :func:`timing_only`),
+    ``values=True`` back; None keeps the current mode."""
+    if values is not None and not isinstance(values, bool):
+        raise TypeError(f"set_config(values=...) takes True, False or None, not {values!r}")
     _C.set_config(str(name_or_path), _overrides_list(overrides, kwargs))
+    if values is not None:
+        _C.set_values_enabled(values)
     return config()
+
+
+def values_enabled():
+    """False in timing-only mode (:func:`timing_only`), True when the device computes values."""
+    return _C.values_enabled()
+
+
+class timing_only:
+    """``with trnsim.timing_only(): ...`` runs the block in timing-only mode (also
+    ``set_config(cfg, values=False)`` or ``TRNSIM_VALUES=0``): every lowered op builds and times its
+    kernels exactly as with values (the same simulated times) but computes nothing, so a model of
+    real size costs no host memory for its tensors and a step simulates in seconds.
+
+    - Device tensors keep shape, dtype, strides and their simulated HBM (capacity, OOM and
+      ``torch.neuron.memory_allocated`` / ``max_memory_allocated`` as usual) but hold no values:
+      reading one on the host (``.cpu()``, ``.item()``, ``.tolist()``, printing) raises, in this
+      mode and after it (a tensor written here stays without values until rewritten).
+    - A kernel already timed (same program: op, shapes, dtypes, layout, split, config) takes its
+      time from the timing cache; ``prof.totals()["timing_cache_hit_rate"]``.
+    - An op with no kernel runs PyTorch's meta function for its result shapes and is charged an
+      estimate: ``chip.kernel_launch_ns`` + its bytes read and written at the device's share of
+      the HBM bandwidth (kind ``"estimate"`` in ``op_log`` and the profiler table). An op whose
+      result shape depends on values (``nonzero``, ``unique``, masked selection) raises.
+    - Random ops draw nothing (the generator does not advance); their pass is timed.
+    - A lowering's host-side checks on integer inputs (index ranges, ignore_index) take every id
+      as valid."""
+
+    def __enter__(self):
+        self._previous = _C.values_enabled()
+        _C.set_values_enabled(False)
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_values_enabled(self._previous)
+        return False
+
+
+def timing_cache_stats():
+    """The timing-only mode's timing cache: hits, misses (launches simulated) and entries."""
+    return dict(_C.timing_cache_stats())
+
+
+def reset_timing_cache_stats():
+    """Zero the timing cache's hit and miss counters (its entries stay)."""
+    _C.reset_timing_cache_stats()
 
 
 def config():
@@ -98,7 +149,8 @@ def reset_simulated_time():
 def op_log(kind=None):
     """What ran on the device since the last reset, in order: dicts with op, kind ("kernel": run on
     the simulator; "copy": a host<->device copy over the host link; "fallback": an op run on the
-    CPU, timed as its host-link transfers), shapes (of the inputs), dtype, device, start_ns and ns
+    CPU, timed as its host-link transfers; "estimate": timing-only mode, an op with no kernel,
+    charged an estimate), timing_only and timing_cached (timing-only mode, the time from the cache), shapes (of the inputs), dtype, device, start_ns and ns
     (simulated), flops, mfu, bytes (host link), host_s and bottleneck (the busiest engine).
     ``kind`` keeps only records of that kind."""
     records = list(_C.op_log())
@@ -130,4 +182,9 @@ torch._C._set_multithreading_enabled(False)
 set_config(_os.environ.get("TRNSIM_CONFIG") or "trn2")
 if _os.environ.get("TRNSIM_FALLBACK"):
     set_fallback_mode(_os.environ["TRNSIM_FALLBACK"])
+if _os.environ.get("TRNSIM_VALUES") is not None:
+    if _os.environ["TRNSIM_VALUES"] not in ("0", "1"):
+        raise ValueError(f"TRNSIM_VALUES={_os.environ['TRNSIM_VALUES']!r}: use 1 (values, the default) or 0 "
+                         "(timing-only mode, see trnsim.timing_only)")
+    _C.set_values_enabled(_os.environ["TRNSIM_VALUES"] == "1")
 _register()

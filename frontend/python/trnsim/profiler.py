@@ -77,7 +77,9 @@ class Profile:
         per_device_ns = {d: sum(r["ns"] for r in recs if r["device"] == d) for d in devices}
         wall_ns = max(per_device_ns.values()) if per_device_ns else 0.0
         mfu = flops / (simulated_ns * 1e-9 * peak_tflops * 1e12) if simulated_ns > 0 and peak_tflops > 0 else 0.0
-        by_kind = {k: sum(r["ns"] for r in recs if r["kind"] == k) for k in ("kernel", "copy", "fallback")}
+        by_kind = {k: sum(r["ns"] for r in recs if r["kind"] == k) for k in ("kernel", "copy", "fallback", "estimate")}
+        timed_only = [r for r in recs if r["kind"] == "kernel" and r.get("timing_only")]
+        cache_hits = sum(1 for r in timed_only if r.get("timing_cached"))
         return {
             "config": (self.config or {}).get("name", ""),
             "simulated_ns": simulated_ns,
@@ -92,6 +94,13 @@ class Profile:
             "ops": sum(1 for r in recs if r["kind"] == "kernel"),
             "copies": sum(1 for r in recs if r["kind"] == "copy"),
             "fallback_ops": sum(1 for r in recs if r["kind"] == "fallback"),
+            # Timing-only mode: ops with no kernel, charged an estimate (trnsim.timing_only), and
+            # the kernels whose timing came from the timing cache.
+            "estimate_ns": by_kind["estimate"],
+            "estimate_ops": sum(1 for r in recs if r["kind"] == "estimate"),
+            "timing_only_kernels": len(timed_only),
+            "timing_cache_hits": cache_hits,
+            "timing_cache_hit_rate": cache_hits / len(timed_only) if timed_only else 0.0,
             "host_link_bytes": sum(r["bytes"] for r in recs),
         }
 
@@ -116,7 +125,8 @@ class Profile:
                 "ns": g["ns"], "avg_ns": g["ns"] / g["calls"], "flops": g["flops"],
                 "mfu": g["_mfu_ns"] / g["ns"] if g["ns"] > 0 else 0.0,
                 "bottleneck": max(g["_bottlenecks"].items(), key=lambda kv: (kv[1], kv[0]))[0],
-                "fallback": g["kind"] == "fallback", "share": g["ns"] / total,
+                "fallback": g["kind"] in ("fallback", "estimate"), "estimate": g["kind"] == "estimate",
+                "share": g["ns"] / total,
             })
         out.sort(key=lambda row: (-row["ns"], row["op"], row["shapes"]))
         return out
@@ -143,6 +153,10 @@ class Profile:
                      f"host copies {_us(t['copy_ns']):.2f}, fallbacks {_us(t['fallback_ns']):.2f}); "
                      f"{t['ops']} kernels, {t['fallback_ops']} fallback ops; MFU {100 * t['mfu']:.1f}%; "
                      f"host {t['host_s']:.2f} s")
+        if t["timing_only_kernels"] or t["estimate_ops"]:
+            lines.append(f"timing-only: {t['timing_only_kernels']} kernels timed, timing cache hit rate "
+                         f"{100 * t['timing_cache_hit_rate']:.1f}%; {t['estimate_ops']} ops without a kernel "
+                         f"charged an estimate ({_us(t['estimate_ns']):.2f} us, kind 'estimate')")
         return "\n".join(lines)
 
     def export_trace(self, path):
