@@ -64,6 +64,10 @@ demo: build
 	@echo
 	@echo "A decoder-only transformer in plain PyTorch trained on the device 'neuron', trn2 vs trn3 (examples/transformer_demo.py):"
 	@$(VENV)/bin/python examples/transformer_demo.py --out $(BUILD_DIR)/demo
+	@echo
+	@echo "Timing-only mode: a Llama-3-8B training step (forward, backward, AdamW) on one trn2 logical core (tools/bench/timing_only_step.py):"
+	@$(VENV)/bin/python tools/bench/timing_only_step.py --model llama3-8b --config trn2 --top 10 \
+	  --json $(BUILD_DIR)/demo/timing_only_llama3-8b_trn2.json
 
 test: build
 	@$(MAKE) --no-print-directory test-cpp test-python

@@ -362,6 +362,13 @@ std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::v
 namespace {
 std::vector<int64_t> binary_out_shape(const BinarySpec& spec) {
   if (spec.a_scalar && spec.b_scalar) throw KernelUnsupported("binary: at least one operand must be a tensor");
+  if (!spec.out_shape.empty()) {
+    for (const auto* shape : {spec.a_scalar ? nullptr : &spec.a_shape, spec.b_scalar ? nullptr : &spec.b_shape}) {
+      if (shape && broadcast_shape(*shape, spec.out_shape) != spec.out_shape)
+        throw KernelUnsupported("binary: an operand does not broadcast to out_shape");
+    }
+    return spec.out_shape;
+  }
   if (spec.a_scalar) return spec.b_shape;
   if (spec.b_scalar) return spec.a_shape;
   return broadcast_shape(spec.a_shape, spec.b_shape);
@@ -380,9 +387,26 @@ void build_binary(const KernelContext& ctx, const BinarySpec& spec, int64_t a, i
   run_tiles(ctx, blocks, c, spec.output_dtype, {in_a, in_b}, "binary", [&](const TileBuffers& tb, const Tile&) -> isa::AccessPattern {
     bool a_tensor = tb.modes[0] == Mode::full || tb.modes[0] == Mode::shared;
     bool b_tensor = tb.modes[1] == Mode::full || tb.modes[1] == Mode::shared;
+    // A per-row value read across the tile's free axis: the same column, stride 0.
+    auto across_row = [&](const isa::AccessPattern& column) {
+      isa::AccessPattern ap = column;
+      ap.num_free_dims = tb.out.num_free_dims;
+      for (int d = 0; d < tb.out.num_free_dims; ++d) ap.free[size_t(d)] = isa::ApDim{0, tb.out.free[size_t(d)].size};
+      return ap;
+    };
     if (a_tensor && b_tensor) {
       ctx.builder.emit(isa::Opcode::tensor_tensor)
           .tensor("dst", tb.out).tensor("data1", tb.inputs[0]).tensor("data2", tb.inputs[1]).word("op", op);
+    } else if (!a_tensor && !b_tensor && tb.modes[0] == Mode::immediate) {
+      // Only out_shape is wider than the operands: b per row, a an immediate.
+      auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);
+      inst.tensor("dst", tb.out).tensor("data", across_row(tb.inputs[1])).word("op0", op).imm("reverse0", 1);
+      set_scalar_operand(inst, "operand0", in_a, tb.modes[0], tb.inputs[0]);
+    } else if (!a_tensor && !b_tensor && tb.modes[0] == Mode::per_row) {
+      // a per row (b per row or an immediate), the tile wider than both.
+      auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);
+      inst.tensor("dst", tb.out).tensor("data", across_row(tb.inputs[0])).word("op0", op);
+      set_scalar_operand(inst, "operand0", in_b, tb.modes[1], tb.inputs[1]);
     } else if (a_tensor || !b_tensor) {
       // b is one value per partition (or an immediate): (a op b) with b as operand0.
       auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);

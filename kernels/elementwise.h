@@ -58,6 +58,10 @@ struct BinarySpec {
   BinaryOp op = BinaryOp::add;
   DType a_dtype = DType::fp32, b_dtype = DType::fp32, output_dtype = DType::fp32;
   std::optional<double> a_scalar, b_scalar;  // an immediate instead of that tensor (its shape is ignored)
+  // The result's shape when it is larger than both operands' broadcast (an expanded operand passed
+  // compact, e.g. the [B, S, 1] gradient of a keepdim mean expanded to [B, S, H], divided by a
+  // scalar); empty: the broadcast of the operands.
+  std::vector<int64_t> out_shape;
 };
 
 std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);

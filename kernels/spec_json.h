@@ -131,7 +131,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PoolSpec, n, c, h, w, kh, kw, st
                                                 dtype)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(UnarySpec, shape, op, input_dtype, output_dtype, scale, bias)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BinarySpec, a_shape, b_shape, op, a_dtype, b_dtype, output_dtype,
-                                                a_scalar, b_scalar)
+                                                a_scalar, b_scalar, out_shape)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WhereSpec, shape, cond_dtype, a_dtype, b_dtype, output_dtype, a_scalar,
                                                 b_scalar)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TriangleSpec, batch, rows, cols, diagonal, upper, dtype)

@@ -35,11 +35,18 @@ MODELS = {
 }
 
 
-def build_config(name, layers):
+def build_config(name, layers, shard=1):
+    """The model's config with `layers` decoder layers; `shard` > 1 keeps what one rank of
+    `shard`-way tensor parallelism holds (heads, KV heads, FFN and vocabulary divided by it; the
+    collectives between the ranks are not part of this single-core step)."""
     import transformers
     spec = dict(MODELS[name])
     arch = spec.pop("arch")
     spec["num_hidden_layers"] = layers
+    for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"):
+        if spec[key] % shard:
+            raise ValueError(f"{name}: {key}={spec[key]} does not divide by --shard {shard}")
+        spec[key] //= shard
     spec["max_position_embeddings"] = 40960
     cls = transformers.LlamaConfig if arch == "llama" else transformers.Qwen3Config
     config = cls(**spec)
@@ -75,13 +82,14 @@ def step(model, seq, batch):
     return prof
 
 
-def run(name, layers, seq, batch):
+def run(name, layers, seq, batch, shard=1):
     t0 = time.perf_counter()
-    model = build_model(build_config(name, layers))
+    model = build_model(build_config(name, layers, shard))
     prof = step(model, seq, batch)
     totals = prof.totals()
     result = {
         "layers": layers,
+        "shard": shard,
         "host_s": time.perf_counter() - t0,
         "simulated_ms": totals["simulated_ns"] / 1e6,
         "mfu": totals["mfu"],
@@ -102,6 +110,9 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=1, help="decoder layers of the truncated model (and L+1)")
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--shard", default="auto",
+                        help="tensor-parallel share one core holds (1, 2, 4, 8), or auto: the smallest whose "
+                             "truncated model trains in the core's HBM")
     parser.add_argument("--top", type=int, default=15, help="rows of the per-op table")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
@@ -126,9 +137,20 @@ def main(argv=None):
         fits = f"the whole model ({full_layers} layers) does not fit one logical core: {str(e).splitlines()[0]}"
     print(f"  {fits} ({time.perf_counter() - t0:.1f} s host)")
 
-    trnsim.reset_timing_cache_stats()
-    small, prof = run(args.model, args.layers, args.seq, args.batch)
-    large, _ = run(args.model, args.layers + 1, args.seq, args.batch)
+    shards = [1, 2, 4, 8] if args.shard == "auto" else [int(args.shard)]
+    for shard in shards:
+        try:
+            trnsim.reset_timing_cache_stats()
+            small, prof = run(args.model, args.layers, args.seq, args.batch, shard)
+            large, _ = run(args.model, args.layers + 1, args.seq, args.batch, shard)
+            break
+        except torch.OutOfMemoryError as e:
+            print(f"  {args.layers + 1} layer(s) with shard {shard} do not fit: {str(e).splitlines()[0][:120]}...")
+            if shard == shards[-1]:
+                return 1
+    if shard > 1:
+        print(f"  below: what one rank of {shard}-way tensor parallelism holds (heads, KV heads, FFN, vocabulary / "
+              f"{shard}), its collectives not included")
     per_layer_ms = large["simulated_ms"] - small["simulated_ms"]
     outside_ms = small["simulated_ms"] - args.layers * per_layer_ms
     whole_ms = outside_ms + full_layers * per_layer_ms
@@ -147,7 +169,8 @@ def main(argv=None):
     print(f"\nops charged an estimate (no kernel in timing-only mode): {', '.join(estimated) or 'none'}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "config": args.config, "fits": fits, "whole": whole, "runs": [small, large],
+            json.dump({"model": args.model, "config": args.config, "fits": fits, "whole": whole, "shard": shard,
+                       "runs": [small, large],
                        "per_layer_ms": per_layer_ms, "whole_step_ms_extrapolated": whole_ms,
                        "peak_rss_gib": peak_rss_gib(), "estimated_ops": estimated}, f, indent=1)
     return 0
