@@ -77,6 +77,15 @@ inline at::Tensor host_alias(const at::Tensor& t) {
   return alias;
 }
 
+// A host-side check of a device tensor's values that picks a kernel path (no NaN for argmax, a
+// positive base for pow). In timing-only mode the values are unknown and the check is taken to
+// hold (`assumed`): the common case, whose kernel is the one timed.
+template <class Check>
+inline bool host_check(const at::Tensor& t, Check&& check, bool assumed) {
+  if (on_neuron(t) && !values_enabled()) return assumed;
+  return check(host_alias(t));
+}
+
 // Integers the engines' fp32 arithmetic represents exactly: the kernels compute integer ops in fp32,
 // so a lowering runs them only when every input and result stays within this bound.
 constexpr double kExactIntegerBound = 16777216.0;  // 2^24

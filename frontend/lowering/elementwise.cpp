@@ -530,7 +530,8 @@ std::optional<at::Tensor> lower_bitwise(const std::string& op, LoweringArgs args
 std::optional<at::Tensor> lower_pow_tensor(const std::string&, LoweringArgs args) {
   const at::Tensor &x = args[0].toTensor(), &y = args[1].toTensor();
   if (!on_neuron(x) || !on_neuron(y) || !sim_dtype(x.scalar_type()) || !sim_dtype(y.scalar_type())) return std::nullopt;
-  if (x.numel() == 0 || !host_alias(x).gt(0).all().item<bool>()) return std::nullopt;
+  if (x.numel() == 0 || !host_check(x, [](const at::Tensor& h) { return h.gt(0).all().item<bool>(); }, true))
+    return std::nullopt;
   const at::ScalarType result = at::result_type(x, y);
   const at::Tensor xf = x.to(at::kFloat), yf = y.to(at::kFloat);  // torch's opmath: fp32
   at::Tensor r = at::exp(at::mul(yf, at::log(xf)));

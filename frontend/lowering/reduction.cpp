@@ -54,7 +54,8 @@ std::optional<at::Tensor> lower_reduce(const std::string& op, const at::Tensor& 
   if (arg && kernel_dims.size() != 1) return std::nullopt;
   // The kernel's argmax cannot find NaN (nc_find_index8), torch returns the first NaN's index: such
   // inputs fall back (a host-side scan; device memory is host memory).
-  if (arg && host_alias(x_in).isnan().any().item<bool>()) return std::nullopt;
+  if (arg && host_check(x_in, [](const at::Tensor& h) { return h.isnan().any().item<bool>(); }, false))
+    return std::nullopt;
   c10::DeviceGuard guard(x_in.device());
   at::Tensor x = x_in.contiguous();
   ReduceSpec spec;

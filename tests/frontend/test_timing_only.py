@@ -221,3 +221,60 @@ def test_modes_by_set_config_and_environment(tmp_path):
     env["TRNSIM_VALUES"] = "maybe"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "TRNSIM_VALUES='maybe'" in out.stderr
+
+
+# ---- every lowered op of the OpInfo tier, sample by sample ------------------------------------
+
+def _opinfo_samples(name, dtype, limit):
+    from test_opinfo import OPINFOS
+    op = OPINFOS.get(name)
+    if op is None or dtype not in op.supported_dtypes("cpu"):
+        return None, []
+    samples = []
+    for sample in list(op.sample_inputs("cpu", dtype, requires_grad=False))[:limit]:
+        try:
+            op(sample.input, *sample.args, **sample.kwargs)
+        except Exception:  # noqa: BLE001 - samples the CPU rejects are not ours to judge
+            continue
+        samples.append(sample)
+    return op, samples
+
+
+def _opinfo_names():
+    try:
+        from test_opinfo import OPS
+    except pytest.skip.Exception:
+        return []
+    return OPS
+
+
+@pytest.mark.parametrize("name", _opinfo_names())
+def test_opinfo_samples_have_the_same_time_in_both_modes(name):
+    """Each OpInfo sample of the lowered ops, run with values and in timing-only mode: the same
+    launches with the same simulated times; where values mode falls back to the CPU, timing-only
+    charges an estimate; a sample whose result needs values raises the mode's clear error."""
+    from test_opinfo import move
+    op, samples = _opinfo_samples(name, torch.float32, 8)
+    if not samples:
+        pytest.skip(f"no fp32 OpInfo samples for {name}")
+    compared = 0
+    for sample in samples:
+        def program():
+            op(move(sample.input, "neuron"), *move(sample.args, "neuron"), **move(sample.kwargs, "neuron"))
+        with_values = _kernel_log(program, values=True)
+        try:
+            timed = _kernel_log(program, values=False)
+        except (RuntimeError, NotImplementedError) as e:
+            assert "timing-only mode" in str(e), f"{name}: an unclear error in timing-only mode: {e}"
+            continue
+        as_estimates = [(r[0], "estimate" if r[1] == "fallback" else r[1], r[2], r[3]) for r in with_values
+                        if r[1] != "copy"]
+        assert [r[:4] for r in timed if r[1] != "copy"] == as_estimates, f"{name}: other launches"
+        assert [r[4] for r in timed if r[1] == "kernel"] == [r[4] for r in with_values if r[1] == "kernel"], \
+            f"{name}: another simulated time"
+        compared += 1
+    assert compared > 0 or name in _NEEDS_VALUES, f"{name}: no sample could be compared"
+
+
+# Ops whose every sample needs values on the host in timing-only mode (data-dependent shapes).
+_NEEDS_VALUES = {"repeat_interleave"}
