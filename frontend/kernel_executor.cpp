@@ -237,11 +237,8 @@ OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_d
 }
 
 double estimate_ns(uint64_t bytes_read, uint64_t bytes_written) {
-  std::shared_ptr<DeviceRuntime> runtime = current_runtime();
-  const HardwareConfig& config = runtime->config();
-  const double share = static_cast<double>(cores_per_device(config)) / std::max<uint32_t>(1, config.chip.physical_cores);
-  const double bytes_per_ns = config.hbm.bandwidth_gbps * share;  // GB/s = bytes/ns
-  return config.chip.kernel_launch_ns + static_cast<double>(bytes_read + bytes_written) / bytes_per_ns;
+  const HardwareConfig& config = current_runtime()->config();
+  return record::estimate_ns(config, cores_per_device(config), bytes_read, bytes_written);
 }
 
 OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written, double host_s, OpRecord record) {
@@ -249,12 +246,13 @@ OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written
   record.kind = "estimate";
   record.timing_only = true;
   record.device = device;
-  record.bytes = bytes_read + bytes_written;
   record.ns = estimate_ns(bytes_read, bytes_written);
   record.launch_ns = runtime->config().chip.kernel_launch_ns;
   record.host_s = host_s;
   record.bottleneck = "estimate";
   record::Launch launch = launch_of(record);
+  launch.launch_ns = record.launch_ns;
+  launch.transfer_bytes = {bytes_read, bytes_written};  // HBM bytes (not the host link): replay re-estimates
   runtime->commit(record, launch, nullptr);
   return record;
 }

@@ -33,7 +33,9 @@ struct Binding {
 struct Launch {
   uint64_t index = 0;            // position in the recording (0, 1, ...)
   std::string op;                // ATen op, "copy host->device", ...
-  std::string kind = "kernel";   // "kernel" (simulated), "copy" (host link), "fallback" (ran on the CPU)
+  // "kernel" (simulated), "copy" (host link), "fallback" (ran on the CPU), "estimate" (timing-only
+  // mode, no kernel: transfer_bytes holds [HBM bytes read, written], record::estimate_ns)
+  std::string kind = "kernel";
   int device = 0;
   std::vector<std::vector<int64_t>> shapes;  // input shapes
   std::string dtype;

@@ -30,7 +30,8 @@ void add_launch_to_timeline(sim::TraceWriter& timeline, const Launch& launch, do
   } else {
     args.push_back({"host_link_bytes", std::to_string(launch.host_link_bytes)});
   }
-  const std::string name = launch.kind == "fallback" ? "fallback " + launch.op : launch.op;
+  const std::string name = launch.kind == "fallback" ? "fallback " + launch.op
+                           : launch.kind == "estimate" ? "estimate " + launch.op : launch.op;
   timeline.slice(process, ops, start_ns, launch.ns, name, args);
   if (launch.kind != "kernel" && launch.host_link_bytes > 0) {
     const int link = timeline.find_or_add_track(process, "host link", 1);

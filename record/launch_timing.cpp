@@ -1,5 +1,7 @@
 #include "record/launch_timing.h"
 
+#include <algorithm>
+
 namespace trnsim::record {
 
 double host_link_ns(const HardwareConfig& config, uint64_t bytes) {
@@ -11,6 +13,12 @@ double transfers_ns(const HardwareConfig& config, const std::vector<uint64_t>& t
   double ns = 0;
   for (uint64_t bytes : transfer_bytes) ns += host_link_ns(config, bytes);
   return ns;
+}
+
+double estimate_ns(const HardwareConfig& config, uint32_t cores_per_device, uint64_t bytes_read, uint64_t bytes_written) {
+  const double share = double(cores_per_device) / std::max<uint32_t>(1, config.chip.physical_cores);
+  const double bytes_per_ns = config.hbm.bandwidth_gbps * share;  // GB/s = bytes/ns
+  return config.chip.kernel_launch_ns + double(bytes_read + bytes_written) / bytes_per_ns;
 }
 
 sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,

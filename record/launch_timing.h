@@ -25,6 +25,11 @@ sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs,
                                const std::string& config_hash, bool timing_only, bool trace,
                                const std::function<void(uint32_t core, isa::CoreState& state)>& prepare);
 
+// Timing-only mode, an op with no kernel (kind "estimate"): the launch cost plus the bytes it
+// reads and writes at the device's share of the chip's HBM bandwidth (hbm.bandwidth_gbps x
+// cores_per_device / chip.physical_cores); the PyTorch device and replay charge the same.
+double estimate_ns(const HardwareConfig& config, uint32_t cores_per_device, uint64_t bytes_read, uint64_t bytes_written);
+
 // Fills the launch's measured result (ns, per-engine busy time, flops, MFU, bottleneck) from
 // the simulation's statistics.
 void set_kernel_result(Launch& launch, const sim::SimStats& stats);

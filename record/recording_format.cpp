@@ -138,8 +138,8 @@ Launch parse_launch(const std::string& line, const std::string& origin, size_t n
   launch.index = field<uint64_t>(j, "index", origin, n);
   launch.op = field<std::string>(j, "op", origin, n);
   launch.kind = field<std::string>(j, "kind", origin, n);
-  if (launch.kind != "kernel" && launch.kind != "copy" && launch.kind != "fallback") {
-    fail(origin, n, "\"kind\" must be kernel, copy or fallback, not \"" + launch.kind + "\"");
+  if (launch.kind != "kernel" && launch.kind != "copy" && launch.kind != "fallback" && launch.kind != "estimate") {
+    fail(origin, n, "\"kind\" must be kernel, copy, fallback or estimate, not \"" + launch.kind + "\"");
   }
   launch.device = field<int>(j, "device", origin, n);
   launch.shapes = field<std::vector<std::vector<int64_t>>>(j, "shapes", origin, n);

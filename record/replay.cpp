@@ -52,6 +52,12 @@ class Replayer {
       std::shared_ptr<const sim::TraceWriter> trace;
       if (launch.kind == "kernel") {
         trace = replay_kernel(launch, result);
+      } else if (launch.kind == "estimate") {
+        if (launch.transfer_bytes.size() != 2) throw ReplayError("launch " + std::to_string(launch.index) +
+                                                                 ": an estimate needs [bytes read, bytes written]");
+        launch.launch_ns = m_config.chip.kernel_launch_ns;
+        launch.ns = estimate_ns(m_config, kernels::logical_core_size(m_config), launch.transfer_bytes[0],
+                                launch.transfer_bytes[1]);
       } else {
         launch.ns = transfers_ns(m_config, launch.transfer_bytes);
       }

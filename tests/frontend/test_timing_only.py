@@ -278,3 +278,25 @@ def test_opinfo_samples_have_the_same_time_in_both_modes(name):
 
 # Ops whose every sample needs values on the host in timing-only mode (data-dependent shapes).
 _NEEDS_VALUES = {"repeat_interleave"}
+
+
+def test_a_timing_only_recording_replays_with_its_estimates(tmp_path, trnsim_bin):
+    import subprocess
+    with trnsim.timing_only():
+        x = _dev(64, 64)
+        with trnsim.record(str(tmp_path / "step.trnrec")):
+            torch.fmax(x @ x, x).sum()
+    same = subprocess.run([str(trnsim_bin), "replay", str(tmp_path / "step.trnrec")], capture_output=True, text=True,
+                          timeout=120)
+    assert same.returncode == 0, same.stderr
+    assert "1 timing-only estimates" in same.stdout and "bit for bit" in same.stdout
+    # On trn3 the estimate is recomputed from its bytes with trn3's HBM share and launch cost.
+    other = subprocess.run([str(trnsim_bin), "replay", str(tmp_path / "step.trnrec"), "--config", "trn3"],
+                           capture_output=True, text=True, timeout=120)
+    assert other.returncode == 0, other.stderr
+    leaves = dict(trnsim._C.config_leaves("trn3", []))
+    bytes_per_ns = float(leaves["hbm.bandwidth_gbps"]) * float(leaves["chip.default_logical_core_size"]) / float(
+        leaves["chip.physical_cores"])
+    expected_us = (float(leaves["chip.kernel_launch_ns"]) + 3 * 64 * 64 * 4 / bytes_per_ns) / 1e3
+    row = next(line for line in other.stdout.splitlines() if line.startswith("aten::fmax.out"))
+    assert float(row.split()[4]) == pytest.approx(expected_us, abs=1e-3)

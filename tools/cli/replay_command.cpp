@@ -78,10 +78,12 @@ int replay_command(const ReplayCommandOptions& o) {
   const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
   const std::vector<size_t> changed = changed_launches(recording, result);
 
-  size_t kernels = 0, copies = 0, fallbacks = 0;
-  for (const record::Launch& l : result.launches) (l.kind == "kernel" ? kernels : l.kind == "copy" ? copies : fallbacks)++;
+  size_t kernels = 0, copies = 0, fallbacks = 0, estimates = 0;
+  for (const record::Launch& l : result.launches)
+    (l.kind == "kernel" ? kernels : l.kind == "copy" ? copies : l.kind == "estimate" ? estimates : fallbacks)++;
   std::cout << "replayed " << o.recording << ": " << result.launches.size() << " launches (" << kernels << " kernels, "
-            << copies << " copies, " << fallbacks << " fallbacks) recorded on " << recorded.name << " (" << recorded.hash
+            << copies << " copies, " << fallbacks << " fallbacks"
+            << (estimates ? ", " + std::to_string(estimates) + " timing-only estimates" : std::string()) << ") recorded on " << recorded.name << " (" << recorded.hash
             << "), replayed on " << config.hardware.name << " (" << config.hash << ")";
   for (const std::string& s : info.overrides) std::cout << " --set " << s;
   std::cout << "\n  timing only (tensor values are not recorded); "
