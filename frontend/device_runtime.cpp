@@ -81,12 +81,13 @@ void DeviceRuntime::cache_timing(const std::string& key, CachedTiming timing) {
   std::lock_guard<std::mutex> lock(m_mutex);
   if (m_timing_cache.size() >= kMaxCachedTimings) m_timing_cache.clear();
   m_timing_cache[key] = std::move(timing);
-  m_timing_stats.entries = m_timing_cache.size();
 }
 
 TimingCacheStats DeviceRuntime::timing_cache_stats() const {
   std::lock_guard<std::mutex> lock(m_mutex);
-  return m_timing_stats;
+  TimingCacheStats stats = m_timing_stats;
+  stats.entries = m_timing_cache.size();
+  return stats;
 }
 
 void DeviceRuntime::reset_timing_cache_stats() {
@@ -206,8 +207,7 @@ void DeviceRuntime::hand_over_to(DeviceRuntime& next) {
   next.m_fallback_mode = m_fallback_mode;
   next.m_values_enabled = m_values_enabled;
   // The timings belong to the config (the key is the program's): only the counters carry over.
-  next.m_timing_stats.hits = m_timing_stats.hits;
-  next.m_timing_stats.misses = m_timing_stats.misses;
+  next.m_timing_stats = m_timing_stats;
   next.m_fallback_counts = std::move(m_fallback_counts);
   next.m_fallback_warned = std::move(m_fallback_warned);
 }

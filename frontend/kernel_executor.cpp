@@ -236,18 +236,14 @@ OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_d
   return record;
 }
 
-double estimate_ns(uint64_t bytes_read, uint64_t bytes_written) {
-  const HardwareConfig& config = current_runtime()->config();
-  return record::estimate_ns(config, cores_per_device(config), bytes_read, bytes_written);
-}
-
 OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written, double host_s, OpRecord record) {
   std::shared_ptr<DeviceRuntime> runtime = current_runtime();
   record.kind = "estimate";
   record.timing_only = true;
   record.device = device;
-  record.ns = estimate_ns(bytes_read, bytes_written);
-  record.launch_ns = runtime->config().chip.kernel_launch_ns;
+  const HardwareConfig& config = runtime->config();
+  record.ns = record::estimate_ns(config, cores_per_device(config), bytes_read, bytes_written);
+  record.launch_ns = config.chip.kernel_launch_ns;
   record.host_s = host_s;
   record.bottleneck = "estimate";
   record::Launch launch = launch_of(record);

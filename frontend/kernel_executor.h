@@ -103,12 +103,10 @@ OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record);
 OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_device, double host_s,
                          OpRecord record);
 
-// Timing-only mode, an op with no kernel: its time is estimated as a memory-bound pass, the
-// launch cost (chip.kernel_launch_ns) plus the bytes it reads and writes at the device's share of
-// the chip's HBM bandwidth (hbm.bandwidth_gbps x cores per device / cores per chip). Nothing is
-// computed; record.kind becomes "estimate".
+// Timing-only mode, an op with no kernel: its time is record::estimate_ns (a memory-bound pass:
+// chip.kernel_launch_ns plus the bytes it reads and writes at the device's share of the chip's HBM
+// bandwidth). Nothing is computed; record.kind becomes "estimate".
 OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written, double host_s, OpRecord record);
-double estimate_ns(uint64_t bytes_read, uint64_t bytes_written);
 
 double simulated_ns(int device);  // device < 0: all devices together
 void reset_simulated_time();

@@ -182,8 +182,7 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   };
   const std::optional<at::Tensor> a_compact = a_imm ? std::nullopt : compact(a_in),
                                   b_compact = b_imm ? std::nullopt : compact(b_in);
-  const bool compacted = a_compact || b_compact;
-  if (compacted) layout_source = nullptr;
+  const bool compacted = a_compact || b_compact;  // (an expanded operand is never dense: no layout_source)
   std::optional<BinaryOperand> a = binary_operand(a_compact ? *a_compact : a_in, a_imm, layout_source != nullptr),
                                b = binary_operand(b_compact ? *b_compact : b_in, b_imm, layout_source != nullptr);
   if (!a || !b || (a->scalar && b->scalar)) return std::nullopt;

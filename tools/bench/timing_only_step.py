@@ -110,7 +110,7 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=1, help="decoder layers of the truncated model (and L+1)")
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--shard", default="auto",
+    parser.add_argument("--shard", default="auto", choices=["auto", "1", "2", "4", "8"],
                         help="tensor-parallel share one core holds (1, 2, 4, 8), or auto: the smallest whose "
                              "truncated model trains in the core's HBM")
     parser.add_argument("--top", type=int, default=15, help="rows of the per-op table")
