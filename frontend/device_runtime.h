@@ -18,6 +18,8 @@
 #include "config/hardware_config.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/neuron_device.h"
+#include "isa/host_workers.h"
+#include "isa/memory_image.h"
 #include "isa/program.h"
 #include "record/launch.h"
 #include "record/recording_format.h"
@@ -53,6 +55,10 @@ class DeviceRuntime {
   // Immutable for the runtime's life: read without the lock.
   const HardwareConfig& config() const { return m_config; }
   const std::string& hash() const { return m_hash; }
+  // Host resources every op's simulation reuses (each thread-safe on its own): recycled SBUF/PSUM images, so
+  // an op does not map and fault in fresh memories, and the interpreter's host threads, kept alive.
+  isa::MemoryImagePool& image_pool() { return m_image_pool; }
+  isa::HostWorkers& host_workers() { return m_host_workers; }
 
   // How the user named the config (recorded in a recording's header); the hash must match.
   void describe_config(const record::RecordedConfig& origin);
@@ -130,6 +136,8 @@ class DeviceRuntime {
  private:
   const HardwareConfig m_config;
   const std::string m_hash;
+  isa::MemoryImagePool m_image_pool;
+  isa::HostWorkers m_host_workers;
   mutable std::mutex m_mutex;  // everything below
   record::RecordedConfig m_origin;
   std::map<std::string, ProgramParts> m_cache;

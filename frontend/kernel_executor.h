@@ -59,7 +59,7 @@ struct OpRecord {
   std::string bottleneck;  // the busiest engine ("tensor", "vector", ..., "dma"; "host_link")
   uint64_t instructions = 0;   // kernels: instructions simulated (all cores)
   bool timing_only = false;    // run in timing-only mode (no values computed)
-  bool timing_cached = false;  // timing-only mode: the time came from the timing cache
+  bool timing_cached = false;  // the time came from the timing cache (values, if any, from the interpreter alone)
 };
 
 // Timing-only mode (trnsim.timing_only(), set_config(values=False), TRNSIM_VALUES=0): every kernel

@@ -94,7 +94,11 @@ bool alu_op_is_unary(AluOp op) {
   }
 }
 
-float apply_alu(AluOp op, float a, float b) {
+namespace {
+
+// One definition of each operator's value, inlined into the loops below with a constant operator so that each
+// operator's loop compiles (and vectorises) on its own; apply_alu is the same function for one element.
+[[gnu::always_inline]] inline float alu_value(AluOp op, float a, float b) {
   switch (op) {
     case AluOp::bypass: return a;
     case AluOp::add: return a + b;
@@ -133,6 +137,36 @@ float apply_alu(AluOp op, float a, float b) {
   return NAN;
 }
 
+}  // namespace
+
+float apply_alu(AluOp op, float a, float b) { return alu_value(op, a, b); }
+
+void apply_alu_rows(AluOp op, float* x, const float* y, size_t n) {
+  switch (op) {
+#define TRN_X(name)                                                           \
+  case AluOp::name:                                                           \
+    for (size_t i = 0; i < n; ++i) x[i] = alu_value(AluOp::name, x[i], y[i]); \
+    return;
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+  }
+}
+
+void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse) {
+  switch (op) {
+#define TRN_X(name)                                                                    \
+  case AluOp::name:                                                                    \
+    if (reverse) {                                                                     \
+      for (size_t i = 0; i < n; ++i) x[i] = alu_value(AluOp::name, s, x[i]);           \
+    } else {                                                                           \
+      for (size_t i = 0; i < n; ++i) x[i] = alu_value(AluOp::name, x[i], s);           \
+    }                                                                                  \
+    return;
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+  }
+}
+
 float reduction_identity(AluOp op) {
   switch (op) {
     case AluOp::add:
@@ -158,7 +192,9 @@ float reduction_identity(AluOp op) {
 
 // Reference fp32 semantics. The hardware evaluates piecewise polynomials with documented valid
 // input ranges (nki.api.shared); within those ranges these agree to a few ulps.
-float apply_activation(ActivationFunc func, float x, float alpha) {
+namespace {
+
+[[gnu::always_inline]] inline float activation_value(ActivationFunc func, float x, float alpha) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   constexpr float kSqrt2OverPi = 0.79788456080286536f;
   constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
@@ -203,6 +239,27 @@ float apply_activation(ActivationFunc func, float x, float alpha) {
     case ActivationFunc::abs: return std::fabs(x);
   }
   return NAN;
+}
+
+}  // namespace
+
+float apply_activation(ActivationFunc func, float x, float alpha) { return activation_value(func, x, alpha); }
+
+void apply_activation_rows(ActivationFunc func, const float* in, float* out, size_t n, float scale, const float* bias,
+                           float alpha) {
+  switch (func) {
+#define TRN_X(name)                                                                                  \
+  case ActivationFunc::name:                                                                         \
+    if (bias) {                                                                                      \
+      const float b = *bias;                                                                         \
+      for (size_t i = 0; i < n; ++i) out[i] = activation_value(ActivationFunc::name, in[i] * scale + b, alpha); \
+    } else {                                                                                         \
+      for (size_t i = 0; i < n; ++i) out[i] = activation_value(ActivationFunc::name, in[i] * scale, alpha); \
+    }                                                                                                \
+    return;
+    TRN_ACTIVATIONS(TRN_X)
+#undef TRN_X
+  }
 }
 
 }  // namespace trnsim::isa

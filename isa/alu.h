@@ -3,6 +3,7 @@
 // Element semantics are in fp32, as the engines compute (../shared/reference/trainium.md §4.3).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -47,8 +48,15 @@ bool alu_op_is_unary(AluOp op);
 
 // a op b in fp32 (for bitvec ops, a and b are reinterpreted as int32 bit patterns by the caller).
 float apply_alu(AluOp op, float a, float b);
+// The same over arrays, one operator per loop (what the hot paths use): x[i] = x[i] op y[i] ...
+void apply_alu_rows(AluOp op, float* x, const float* y, size_t n);
+// ... and x[i] = x[i] op s, or s op x[i] when `reverse`.
+void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse);
 // The identity element of a reduction operator (0 for add, -inf for maximum, ...).
 float reduction_identity(AluOp op);
 float apply_activation(ActivationFunc func, float x, float alpha = 0.0f);
+// out[i] = func(in[i] * scale + *bias) (no addition when `bias` is null: + 0.0 would turn -0.0 into +0.0).
+void apply_activation_rows(ActivationFunc func, const float* in, float* out, size_t n, float scale, const float* bias,
+                           float alpha);
 
 }  // namespace trnsim::isa

@@ -1,7 +1,5 @@
 #include "isa/core_state.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -10,22 +8,21 @@
 
 namespace trnsim::isa {
 
-CoreState::ZeroPages::ZeroPages(size_t bytes) : m_bytes(bytes) {
-  if (bytes == 0) return;
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  m_data = static_cast<uint8_t*>(p);
+namespace {
+
+std::shared_ptr<MemoryImage> memory_image(MemoryImagePool* pool, uint32_t partitions, uint64_t bytes_per_partition) {
+  return pool ? pool->acquire(partitions, bytes_per_partition)
+              : std::make_shared<MemoryImage>(partitions, bytes_per_partition);
 }
 
-CoreState::ZeroPages::~ZeroPages() {
-  if (m_data != nullptr) ::munmap(m_data, m_bytes);
-}
+}  // namespace
 
-CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm)
+CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm,
+                     MemoryImagePool* image_pool)
     : m_core(core),
       m_program(program),
-      m_sbuf(size_t(core.sbuf.partitions) * core.sbuf.bytes_per_partition),
-      m_psum(size_t(core.psum.partitions) * core.psum.bytes_per_partition),
+      m_sbuf(memory_image(image_pool, core.sbuf.partitions, core.sbuf.bytes_per_partition)),
+      m_psum(memory_image(image_pool, core.psum.partitions, core.psum.bytes_per_partition)),
       m_hbm(shared_hbm ? std::move(shared_hbm) : std::make_shared<HbmStore>(program.allocations.size())),
       m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
   // A program sharing another's HBM may declare more on-chip tensors: the store is indexed by allocation.
@@ -88,18 +85,29 @@ void CoreState::bump_version(uint32_t allocation) {
   for (uint32_t other : m_overlaps[allocation]) ++m_versions[other];
 }
 
-void CoreState::check_bounds(const AccessPattern& ap) const {
+void CoreState::onchip_span(const AccessPattern& ap, int64_t& first_byte, int64_t& end_byte) const {
   const Allocation& a = m_program.allocation(ap);
   int64_t low = ap.offset, high = ap.offset;
-  auto extend = [&](const ApDim& d) {
-    int64_t span = d.stride * (int64_t{d.size} - 1);
+  for (int i = 0; i < ap.num_free_dims; ++i) {
+    const int64_t span = ap.free[i].stride * (int64_t{ap.free[i].size} - 1);
     (span < 0 ? low : high) += span;
-  };
-  if (a.space == MemorySpace::hbm) extend(ap.partition);
-  for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
-  uint32_t esize = dtype_size_bytes(ap.dtype);
+  }
+  const uint32_t esize = dtype_size_bytes(ap.dtype);
+  first_byte = int64_t(a.base_byte) + low * esize;
+  end_byte = int64_t(a.base_byte) + (high + 1) * esize;
+}
+
+void CoreState::check_bounds(const AccessPattern& ap) const {
+  const Allocation& a = m_program.allocation(ap);
   if (a.space == MemorySpace::hbm) {
-    if (low < 0 || uint64_t(high + 1) * esize > (*m_hbm)[ap.allocation].size()) {
+    int64_t low = ap.offset, high = ap.offset;
+    auto extend = [&](const ApDim& d) {
+      int64_t span = d.stride * (int64_t{d.size} - 1);
+      (span < 0 ? low : high) += span;
+    };
+    extend(ap.partition);
+    for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
+    if (low < 0 || uint64_t(high + 1) * dtype_size_bytes(ap.dtype) > (*m_hbm)[ap.allocation].size()) {
       throw IsaError("access to HBM tensor '" + a.name + "' outside its " + std::to_string(a.total_elements()) +
                      " elements");
     }
@@ -107,8 +115,8 @@ void CoreState::check_bounds(const AccessPattern& ap) const {
   }
   const auto& memory = a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
   uint32_t partitions = a.space == MemorySpace::sbuf ? m_core.sbuf.partitions : m_core.psum.partitions;
-  int64_t first_byte = int64_t(a.base_byte) + low * esize;
-  int64_t end_byte = int64_t(a.base_byte) + (high + 1) * esize;
+  int64_t first_byte = 0, end_byte = 0;
+  onchip_span(ap, first_byte, end_byte);
   if (first_byte < 0 || uint64_t(end_byte) > memory ||
       a.base_partition + ap.start_partition + ap.partitions() > partitions) {
     throw IsaError(std::string("access to ") + memory_space_name(a.space) + " tensor '" + a.name +
@@ -118,6 +126,15 @@ void CoreState::check_bounds(const AccessPattern& ap) const {
   }
 }
 
+void CoreState::mark_written(const AccessPattern& ap) {
+  const Allocation& a = m_program.allocation(ap);
+  if (a.space == MemorySpace::hbm) return;
+  int64_t first_byte = 0, end_byte = 0;
+  onchip_span(ap, first_byte, end_byte);  // within bounds: checked before
+  MemoryImage& memory = a.space == MemorySpace::sbuf ? *m_sbuf : *m_psum;
+  memory.mark_written(a.base_partition + ap.start_partition, ap.partitions(), uint64_t(first_byte), uint64_t(end_byte));
+}
+
 uint8_t* CoreState::base_pointer(const AccessPattern& ap, uint32_t partition_index) const {
   const Allocation& a = m_program.allocation(ap);
   uint32_t esize = dtype_size_bytes(ap.dtype);
@@ -125,7 +142,7 @@ uint8_t* CoreState::base_pointer(const AccessPattern& ap, uint32_t partition_ind
     auto& buffer = (*m_hbm)[ap.allocation];
     return buffer.data() + (ap.offset + int64_t(partition_index) * ap.partition.stride) * esize;
   }
-  const ZeroPages& memory = a.space == MemorySpace::sbuf ? m_sbuf : m_psum;
+  const MemoryImage& memory = a.space == MemorySpace::sbuf ? *m_sbuf : *m_psum;
   uint64_t bytes_per_partition =
       a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
   uint64_t partition = a.base_partition + ap.start_partition + partition_index;
@@ -210,6 +227,7 @@ void CoreState::write(const AccessPattern& ap, const Tile& tile, numerics::Round
                       numerics::StochasticSource* rng) {
   bump_version(ap.allocation);
   check_bounds(ap);
+  mark_written(ap);
   uint32_t per_element = values_per_element(ap.dtype);
   if (tile.values.size() != ap.elements() * per_element) {
     throw IsaError("internal: writing " + std::to_string(tile.values.size()) + " values through an access pattern of " +
@@ -250,11 +268,22 @@ void CoreState::psum_banks(const AccessPattern& ap, uint32_t& first_partition, u
 void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src) {
   check_bounds(src);
   check_bounds(dst);
+  mark_written(dst);
   if (src.dtype != dst.dtype || src.elements() != dst.elements()) {
     throw IsaError("internal: copy_elements needs the same dtype and element count");
   }
   bump_version(dst.allocation);
   const uint32_t esize = dtype_size_bytes(src.dtype);
+  // Rows of the same length, contiguous on both sides, in allocations that share no bytes (a DMA between HBM
+  // and SBUF, the common case): row for row, without staging.
+  const bool overlapping = std::find(m_overlaps[src.allocation].begin(), m_overlaps[src.allocation].end(),
+                                     dst.allocation) != m_overlaps[src.allocation].end();
+  if (!overlapping && src.partitions() == dst.partitions() && src.free_contiguous() && dst.free_contiguous() &&
+      src.free_elements() == dst.free_elements()) {
+    const size_t row_bytes = size_t(src.free_elements()) * esize;
+    for (uint32_t p = 0; p < src.partitions(); ++p) std::memcpy(base_pointer(dst, p), base_pointer(src, p), row_bytes);
+    return;
+  }
   std::vector<uint8_t> staging(src.elements() * esize);  // src and dst may overlap
   for_each_element(src, [&](uint32_t, uint8_t* run, int64_t stride, uint32_t count, uint64_t index) {
     uint8_t* out = staging.data() + index * esize;
@@ -307,6 +336,7 @@ float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_element
   uint64_t bytes_per_partition =
       a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
   if (bytes_per_partition % 4 != 0 || a.base_byte % 4 != 0) return nullptr;
+  mark_written(ap);
   row_stride_elements = static_cast<int64_t>(bytes_per_partition / 4);
   return reinterpret_cast<float*>(base_pointer(ap, 0));
 }

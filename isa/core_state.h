@@ -10,6 +10,7 @@
 
 #include "config/hardware_config.h"
 #include "isa/numerics/float_format.h"
+#include "isa/memory_image.h"
 #include "isa/program.h"
 #include "isa/rng.h"
 
@@ -39,8 +40,10 @@ using HbmStore = std::vector<std::vector<uint8_t>>;
 
 class CoreState {
  public:
-  // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations.
-  CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm = nullptr);
+  // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations. `image_pool` (optional)
+  // lends recycled SBUF/PSUM images (all zero, like fresh ones); without it each state maps its own.
+  CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm = nullptr,
+            MemoryImagePool* image_pool = nullptr);
 
   // fp32 copy of the elements `ap` names; throws IsaError if any lies outside its memory.
   // MX x4 dtypes are unpacked: the tile is [partitions, 4 * free_elements], the four values of the slot at free
@@ -122,23 +125,13 @@ class CoreState {
 
   const CoreConfig& m_core;
   const Program& m_program;
-  // SBUF and PSUM as zero pages the OS maps on first touch: a core's 24 MiB of SBUF costs only what a
-  // kernel writes, not a memset per simulation (the PyTorch device simulates every op afresh).
-  class ZeroPages {
-   public:
-    explicit ZeroPages(size_t bytes);
-    ~ZeroPages();
-    ZeroPages(const ZeroPages&) = delete;
-    ZeroPages& operator=(const ZeroPages&) = delete;
-    uint8_t* data() const { return m_data; }
-    size_t size() const { return m_bytes; }
+  // Records a write through `ap` in its on-chip image (a recycled image is zeroed again where it was written).
+  void mark_written(const AccessPattern& ap);
+  // The on-chip bytes [first_byte, end_byte) per partition that `ap` reaches (not HBM).
+  void onchip_span(const AccessPattern& ap, int64_t& first_byte, int64_t& end_byte) const;
 
-   private:
-    uint8_t* m_data = nullptr;
-    size_t m_bytes = 0;
-  };
-  ZeroPages m_sbuf;
-  ZeroPages m_psum;
+  std::shared_ptr<MemoryImage> m_sbuf;
+  std::shared_ptr<MemoryImage> m_psum;
   std::shared_ptr<HbmStore> m_hbm;  // by allocation index; empty for on-chip allocations
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
   std::vector<uint64_t> m_versions;                  // by allocation

@@ -11,7 +11,7 @@ HostWorkers::HostWorkers(unsigned threads) {
     threads = env ? static_cast<unsigned>(std::max(1, std::atoi(env))) : std::thread::hardware_concurrency();
     threads = std::clamp(threads, 1u, 8u);
   }
-  for (unsigned i = 1; i < threads; ++i) m_threads.emplace_back([this, i] { worker_loop(i); });
+  m_size = threads;
 }
 
 HostWorkers::~HostWorkers() {
@@ -24,9 +24,13 @@ HostWorkers::~HostWorkers() {
 }
 
 void HostWorkers::run(const std::function<void(unsigned)>& task) {
-  if (m_threads.empty()) {
-    task(0);
+  std::unique_lock<std::mutex> run_lock(m_run_mutex, std::try_to_lock);
+  if (m_size == 1 || !run_lock.owns_lock()) {
+    for (unsigned i = 0; i < m_size; ++i) task(i);
     return;
+  }
+  if (m_threads.empty()) {
+    for (unsigned i = 1; i < m_size; ++i) m_threads.emplace_back([this, i] { worker_loop(i); });
   }
   {
     std::lock_guard<std::mutex> lock(m_mutex);

@@ -2,6 +2,8 @@
 // and threads sleep on a condition variable between tasks: on a shared machine a spinning pool
 // (OpenMP's default) was 20x slower under load. Work is split so that every output element is
 // computed by exactly one thread in the same order, so results do not depend on the thread count.
+// Threads start on the first run(), so a pool that never runs a task (an element-wise op) costs nothing, and one
+// pool can serve many simulations (the PyTorch device keeps one for all its ops).
 #pragma once
 
 #include <condition_variable>
@@ -20,13 +22,16 @@ class HostWorkers {
   HostWorkers(const HostWorkers&) = delete;
   HostWorkers& operator=(const HostWorkers&) = delete;
 
-  unsigned size() const { return static_cast<unsigned>(m_threads.size()) + 1; }
-  // Calls task(i) for every i in [0, size()) — i = 0 on the calling thread — and waits for all.
+  unsigned size() const { return m_size; }
+  // Calls task(i) for every i in [0, size()) — i = 0 on the calling thread — and waits for all. While another
+  // caller has the threads, the calling thread runs every i itself.
   void run(const std::function<void(unsigned)>& task);
 
  private:
   void worker_loop(unsigned index);
 
+  unsigned m_size = 1;
+  std::mutex m_run_mutex;  // one caller at a time has the threads
   std::vector<std::thread> m_threads;
   std::mutex m_mutex;
   std::condition_variable m_wake;

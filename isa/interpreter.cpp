@@ -66,8 +66,9 @@ void execute_instruction(const Instruction& inst, ExecContext& context) {
 void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
                const InterpreterOptions& options) {
   numerics::StochasticSource rng(options.stochastic_seed);
-  HostWorkers workers(options.host_threads);
-  ExecContext context{state, config, options.rounding, &rng, &workers};
+  std::unique_ptr<HostWorkers> own_workers;
+  if (!options.workers) own_workers = std::make_unique<HostWorkers>(options.host_threads);
+  ExecContext context{state, config, options.rounding, &rng, options.workers ? options.workers : own_workers.get(), {}, 0};
   auto run = [&](size_t i) {
     const Instruction& inst = program.instructions[i];
     try {

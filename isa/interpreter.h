@@ -14,6 +14,8 @@ struct InterpreterOptions {
   numerics::RoundingMode rounding = numerics::RoundingMode::nearest_even;
   uint64_t stochastic_seed = 0x5eed;  // stochastic rounding is deterministic for a given seed
   unsigned host_threads = 0;          // 0 = $TRNSIM_HOST_THREADS or the host's cores; results do not depend on it
+  // Host threads kept by the caller across runs (not owned); nullptr = a pool of host_threads for this run.
+  HostWorkers* workers = nullptr;
 };
 
 // Runs every instruction (following loop_begin / while_begin, isa/control_flow.h); an instruction whose operands break a rule raises IsaError naming it.

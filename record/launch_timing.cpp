@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "isa/control_flow.h"
+#include "isa/interpreter.h"
+#include "isa/isa_error.h"
+
 namespace trnsim::record {
 
 double host_link_ns(const HardwareConfig& config, uint64_t bytes) {
@@ -23,13 +27,63 @@ double estimate_ns(const HardwareConfig& config, uint32_t cores_per_device, uint
 
 sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
                                const std::string& config_hash, bool timing_only, bool trace,
-                               const std::function<void(uint32_t core, isa::CoreState& state)>& prepare) {
+                               const std::function<void(uint32_t core, isa::CoreState& state)>& prepare,
+                               const HostResources& host) {
   sim::SimOptions options;
+  options.image_pool = host.image_pool;
+  options.interpreter.workers = host.workers;
   options.cores.clear();
   for (uint32_t core = 0; core < programs.size(); ++core) options.cores.push_back(core);
   options.timing_only = timing_only;
   options.trace = trace;
   return sim::simulate(programs, config, config_hash, options, timing_only ? nullptr : prepare, /*shared_hbm=*/true);
+}
+
+bool values_without_timing_model(const std::vector<const isa::Program*>& programs) {
+  for (const isa::Program* program : programs) {
+    if (isa::control_depends_on_values(*program)) return false;
+    for (const isa::Instruction& inst : program->instructions) {
+      switch (inst.opcode) {
+        case isa::Opcode::sem_signal:
+        case isa::Opcode::sem_wait:
+        case isa::Opcode::barrier:
+        case isa::Opcode::core_barrier:
+        case isa::Opcode::all_reduce:
+        case isa::Opcode::all_gather:
+        case isa::Opcode::reduce_scatter:
+        case isa::Opcode::all_to_all:
+        case isa::Opcode::collective_permute:
+          return false;
+        default:
+          break;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
+    const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+    const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, const HostResources& host) {
+  std::vector<std::unique_ptr<isa::CoreState>> states;
+  const isa::InterpreterOptions defaults;
+  for (uint32_t core = 0; core < programs.size(); ++core) {
+    std::shared_ptr<isa::HbmStore> store = core > 0 ? states.front()->hbm_store() : nullptr;
+    states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[core], store, host.image_pool));
+    if (core == 0 && prepare) prepare(core, *states.back());
+  }
+  for (uint32_t core = 0; core < programs.size(); ++core) {
+    isa::InterpreterOptions options;
+    // The seed each simulated core's stochastic rounding starts from (sim::NeuronCore).
+    options.stochastic_seed = defaults.stochastic_seed + core;
+    options.workers = host.workers;
+    try {
+      isa::interpret(*programs[core], *states[core], config, options);
+    } catch (const isa::IsaError& e) {
+      throw isa::IsaError("core " + std::to_string(core) + " " + e.what());
+    }
+  }
+  return states;
 }
 
 std::string busiest_engine(const std::map<std::string, double>& busy_ns) {

@@ -19,11 +19,29 @@ double host_link_ns(const HardwareConfig& config, uint64_t bytes);
 // The time of a copy or fallback launch: its transfers one after another.
 double transfers_ns(const HardwareConfig& config, const std::vector<uint64_t>& transfer_bytes);
 
+// Host resources a caller keeps across simulations (not owned; nullptr = made for each run).
+struct HostResources {
+  isa::MemoryImagePool* image_pool = nullptr;  // recycled SBUF/PSUM images
+  isa::HostWorkers* workers = nullptr;         // the interpreter's host threads
+};
+
 // Simulates a kernel's per-core programs on physical cores 0..n-1 sharing HBM. With
 // `timing_only` no values are computed (`prepare` is not called); the time is the same.
 sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
                                const std::string& config_hash, bool timing_only, bool trace,
-                               const std::function<void(uint32_t core, isa::CoreState& state)>& prepare);
+                               const std::function<void(uint32_t core, isa::CoreState& state)>& prepare,
+                               const HostResources& host = {});
+
+// Whether the values of `programs` (run as simulate_kernel runs them) can be computed by the interpreter alone,
+// core after core, once their timing is known: no instruction waits on another core or exchanges data with one
+// (semaphores, barriers, collectives), and no control flow depends on tensor values (the timing would too).
+bool values_without_timing_model(const std::vector<const isa::Program*>& programs);
+
+// The values simulate_kernel computes, without the timing model: the states of cores 0..n-1 (sharing HBM) after
+// each ran its program in program order. Only for programs values_without_timing_model accepts.
+std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
+    const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
+    const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, const HostResources& host = {});
 
 // Timing-only mode, an op with no kernel (kind "estimate"): the launch cost plus the bytes it
 // reads and writes at the device's share of the chip's HBM bandwidth (hbm.bandwidth_gbps x

@@ -151,11 +151,12 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
         throw isa::IsaError("the program of core index " + std::to_string(i) + " has control flow that depends on "
                             "tensor values (register_load), which cores sharing HBM do not support yet");
       }
-      isa::CoreState scratch(config.core, *programs[i]);
+      isa::CoreState scratch(config.core, *programs[i], nullptr, options.image_pool);
       if (prepare) prepare(options.cores[i], scratch);
       numerics::StochasticSource rng(options.interpreter.stochastic_seed + options.cores[i]);
-      isa::HostWorkers workers(options.interpreter.host_threads);
-      isa::ExecContext context{scratch, config, options.interpreter.rounding, &rng, &workers, {}, 0};
+      isa::HostWorkers own_workers(options.interpreter.host_threads);
+      isa::HostWorkers* workers = options.interpreter.workers ? options.interpreter.workers : &own_workers;
+      isa::ExecContext context{scratch, config, options.interpreter.rounding, &rng, workers, {}, 0};
       expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context)));
     } else {
       expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], nullptr)));
@@ -173,7 +174,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
     }
     const size_t index = result.states.size();
     std::shared_ptr<isa::HbmStore> store = shared_hbm && index > 0 ? result.states.front()->hbm_store() : nullptr;
-    result.states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[index], store));
+    result.states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[index], store, options.image_pool));
     // With shared HBM the inputs are loaded once, through the first core.
     if (prepare && (!shared_hbm || index == 0)) prepare(core, *result.states.back());
     states.push_back(result.states.back().get());

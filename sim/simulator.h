@@ -22,6 +22,8 @@ struct SimOptions {
   bool trace = false;
   double quantum_ns = 10000;          // temporal-decoupling quantum between cores
   isa::InterpreterOptions interpreter;
+  // Recycled SBUF/PSUM images for the cores' states (not owned; nullptr = fresh mappings per simulation).
+  isa::MemoryImagePool* image_pool = nullptr;
   // Collectives (all_reduce, ...): the config system their ranks' transfers cross (empty: the config's
   // default_system) and how many ranks sit on one chip of it (0: the chip's physical cores, so on one chip every
   // core is a rank of it; 1 on a multi-chip system: core r stands for a rank on chip r).

@@ -53,24 +53,22 @@ void activate(const Instruction& inst, ExecContext& ctx, bool has_reduce) {
 
   Tile out(data.partitions, data.free);
   Tile reduced(data.partitions, 1);
-  for (uint32_t p = 0; p < data.partitions; ++p) {
-    const float* in = data.row(p);
-    float* o = out.row(p);
-    for (uint64_t i = 0; i < data.free; ++i) {
-      float x = in[i] * scale[p];
-      if (has_bias) x += bias[p];
-      o[i] = apply_activation(func, x, alpha);
+  for_row_ranges(ctx, data.partitions, data.values.size(), [&](uint32_t first, uint32_t end) {
+    for (uint32_t p = first; p < end; ++p) {
+      const float* in = data.row(p);
+      float* o = out.row(p);
+      apply_activation_rows(func, in, o, data.free, scale[p], has_bias ? &bias[p] : nullptr, alpha);
+      if (has_reduce) {
+        // The accumulator sits behind the activation's fp32 output, before the cast to dst.dtype:
+        // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the
+        // accumulator holding values dst.dtype cannot (FP32_MIN vs a bf16 -inf). Sequential fold
+        // from the first element, as the lane streams its elements.
+        float acc = data.free ? o[0] : reduction_identity(reduce_op);
+        for (uint64_t i = 1; i < data.free; ++i) acc = apply_alu(reduce_op, acc, o[i]);
+        reduced.at(p, 0) = acc;
+      }
     }
-    if (has_reduce) {
-      // The accumulator sits behind the activation's fp32 output, before the cast to dst.dtype:
-      // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the
-      // accumulator holding values dst.dtype cannot (FP32_MIN vs a bf16 -inf). Sequential fold
-      // from the first element, as the lane streams its elements.
-      float acc = data.free ? o[0] : reduction_identity(reduce_op);
-      for (uint64_t i = 1; i < data.free; ++i) acc = apply_alu(reduce_op, acc, o[i]);
-      reduced.at(p, 0) = acc;
-    }
-  }
+  });
   ctx.write(dst, out);
   if (has_reduce) {
     ctx.write(inst.tensor("reduce_res"), reduced);

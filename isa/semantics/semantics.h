@@ -39,6 +39,24 @@ struct ExecContext {
   std::vector<float> per_partition(const Instruction& inst, const char* operand, uint32_t partitions);
 };
 
+// Calls rows(first, end) over partitions [0, partitions), split across the context's host threads when a tile of
+// `elements` values is worth waking them for. Rows are independent and each is computed as it would be alone, so
+// results do not depend on the thread count.
+template <class Rows>
+void for_row_ranges(ExecContext& ctx, uint32_t partitions, uint64_t elements, Rows&& rows) {
+  constexpr uint64_t kElementsPerThread = 1 << 16;  // below this, waking a thread costs more than it saves
+  const unsigned threads = ctx.workers ? ctx.workers->size() : 1;
+  if (threads < 2 || elements < 2 * kElementsPerThread || partitions < 2) {
+    rows(uint32_t{0}, partitions);
+    return;
+  }
+  ctx.workers->run([&](unsigned index) {
+    const uint32_t first = uint32_t(uint64_t(partitions) * index / threads);
+    const uint32_t end = uint32_t(uint64_t(partitions) * (index + 1) / threads);
+    if (first < end) rows(first, end);
+  });
+}
+
 #define TRN_INSN(name, engines, operands, doc) void exec_##name(const Instruction& inst, ExecContext& ctx);
 #include "isa/instructions.def"
 #undef TRN_INSN

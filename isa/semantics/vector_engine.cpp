@@ -183,7 +183,9 @@ void exec_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
   }
   Tile x = ctx.read(a);
   Tile y = ctx.read(b);
-  for (size_t i = 0; i < x.values.size(); ++i) x.values[i] = apply_alu(op, x.values[i], y.values[i]);
+  for_row_ranges(ctx, x.partitions, x.values.size(), [&](uint32_t first, uint32_t end) {
+    apply_alu_rows(op, x.row(first), y.row(first), size_t(end - first) * x.free);
+  });
   ctx.write(dst, x);
 }
 
@@ -223,14 +225,13 @@ void exec_tensor_scalar(const Instruction& inst, ExecContext& ctx) {
   std::vector<float> s0 = ctx.per_partition(inst, "operand0", partitions);
   std::vector<float> s1 = ctx.per_partition(inst, "operand1", partitions);
   if (s1.empty()) s1.assign(partitions, 0.0f);
-  for (uint32_t p = 0; p < partitions; ++p) {
-    float* row = x.row(p);
-    for (uint64_t i = 0; i < free; ++i) {
-      float v = rev0 ? apply_alu(op0, s0[p], row[i]) : apply_alu(op0, row[i], s0[p]);
-      if (has_op1) v = rev1 ? apply_alu(op1, s1[p], v) : apply_alu(op1, v, s1[p]);
-      row[i] = v;
+  // op1 applies to op0's fp32 result, so two passes over a row give the values of one fused pass.
+  for_row_ranges(ctx, partitions, x.values.size(), [&](uint32_t first, uint32_t end) {
+    for (uint32_t p = first; p < end; ++p) {
+      apply_alu_scalar(op0, x.row(p), free, s0[p], rev0);
+      if (has_op1) apply_alu_scalar(op1, x.row(p), free, s1[p], rev1);
     }
-  }
+  });
   ctx.write(dst, x);
 }
 

@@ -91,9 +91,13 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_opcode_counts(isa::kOpcodeCount, 0) {
   if (m_state && !m_options.timing_only) {
     m_rng = std::make_unique<numerics::StochasticSource>(options.interpreter.stochastic_seed + index);
-    m_workers = std::make_unique<isa::HostWorkers>(options.interpreter.host_threads);
+    isa::HostWorkers* workers = options.interpreter.workers;
+    if (!workers) {
+      m_workers = std::make_unique<isa::HostWorkers>(options.interpreter.host_threads);
+      workers = m_workers.get();
+    }
     m_exec = std::make_unique<isa::ExecContext>(
-        isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), m_workers.get(), {}, 0});
+        isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), workers, {}, 0});
   }
   if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
   const uint32_t granularity = std::max(1u, config.core.tensor.tile_granularity_rows);

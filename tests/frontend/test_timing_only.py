@@ -129,6 +129,27 @@ def test_timing_cache_reuses_a_program_timed_before():
     assert "timing cache hit rate 50.0%" in prof.table()
 
 
+def test_with_values_a_cached_timing_runs_only_the_interpreter_and_gives_the_same_values_and_time():
+    trnsim.set_config("trn2")  # a fresh runtime: an empty timing cache
+    torch.manual_seed(3)
+    x_cpu, w_cpu = torch.randn(300, 200), torch.randn(200, 96)
+    x, w = x_cpu.to("neuron"), w_cpu.to("neuron")
+    trnsim.reset_simulated_time()
+    with trnsim.profile() as prof:
+        outs = [F.gelu(x @ w).cpu() for _ in range(3)]
+    log = trnsim.op_log("kernel")
+    mm = [r for r in log if r["op"] == "mm"]
+    gelu = [r for r in log if r["op"] == "gelu"]
+    assert len(mm) == 3 and len(gelu) == 3
+    for runs in (mm, gelu):
+        assert [r["timing_cached"] for r in runs] == [False, True, True]
+        assert len({r["ns"] for r in runs}) == 1 and not any(r["timing_only"] for r in runs)
+    # The interpreter alone computes what the timing model's run computed, bit for bit, and matches torch.
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    torch.testing.assert_close(outs[0], F.gelu(x_cpu @ w_cpu), rtol=2e-5, atol=2e-5)
+    assert prof.totals()["timing_cache_hit_rate"] == pytest.approx(4 / 6)
+
+
 def test_an_op_without_a_kernel_is_charged_the_documented_estimate():
     leaves = dict(trnsim._C.config_leaves("trn2", []))
     info = trnsim.config()

@@ -8,11 +8,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 
 #include <unistd.h>
 
 #include "config/config_loader.h"
+#include "isa/builder.h"
+#include "isa/host_workers.h"
+#include "isa/memory_image.h"
+#include "isa/numerics/float_format.h"
 #include "isa/text_form.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -130,6 +135,59 @@ TEST(TextFormFidelity, KernelLibraryProgramsRoundTripToTheSameStructureAndTime) 
     const sim::SimResult reparsed = simulate_kernel(raw(parsed), config.hardware, config.hash, true, false, nullptr);
     expect_same_stats(original.stats, reparsed.stats, name);
   }
+}
+
+// The device's values path for a launch timed before (kernel_executor.cpp): the interpreter alone, core after
+// core, must leave every HBM tensor bit for bit as the timing model's run does, with recycled memories.
+TEST(InterpretKernel, LibraryKernelsGiveTheTimingModelsValuesBitForBit) {
+  const LoadedConfig& config = trn2();
+  isa::MemoryImagePool pool;
+  isa::HostWorkers workers(2);
+  const HostResources host{&pool, &workers};
+  size_t compared = 0;
+  for (const auto& [name, make] : library_kernels()) {
+    SCOPED_TRACE(name);
+    const auto parts = build(make, config.hardware, 2);
+    ASSERT_TRUE(values_without_timing_model(raw(parts)));
+    const isa::Program& program = *parts.front();
+    auto prepare = [&](uint32_t, isa::CoreState& state) {
+      std::mt19937 rng(7);
+      std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+      for (uint32_t id = 0; id < program.allocations.size(); ++id) {
+        const isa::Allocation& a = program.allocations[id];
+        if (a.space != isa::MemorySpace::hbm) continue;
+        std::vector<float> values(a.total_elements());
+        for (float& v : values) v = value(rng);
+        numerics::convert_from_fp32(a.dtype, values.data(), state.hbm(id).data(), values.size(),
+                                    numerics::RoundingMode::nearest_even);
+      }
+    };
+    // Twice each, so the second runs start from images the first ones wrote and the pool cleared.
+    for (int round = 0; round < 2; ++round) {
+      const sim::SimResult simulated = simulate_kernel(raw(parts), config.hardware, config.hash, false, false, prepare, host);
+      const auto interpreted = interpret_kernel(raw(parts), config.hardware, prepare, host);
+      ASSERT_EQ(interpreted.size(), parts.size());
+      for (uint32_t id = 0; id < program.allocations.size(); ++id) {
+        if (program.allocations[id].space != isa::MemorySpace::hbm) continue;
+        EXPECT_EQ(interpreted.front()->hbm(id), simulated.states.front()->hbm(id)) << program.allocations[id].name;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 18u);
+}
+
+TEST(InterpretKernel, SynchronisingOrValueDependentProgramsNeedTheTimingModel) {
+  isa::ProgramBuilder barrier("barrier", Generation::trn2);
+  barrier.emit(isa::Opcode::core_barrier);
+  const isa::Program with_barrier = barrier.finish();
+  EXPECT_FALSE(values_without_timing_model({&with_barrier}));
+  isa::ProgramBuilder plain("plain", Generation::trn2);
+  const uint32_t a = plain.sbuf("a", DType::fp32, {128, 4});
+  plain.emit(isa::Opcode::memset).tensor("dst", plain.view(a)).imm("value", 1.0);
+  const isa::Program without = plain.finish();
+  EXPECT_TRUE(values_without_timing_model({&without}));
+  EXPECT_FALSE(values_without_timing_model({&without, &with_barrier}));
 }
 
 TEST(Gzip, RoundTripsAndRejectsDamage) {
