@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <unistd.h>
+
 namespace trnsim::isa {
 
 HostWorkers::HostWorkers(unsigned threads) {
@@ -15,12 +17,14 @@ HostWorkers::HostWorkers(unsigned threads) {
 }
 
 HostWorkers::~HostWorkers() {
+  if (m_crew == nullptr || m_crew->pid != ::getpid()) return;  // none, or a forked child's ghost (see Crew)
   {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    m_stop = true;
+    std::lock_guard<std::mutex> lock(m_crew->mutex);
+    m_crew->stop = true;
   }
-  m_wake.notify_all();
-  for (std::thread& t : m_threads) t.join();
+  m_crew->wake.notify_all();
+  for (std::thread& t : m_crew->threads) t.join();
+  delete m_crew;
 }
 
 void HostWorkers::run(const std::function<void(unsigned)>& task) {
@@ -29,37 +33,42 @@ void HostWorkers::run(const std::function<void(unsigned)>& task) {
     for (unsigned i = 0; i < m_size; ++i) task(i);
     return;
   }
-  if (m_threads.empty()) {
-    for (unsigned i = 1; i < m_size; ++i) m_threads.emplace_back([this, i] { worker_loop(i); });
+  const pid_t pid = ::getpid();
+  if (m_crew != nullptr && m_crew->pid != pid) m_crew = nullptr;  // a forked child: the parent's crew is a ghost
+  if (m_crew == nullptr) {
+    m_crew = new Crew;
+    m_crew->pid = pid;
+    for (unsigned i = 1; i < m_size; ++i) m_crew->threads.emplace_back(worker_loop, m_crew, i);
   }
+  Crew& crew = *m_crew;
   {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    m_task = &task;
-    m_pending = static_cast<unsigned>(m_threads.size());
-    ++m_generation;
+    std::lock_guard<std::mutex> lock(crew.mutex);
+    crew.task = &task;
+    crew.pending = static_cast<unsigned>(crew.threads.size());
+    ++crew.generation;
   }
-  m_wake.notify_all();
+  crew.wake.notify_all();
   task(0);
-  std::unique_lock<std::mutex> lock(m_mutex);
-  m_done.wait(lock, [this] { return m_pending == 0; });
-  m_task = nullptr;
+  std::unique_lock<std::mutex> lock(crew.mutex);
+  crew.done.wait(lock, [&] { return crew.pending == 0; });
+  crew.task = nullptr;
 }
 
-void HostWorkers::worker_loop(unsigned index) {
+void HostWorkers::worker_loop(Crew* crew, unsigned index) {
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(unsigned)>* task = nullptr;
     {
-      std::unique_lock<std::mutex> lock(m_mutex);
-      m_wake.wait(lock, [&] { return m_stop || m_generation != seen; });
-      if (m_stop) return;
-      seen = m_generation;
-      task = m_task;
+      std::unique_lock<std::mutex> lock(crew->mutex);
+      crew->wake.wait(lock, [&] { return crew->stop || crew->generation != seen; });
+      if (crew->stop) return;
+      seen = crew->generation;
+      task = crew->task;
     }
     (*task)(index);
     {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      if (--m_pending == 0) m_done.notify_one();
+      std::lock_guard<std::mutex> lock(crew->mutex);
+      if (--crew->pending == 0) crew->done.notify_one();
     }
   }
 }

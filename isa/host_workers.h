@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/types.h>
+
 namespace trnsim::isa {
 
 class HostWorkers {
@@ -28,18 +30,26 @@ class HostWorkers {
   void run(const std::function<void(unsigned)>& task);
 
  private:
-  void worker_loop(unsigned index);
+  // The threads and what they synchronise on, started together by one process. A forked child (a DataLoader
+  // worker of a process that ran ops) has none of its parent's threads and may find their mutex held by a thread
+  // that does not exist there: it lets the whole crew go (leaked; destroying it would terminate or hang) and starts
+  // its own.
+  struct Crew {
+    pid_t pid = 0;
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::condition_variable done;
+    const std::function<void(unsigned)>* task = nullptr;
+    uint64_t generation = 0;
+    unsigned pending = 0;
+    bool stop = false;
+    std::vector<std::thread> threads;
+  };
+  static void worker_loop(Crew* crew, unsigned index);
 
   unsigned m_size = 1;
-  std::mutex m_run_mutex;  // one caller at a time has the threads
-  std::vector<std::thread> m_threads;
-  std::mutex m_mutex;
-  std::condition_variable m_wake;
-  std::condition_variable m_done;
-  const std::function<void(unsigned)>* m_task = nullptr;
-  uint64_t m_generation = 0;
-  unsigned m_pending = 0;
-  bool m_stop = false;
+  std::mutex m_run_mutex;  // one caller at a time has the crew
+  Crew* m_crew = nullptr;  // started on the first run that needs threads
 };
 
 }  // namespace trnsim::isa

@@ -8,6 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "isa/builder.h"
 #include "isa/core_state.h"
 #include "isa/host_workers.h"
@@ -108,6 +111,28 @@ TEST(HostWorkers, CallersSharingOnePoolEachGetEveryIndexRunOnce) {
   one.join();
   two.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// A process that forks after its pool started threads (a DataLoader worker): the child has none of them, and
+// neither a run nor the pool's end may wait for them.
+TEST(HostWorkers, AForkedChildRunsTasksAndEndsWithoutItsParentsThreads) {
+  auto pool = std::make_unique<HostWorkers>(2);
+  std::vector<int> seen(2, 0);
+  pool->run([&](unsigned i) { seen[i] = 1; });
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::vector<int> in_child(2, 0);
+    pool->run([&](unsigned i) { in_child[i] = 2; });
+    const bool ok = in_child[0] == 2 && in_child[1] == 2;
+    pool.reset();
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  pool->run([&](unsigned i) { seen[i] = 3; });
+  EXPECT_EQ(seen, std::vector<int>({3, 3}));
 }
 
 }  // namespace
