@@ -167,6 +167,20 @@ void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse) {
   }
 }
 
+float fold_alu(AluOp op, const float* values, size_t count, size_t stride) {
+  if (count == 0) return reduction_identity(op);
+  float acc = values[0];
+  switch (op) {
+#define TRN_X(name)                                                                          \
+  case AluOp::name:                                                                          \
+    for (size_t i = 1; i < count; ++i) acc = alu_value(AluOp::name, acc, values[i * stride]); \
+    return acc;
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+  }
+  return acc;
+}
+
 float reduction_identity(AluOp op) {
   switch (op) {
     case AluOp::add:

@@ -63,9 +63,7 @@ void activate(const Instruction& inst, ExecContext& ctx, bool has_reduce) {
         // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the
         // accumulator holding values dst.dtype cannot (FP32_MIN vs a bf16 -inf). Sequential fold
         // from the first element, as the lane streams its elements.
-        float acc = data.free ? o[0] : reduction_identity(reduce_op);
-        for (uint64_t i = 1; i < data.free; ++i) acc = apply_alu(reduce_op, acc, o[i]);
-        reduced.at(p, 0) = acc;
+        reduced.at(p, 0) = fold_alu(reduce_op, o, data.free);
       }
     }
   });

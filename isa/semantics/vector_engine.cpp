@@ -120,10 +120,7 @@ std::vector<int64_t> per_partition_ints(const Instruction& inst, ExecContext& ct
 // Left fold from the first element (x0 op x1 op ...), the order a lane streams its elements; for
 // subtract this gives x0 - x1 - x2 ..., like numpy's subtract.reduce.
 float fold(AluOp op, const float* values, uint64_t count, uint64_t stride = 1) {
-  if (count == 0) return reduction_identity(op);
-  float acc = values[0];
-  for (uint64_t i = 1; i < count; ++i) acc = apply_alu(op, acc, values[i * stride]);
-  return acc;
+  return fold_alu(op, values, count, stride);
 }
 
 void check_reduction(AluOp op) {
@@ -299,10 +296,12 @@ void exec_tensor_reduce(const Instruction& inst, ExecContext& ctx) {
   }
   Tile in = ctx.read(data);
   Tile out(data.partitions(), outer);
-  for (size_t r = 0; r < out.values.size(); ++r) {
-    float acc = fold(op, in.values.data() + r * inner, inner);
-    out.values[r] = negate ? -acc : acc;
-  }
+  for_row_ranges(ctx, data.partitions(), in.values.size(), [&](uint32_t first, uint32_t end) {
+    for (size_t r = size_t(first) * outer; r < size_t(end) * outer; ++r) {
+      float acc = fold(op, in.values.data() + r * inner, inner);
+      out.values[r] = negate ? -acc : acc;
+    }
+  });
   ctx.write(dst, out);
 }
 
