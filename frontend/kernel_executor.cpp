@@ -136,8 +136,9 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
     const record::HostResources host{&runtime.image_pool(), &runtime.host_workers()};
     // A launch timed before needs only its values: the interpreter alone computes the same ones (in program
     // order per core, as the timing model executes them), and the timing comes from the cache.
+    const bool cacheable = record::values_without_timing_model(programs);
     std::optional<DeviceRuntime::CachedTiming> cached;
-    if (record::values_without_timing_model(programs)) cached = runtime.find_timing(key, trace);
+    if (cacheable) cached = runtime.find_timing(key, trace);
     if (cached) {
       result.states = record::interpret_kernel(programs, runtime.config(), prepare, host);
       result.stats = std::move(cached->stats);
@@ -147,9 +148,7 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
       result = record::simulate_kernel(programs, runtime.config(), runtime.hash(), /*timing_only=*/false, trace,
                                        prepare, host);
       core_trace = std::shared_ptr<const sim::TraceWriter>(std::move(result.trace));
-      if (record::values_without_timing_model(programs)) {
-        runtime.cache_timing(key, DeviceRuntime::CachedTiming{result.stats, core_trace});
-      }
+      if (cacheable) runtime.cache_timing(key, DeviceRuntime::CachedTiming{result.stats, core_trace});
     }
     if (result.states.empty()) throw std::runtime_error("trnsim: the simulation returned no values");
     for (const HostBuffer& out : outputs) {

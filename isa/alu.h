@@ -52,7 +52,8 @@ float apply_alu(AluOp op, float a, float b);
 void apply_alu_rows(AluOp op, float* x, const float* y, size_t n);
 // ... and x[i] = x[i] op s, or s op x[i] when `reverse`.
 void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse);
-// ((v[0] op v[s]) op v[2s]) ... over `count` values, in that order (the identity for none).
+// Left fold from the first element, ((v[0] op v[s]) op v[2s]) ..., over `count` values (the identity for none):
+// the order a lane streams its elements; for subtract x0 - x1 - x2 ..., like numpy's subtract.reduce.
 float fold_alu(AluOp op, const float* values, size_t count, size_t stride = 1);
 // The identity element of a reduction operator (0 for add, -inf for maximum, ...).
 float reduction_identity(AluOp op);

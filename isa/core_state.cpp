@@ -87,11 +87,7 @@ void CoreState::bump_version(uint32_t allocation) {
 
 void CoreState::onchip_span(const AccessPattern& ap, int64_t& first_byte, int64_t& end_byte) const {
   const Allocation& a = m_program.allocation(ap);
-  int64_t low = ap.offset, high = ap.offset;
-  for (int i = 0; i < ap.num_free_dims; ++i) {
-    const int64_t span = ap.free[i].stride * (int64_t{ap.free[i].size} - 1);
-    (span < 0 ? low : high) += span;
-  }
+  const auto [low, high] = ap.element_range(/*with_partition=*/false);  // partitions are rows on chip
   const uint32_t esize = dtype_size_bytes(ap.dtype);
   first_byte = int64_t(a.base_byte) + low * esize;
   end_byte = int64_t(a.base_byte) + (high + 1) * esize;
@@ -100,13 +96,7 @@ void CoreState::onchip_span(const AccessPattern& ap, int64_t& first_byte, int64_
 void CoreState::check_bounds(const AccessPattern& ap) const {
   const Allocation& a = m_program.allocation(ap);
   if (a.space == MemorySpace::hbm) {
-    int64_t low = ap.offset, high = ap.offset;
-    auto extend = [&](const ApDim& d) {
-      int64_t span = d.stride * (int64_t{d.size} - 1);
-      (span < 0 ? low : high) += span;
-    };
-    extend(ap.partition);
-    for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
+    const auto [low, high] = ap.element_range(/*with_partition=*/true);
     if (low < 0 || uint64_t(high + 1) * dtype_size_bytes(ap.dtype) > (*m_hbm)[ap.allocation].size()) {
       throw IsaError("access to HBM tensor '" + a.name + "' outside its " + std::to_string(a.total_elements()) +
                      " elements");
@@ -253,11 +243,7 @@ void CoreState::write(const AccessPattern& ap, const Tile& tile, numerics::Round
 void CoreState::psum_banks(const AccessPattern& ap, uint32_t& first_partition, uint64_t& first_bank,
                            uint64_t& last_bank) const {
   const Allocation& a = m_program.allocation(ap);
-  int64_t low = ap.offset, high = ap.offset;
-  for (int i = 0; i < ap.num_free_dims; ++i) {
-    int64_t span = ap.free[i].stride * (int64_t{ap.free[i].size} - 1);
-    (span < 0 ? low : high) += span;
-  }
+  const auto [low, high] = ap.element_range(/*with_partition=*/false);
   uint32_t esize = dtype_size_bytes(ap.dtype);
   uint64_t bank_bytes = m_core.psum.bank_bytes;
   first_partition = a.base_partition + ap.start_partition;

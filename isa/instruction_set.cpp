@@ -144,6 +144,19 @@ int InstructionSpec::index_of(std::string_view operand) const {
   return -1;
 }
 
+bool is_collective(Opcode opcode) {
+  switch (opcode) {
+    case Opcode::all_reduce:
+    case Opcode::all_gather:
+    case Opcode::reduce_scatter:
+    case Opcode::all_to_all:
+    case Opcode::collective_permute: return true;
+    default: return false;
+  }
+}
+
+bool reaches_other_cores(Opcode opcode) { return is_collective(opcode) || opcode == Opcode::core_barrier; }
+
 bool InstructionSpec::runs_on(Engine engine, Generation generation) const {
   for (const EngineAvailability& available : engines) {
     if (available.engine == engine && generation >= available.since) return true;

@@ -18,6 +18,9 @@ struct InterpreterOptions {
   HostWorkers* workers = nullptr;
 };
 
+// The stochastic-rounding seed of core `core` in a simulation seeded with `seed`: each core draws its own stream.
+inline uint64_t core_stochastic_seed(uint64_t seed, uint32_t core) { return seed + core; }
+
 // Runs every instruction (following loop_begin / while_begin, isa/control_flow.h); an instruction whose operands break a rule raises IsaError naming it.
 void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
                const InterpreterOptions& options = {});

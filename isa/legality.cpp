@@ -35,17 +35,8 @@ bool is_register_access(const Instruction& inst) {
 // core_barrier names the shared HBM tensor it orders accesses of; its engine does not move its bytes.
 bool names_without_access(const Instruction& inst) { return inst.opcode == Opcode::core_barrier; }
 // A collective's bytes move through the CC-cores' DMA (HBM or SBUF, as nki.collectives), not its trigger engine's
-// memory path.
-bool is_collective(const Instruction& inst) {
-  switch (inst.opcode) {
-    case Opcode::all_reduce:
-    case Opcode::all_gather:
-    case Opcode::reduce_scatter:
-    case Opcode::all_to_all:
-    case Opcode::collective_permute: return true;
-    default: return false;
-  }
-}
+// memory path (isa/instruction.h).
+bool is_collective(const Instruction& inst) { return isa::is_collective(inst.opcode); }
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {

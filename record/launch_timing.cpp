@@ -43,20 +43,7 @@ bool values_without_timing_model(const std::vector<const isa::Program*>& program
   for (const isa::Program* program : programs) {
     if (isa::control_depends_on_values(*program)) return false;
     for (const isa::Instruction& inst : program->instructions) {
-      switch (inst.opcode) {
-        case isa::Opcode::sem_signal:
-        case isa::Opcode::sem_wait:
-        case isa::Opcode::barrier:
-        case isa::Opcode::core_barrier:
-        case isa::Opcode::all_reduce:
-        case isa::Opcode::all_gather:
-        case isa::Opcode::reduce_scatter:
-        case isa::Opcode::all_to_all:
-        case isa::Opcode::collective_permute:
-          return false;
-        default:
-          break;
-      }
+      if (isa::reaches_other_cores(inst.opcode)) return false;
     }
   }
   return true;
@@ -66,7 +53,6 @@ std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
     const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
     const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, const HostResources& host) {
   std::vector<std::unique_ptr<isa::CoreState>> states;
-  const isa::InterpreterOptions defaults;
   for (uint32_t core = 0; core < programs.size(); ++core) {
     std::shared_ptr<isa::HbmStore> store = core > 0 ? states.front()->hbm_store() : nullptr;
     states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[core], store, host.image_pool));
@@ -74,8 +60,7 @@ std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
   }
   for (uint32_t core = 0; core < programs.size(); ++core) {
     isa::InterpreterOptions options;
-    // The seed each simulated core's stochastic rounding starts from (sim::NeuronCore).
-    options.stochastic_seed = defaults.stochastic_seed + core;
+    options.stochastic_seed = isa::core_stochastic_seed(options.stochastic_seed, core);  // as sim::NeuronCore
     options.workers = host.workers;
     try {
       isa::interpret(*programs[core], *states[core], config, options);

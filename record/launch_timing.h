@@ -34,7 +34,8 @@ sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs,
 
 // Whether the values of `programs` (run as simulate_kernel runs them) can be computed by the interpreter alone,
 // core after core, once their timing is known: no instruction waits on another core or exchanges data with one
-// (semaphores, barriers, collectives), and no control flow depends on tensor values (the timing would too).
+// (isa::reaches_other_cores: core_barrier, collectives), and no control flow depends on tensor values (the timing
+// would too).
 bool values_without_timing_model(const std::vector<const isa::Program*>& programs);
 
 // The values simulate_kernel computes, without the timing model: the states of cores 0..n-1 (sharing HBM) after

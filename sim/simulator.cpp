@@ -153,7 +153,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
       }
       isa::CoreState scratch(config.core, *programs[i], nullptr, options.image_pool);
       if (prepare) prepare(options.cores[i], scratch);
-      numerics::StochasticSource rng(options.interpreter.stochastic_seed + options.cores[i]);
+      numerics::StochasticSource rng(isa::core_stochastic_seed(options.interpreter.stochastic_seed, options.cores[i]));
       isa::HostWorkers own_workers(options.interpreter.host_threads);
       isa::HostWorkers* workers = options.interpreter.workers ? options.interpreter.workers : &own_workers;
       isa::ExecContext context{scratch, config, options.interpreter.rounding, &rng, workers, {}, 0};

@@ -117,11 +117,6 @@ std::vector<int64_t> per_partition_ints(const Instruction& inst, ExecContext& ct
   return read_ints(ctx, ap);
 }
 
-// Left fold from the first element (x0 op x1 op ...), the order a lane streams its elements; for
-// subtract this gives x0 - x1 - x2 ..., like numpy's subtract.reduce.
-float fold(AluOp op, const float* values, uint64_t count, uint64_t stride = 1) {
-  return fold_alu(op, values, count, stride);
-}
 
 void check_reduction(AluOp op) {
   if (!alu_op_is_reduction(op)) throw IsaError(std::string(alu_op_name(op)) + " is not a reduction operator");
@@ -298,7 +293,7 @@ void exec_tensor_reduce(const Instruction& inst, ExecContext& ctx) {
   Tile out(data.partitions(), outer);
   for_row_ranges(ctx, data.partitions(), in.values.size(), [&](uint32_t first, uint32_t end) {
     for (size_t r = size_t(first) * outer; r < size_t(end) * outer; ++r) {
-      float acc = fold(op, in.values.data() + r * inner, inner);
+      float acc = fold_alu(op, in.values.data() + r * inner, inner);
       out.values[r] = negate ? -acc : acc;
     }
   });
@@ -391,7 +386,7 @@ void exec_select_reduce(const Instruction& inst, ExecContext& ctx) {
       if ((pred.at(p, i) != 0) == reverse) out.at(p, i) = on_false[p];
     }
     // The accumulator sees the fp32 selection, before the cast to dst.dtype (as for activation).
-    if (has_res) reduced.at(p, 0) = fold(reduce_op, out.row(p), out.free);
+    if (has_res) reduced.at(p, 0) = fold_alu(reduce_op, out.row(p), out.free);
   }
   // The reduction runs in the shared accumulator registers (NKI reduce_cmd note): it stays there.
   if (has_res) std::copy(reduced.values.begin(), reduced.values.end(), lane_accumulators(ctx, dst));
@@ -435,7 +430,7 @@ void exec_range_select(const Instruction& inst, ExecContext& ctx) {
     }
     // fp32 accumulator, before dst's cast: NKI's note relies on reduce_res holding FP32_MIN
     // where a bf16 dst holds -inf.
-    if (has_res) reduced.at(p, 0) = fold(reduce_op, out.row(p), out.free);
+    if (has_res) reduced.at(p, 0) = fold_alu(reduce_op, out.row(p), out.free);
   }
   if (has_res) std::copy(reduced.values.begin(), reduced.values.end(), lane_accumulators(ctx, dst));
   ctx.write(dst, out);

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "config/config_loader.h"
-#include "isa/builder.h"
 #include "isa/host_workers.h"
 #include "isa/memory_image.h"
 #include "isa/numerics/float_format.h"
@@ -178,16 +177,23 @@ TEST(InterpretKernel, LibraryKernelsGiveTheTimingModelsValuesBitForBit) {
 }
 
 TEST(InterpretKernel, SynchronisingOrValueDependentProgramsNeedTheTimingModel) {
-  isa::ProgramBuilder barrier("barrier", Generation::trn2);
-  barrier.emit(isa::Opcode::core_barrier);
-  const isa::Program with_barrier = barrier.finish();
-  EXPECT_FALSE(values_without_timing_model({&with_barrier}));
-  isa::ProgramBuilder plain("plain", Generation::trn2);
-  const uint32_t a = plain.sbuf("a", DType::fp32, {128, 4});
-  plain.emit(isa::Opcode::memset).tensor("dst", plain.view(a)).imm("value", 1.0);
-  const isa::Program without = plain.finish();
-  EXPECT_TRUE(values_without_timing_model({&without}));
-  EXPECT_FALSE(values_without_timing_model({&without, &with_barrier}));
+  auto program = [](const std::string& body) {
+    return isa::parse_tasm("kernel k\ntarget trn2\nhbm n : int32[1, 1] input\nhbm x : fp32[2, 4] output\n"
+                           "sbuf cnt : int32[1, 1]\nsbuf a : fp32[2, 4]\n" + body, "k.tasm");
+  };
+  // Core-local synchronisation and loops with fixed trip counts: the interpreter alone gives the values.
+  const isa::Program local = program("memset dst=a, value=1\nsem_signal sem=0\nbarrier\n"
+                                     "loop_begin count=3\ndma_copy dst=x, src=a\nloop_end\n");
+  EXPECT_TRUE(values_without_timing_model({&local}));
+  // Another core's progress (core_barrier, a collective) or a trip count read from a tensor: the timing model.
+  const isa::Program barrier = program("core_barrier data=x\n");
+  const isa::Program collective = program("all_reduce dst=a, src=a, op=add\n");
+  const isa::Program value_loop = program("dma_copy dst=cnt, src=n\nregister_load dst=r0, src=cnt\n"
+                                          "while_begin cond=r0\nregister_add dst=r0, src=r0, imm=-1\nwhile_end\n");
+  EXPECT_FALSE(values_without_timing_model({&barrier}));
+  EXPECT_FALSE(values_without_timing_model({&collective}));
+  EXPECT_FALSE(values_without_timing_model({&value_loop}));
+  EXPECT_FALSE(values_without_timing_model({&local, &barrier}));
 }
 
 TEST(Gzip, RoundTripsAndRejectsDamage) {

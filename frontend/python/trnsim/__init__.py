@@ -99,7 +99,7 @@ def timing_cache_stats():
     """The timing cache: hits, misses (launches simulated) and entries. Both modes use it: in
     timing-only mode a hit simulates nothing; with values a hit runs only the interpreter (the
     same values, core after core in program order) and takes the time from the cache. Kernels
-    whose cores synchronise (semaphores, barriers, collectives) or whose control flow depends on
+    whose cores meet (core_barrier, collectives) or whose control flow depends on
     tensor values always run the timing model with values."""
     return dict(_C.timing_cache_stats())
 
