@@ -1498,6 +1498,10 @@ class Checker {
         (src.dtype != dst.dtype || (dst.dtype != DType::bf16 && dst.dtype != DType::fp32))) {
       fail("dma-read-add-write", "read-add-write needs matching bf16 or fp32 dtypes (A-V4)");
     }
+    if (inst.scalar("dst_rmw_op") == 1 && inst.enum_is("oob_mode", "skip")) {
+      // nki.isa.dma_copy: "If dst_rmw_op is specified, only oob_mode=oob_mode.error is allowed."
+      fail("dma-read-add-write", "read-add-write takes oob_mode=error only");
+    }
   }
 
   void check_tensor_scalar(const Instruction& inst) {

@@ -50,7 +50,7 @@ std::string allocation_name_error(const std::string& name) {
 }
 
 AccessPattern checked_raw_access_pattern(const Program& program, uint32_t allocation, int64_t offset,
-                                         const std::vector<ApDim>& dims) {
+                                         const std::vector<ApDim>& dims, std::optional<DType> as_dtype) {
   const Allocation& a = program.allocations.at(allocation);
   auto fail = [&](const std::string& message) { throw std::invalid_argument(a.name + ": " + message); };
   if (offset < -kMaxOffset || offset > kMaxOffset) fail("offset out of range");
@@ -68,7 +68,7 @@ AccessPattern checked_raw_access_pattern(const Program& program, uint32_t alloca
       fail("the access pattern reaches far outside the tensor");
     }
   }
-  return raw_access_pattern(program, allocation, offset, dims);
+  return raw_access_pattern(program, allocation, offset, dims, as_dtype);
 }
 
 std::string parse_operand_immediate(const OperandSpec& spec, std::string_view text, double& scalar,
@@ -162,19 +162,20 @@ class Cursor {
     while (stop < m_end && m_line[stop] != ' ' && m_line[stop] != '\t' && stop - m_pos < 40) ++stop;
     return std::string(m_line.substr(m_pos, stop - m_pos));
   }
-  void expect(char c, const std::string& context) {
+  // The context and `what` texts are views: a message is built only when the input is wrong.
+  void expect(char c, std::string_view context) {
     if (accept(c)) return;
-    fail(at_end() ? "expected '" + std::string(1, c) + "' " + context + ", got the end of the line"
-                  : "expected '" + std::string(1, c) + "' " + context + ", got '" + next_token() + "'");
+    const std::string head = "expected '" + std::string(1, c) + "' " + std::string(context);
+    fail(at_end() ? head + ", got the end of the line" : head + ", got '" + next_token() + "'");
   }
-  void expect_end(const std::string& context) {
-    if (!at_end()) fail("unexpected '" + next_token() + "' after " + context);
+  void expect_end(std::string_view context) {
+    if (!at_end()) fail("unexpected '" + next_token() + "' after " + std::string(context));
   }
-  std::string_view identifier(const std::string& what) {
+  std::string_view identifier(std::string_view what) {
     skip_ws();
     if (m_pos >= m_end || !is_ident_start(m_line[m_pos])) {
-      fail(at_end() ? "expected " + what + ", got the end of the line"
-                    : "expected " + what + ", got '" + next_token() + "'");
+      const std::string head = "expected " + std::string(what);
+      fail(at_end() ? head + ", got the end of the line" : head + ", got '" + next_token() + "'");
     }
     size_t start = m_pos;
     while (m_pos < m_end && is_ident_char(m_line[m_pos])) ++m_pos;
@@ -184,7 +185,7 @@ class Cursor {
     char c = peek();
     return (c >= '0' && c <= '9') || c == '-' || c == '+';
   }
-  int64_t integer(const std::string& what, int64_t low, int64_t high) {
+  int64_t integer(std::string_view what, int64_t low, int64_t high) {
     skip_ws();
     size_t start = m_pos;
     if (m_pos < m_end && (m_line[m_pos] == '-' || m_line[m_pos] == '+')) ++m_pos;
@@ -192,9 +193,10 @@ class Cursor {
     while (m_pos < m_end && m_line[m_pos] >= '0' && m_line[m_pos] <= '9') ++m_pos;
     if (m_pos == digits) {
       m_pos = start;
-      fail(at_end() ? "expected " + what + ", got the end of the line" : "expected " + what + ", got '" + next_token() + "'");
+      const std::string head = "expected " + std::string(what);
+      fail(at_end() ? head + ", got the end of the line" : head + ", got '" + next_token() + "'");
     }
-    std::string text(m_line.substr(start, m_pos - start));
+    std::string_view text = m_line.substr(start, m_pos - start);
     bool negative = text[0] == '-';
     // Accumulate with a cap so that any digit string is handled without overflow.
     int64_t value = 0;
@@ -205,7 +207,8 @@ class Cursor {
     }
     if (negative) value = -value;
     if (too_big || value < low || value > high) {
-      fail_at(start, "expected " + what + " in " + std::to_string(low) + ".." + std::to_string(high) + ", got " + text);
+      fail_at(start, "expected " + std::string(what) + " in " + std::to_string(low) + ".." + std::to_string(high) +
+                         ", got " + std::string(text));
     }
     return value;
   }
@@ -253,7 +256,7 @@ class TasmParser {
 
   void parse_line(Cursor& c, uint32_t line_number) {
     size_t word_pos = c.pos();
-    std::string word(c.identifier("a declaration or an opcode"));
+    std::string_view word = c.identifier("a declaration or an opcode");
     if (word == "kernel") {
       if (m_seen_any) c.fail_at(word_pos, "'kernel' must be the first line");
       c.skip_ws();
@@ -289,7 +292,7 @@ class TasmParser {
     }
   }
 
-  void parse_declaration(Cursor& c, const std::string& space_word, uint32_t line_number) {
+  void parse_declaration(Cursor& c, std::string_view space_word, uint32_t line_number) {
     Allocation a;
     a.space = space_word == "hbm" ? MemorySpace::hbm : space_word == "sbuf" ? MemorySpace::sbuf : MemorySpace::psum;
     a.declared_line = line_number;
@@ -358,24 +361,27 @@ class TasmParser {
     m_allocation_index.emplace(name, uint32_t(program().allocations.size() - 1));
   }
 
-  void parse_instruction(Cursor& c, const std::string& word, size_t word_pos, uint32_t line_number) {
+  void parse_instruction(Cursor& c, std::string_view word, size_t word_pos, uint32_t line_number) {
     const InstructionSpec* spec = find_instruction_spec(word);
-    if (!spec) c.fail_at(word_pos, "unknown opcode '" + word + "'" + did_you_mean(word, opcode_and_keyword_names()));
+    if (!spec) {
+      c.fail_at(word_pos, "unknown opcode '" + std::string(word) + "'" + did_you_mean(word, opcode_and_keyword_names()));
+    }
     size_t index = program().instructions.size();
     m_builder.emit(spec->opcode, line_number);
     uint32_t given = 0;
     bool engine_given = false;
     size_t engine_pos = word_pos;
     if (!c.at_end()) {
-      for (auto [start, stop] : split_operands(c)) {
+      split_operands(c, m_operand_spans);
+      for (auto [start, stop] : m_operand_spans) {
         Cursor operand = c.sub(start, stop);
         if (operand.at_end()) operand.fail("expected an operand NAME=VALUE");
         size_t name_pos = operand.pos();
-        std::string name(operand.identifier("an operand name"));
-        operand.expect('=', "after operand name '" + name + "'");
+        std::string_view name = operand.identifier("an operand name");
+        if (!operand.accept('=')) operand.expect('=', "after operand name '" + std::string(name) + "'");
         operand.skip_ws();
         size_t value_pos = operand.pos();
-        if (operand.at_end()) operand.fail("operand '" + name + "' has no value");
+        if (operand.at_end()) operand.fail("operand '" + std::string(name) + "' has no value");
         size_t value_end = stop;
         while (value_end > value_pos && (c.line()[value_end - 1] == ' ' || c.line()[value_end - 1] == '\t')) {
           --value_end;
@@ -399,9 +405,11 @@ class TasmParser {
         if (i < 0) {
           std::vector<std::string> names = {"engine"};
           for (const OperandSpec& o : spec->operands) names.push_back(o.name);
-          operand.fail_at(name_pos, spec->name + " has no operand '" + name + "'" + did_you_mean(name, names));
+          operand.fail_at(name_pos, spec->name + " has no operand '" + std::string(name) + "'" + did_you_mean(name, names));
         }
-        if ((given >> i) & 1u) operand.fail_at(name_pos, spec->name + ": operand '" + name + "' given twice");
+        if ((given >> i) & 1u) {
+          operand.fail_at(name_pos, spec->name + ": operand '" + std::string(name) + "' given twice");
+        }
         given |= 1u << i;
         inst.present_mask |= 1u << i;
         const OperandSpec& o = spec->operands[i];
@@ -410,9 +418,15 @@ class TasmParser {
         std::vector<int64_t> list;
         std::string error;
         if (o.kind == OperandKind::tensor_or_f32) {
-          // A tensor name never reads as a number (declarations reject such names).
-          error = parse_operand_immediate(o, text, scalar, list);
-          as_tensor = !error.empty() && is_ident_start(text[0]);
+          // A tensor name never reads as a number (declarations reject such names). Only names
+          // starting like inf / nan can read as one, so others skip the number's try (and its message).
+          const char first = text[0];
+          if (!is_ident_start(first) || first == 'i' || first == 'I' || first == 'n' || first == 'N') {
+            error = parse_operand_immediate(o, text, scalar, list);
+            as_tensor = !error.empty() && is_ident_start(first);
+          } else {
+            as_tensor = true;
+          }
         } else if (!as_tensor) {
           error = parse_operand_immediate(o, text, scalar, list);
         }
@@ -421,7 +435,7 @@ class TasmParser {
           program().instructions[index].tensors[o.tensor_slot] = ap;
           continue;
         }
-        if (!error.empty()) value.fail(spec->name + "." + name + ": " + error);
+        if (!error.empty()) value.fail(spec->name + "." + std::string(name) + ": " + error);
         if (o.scalar_slot >= 0) inst.scalars[o.scalar_slot] = scalar;
         if (o.list_slot >= 0) inst.lists[o.list_slot] = std::move(list);
         if (o.tensor_slot >= 0) inst.tensors[o.tensor_slot] = AccessPattern{};
@@ -438,7 +452,7 @@ class TasmParser {
     if (!error.empty()) c.fail_at(engine_pos, error);
   }
 
-  // NAME, NAME[slices] or NAME{offset=O, [scalar_offset=rN, ]ap=[[a, b], ...]}.
+  // NAME, NAME[slices] or NAME{offset=O, [scalar_offset=rN, ][dtype=D, ]ap=[[a, b], ...]}.
   AccessPattern parse_tensor(Cursor& c) {
     size_t name_pos = c.pos();
     std::string name(c.identifier("a tensor name"));
@@ -454,9 +468,9 @@ class TasmParser {
     try {
       if (c.at_end()) return full_allocation(program(), index);
       if (c.accept('[')) {
-        std::vector<Slice> slices = parse_slices(c);
+        parse_slices(c, m_slices);
         c.expect_end("the slice");
-        return slice_allocation(program(), index, slices);
+        return slice_allocation(program(), index, m_slices);
       }
       if (c.accept('{')) {
         std::string word(c.identifier("'offset'"));
@@ -479,10 +493,26 @@ class TasmParser {
           c.expect(',', "after the scalar_offset register");
           word = std::string(c.identifier("'ap'"));
         }
+        std::optional<DType> as_dtype;
+        if (word == "dtype") {
+          // The allocation's bytes read as another dtype (offset and strides in its elements).
+          c.expect('=', "after 'dtype'");
+          size_t dtype_pos = c.pos();
+          std::string dtype_text(c.identifier("a dtype"));
+          as_dtype = parse_dtype(dtype_text);
+          if (!as_dtype) {
+            std::vector<std::string> names;
+            for (const DTypeInfo& info : all_dtypes()) names.emplace_back(info.name);
+            c.fail_at(dtype_pos, "unknown dtype '" + dtype_text + "'" + did_you_mean(dtype_text, names));
+          }
+          c.expect(',', "after the dtype");
+          word = std::string(c.identifier("'ap'"));
+        }
         if (word != "ap") c.fail("expected 'ap', got '" + word + "'");
         c.expect('=', "after 'ap'");
         c.expect('[', "before the access pattern pairs");
-        std::vector<ApDim> dims;
+        std::vector<ApDim>& dims = m_dims;  // reused across operands
+        dims.clear();
         for (int i = 0; !c.accept(']'); ++i) {
           if (i > 0) c.expect(',', "between access pattern pairs");
           if (i > kMaxFreeDims) c.fail("at most 4 free dimensions after the partition pair");
@@ -496,7 +526,7 @@ class TasmParser {
         }
         c.expect('}', "after the access pattern");
         c.expect_end("the access pattern");
-        AccessPattern ap = checked_raw_access_pattern(program(), index, offset, dims);
+        AccessPattern ap = checked_raw_access_pattern(program(), index, offset, dims, as_dtype);
         ap.offset_register = static_cast<int8_t>(offset_register);
         return ap;
       }
@@ -507,9 +537,9 @@ class TasmParser {
     return {};  // not reached: expect_end threw
   }
 
-  // After '[': start:stop:step items up to and including ']'.
-  std::vector<Slice> parse_slices(Cursor& c) {
-    std::vector<Slice> slices;
+  // After '[': start:stop:step items up to and including ']', into `slices` (reused across operands).
+  void parse_slices(Cursor& c, std::vector<Slice>& slices) {
+    slices.clear();
     for (int i = 0; !c.accept(']'); ++i) {
       if (i > 0) c.expect(',', "between slices");
       if (i >= 8) c.fail("bad slice: more indices than any tensor has dimensions");
@@ -528,15 +558,16 @@ class TasmParser {
                                   : "bad slice: expected an index, got '" + c.next_token() + "'");
       slices.push_back(s);
     }
-    return slices;
   }
 
   // Splits the rest of the cursor's range at commas outside brackets and braces.
-  std::vector<std::pair<size_t, size_t>> split_operands(Cursor& c) {
-    std::vector<std::pair<size_t, size_t>> parts;
+  // Into `parts` (reused from line to line: no allocation per instruction).
+  void split_operands(Cursor& c, std::vector<std::pair<size_t, size_t>>& parts) {
+    parts.clear();
     std::string_view line = c.line();
     size_t start = c.pos();
-    std::vector<size_t> open;  // positions of the unclosed brackets
+    std::vector<size_t>& open = m_open_brackets;  // positions of the unclosed brackets
+    open.clear();
     for (size_t i = start; i < c.end(); ++i) {
       char ch = line[i];
       if (ch == '[' || ch == '{') {
@@ -551,9 +582,12 @@ class TasmParser {
     }
     if (!open.empty()) c.fail_at(open.back(), std::string("unclosed '") + line[open.back()] + "'");
     parts.emplace_back(start, c.end());
-    return parts;
   }
 
+  std::vector<std::pair<size_t, size_t>> m_operand_spans;
+  std::vector<Slice> m_slices;
+  std::vector<ApDim> m_dims;
+  std::vector<size_t> m_open_brackets;
   const std::string& m_origin;
   ProgramBuilder m_builder;
   bool m_seen_any = false, m_seen_target = false, m_seen_body = false;
@@ -624,11 +658,20 @@ std::string print_instruction(const Program& program, const Instruction& inst) {
 Program parse_tasm(const std::string& text, const std::string& origin) { return TasmParser(origin).parse(text); }
 
 Program parse_tasm_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw IsaError(path + ": cannot read the file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_tasm(buffer.str(), path);
+  // One buffer of the file's size (a stringstream would hold the text twice over).
+  const std::streamoff size = in.tellg();
+  if (size < 0) {  // not seekable (a pipe): read it as a stream
+    std::ifstream stream(path, std::ios::binary);
+    std::stringstream buffer;
+    buffer << stream.rdbuf();
+    return parse_tasm(buffer.str(), path);
+  }
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (size > 0 && !in.read(text.data(), size)) throw IsaError(path + ": cannot read the file");
+  return parse_tasm(text, path);
 }
 
 std::string print_tasm(const Program& program) {

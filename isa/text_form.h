@@ -17,6 +17,7 @@
 // defaulted ones, so print(parse(print(p))) == print(p).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,7 +46,8 @@ std::string allocation_shape_error(const std::vector<uint32_t>& shape);
 std::string allocation_name_error(const std::string& name);
 // raw_access_pattern with overflow-safe bounds checks first; throws std::invalid_argument.
 AccessPattern checked_raw_access_pattern(const Program& program, uint32_t allocation, int64_t offset,
-                                         const std::vector<ApDim>& dims);
+                                         const std::vector<ApDim>& dims,
+                                         std::optional<DType> as_dtype = std::nullopt);
 // parse_immediate plus the range limits that keep the value exactly printable.
 std::string parse_operand_immediate(const OperandSpec& spec, std::string_view text, double& scalar,
                                     std::vector<int64_t>& list);

@@ -128,9 +128,15 @@ AccessPattern read_tensor(const JsonReader& r, const Json& value, const Program&
     dims.push_back(ApDim{r.integer(pair[0], "ap", -(int64_t{1} << 40), int64_t{1} << 40),
                          static_cast<uint32_t>(r.integer(pair[1], "ap", 0, UINT32_MAX))});
   }
+  std::optional<DType> as_dtype;
+  if (value.contains("dtype")) {
+    std::string dtype = r.string(value, "dtype");
+    as_dtype = parse_dtype(dtype);
+    if (!as_dtype) r.fail("unknown dtype '" + dtype + "'");
+  }
   AccessPattern result;
   try {
-    result = checked_raw_access_pattern(program, static_cast<uint32_t>(allocation), offset, dims);
+    result = checked_raw_access_pattern(program, static_cast<uint32_t>(allocation), offset, dims, as_dtype);
   } catch (const std::invalid_argument& e) {
     r.fail(std::string("bad access pattern: ") + e.what());
   }
@@ -141,12 +147,6 @@ AccessPattern read_tensor(const JsonReader& r, const Json& value, const Program&
       r.fail("\"scalar_offset\" must name a register r0..r" + std::to_string(kRegisterCount - 1));
     }
     result.offset_register = static_cast<int8_t>(index);
-  }
-  if (value.contains("dtype")) {
-    std::string dtype = r.string(value, "dtype");
-    auto parsed = parse_dtype(dtype);
-    if (!parsed) r.fail("unknown dtype '" + dtype + "'");
-    result.dtype = *parsed;
   }
   return result;
 }

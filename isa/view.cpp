@@ -1,5 +1,6 @@
 #include "isa/view.h"
 
+#include <array>
 #include <stdexcept>
 
 namespace trnsim::isa {
@@ -20,18 +21,26 @@ AccessPattern slice_allocation(const Program& program, uint32_t allocation, cons
   ap.space = a.space;
   ap.dtype = a.dtype;
   ap.allocation = allocation;
-  std::vector<int64_t> strides = a.strides();
   bool on_chip = a.space != MemorySpace::hbm;
-  std::vector<ApDim> dims;  // kept dims, outermost first (partition dim first for SBUF/PSUM)
+  // Fixed-size scratch (a rank is at most 8): the .tasm parser slices every operand of millions of lines.
+  constexpr size_t kMaxRank = 8;
+  if (a.shape.size() > kMaxRank) fail(a, "a tensor has at most 8 dimensions");
+  std::array<int64_t, kMaxRank> strides{};  // row-major element strides of the free dims (HBM: of all dims)
+  const size_t first_free = on_chip ? 1 : 0;
+  for (size_t i = a.shape.size(), stride = 1; i-- > first_free;) {
+    strides[i - first_free] = int64_t(stride);
+    stride *= a.shape[i];
+  }
+  std::array<ApDim, kMaxRank> dims{};  // kept dims, outermost first (partition dim first for SBUF/PSUM)
+  size_t kept = 0;
   for (size_t d = 0; d < a.shape.size(); ++d) {
     Slice s = d < slices.size() ? slices[d] : Slice::all();
     int64_t size = a.shape[d];
     int64_t stop = s.stop.value_or(size);
-    std::string where = "dimension " + std::to_string(d);
-    if (s.step <= 0) fail(a, where + ": step must be positive");
+    if (s.step <= 0) fail(a, "dimension " + std::to_string(d) + ": step must be positive");
     if (s.start < 0 || s.start >= size || stop > size || stop <= s.start) {
-      fail(a, where + ": index " + std::to_string(s.start) + (s.is_index ? "" : ":" + std::to_string(stop)) +
-                  " is outside 0:" + std::to_string(size));
+      fail(a, "dimension " + std::to_string(d) + ": index " + std::to_string(s.start) +
+                  (s.is_index ? "" : ":" + std::to_string(stop)) + " is outside 0:" + std::to_string(size));
     }
     int64_t count = (stop - s.start + s.step - 1) / s.step;
     bool partition_dim = on_chip && d == 0;
@@ -41,24 +50,26 @@ AccessPattern slice_allocation(const Program& program, uint32_t allocation, cons
       ap.partition = ApDim{1, static_cast<uint32_t>(count)};
       continue;
     }
-    int64_t stride = strides[on_chip ? d - 1 : d];
+    int64_t stride = strides[d - first_free];
     ap.offset += s.start * stride;
-    if (!s.is_index) dims.push_back(ApDim{stride * s.step, static_cast<uint32_t>(count)});
+    if (!s.is_index) dims[kept++] = ApDim{stride * s.step, static_cast<uint32_t>(count)};
   }
+  size_t first_kept = 0;
   if (!on_chip) {
     // HBM: the outermost kept dim plays the partition dim.
-    if (dims.empty()) {
+    if (kept == 0) {
       ap.partition = ApDim{0, 1};
     } else {
-      ap.partition = dims.front();
-      dims.erase(dims.begin());
+      ap.partition = dims[0];
+      first_kept = 1;
     }
   }
-  if (dims.size() > static_cast<size_t>(kMaxFreeDims)) {
-    fail(a, std::to_string(dims.size()) + " free dimensions; the hardware addresses at most 4");
+  const size_t free_dims = kept - first_kept;
+  if (free_dims > static_cast<size_t>(kMaxFreeDims)) {
+    fail(a, std::to_string(free_dims) + " free dimensions; the hardware addresses at most 4");
   }
-  ap.num_free_dims = static_cast<uint8_t>(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) ap.free[i] = dims[i];
+  ap.num_free_dims = static_cast<uint8_t>(free_dims);
+  for (size_t i = 0; i < free_dims; ++i) ap.free[i] = dims[first_kept + i];
   return ap;
 }
 
@@ -67,13 +78,13 @@ AccessPattern full_allocation(const Program& program, uint32_t allocation) {
 }
 
 AccessPattern raw_access_pattern(const Program& program, uint32_t allocation, int64_t offset,
-                                 const std::vector<ApDim>& dims) {
+                                 const std::vector<ApDim>& dims, std::optional<DType> as_dtype) {
   const Allocation& a = program.allocations.at(allocation);
   if (dims.empty()) fail(a, "a raw access pattern needs at least the partition pair");
   if (dims.size() > static_cast<size_t>(kMaxFreeDims) + 1) fail(a, "at most 4 free dimensions");
   AccessPattern ap;
   ap.space = a.space;
-  ap.dtype = a.dtype;
+  ap.dtype = as_dtype.value_or(a.dtype);
   ap.allocation = allocation;
   bool on_chip = a.space != MemorySpace::hbm;
   if (on_chip) {
@@ -99,7 +110,8 @@ AccessPattern raw_access_pattern(const Program& program, uint32_t allocation, in
   };
   if (!on_chip) extend(ap.partition);
   for (int i = 0; i < ap.num_free_dims; ++i) extend(ap.free[i]);
-  int64_t limit = static_cast<int64_t>(a.elements_per_partition());
+  // In elements of the pattern's dtype: the allocation's bytes (per partition on chip) hold this many.
+  const int64_t limit = static_cast<int64_t>(a.bytes_per_partition() / dtype_size_bytes(ap.dtype));
   if (low < 0 || high >= limit) {
     fail(a, "elements " + std::to_string(low) + ".." + std::to_string(high) + " fall outside 0.." +
                 std::to_string(limit - 1));
@@ -185,6 +197,7 @@ std::string describe_access_pattern(const Program& program, const AccessPattern&
   }
   std::string text = a.name + "{offset=" + std::to_string(ap.offset) + ", ";
   if (ap.dynamic()) text += "scalar_offset=r" + std::to_string(ap.offset_register) + ", ";
+  if (ap.dtype != a.dtype) text += "dtype=" + std::string(dtype_name(ap.dtype)) + ", ";
   text += "ap=[[";
   if (a.space == MemorySpace::hbm) {
     text += std::to_string(ap.partition.stride) + ", " + std::to_string(ap.partition.size) + "]";

@@ -32,11 +32,14 @@ AccessPattern full_allocation(const Program& program, uint32_t allocation);
 
 // Text of an access pattern: "name[0:128, 0:512]" when it is a slice of its allocation,
 // else the raw form "name{offset=O, ap=[[stride, size], ...]}" (partition pair first), with
-// "scalar_offset=rN, " before ap= for a dynamic pattern.
+// "scalar_offset=rN, " before ap= for a dynamic pattern and "dtype=D, " for a pattern that reads
+// the allocation as another dtype.
 std::string describe_access_pattern(const Program& program, const AccessPattern& ap);
 
-// The raw form's access pattern; the same checks as slices.
+// The raw form's access pattern; the same checks as slices. With `as_dtype` the pattern reads the
+// allocation's bytes as that dtype (NKI's view(dtype) of an HBM tensor): offset and strides count
+// elements of `as_dtype`, and the bounds are the allocation's bytes.
 AccessPattern raw_access_pattern(const Program& program, uint32_t allocation, int64_t offset,
-                                 const std::vector<ApDim>& dims);
+                                 const std::vector<ApDim>& dims, std::optional<DType> as_dtype = std::nullopt);
 
 }  // namespace trnsim::isa

@@ -53,10 +53,11 @@ void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
 // The indices of an indirect DMA (dma_gather, dma_scatter): one row index per partition of the
 // SBUF side (`side`, "dst" or "src"), read as raw 32-bit integers (exact beyond 2^24) and passed
 // to row(p, index) in partition order; an index outside the table is an error naming it, as the
-// DGE would fault on the address rather than touch another tensor.
+// DGE would fault on the address rather than touch another tensor, unless the instruction asks
+// oob_mode=skip: then that partition's row does not move.
 template <typename Row>
 void for_each_indirect_row(const char* op, const char* side, const AccessPattern& indices, const AccessPattern& sbuf,
-                           const AccessPattern& table, ExecContext& ctx, Row&& row) {
+                           const AccessPattern& table, bool skip_out_of_bounds, ExecContext& ctx, Row&& row) {
   if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
     throw IsaError("indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
   }
@@ -76,6 +77,7 @@ void for_each_indirect_row(const char* op, const char* side, const AccessPattern
     uint32_t pattern = numerics::float_bits(bits.values[p]);
     int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
     if (index < 0 || index >= int64_t{rows}) {
+      if (skip_out_of_bounds) continue;
       throw IsaError(std::string(op) + " index " + std::to_string(index) + " (partition " + std::to_string(p) +
                      ") is out of range for a table of " + std::to_string(rows) + " rows");
     }
@@ -87,7 +89,8 @@ void for_each_indirect_row(const char* op, const char* side, const AccessPattern
 void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
   const AccessPattern& src = inst.tensor("src");
-  for_each_indirect_row("gather", "dst", inst.tensor("indices"), dst, src, ctx, [&](uint32_t p, int64_t index) {
+  const bool skip = inst.enum_is("oob_mode", "skip");
+  for_each_indirect_row("gather", "dst", inst.tensor("indices"), dst, src, skip, ctx, [&](uint32_t p, int64_t index) {
     AccessPattern from = src, to = dst;
     from.offset += index * src.partition.stride;
     from.partition.size = 1;
@@ -111,7 +114,8 @@ void exec_dma_scatter(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
   const AccessPattern& src = inst.tensor("src");
   const bool add = inst.scalar("dst_rmw_op") == 1;
-  for_each_indirect_row("scatter", "src", inst.tensor("indices"), src, dst, ctx, [&](uint32_t p, int64_t index) {
+  const bool skip = inst.enum_is("oob_mode", "skip");
+  for_each_indirect_row("scatter", "src", inst.tensor("indices"), src, dst, skip, ctx, [&](uint32_t p, int64_t index) {
     AccessPattern from = src, to = dst;
     to.offset += index * dst.partition.stride;
     to.partition.size = 1;

@@ -105,6 +105,23 @@ TEST(DmaScatter, OutOfRangeIndexNamesIndexAndRows) {
   }
 }
 
+// oob_mode=skip (nki.isa.dma_copy's oob_mode.skip): an out-of-range row is not written, the others are.
+TEST(DmaScatter, OobModeSkipWritesOnlyTheRowsInRange) {
+  Scatter s = make_scatter(5, 3, 4, DType::fp32, false);
+  s.program.instructions.back().scalars[instruction_spec(Opcode::dma_scatter).find("oob_mode")->scalar_slot] = 1;
+  CoreState state(trn2().core, s.program);
+  std::vector<float> base(15, -1.0f), rows(12);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i);
+  store(state, s.base, base);
+  store(state, s.rows, rows);
+  store<int32_t>(state, s.ids, {4, 5, -1, 0});
+  interpret(s.program, state, trn2());
+  std::vector<float> table = table_values(state, s, DType::fp32, 15);
+  EXPECT_THAT(std::vector<float>(table.begin(), table.begin() + 3), testing::ElementsAre(9, 10, 11));
+  EXPECT_THAT(std::vector<float>(table.begin() + 12, table.end()), testing::ElementsAre(0, 1, 2));
+  EXPECT_THAT(std::vector<float>(table.begin() + 3, table.begin() + 12), testing::Each(-1.0f));
+}
+
 std::vector<std::string> rules(const Program& program) {
   std::vector<std::string> out;
   for (const LegalityIssue& issue : find_legality_issues(program, trn2())) out.push_back(issue.rule);
@@ -115,6 +132,9 @@ TEST(DmaScatter, LegalityRules) {
   EXPECT_TRUE(rules(make_scatter(5, 3, 4, DType::bf16, true, DType::uint32).program).empty());
   EXPECT_THAT(rules(make_scatter(5, 3, 4, DType::bf16, false, DType::fp32).program), testing::Contains("dma-scatter"));
   EXPECT_THAT(rules(make_scatter(5, 3, 4, DType::int32, true).program), testing::Contains("dma-read-add-write"));
+  Scatter skip_add = make_scatter(5, 3, 4, DType::fp32, true);
+  skip_add.program.instructions.back().scalars[instruction_spec(Opcode::dma_scatter).find("oob_mode")->scalar_slot] = 1;
+  EXPECT_THAT(rules(skip_add.program), testing::Contains("dma-read-add-write"));  // rmw takes oob_mode=error only
 
   ProgramBuilder b("s", Generation::trn2);
   uint32_t table = b.hbm("table", DType::fp32, {10, 8});

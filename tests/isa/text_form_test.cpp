@@ -203,6 +203,38 @@ TEST(TextForm, BuilderProgramRoundTrips) {
   EXPECT_THAT(printed, testing::HasSubstr("memset dst=t{offset=64, ap=[[3, 5], [-2, 32]]}, value=0.1\n"));
 }
 
+// NKI's view(dtype) of an HBM tensor: a raw pattern reads the allocation's bytes as another dtype,
+// offset and strides in that dtype's elements, bounded by the allocation's bytes.
+TEST(TextForm, AccessPatternAsAnotherDtype) {
+  const char* text =
+      "kernel v\ntarget trn2\nhbm x : fp32[4, 8] input\nsbuf t : bf16[4, 16]\n"
+      "dma_copy dst=t, src=x{offset=0, dtype=bf16, ap=[[16, 4], [1, 16]]}\n";
+  Program program = parse_tasm(text, "v.tasm");
+  const AccessPattern& src = program.instructions[0].tensor("src");
+  EXPECT_EQ(src.dtype, DType::bf16);
+  EXPECT_EQ(src.bytes(), 4u * 8u * 4u);
+  std::string printed = print_tasm(program);
+  EXPECT_THAT(printed, testing::HasSubstr("src=x{offset=0, dtype=bf16, ap=[[16, 4], [1, 16]]}"));
+  expect_same_program(program, parse_tasm(printed, "v2.tasm"));
+  Program from_json = parse_json_lines(to_json_lines(program), "v.jsonl");
+  EXPECT_EQ(from_json.instructions[0].tensor("src"), src);
+  // 64 bf16 elements fit in the 32 fp32 ones; the 65th does not.
+  try {
+    parse_tasm("hbm x : fp32[4, 8]\nsbuf t : bf16[1, 65]\ndma_copy dst=t, src=x{offset=0, dtype=bf16, ap=[[0, 1], [1, 65]]}\n",
+               "o.tasm");
+    FAIL() << "no error for a pattern past the allocation's bytes";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("elements 0..64 fall outside 0..63"));
+  }
+  try {
+    parse_tasm("hbm x : fp32[4, 8]\nsbuf t : bf16[1, 8]\ndma_copy dst=t, src=x{offset=0, dtype=bf61, ap=[[0, 1], [1, 8]]}\n",
+               "d.tasm");
+    FAIL() << "no error for an unknown dtype";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("unknown dtype 'bf61'"));
+  }
+}
+
 TEST(TextForm, JsonLinesRoundTrip) {
   Program program = parse_tasm(kAllOpcodes, "all.tasm");
   std::string json = to_json_lines(program);

@@ -468,6 +468,54 @@ class View:
         pdim = self.pdim - 1 if self.pdim is not None and dim < self.pdim else self.pdim
         return View(self.st, self.offset, dims, pdim, self.pstart)
 
+    # -- NkiTensor attributes
+    @property
+    def name(self):
+        return self.st.name
+
+    @property
+    def size(self):
+        return _prod(self.shape)
+
+    @property
+    def strides(self):
+        """Element strides per dim; on chip the partition dim steps by the tile's elements per
+        partition, as NKI's access patterns write it."""
+        return tuple(self.st.per_partition if i == self.pdim else d[0] for i, d in enumerate(self.dims))
+
+    def get_pattern(self):
+        """The view's access pattern as [[stride, count], ...] (partition pair first on chip)."""
+        return [[st, n] for st, n in zip(self.strides, self.shape)]
+
+    def is_contiguous(self):
+        expect = 1
+        for i in range(self.ndim - 1, -1, -1):
+            stride, n = self.dims[i]
+            if i == self.pdim:
+                continue
+            if n != 1 and stride != expect:
+                return False
+            expect *= n
+        return True
+
+    def is_indirect(self):
+        return False
+
+    def reinterpret_cast(self, dtype):
+        return self.view(dtype)
+
+    def vector_select(self, dim, indices):
+        """The rows of dim ``dim`` that an SBUF tile of offsets ([P, 1] int32 / uint32, one per
+        partition) picks: partition p reads index ``indices[p]`` of that dim. An HBM tensor's indirect
+        DMA (``nisa.dma_copy`` gathers from it as src, scatters into it as dst; descriptors from the
+        indices at run time by the software DGE)."""
+        if self.st.space != "hbm":
+            fail("vector_select of an on-chip tensor: tensor indirection of compute operands is not supported "
+                 "yet; vector_select an HBM tensor (an indirect DMA)")
+        dim = int(dim) % self.ndim
+        dims = [list(self.dims[dim])] + [list(d) for i, d in enumerate(self.dims) if i != dim]
+        return IndirectRows(TableView(self.st, self.offset, dims, None, 0), indices)
+
     def slice(self, dim, start, end, step=1):
         key = [slice(None)] * self.ndim
         key[dim] = slice(start, end, step)
@@ -509,17 +557,24 @@ class View:
         dims[last] = [1, dims[last][1] // k]
         return View(alias, self.offset // k, dims, self.pdim, self.pstart)
 
-    def ap(self, pattern, offset=0, scalar_offset=None, dtype=None, **unsupported):
+    def ap(self, pattern, offset=0, scalar_offset=None, dtype=None, vector_offset=None, indirect_dim=None,
+           **unsupported):
         """``t.ap([[stride, num], ...], offset, scalar_offset=)``: an explicit access pattern over this tensor's
         storage. On chip the first pair is [partition step, partitions]. ``scalar_offset`` (a register, NKI
-        scalar) adds its value, in elements, when the instruction issues (dynamic addressing)."""
+        scalar) adds its value, in elements, when the instruction issues (dynamic addressing).
+        ``vector_offset=`` (an SBUF tile of offsets, [P, 1] int32 / uint32) with ``indirect_dim=0`` makes the
+        first pair's index come from the tile: partition p reads from ``offset + stride * vector_offset[p]``
+        (plus the other pairs), an HBM tensor's indirect DMA."""
         unsupported = {k: v for k, v in unsupported.items() if v is not None}
         if unsupported:
             fail(f"ap(): {', '.join(sorted(unsupported))} not supported yet")
         if dtype is not None and as_dtype(dtype) is not self.st.dtype:
-            return self.view(dtype).ap(pattern, offset, scalar_offset)
+            return self.view(dtype).ap(pattern, offset, scalar_offset, vector_offset=vector_offset,
+                                       indirect_dim=indirect_dim)
         dims = [[int(s), int(n)] for s, n in pattern]
         start = self.offset + int(offset)
+        if vector_offset is not None:
+            return self._indirect_ap(dims, start, scalar_offset, vector_offset, indirect_dim)
         if scalar_offset is not None:
             if not is_register(scalar_offset) and not isinstance(scalar_offset, (int, np.integer)):
                 fail(f"ap(): scalar_offset is a register (nisa.scalar_load / register_alloc) or an int, got "
@@ -532,6 +587,36 @@ class View:
             fail("ap(): on-chip partitions are contiguous (partition step 1)")
         dims[0][0] = 0
         return View(self.st, start, dims, 0, self.pstart)
+
+
+    def _indirect_ap(self, dims, start, scalar_offset, vector_offset, indirect_dim):
+        if self.st.space != "hbm":
+            fail("ap(vector_offset=) of an on-chip tensor: tensor indirection of compute operands is not supported "
+                 "yet; use it on an HBM tensor (an indirect DMA)")
+        if scalar_offset is not None:
+            fail("ap(): vector_offset= and scalar_offset= together are not supported")
+        if int(indirect_dim if indirect_dim is not None else 0) != 0:
+            fail(f"ap(vector_offset=, indirect_dim={indirect_dim}): the offsets index the pattern's first pair (one "
+                 f"per partition of the SBUF side); indirect_dim=0 only")
+        stride, count = dims[0]
+        if stride <= 0:
+            fail(f"ap(vector_offset=): the indirect pair's stride must be positive, got {stride}")
+        # The table's rows: every offset whose access stays inside the tensor (the DGE faults beyond).
+        reach = sum(s * (n - 1) for s, n in dims[1:] if s > 0)
+        low = sum(s * (n - 1) for s, n in dims[1:] if s < 0)
+        if start + low < 0 or start + reach >= self.st.per_partition:
+            fail(f"ap(vector_offset=): the pattern [{dims}] at offset {start} leaves the tensor of "
+                 f"{self.st.per_partition} elements")
+        rows = (self.st.per_partition - 1 - start - reach) // stride + 1
+        indices = as_indices(vector_offset)
+        if indices.dims[indices.pdim][1] != count:
+            fail(f"ap(vector_offset=): {indices.dims[indices.pdim][1]} offsets for an indirect pair of {count}")
+        return IndirectRows(TableView(self.st, start, [[stride, rows]] + dims[1:], None, 0), indices)
+
+
+def as_indices(value):
+    from . import _emit
+    return _emit.as_view(value, "vector_offset / vector_select indices")
 
 
 def _temporary_refs():
@@ -714,13 +799,38 @@ def index_view(view, key):
     return View(view.st, offset, dims, new_pdim, pstart)
 
 
+class TableView(View):
+    """The HBM side of an indirect DMA: dim 0 is the table's rows (the one the indices pick), emitted
+    as the access pattern's outer pair even when it is one row; the other dims are one row's pattern."""
+    __slots__ = ()
+
+
 class IndirectRows:
-    """``table[idx_tile, i_f]`` (beta 1's indirect DMA): the rows of an HBM tensor that an SBUF tile of
-    row numbers ([P, 1] int32 / uint32) picks; nl.load reads it with a dma_gather."""
+    """``table[idx_tile, i_f]`` (beta 1's indirect DMA), ``t.vector_select(dim, idx)`` and
+    ``t.ap(..., vector_offset=idx, indirect_dim=0)``: the rows of an HBM tensor that an SBUF tile of
+    row numbers ([P, 1] int32 / uint32) picks. nl.load / nisa.dma_copy from it is a dma_gather, into it
+    (nl.store, nisa.dma_copy dst) a dma_scatter."""
     __slots__ = ("table", "indices")
 
     def __init__(self, table, indices):
         self.table, self.indices = table, indices
+
+    @property
+    def shape(self):
+        iv = self.indices
+        rows = iv.dims[iv.pdim][1] if isinstance(iv, View) and iv.pdim is not None else None
+        return (rows,) + tuple(self.table.shape[1:])
+
+    @property
+    def dtype(self):
+        return self.table.dtype
+
+    @property
+    def ndim(self):
+        return self.table.ndim
+
+    def is_indirect(self):
+        return True
 
     def __repr__(self):
         return f"<nki indirect rows of {self.table!r} by {self.indices!r}>"
@@ -734,7 +844,8 @@ def _indirect_rows(view, key):
         first = IndexExpr(0, {IndexVar(view.dims[0][1], 0, ndim): 1})
     else:
         first = slice(None)
-    return IndirectRows(index_view(view, (first,) + tuple(rest)), key[0])
+    table = index_view(view, (first,) + tuple(rest))
+    return IndirectRows(TableView(table.st, table.offset, table.dims, None, 0, table.vars), key[0])
 
 
 def _index_expressions(view, key):

@@ -54,13 +54,18 @@ def _ap_text(v):
     if st.space == "hbm":
         # The outer dim stays the transfer's "partition" dim (as the on-chip side has it); the
         # rest merge where contiguous. The cost model reads runs, not dims, so this is only layout.
-        dims = [d for d in dims if d[1] != 1] or [[1, 1]]
+        if isinstance(v, _core.TableView):
+            # An indirect DMA's table: the rows pair stays first, however many rows.
+            dims = dims[:1] + ([d for d in dims[1:] if d[1] != 1] or [[1, 1]])
+        else:
+            dims = [d for d in dims if d[1] != 1] or [[1, 1]]
         if len(dims) > 2:
             dims = dims[:1] + merge_dims(dims[1:])
         if len(dims) > 5:
             fail(f"an HBM access of {len(dims)} non-contiguous dims: the DMA takes at most 5")
         inner = "".join([f", [{s}, {n}]" for s, n in dims[1:]])
-        return f"{st.name}{{{_offset_text(v.offset)}ap=[[{dims[0][0]}, {dims[0][1]}]{inner}]}}"
+        as_dtype = f"dtype={st.dtype.name}, " if st.base is not None and st.dtype is not st.base.dtype else ""
+        return f"{st.name}{{{_offset_text(v.offset)}{as_dtype}ap=[[{dims[0][0]}, {dims[0][1]}]{inner}]}}"
     pdim = v.pdim
     if len(dims) == 2 and pdim == 0:
         s, n = dims[1]
@@ -255,6 +260,8 @@ def emit(name, args, kwargs, location=None):
         if st.space != "hbm":
             trace.touch(st, index)
     for view in written:
+        if view.st.base is not None and view.st.space == "hbm":
+            view.st.base.written = True   # a write through view(dtype) writes the tensor
         view.st.written = True
         view.st.producer = index if view.is_whole() else -1
         view.st.mask = mask

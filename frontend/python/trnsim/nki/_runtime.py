@@ -113,6 +113,10 @@ def _structure(value, seen):
     if isinstance(value, View):
         if value.st.space != "hbm" or not value.is_whole():
             raise KernelError(f"a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)); got {value!r}")
+        if value.st.base is not None:
+            # view(dtype) of an HBM tensor: the tensor, its bytes read as the view's dtype.
+            seen.append(value.st.base)
+            return ("as_dtype", (value.st.name, value.st.dtype, tuple(value.shape)))
         seen.append(value.st)
         return ("tensor", value.st.name)
     if isinstance(value, (tuple, list)):
@@ -122,12 +126,23 @@ def _structure(value, seen):
     raise KernelError(f"a kernel returns HBM tensors, got {type(value).__name__}")
 
 
+def _as_dtype(array, dtype, shape):
+    """A result read as another dtype: a NumPy array's bytes viewed, a torch tensor's through
+    Tensor.view(dtype)."""
+    if isinstance(array, np.ndarray):
+        return array.view(dtype.numpy).reshape(shape)
+    return array.view(_torch_dtype(dtype)).reshape(shape)
+
+
 def _rebuild(structure, arrays):
     if structure is None:
         return None
     kind, payload = structure
     if kind == "tensor":
         return arrays[payload]
+    if kind == "as_dtype":
+        name, dtype, shape = payload
+        return _as_dtype(arrays[name], dtype, shape)
     if kind in ("tuple", "list"):
         items = [_rebuild(s, arrays) for s in payload]
         return tuple(items) if kind == "tuple" else items

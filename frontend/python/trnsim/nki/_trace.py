@@ -132,8 +132,6 @@ class Trace:
 
     def alias(self, st, dtype):
         """The same bytes seen as another dtype (``t.view(dtype)``): the last dim scales by the size ratio."""
-        if st.space == "hbm":
-            fail("view(dtype) of an HBM tensor is not supported yet")
         root = st.base or st
         shape = list(st.shape)
         if dtype.size_bytes != st.dtype.size_bytes:
@@ -147,6 +145,11 @@ class Trace:
         alias = Storage(self, st.space, dtype, shape, st.pdim)
         alias.base = root
         alias.location = user_location()
+        if st.space == "hbm":
+            # The same allocation: its access patterns name the tensor and read it as this dtype
+            # (``name{offset=O, dtype=D, ap=...}``), so the kernel's inputs and outputs stay one tensor.
+            alias.name = root.name
+            return alias
         alias.name = f"{root.name}_as_{dtype.name}"
         for t in self.tiles:
             if t.name == alias.name:

@@ -64,6 +64,7 @@ engine = _Enum("engine", ["tensor", "vector", "scalar", "gpsimd", "sync", "unkno
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = engine.tensor, engine.vector, engine.scalar, engine.gpsimd
 unknown_engine = engine.unknown
 dge_mode = _Enum("dge_mode", ["unknown", "none", "swdge", "hwdge"])
+oob_mode = _Enum("oob_mode", ["error", "skip"])
 matmul_perf_mode = _Enum("matmul_perf_mode", ["none", "double_row"])
 nc_version = _Enum("nc_version", ["gen2", "gen3", "gen4"])
 _NC_VERSIONS = {"trn1": nc_version.gen2, "trn2": nc_version.gen3, "trn3": nc_version.gen4}
@@ -81,6 +82,59 @@ NKI_FUNCTIONS = [
     "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
     "topk", "get_nc_version", "dma_gather", "scalar_load", "scalar_store",
 ]
+
+
+def _indirect(value):
+    return isinstance(value, _core.IndirectRows)
+
+
+def dma_copy(dst, src, *args, **kwargs):
+    """``dst = src`` by DMA. An indirect side (``t.vector_select(0, idx)``, ``t.ap(vector_offset=idx,
+    indirect_dim=0)``, beta 1's ``t[idx_tile, :]``) makes it the software DGE's gather (src) or
+    scatter (dst), with ``oob_mode`` deciding what an offset outside the tensor does; elsewhere
+    ``oob_mode`` has nothing to check (a static access out of bounds is an error when traced)."""
+    location = user_location()
+    names = ("dst_rmw_op", "oob_mode", "dge_mode")
+    if len(args) > len(names):
+        fail(f"nisa.dma_copy takes at most {2 + len(names)} positional arguments", location)
+    for name, value in zip(names, args):
+        if name in kwargs:
+            fail(f"nisa.dma_copy: argument {name!r} given twice", location)
+        kwargs[name] = value
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    oob = kwargs.pop("oob_mode", None)
+    oob_word = getattr(oob, "_isa_name", oob)
+    if oob_word not in (None, "error", "skip"):
+        fail(f"nisa.dma_copy: oob_mode={oob!r} is not an nisa.oob_mode", location)
+    kwargs.pop("priority", None)   # DMA queue priority: no QoS arbitration modelled on these targets
+    if kwargs.get("dst_rmw_op") is None:
+        kwargs.pop("dst_rmw_op", None)
+    if not (_indirect(dst) or _indirect(src)):
+        return _emit.emit("dma_copy", (dst, src), kwargs, location)
+    if _indirect(dst) and _indirect(src):
+        fail("nisa.dma_copy: both sides indirect; gather into SBUF, then scatter from it", location)
+    mode = getattr(kwargs.pop("dge_mode", None), "_isa_name", None)
+    if mode not in (None, "unknown", "swdge"):
+        fail(f"nisa.dma_copy: an indirect access needs the software DGE (dge_mode=swdge), not {mode}", location)
+    extra = {k: v for k, v in kwargs.items() if k in ("engine", "mask", "name")}
+    if oob_word == "skip":
+        extra["oob_mode"] = "skip"
+    if _indirect(src):
+        return _emit.emit("dma_gather", (dst, src.table, _emit.as_view(src.indices, "indices")), extra, location)
+    if "dst_rmw_op" in kwargs:
+        extra["dst_rmw_op"] = kwargs["dst_rmw_op"]
+    return _emit.emit("dma_scatter", (dst.table, src, _emit.as_view(dst.indices, "indices")), extra, location)
+
+
+def dma_transpose(dst, src, *args, **kwargs):
+    location = user_location()
+    if _indirect(src) or _indirect(dst):
+        fail("nisa.dma_transpose of an indirect (vector_select / vector_offset) tensor is not supported yet: "
+             "gather the rows with nisa.dma_copy, then transpose them", location)
+    # The DMA transpose's descriptors: the cost model prices the transpose by its efficiency, not
+    # by who generates them, so dge_mode does not change it.
+    kwargs.pop("dge_mode", None)
+    return _emit.emit("dma_transpose", (dst, src) + args, kwargs, location)
 
 
 def get_nc_version():

@@ -18,6 +18,7 @@ instructions the NKI compiler uses. Engine choices (trainium.md §4, NKI docs):
 Both the current namespace (NKI 0.3-0.7) and the beta-1 ``neuronxcc.nki.language`` extras
 (``arange``, ``mgrid``, ``mask=``, ``par_dim``, ``loop_reduce``, ``static_cast``) live here.
 """
+import builtins as _builtins
 import numpy as np
 from math import prod as _prod
 
@@ -105,6 +106,9 @@ def ndarray(shape, dtype, buffer=None, name=None, address=None, **_ignored):
 
 
 def empty_like(t, dtype=None, buffer=None, **kw):
+    if isinstance(t, BlockGrid):
+        return alloc_blocks(tile_shape=t.tile_shape, block_shape=t.block_shape, element_shape=t.element_shape,
+                            buffer=buffer or t.buffer, dtype=dtype or t.dtype, **kw)
     if isinstance(t, TileGrid):
         return alloc_tiles(tile_shape=t.tile_shape, element_shape=t.element_shape, buffer=buffer or t.buffer,
                            dtype=dtype or t.dtype, **kw)
@@ -113,7 +117,11 @@ def empty_like(t, dtype=None, buffer=None, **kw):
 
 # ---- tile grids (nl.tiles / nl.alloc_tiles: a tensor navigated in tile coordinates)
 
-class TileGrid:
+class NkiGrid:
+    """What nl.tiles and nl.blocks return (isinstance checks)."""
+
+
+class TileGrid(NkiGrid):
     """``nl.tiles(src, tile_shape=(128, 256))``: ``grid[i, j]`` / ``grid[i, :]`` select tiles (an int
     keeps the grid; on the untiled leading dims it picks one slab), ``.data`` is the selection as one
     tensor operand, ``.shape`` counts tiles, ``.element_shape`` the selected elements (a last tile
@@ -156,7 +164,7 @@ class TileGrid:
 
     @property
     def is_remainder(self):
-        return any(hi - lo < (b - a) * self.tile_shape[d - self._prefix]
+        return _builtins.any(hi - lo < (b - a) * self.tile_shape[d - self._prefix]
                    for d in range(self._prefix, self._view.ndim)
                    for (a, b), (lo, hi) in [(self._ranges[d], self._extent(d))])
 
@@ -168,31 +176,125 @@ class TileGrid:
             key.append(lo if d < self._prefix and self._picked[d] else slice(lo, hi))
         return self._view[tuple(key)]
 
-    def __getitem__(self, key):
-        key = key if isinstance(key, tuple) else (key,)
-        free = [d for d, p in enumerate(self._picked) if not p]
-        if len(key) > len(free):
-            fail(f"{len(key)} indices for a tile grid of {len(free)} dims {list(self.shape)}")
-        ranges, picked = list(self._ranges), list(self._picked)
-        for d, k in zip(free, key):
-            a, b = ranges[d]
-            if isinstance(k, slice):
-                start, stop, step = k.indices(b - a)
-                if step != 1:
-                    fail("a tile-grid slice takes step 1")
-                ranges[d] = (a + start, a + (stop if stop > start else start))
-            else:
-                i = int(k) + (b - a if int(k) < 0 else 0)
-                if not 0 <= i < b - a:
-                    fail(f"tile index {int(k)} is out of range for a grid dim of {b - a} tiles")
-                ranges[d], picked[d] = (a + i, a + i + 1), True
-        return TileGrid(self._view, self.tile_shape, ranges, picked)
 
     def __repr__(self):
         return f"<nki tile grid {list(self.shape)} of {list(self.tile_shape)} tiles over {self._view!r}>"
 
+    @property
+    def is_data_representable(self):
+        return True   # a selection is a rectangle of one tensor: one access pattern
+
+    @property
+    def index_step_elements(self):
+        """Elements one grid index step moves along each grid dim."""
+        steps = [1] * self._prefix + list(self.tile_shape)
+        return tuple(s for s, p in zip(steps, self._picked) if not p)
+
+
+class BlockGrid(NkiGrid):
+    """``nl.blocks(src, tile_shape=(128, 256), block_shape=(2, 2))``: a tile grid grouped into blocks
+    of ``block_shape`` tiles, the coarser grain one DMA moves. ``grid[i, j]`` selects blocks (an int
+    keeps the grid; on the untiled leading dims it picks one slab), ``.shape`` counts blocks,
+    ``.data`` is the selection as one tensor operand, ``nl.tiles(block)`` its tiles. Partial blocks
+    and tiles at the tensor's edge are clamped to its extent."""
+
+    def __init__(self, view, tile_shape, block_shape, ranges=None, picked=None):
+        self._view = view
+        self.tile_shape = tuple(int(t) for t in tile_shape)
+        self.block_shape = tuple(int(b) for b in block_shape)
+        n, k = view.ndim, len(self.tile_shape)
+        if k < 2 or k > n:
+            fail(f"nl.blocks: tile_shape {list(self.tile_shape)} needs 2..{n} dims")
+        if len(self.block_shape) != k or _builtins.min(self.block_shape + self.tile_shape) <= 0:
+            fail(f"nl.blocks: block_shape {list(self.block_shape)} needs {k} positive tile counts (one per tiled "
+                 f"dim)")
+        self._prefix = n - k
+        grain = [b * t for b, t in zip(self.block_shape, self.tile_shape)]
+        counts = list(view.shape[:self._prefix]) + [-(-s // g) for s, g in zip(view.shape[self._prefix:], grain)]
+        self._ranges = ranges or [(0, c) for c in counts]
+        self._picked = picked or [False] * n
+
+    dtype = property(lambda self: self._view.dtype)
+    buffer = property(lambda self: self._view.buffer)
+    shape = TileGrid.shape
+    is_data_representable = TileGrid.is_data_representable
+
+    def _grain(self, d):
+        k = d - self._prefix
+        return self.block_shape[k] * self.tile_shape[k]
+
+    def _extent(self, d):
+        a, b = self._ranges[d]
+        if d < self._prefix:
+            return a, b
+        g, size = self._grain(d), self._view.shape[d]
+        return a * g, (b * g if b * g < size else size)
+
+    element_shape = TileGrid.element_shape
+    data = TileGrid.data
+
+    @property
+    def is_remainder(self):
+        return _builtins.any(hi - lo < (b - a) * self._grain(d)
+                   for d in range(self._prefix, self._view.ndim)
+                   for (a, b), (lo, hi) in [(self._ranges[d], self._extent(d))])
+
+    @property
+    def index_step_elements(self):
+        steps = [1] * self._prefix + [self._grain(d) for d in range(self._prefix, self._view.ndim)]
+        return tuple(s for s, p in zip(steps, self._picked) if not p)
+
+    def _rebuild(self, ranges, picked):
+        return BlockGrid(self._view, self.tile_shape, self.block_shape, ranges, picked)
+
+    def tiles(self):
+        """The selection's tiles: a TileGrid over the same tensor, in tile coordinates."""
+        ranges = []
+        for d, (a, b) in enumerate(self._ranges):
+            if d < self._prefix:
+                ranges.append((a, b))
+            else:
+                k = d - self._prefix
+                n_tiles = -(-self._view.shape[d] // self.tile_shape[k])
+                ranges.append((a * self.block_shape[k], _builtins.min(b * self.block_shape[k], n_tiles)))
+        picked = [p if d < self._prefix else False for d, p in enumerate(self._picked)]
+        return TileGrid(self._view, self.tile_shape, ranges, picked)
+
+    def __repr__(self):
+        return (f"<nki block grid {list(self.shape)} of {list(self.block_shape)} x {list(self.tile_shape)} tiles over "
+                f"{self._view!r}>")
+
+
+def _grid_getitem(self, key):
+    key = key if isinstance(key, tuple) else (key,)
+    free = [d for d, p in enumerate(self._picked) if not p]
+    if len(key) > len(free):
+        fail(f"{len(key)} indices for a grid of {len(free)} dims {list(self.shape)}")
+    ranges, picked = list(self._ranges), list(self._picked)
+    for d, k in zip(free, key):
+        a, b = ranges[d]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(b - a)
+            if step != 1:
+                fail("a grid slice takes step 1")
+            ranges[d] = (a + start, a + (stop if stop > start else start))
+        else:
+            i = int(k) + (b - a if int(k) < 0 else 0)
+            if not 0 <= i < b - a:
+                fail(f"grid index {int(k)} is out of range for a grid dim of {b - a}")
+            ranges[d], picked[d] = (a + i, a + i + 1), True
+    return self._rebuild(ranges, picked)
+
+
+TileGrid._rebuild = lambda self, ranges, picked: TileGrid(self._view, self.tile_shape, ranges, picked)
+TileGrid.__getitem__ = _grid_getitem
+BlockGrid.__getitem__ = _grid_getitem
+
 
 def tiles(source, tile_shape=None, **kw):
+    if isinstance(source, BlockGrid):
+        grid = source.tiles()
+        return grid if tile_shape is None else TileGrid(grid.data, tile_shape)
     if isinstance(source, TileGrid):
         return source if tile_shape is None else TileGrid(source.data, tile_shape)
     if tile_shape is None:
@@ -200,8 +302,27 @@ def tiles(source, tile_shape=None, **kw):
     return TileGrid(_operand(source, "nl.tiles"), tile_shape)
 
 
+def blocks(source, tile_shape=None, block_shape=None, **kw):
+    """A block view (NkiBlockGrid) over a tensor, a tile grid or a block grid (regrouped)."""
+    if block_shape is None:
+        fail("nl.blocks takes block_shape= (tiles per block along each tiled dim)")
+    if isinstance(source, (TileGrid, BlockGrid)):
+        return BlockGrid(source.data, tile_shape or source.tile_shape, block_shape)
+    if tile_shape is None:
+        fail("nl.blocks of a tensor takes tile_shape=")
+    return BlockGrid(_operand(source, "nl.blocks"), tile_shape, block_shape)
+
+
 def alloc_tiles(tile_shape, element_shape, buffer, dtype, address=None, name=None, **kw):
     return TileGrid(ndarray(tuple(element_shape), dtype, buffer=buffer, name=name, address=address), tile_shape)
+
+
+def alloc_blocks(tile_shape, block_shape, element_shape, buffer, dtype, address=None, name=None, **kw):
+    return BlockGrid(ndarray(tuple(element_shape), dtype, buffer=buffer, name=name, address=address), tile_shape,
+                     block_shape)
+
+
+NkiTileGrid, NkiBlockGrid = TileGrid, BlockGrid
 
 
 def zeros(shape, dtype, buffer=None, name=None, **kw):
@@ -834,9 +955,10 @@ def load(src, mask=None, dtype=None, **kw):
     if isinstance(src, _core.IndirectRows):
         # Rows picked by an SBUF index tile: the DMA's gather (descriptors from the indices at run time).
         tv, iv = src.table, _operand(src.indices, "nl.load indices")
-        if tv.ndim != 2:
-            fail("nl.load of indirect rows: a 2-d [rows, columns] table view", location)
-        t = _trace.current().tile((iv.shape[iv.pdim], tv.shape[1]), tv.dtype, "sbuf", 0, location).full_view()
+        if tv.ndim < 2:
+            fail("nl.load of indirect rows: a table view of rows and columns", location)
+        t = _trace.current().tile((iv.shape[iv.pdim],) + tuple(tv.shape[1:]), tv.dtype, "sbuf", 0,
+                                  location).full_view()
         _emit.emit("dma_gather", (_core.apply_mask(t, mask), tv, iv), {}, location)
         if dtype is not None and as_dtype(dtype) is not tv.dtype:
             out = _result_tile(t.shape, dtype, location)
@@ -887,6 +1009,16 @@ def load_transpose2d(src, mask=None, dtype=None, **kw):
 
 def store(dst, value, mask=None, **kw):
     location = user_location()
+    if isinstance(dst, _core.IndirectRows):
+        # Rows picked by an SBUF index tile: the DMA's scatter.
+        vv = _operand(value, "nl.store value")
+        if vv.st.space == "psum" or vv.dtype is not dst.dtype:
+            staged = _result_tile(_tile_shape(vv), dst.dtype, location)
+            _emit.emit("tensor_copy", (staged, vv), {"mask": mask}, location)
+            vv = staged
+        _emit.emit("dma_scatter", (dst.table, _core.apply_mask(vv, mask),
+                                   _operand(dst.indices, "nl.store indices")), {}, location)
+        return
     dv = _operand(dst, "nl.store dst")
     if dv.st.space != "hbm":
         fail("nl.store writes HBM; assign on-chip tiles with t[...] = value", location)
@@ -1137,11 +1269,10 @@ def static_cast(array, dtype):
 
 # nki.language API of NKI 0.7 that this front-end does not offer yet (trnsim.nki.missing_api()).
 MISSING = [
-    "Tensor.ap(vector_offset=, indirect_dim=)",
+    "Tensor.ap(vector_offset=, indirect_dim=) of an on-chip tensor, and indirect_dim other than 0 (HBM "
+    "indirect DMA with indirect_dim=0 works)",
     "Tensor.indirect: tensor indirection of compute-engine operands (trn3 column gather/scatter by a uint16 index "
     "tile; HBM row gathers by an index tile, table[idx_tile, :], work)",
-    "vector_select",
+    "vector_select of an on-chip tensor (HBM vector_select, the indirect DMA, works); an indirect dma_transpose",
     "all_reduce and nki.collectives",
-    "view(dtype) of an HBM tensor",
-    "blocks / NkiBlockGrid (tile grids: nl.tiles and nl.alloc_tiles work)",
 ]
