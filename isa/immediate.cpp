@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "isa/alu.h"
 #include "isa/instruction.h"
@@ -177,7 +178,9 @@ std::string format_immediate(const OperandSpec& spec, double scalar, const std::
   }
 }
 
-Instruction make_instruction(Opcode opcode) {
+namespace {
+
+Instruction prototype(Opcode opcode) {
   const InstructionSpec& spec = instruction_spec(opcode);
   Instruction inst;
   inst.opcode = opcode;
@@ -201,6 +204,20 @@ Instruction make_instruction(Opcode opcode) {
     inst.present_mask |= 1u << i;
   }
   return inst;
+}
+
+}  // namespace
+
+// A copy of the opcode's prototype, so that a parser emitting millions of instructions does not
+// parse each default's text again.
+Instruction make_instruction(Opcode opcode) {
+  static const std::vector<Instruction> prototypes = [] {
+    std::vector<Instruction> all;
+    all.reserve(kOpcodeCount);
+    for (size_t i = 0; i < kOpcodeCount; ++i) all.push_back(prototype(static_cast<Opcode>(i)));
+    return all;
+  }();
+  return prototypes[static_cast<size_t>(opcode)];
 }
 
 }  // namespace trnsim::isa

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_map>
 
 #include "isa/instruction.h"
 
@@ -126,10 +127,14 @@ const std::vector<InstructionSpec>& all_instruction_specs() {
 const InstructionSpec& instruction_spec(Opcode opcode) { return all_instruction_specs()[static_cast<size_t>(opcode)]; }
 
 const InstructionSpec* find_instruction_spec(std::string_view name) {
-  for (const InstructionSpec& spec : all_instruction_specs()) {
-    if (spec.name == name) return &spec;
-  }
-  return nullptr;
+  // Hashed: the .tasm parser looks up every line's opcode.
+  static const std::unordered_map<std::string_view, const InstructionSpec*> by_name = [] {
+    std::unordered_map<std::string_view, const InstructionSpec*> map;
+    for (const InstructionSpec& spec : all_instruction_specs()) map.emplace(spec.name, &spec);
+    return map;
+  }();
+  auto found = by_name.find(name);
+  return found == by_name.end() ? nullptr : found->second;
 }
 
 const OperandSpec* InstructionSpec::find(std::string_view operand) const {

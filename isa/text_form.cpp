@@ -3,6 +3,7 @@
 // explicit bounds on every number that later feeds address arithmetic.
 #include "isa/text_form.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -231,6 +232,9 @@ class TasmParser {
   explicit TasmParser(const std::string& origin) : m_origin(origin), m_builder("", Generation::trn2) {}
 
   Program parse(const std::string& text) {
+    // One instruction per line at most: reserving up front saves the vector's regrowth (copying every
+    // instruction parsed so far, twice the memory while it happens) on programs of millions of lines.
+    program().instructions.reserve(size_t(std::count(text.begin(), text.end(), '\n')) + 1);
     size_t start = 0;
     uint32_t line_number = 0;
     while (start <= text.size()) {
