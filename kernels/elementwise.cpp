@@ -137,6 +137,8 @@ struct Input {
   DType dtype = DType::fp32;
   double value = 0;
   size_t op_index = 0;  // index into Block's per-operand vectors
+  // An immediate whose value the kernel loaded at run time: [P, 1] fp32 in SBUF, its rows the tile's.
+  std::optional<isa::AccessPattern> loaded_column;
 };
 
 Mode mode_of(const Input& in, const Block& b) {
@@ -183,12 +185,27 @@ int64_t tile_width(const KernelContext& ctx, int64_t max_cols, int64_t widest_dt
 }
 
 void set_scalar_operand(isa::InstructionBuilder& inst, const std::string& name, const Input& in, Mode mode,
-                        const isa::AccessPattern& tile) {
-  if (mode == Mode::immediate) {
+                        const isa::AccessPattern& tile, const isa::AccessPattern& dst) {
+  if (mode == Mode::immediate && in.loaded_column) {
+    isa::AccessPattern column = *in.loaded_column;  // the dst tile's partitions of the loaded value
+    column.start_partition = dst.start_partition;
+    column.partition.size = dst.partitions();
+    inst.tensor(name, column);
+  } else if (mode == Mode::immediate) {
     inst.imm(name, in.value);
   } else {
     inst.tensor(name, tile);
   }
+}
+
+// A runtime scalar (BinarySpec::runtime_scalar): HBM fp32 [1] read into every partition of a [P, 1]
+// SBUF column, once, on the constants' queue.
+isa::AccessPattern load_runtime_scalar(const KernelContext& ctx, uint32_t hbm_scalar, const std::string& name) {
+  const uint32_t P = ctx.partitions();
+  const uint32_t column = ctx.builder.sbuf(ctx.name(name), DType::fp32, {P, 1});
+  isa::AccessPattern dst = ctx.builder.view(column);
+  dma(ctx, dst, detail::hbm_ap(ctx, hbm_scalar, 0, {{0, P}, {1, 1}}), detail::kConstQueue);
+  return dst;
 }
 
 std::string binary_alu_name(BinaryOp op) {
@@ -382,6 +399,11 @@ void build_binary(const KernelContext& ctx, const BinarySpec& spec, int64_t a, i
   std::vector<Block> blocks = make_blocks(out, {out, a_shape, b_shape}, ctx.partitions());
   Input in_a{spec.a_scalar ? -1 : a, spec.a_dtype, spec.a_scalar.value_or(0), 1};
   Input in_b{spec.b_scalar ? -1 : b, spec.b_dtype, spec.b_scalar.value_or(0), 2};
+  if (spec.runtime_scalar) {
+    // a / b name the scalar's HBM input here (binary_program declares it fp32 [1]).
+    if (spec.a_scalar) in_a.loaded_column = load_runtime_scalar(ctx, uint32_t(a), "binary_a_scalar");
+    if (spec.b_scalar) in_b.loaded_column = load_runtime_scalar(ctx, uint32_t(b), "binary_b_scalar");
+  }
   const std::string op = binary_alu_name(spec.op);
 
   run_tiles(ctx, blocks, c, spec.output_dtype, {in_a, in_b}, "binary", [&](const TileBuffers& tb, const Tile&) -> isa::AccessPattern {
@@ -401,22 +423,22 @@ void build_binary(const KernelContext& ctx, const BinarySpec& spec, int64_t a, i
       // Only out_shape is wider than the operands: b per row, a an immediate.
       auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);
       inst.tensor("dst", tb.out).tensor("data", across_row(tb.inputs[1])).word("op0", op).imm("reverse0", 1);
-      set_scalar_operand(inst, "operand0", in_a, tb.modes[0], tb.inputs[0]);
+      set_scalar_operand(inst, "operand0", in_a, tb.modes[0], tb.inputs[0], tb.out);
     } else if (!a_tensor && !b_tensor && tb.modes[0] == Mode::per_row) {
       // a per row (b per row or an immediate), the tile wider than both.
       auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);
       inst.tensor("dst", tb.out).tensor("data", across_row(tb.inputs[0])).word("op0", op);
-      set_scalar_operand(inst, "operand0", in_b, tb.modes[1], tb.inputs[1]);
+      set_scalar_operand(inst, "operand0", in_b, tb.modes[1], tb.inputs[1], tb.out);
     } else if (a_tensor || !b_tensor) {
       // b is one value per partition (or an immediate): (a op b) with b as operand0.
       auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);
       inst.tensor("dst", tb.out).tensor("data", tb.inputs[0]).word("op0", op);
-      set_scalar_operand(inst, "operand0", in_b, tb.modes[1], tb.inputs[1]);
+      set_scalar_operand(inst, "operand0", in_b, tb.modes[1], tb.inputs[1], tb.out);
     } else {
       // a is the per-partition value: reverse0 computes (operand0 op data) = (a op b).
       auto inst = ctx.builder.emit(isa::Opcode::tensor_scalar);
       inst.tensor("dst", tb.out).tensor("data", tb.inputs[1]).word("op0", op).imm("reverse0", 1);
-      set_scalar_operand(inst, "operand0", in_a, tb.modes[0], tb.inputs[0]);
+      set_scalar_operand(inst, "operand0", in_a, tb.modes[0], tb.inputs[0], tb.out);
     }
     return tb.out;
   });
@@ -427,6 +449,10 @@ isa::Program binary_program(const BinarySpec& spec, const HardwareConfig& config
   int64_t a = -1, b = -1;
   if (!spec.a_scalar) a = builder.hbm("a", spec.a_dtype, detail::to_u32(spec.a_shape), isa::AllocationRole::input);
   if (!spec.b_scalar) b = builder.hbm("b", spec.b_dtype, detail::to_u32(spec.b_shape), isa::AllocationRole::input);
+  if (spec.runtime_scalar) {  // the scalar operand's value, read at run time
+    if (spec.a_scalar) a = builder.hbm("a", DType::fp32, {1}, isa::AllocationRole::input);
+    if (spec.b_scalar) b = builder.hbm("b", DType::fp32, {1}, isa::AllocationRole::input);
+  }
   uint32_t c = builder.hbm("c", spec.output_dtype, detail::to_u32(binary_out_shape(spec)), isa::AllocationRole::output);
   build_binary(KernelContext{builder, config, "", core, cores}, spec, a, b, c);
   return builder.finish();
@@ -457,7 +483,7 @@ void build_where(const KernelContext& ctx, const WhereSpec& spec, uint32_t cond,
     }
     auto inst = ctx.builder.emit(isa::Opcode::tensor_copy_predicated);
     inst.tensor("dst", tb.out).tensor("predicate", tb.inputs[0]);
-    set_scalar_operand(inst, "src", in_a, tb.modes[1], tb.inputs[1]);
+    set_scalar_operand(inst, "src", in_a, tb.modes[1], tb.inputs[1], tb.out);
     return tb.out;
   });
 }

@@ -58,6 +58,10 @@ struct BinarySpec {
   BinaryOp op = BinaryOp::add;
   DType a_dtype = DType::fp32, b_dtype = DType::fp32, output_dtype = DType::fp32;
   std::optional<double> a_scalar, b_scalar;  // an immediate instead of that tensor (its shape is ignored)
+  // The scalar operand's value is not in the program: it is the kernel's input (`a` or `b`, fp32 [1],
+  // loaded once into every partition), so that one program serves every value (an optimizer's
+  // step-dependent scalars). The *_scalar value then only says which operand is the scalar.
+  bool runtime_scalar = false;
   // The result's shape when it is larger than both operands' broadcast (an expanded operand passed
   // compact, e.g. the [B, S, 1] gradient of a keepdim mean expanded to [B, S, H], divided by a
   // scalar); empty: the broadcast of the operands.

@@ -51,8 +51,10 @@ const KernelEntry& entry_of(const std::string& kernel) {
 // written (nlohmann's enum conversion maps an unknown name to the first value, and its readers
 // ignore unknown keys: both would otherwise build another kernel than the one recorded). A field
 // left out takes the struct's default.
-Json read_spec(const std::string& kernel, const KernelEntry& entry, const Json& spec) {
-  if (!spec.is_object()) throw InvocationError("kernel '" + kernel + "': the spec is not a JSON object");
+Json read_spec(const std::string& kernel, const KernelEntry& entry, const Json& recorded) {
+  if (!recorded.is_object()) throw InvocationError("kernel '" + kernel + "': the spec is not a JSON object");
+  Json spec = recorded;
+  for (const std::string& field : entry.retired_fields) spec.erase(field);
   Json decoded = decode_non_finite(spec);
   Json back;
   try {

@@ -10,15 +10,19 @@ namespace trnsim::kernels {
 namespace {
 
 template <typename Spec, KernelBuilder<Spec> build>
-KernelEntry entry() {
+KernelEntry entry(std::vector<std::string> retired_fields = {}) {
   return KernelEntry{build, [](const nlohmann::json& spec) { return nlohmann::json(spec.get<Spec>()); },
                      [](const nlohmann::json& spec, const HardwareConfig& config, uint32_t core, uint32_t cores) {
                        return build(spec.get<Spec>(), config, core, cores);
-                     }};
+                     },
+                     std::move(retired_fields)};
 }
 
 #define KERNEL(name, Spec) \
   { #name, entry < Spec, &name##_program>() }
+// A kernel some of whose spec fields were retired (KernelEntry::retired_fields).
+#define KERNEL_RETIRED(name, Spec, ...) \
+  { #name, entry < Spec, &name##_program>(__VA_ARGS__) }
 
 }  // namespace
 
@@ -58,7 +62,8 @@ const std::map<std::string, KernelEntry>& kernel_registry() {
       KERNEL(cross_entropy, CrossEntropySpec),
       KERNEL(cross_entropy_backward, CrossEntropySpec),
       KERNEL(one_hot, OneHotSpec),
-      KERNEL(adamw, AdamWSpec),
+      // lr, weight_decay and step: the runtime input adamw_scalars since the step left the program.
+      KERNEL_RETIRED(adamw, AdamWSpec, {"lr", "weight_decay", "step"}),
       // indexing and sorting
       KERNEL(gather_rows, GatherRowsSpec),
       KERNEL(scatter_rows, ScatterRowsSpec),

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "config/hardware_config.h"
 #include "isa/program.h"
@@ -18,6 +19,9 @@ struct KernelEntry {
   // The spec read into its struct and written back (what a strict read compares with the input).
   std::function<nlohmann::json(const nlohmann::json& spec)> normalize;
   std::function<isa::Program(const nlohmann::json& spec, const HardwareConfig&, uint32_t core, uint32_t cores)> build;
+  // Fields an earlier trnsim wrote into this kernel's spec that no longer shape its program (they
+  // became runtime inputs): a recorded spec holding them still reads, without them.
+  std::vector<std::string> retired_fields = {};
 };
 
 // Every kernel of the library, by name (`<name>_program`).

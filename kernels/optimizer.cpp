@@ -35,10 +35,17 @@ isa::AccessPattern flat_hbm(const KernelContext& ctx, uint32_t tensor, const Fla
 
 }  // namespace
 
+std::vector<float> adamw_scalars(const AdamWSpec& spec, const AdamWStep& step) {
+  if (step.step < 1) throw KernelUnsupported("adamw: step is 1-based");
+  // The scalars exactly as torch's _single_tensor_adamw forms them (Python floats, i.e. doubles).
+  const double bc1 = 1.0 - std::pow(spec.beta1, double(step.step));
+  const double bc2 = 1.0 - std::pow(spec.beta2, double(step.step));
+  return {float(-(step.lr / bc1)), float(std::sqrt(bc2)), float(1.0 - step.lr * step.weight_decay)};
+}
+
 void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param, uint32_t grad, uint32_t exp_avg,
-                 uint32_t exp_avg_sq) {
+                 uint32_t exp_avg_sq, uint32_t scalars) {
   if (spec.elements <= 0) throw KernelUnsupported("adamw: no elements");
-  if (spec.step < 1) throw KernelUnsupported("adamw: step is 1-based");
   const int64_t P = ctx.partitions();
   const CoreConfig& core = ctx.config.core;
   // Pipeline: loads kAhead tiles ahead of stage 0, kStages compute stages per tile (see below). The
@@ -49,6 +56,8 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   const int64_t per_column = io_depth * (dtype_size_bytes(spec.param_dtype) + dtype_size_bytes(spec.grad_dtype) + 2 * 4) +
                              work_depth * 3 * 4;
   const int64_t max_cols = std::max<int64_t>(spec.elements / P, spec.elements % P);
+  // The runtime scalars: one [P, 3] load before the stream (its own queue), read as [P, 1] columns.
+  const uint32_t scalars_sb = ctx.builder.sbuf(ctx.name("adamw_scalars_sb"), DType::fp32, {uint32_t(P), kAdamWScalars});
   detail::align_sbuf_to_granule(ctx, "adamw_align");
   int64_t width = std::min({detail::kTargetDmaBytesPerPartition / 4, detail::sbuf_free_bytes(ctx) / per_column,
                             isa::kMaxApDimSize, std::max<int64_t>(1, max_cols)});
@@ -75,11 +84,10 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
                w = ring("adamw_w", DType::fp32, work_depth), w2 = ring("adamw_w2", DType::fp32, work_depth),
                d = ring("adamw_d", DType::fp32, work_depth);
 
-  // The scalars exactly as torch's _single_tensor_adamw forms them (Python floats, i.e. doubles).
-  const double decay = 1.0 - spec.lr * spec.weight_decay;
-  const double bc1 = 1.0 - std::pow(spec.beta1, double(spec.step));
-  const double bc2 = 1.0 - std::pow(spec.beta2, double(spec.step));
-  const double step_size = spec.lr / bc1, bc2_sqrt = std::sqrt(bc2);
+  // Columns of the runtime scalars (adamw_scalars): -step_size, sqrt(bc2), decay; rows [0, p) of a tile.
+  auto scalar_column = [&](uint32_t column, int64_t rows) {
+    return ctx.builder.view(scalars_sb, {isa::Slice::range(0, rows), isa::Slice::index(column)});
+  };
 
   // Split across cores: each core updates a contiguous run of the column tiles (element-wise, so the
   // values do not depend on the split).
@@ -90,7 +98,7 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   // store waiting on compute holds up only the stores of that tensor, and the fixed start-up of each
   // transfer overlaps the data of the transfers on the other queues.
   constexpr int64_t kQueueLoadP = 0, kQueueLoadG = 1, kQueueLoadM = 2, kQueueLoadV = 3, kQueueStoreM = 4,
-                    kQueueStoreV = 5, kQueueStoreP = 6;
+                    kQueueStoreV = 5, kQueueStoreP = 6, kQueueScalars = 7;
   auto load = [&](int64_t k) {
     const FlatTile& t = all[size_t(k)];
     dma(ctx, sb2(ctx, m[k], t.p, t.f), flat_hbm(ctx, exp_avg, t), kQueueLoadM);
@@ -100,6 +108,10 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
   };
   auto act = [&](const isa::AccessPattern& dst, const char* op, const isa::AccessPattern& src, double scale) {
     ctx.builder.emit(isa::Opcode::activation).tensor("dst", dst).word("op", op).tensor("data", src).imm("scale", scale);
+  };
+  auto act_by = [&](const isa::AccessPattern& dst, const char* op, const isa::AccessPattern& src,
+                    const isa::AccessPattern& scale) {
+    ctx.builder.emit(isa::Opcode::activation).tensor("dst", dst).word("op", op).tensor("data", src).tensor("scale", scale);
   };
   auto tt = [&](const isa::AccessPattern& dst, const isa::AccessPattern& a, const isa::AccessPattern& b, const char* op,
                 Engine engine) {
@@ -162,8 +174,8 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
       // scalar_tensor_tensor rounds its first op, so splitting the update over engines leaves every
       // value bit for bit as it was.
       act(tile(d), "sqrt", tile(v), 1.0);
-      act(tile(w), "copy", tile(m), -step_size);
-      act(tile(w2), "copy", tile(p), decay);
+      act_by(tile(w), "copy", tile(m), scalar_column(0, t.p));
+      act_by(tile(w2), "copy", tile(p), scalar_column(2, t.p));
     } else if (s == 3) {
       // ... the division and eps, split by columns over Scalar, GpSimd and Vector.
       const int64_t fs = std::llround(double(t.f) * share_s), fg = std::llround(double(t.f) * share_g);
@@ -172,7 +184,7 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
         if (cols <= 0) return;
         isa::AccessPattern ap = sb2(ctx, d[k], t.p, cols, c0);
         ctx.builder.emit(isa::Opcode::tensor_scalar)
-            .tensor("dst", ap).tensor("data", ap).word("op0", "divide").imm("operand0", bc2_sqrt)
+            .tensor("dst", ap).tensor("data", ap).word("op0", "divide").tensor("operand0", scalar_column(1, t.p))
             .word("op1", "add").imm("operand1", spec.eps).on(engine);
       };
       part(0, c_s, Engine::scalar);
@@ -186,6 +198,9 @@ void build_adamw(const KernelContext& ctx, const AdamWSpec& spec, uint32_t param
     }
   };
   for (int64_t k = 0; k < std::min(kAhead, n); ++k) load(k);
+  // The runtime scalars (one row in HBM, read by every partition: a stride-0 outer dim), first read at
+  // stage 2 of tile 0: issued after the first tiles' loads, which the pipeline waits on first.
+  dma(ctx, ctx.builder.view(scalars_sb), hbm_ap(ctx, scalars, 0, {{0, uint32_t(P)}, {1, kAdamWScalars}}), kQueueScalars);
   for (int64_t i = 0; i < n + kStages - 1; ++i) {
     if (i + kAhead < n) load(i + kAhead);
     for (int64_t s = 0; s < kStages; ++s) {
@@ -202,7 +217,8 @@ isa::Program adamw_program(const AdamWSpec& spec, const HardwareConfig& config, 
   uint32_t grad = builder.hbm("grad", spec.grad_dtype, shape, in);
   uint32_t m = builder.hbm("exp_avg", spec.state_dtype, shape, in);
   uint32_t v = builder.hbm("exp_avg_sq", spec.state_dtype, shape, in);
-  build_adamw(KernelContext{builder, config, "", core, cores}, spec, param, grad, m, v);
+  uint32_t scalars = builder.hbm("adamw_scalars", DType::fp32, {kAdamWScalars}, in);
+  build_adamw(KernelContext{builder, config, "", core, cores}, spec, param, grad, m, v, scalars);
   return builder.finish();
 }
 

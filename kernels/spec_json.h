@@ -131,7 +131,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PoolSpec, n, c, h, w, kh, kw, st
                                                 dtype)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(UnarySpec, shape, op, input_dtype, output_dtype, scale, bias)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BinarySpec, a_shape, b_shape, op, a_dtype, b_dtype, output_dtype,
-                                                a_scalar, b_scalar, out_shape)
+                                                a_scalar, b_scalar, out_shape, runtime_scalar)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WhereSpec, shape, cond_dtype, a_dtype, b_dtype, output_dtype, a_scalar,
                                                 b_scalar)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TriangleSpec, batch, rows, cols, diagonal, upper, dtype)
@@ -151,8 +151,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlipSpec, dims, src_offset, elem
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CrossEntropySpec, rows, classes, reduction, ignore_index, logits_dtype)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(OneHotSpec, rows, classes, scaled, scale_broadcast, multiplier,
                                                 output_dtype)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamWSpec, elements, param_dtype, grad_dtype, state_dtype, lr, beta1,
-                                                beta2, eps, weight_decay, step)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AdamWSpec, elements, param_dtype, grad_dtype, state_dtype, beta1, beta2,
+                                                eps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GatherRowsSpec, num_ids, rows, row_elements, dtype, index,
                                                 wrap_negative)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ScatterRowsSpec, num_ids, rows, row_elements, dtype, index,

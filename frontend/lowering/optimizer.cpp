@@ -39,13 +39,10 @@ struct Operand {
 Operand imm(double v) { return Operand{at::Tensor(), v}; }
 Operand ten(const at::Tensor& t) { return Operand{t, std::nullopt}; }
 
-std::string hex(double v) {
-  std::ostringstream s;
-  s << std::hexfloat << v;
-  return s.str();
-}
-
-// out (contiguous, numel elements) = a op b.
+// out (contiguous, numel elements) = a op b. A scalar operand is the kernel's runtime input
+// (BinarySpec::runtime_scalar), not part of its program: an optimizer's scalars change from step to
+// step (bias corrections, a scheduled lr), and the program and its timing are reused for every value.
+// The engines take a scalar operand in fp32 either way, so the values are those of an immediate.
 void run_binary(const std::string& op, BinaryOp kind, const Operand& a, const Operand& b, const at::Tensor& out) {
   const int64_t numel = out.numel();
   kernels::BinarySpec spec;
@@ -56,14 +53,15 @@ void run_binary(const std::string& op, BinaryOp kind, const Operand& a, const Op
   spec.b_dtype = b.scalar ? spec.output_dtype : *sim_dtype(b.tensor.scalar_type());
   spec.a_scalar = a.scalar;
   spec.b_scalar = b.scalar;
+  spec.runtime_scalar = a.scalar || b.scalar;
   std::string key = "foreach_binary|" + std::to_string(static_cast<int>(kind)) + "|" + std::to_string(numel) + "|" +
                     std::to_string(static_cast<int>(spec.a_dtype)) + std::to_string(static_cast<int>(spec.b_dtype)) +
-                    std::to_string(static_cast<int>(spec.output_dtype));
-  if (a.scalar) key += "|a=" + hex(*a.scalar);
-  if (b.scalar) key += "|b=" + hex(*b.scalar);
+                    std::to_string(static_cast<int>(spec.output_dtype)) + (a.scalar ? "|a=runtime" : "") +
+                    (b.scalar ? "|b=runtime" : "");
+  float a_value = float(a.scalar.value_or(0)), b_value = float(b.scalar.value_or(0));
   std::vector<HostBuffer> inputs;
-  if (!a.scalar) inputs.push_back(buffer("a", a.tensor));
-  if (!b.scalar) inputs.push_back(buffer("b", b.tensor));
+  inputs.push_back(a.scalar ? HostBuffer{"a", &a_value, 1, DType::fp32} : buffer("a", a.tensor));
+  inputs.push_back(b.scalar ? HostBuffer{"b", &b_value, 1, DType::fp32} : buffer("b", b.tensor));
   const at::Tensor& shown = a.scalar ? b.tensor : a.tensor;
   execute_kernel(out.device().index(), key, kernels::invocation(kernels::binary_program, spec), inputs,
                  {buffer("c", out)}, record_for(op, {shown}, out.scalar_type()));
@@ -336,9 +334,11 @@ LoweredResults lower_foreach_row(const std::string& op, LoweringArgs a, const Fo
   return std::vector<c10::IValue>{c10::IValue(call.results)};
 }
 
-// _fused_adamw_ on the fused AdamW kernel: one program per parameter tensor (step and
-// hyper-parameters are immediates). exp_avg / exp_avg_sq stay in their dtype in HBM (bf16 for bf16
-// parameters); the kernel updates them in fp32 and rounds once, as torch's fused CPU kernel does.
+// _fused_adamw_ on the fused AdamW kernel: one program per parameter shape and dtypes (betas and eps
+// are immediates; the step's bias corrections and the learning rate, which change from step to step,
+// are the kernel's runtime input adamw_scalars, so step 2 onwards reuses the built program and its
+// timing). exp_avg / exp_avg_sq stay in their dtype in HBM (bf16 for bf16 parameters); the kernel
+// updates them in fp32 and rounds once, as torch's fused CPU kernel does.
 bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
   const std::vector<at::Tensor> params = a[0].toTensorVector(), grads = a[1].toTensorVector(),
                                 m = a[2].toTensorVector(), v = a[3].toTensorVector(), steps = a[5].toTensorVector();
@@ -381,15 +381,18 @@ bool lower_fused_adamw(const std::string& full, c10::ArrayRef<c10::IValue> a) {
     spec.param_dtype = *sim_dtype(p.scalar_type());
     spec.grad_dtype = *sim_dtype(grads[i].scalar_type());
     spec.state_dtype = *sim_dtype(m[i].scalar_type());
-    spec.lr = lr, spec.beta1 = beta1, spec.beta2 = beta2, spec.eps = eps, spec.weight_decay = wd;
-    spec.step = step_values[i];
+    spec.beta1 = beta1, spec.beta2 = beta2, spec.eps = eps;
+    kernels::AdamWStep step;
+    step.lr = lr, step.weight_decay = wd, step.step = step_values[i];
+    std::vector<float> scalars = kernels::adamw_scalars(spec, step);
     std::ostringstream key;
     key << std::hexfloat << "fused_adamw|" << spec.elements << "|" << static_cast<int>(spec.param_dtype)
-        << static_cast<int>(spec.grad_dtype) << static_cast<int>(spec.state_dtype) << "|" << lr << "," << beta1 << "," << beta2 << "," << eps << "," << wd
-        << "|" << spec.step;
+        << static_cast<int>(spec.grad_dtype) << static_cast<int>(spec.state_dtype) << "|" << beta1 << "," << beta2 << ","
+        << eps;
     c10::DeviceGuard guard(p.device());
     execute_kernel(p.device().index(), key.str(), kernels::invocation(kernels::adamw_program, spec),
-                   {buffer("param", p), buffer("grad", grads[i]), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
+                   {buffer("param", p), buffer("grad", grads[i]), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i]),
+                    HostBuffer{"adamw_scalars", scalars.data(), scalars.size(), DType::fp32}},
                    {buffer("param", p), buffer("exp_avg", m[i]), buffer("exp_avg_sq", v[i])},
                    record_for(full, {p, grads[i]}, p.scalar_type()));
   }

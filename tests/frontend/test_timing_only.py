@@ -323,3 +323,59 @@ def test_a_timing_only_recording_replays_with_its_estimates(tmp_path, trnsim_bin
     expected_us = (float(leaves["chip.kernel_launch_ns"]) + 3 * 64 * 64 * 4 / bytes_per_ns) / 1e3
     row = next(line for line in other.stdout.splitlines() if line.startswith("aten::fmax.out"))
     assert float(row.split()[4]) == pytest.approx(expected_us, abs=1e-3)
+
+
+def test_adamw_steps_share_one_program_and_its_timing():
+    """The step number and the learning rate (a scheduler moves it) are the AdamW kernel's runtime
+    input, not part of its program: after step 1 every step hits the program and timing caches,
+    with values as with timing only, and the scheduled lr still reaches the update."""
+    trnsim.set_config("trn2")  # a fresh runtime: empty caches
+    torch.manual_seed(5)
+    w_cpu = torch.randn(64, 96)
+    w = w_cpu.clone().to("neuron").requires_grad_(True)
+    ref = w_cpu.clone().requires_grad_(True)
+    opt = torch.optim.AdamW([w], lr=1e-2, fused=True)
+    opt_ref = torch.optim.AdamW([ref], lr=1e-2, fused=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    sched_ref = torch.optim.lr_scheduler.StepLR(opt_ref, step_size=1, gamma=0.5)
+    trnsim.reset_simulated_time()
+    for step in range(4):
+        g = torch.randn(64, 96)
+        w.grad, ref.grad = g.to("neuron"), g.clone()
+        opt.step(), opt_ref.step()
+        sched.step(), sched_ref.step()
+    adamw = [r for r in trnsim.op_log("kernel") if "adamw" in r["op"]]
+    assert len(adamw) == 4
+    assert [r["timing_cached"] for r in adamw] == [False, True, True, True]
+    assert len({r["ns"] for r in adamw}) == 1
+    torch.testing.assert_close(w.detach().cpu(), ref.detach(), rtol=2e-6, atol=2e-6)
+
+
+def test_foreach_adamw_with_a_scheduler_reuses_every_program_after_the_first_step():
+    """torch.optim.AdamW's default (foreach) path passes the bias corrections and the scheduled lr as
+    Python scalars that change every step; the foreach kernels take them as runtime inputs, so from
+    the second step on every launch reuses its program's timing, and the values follow the CPU."""
+    trnsim.set_config("trn2")  # a fresh runtime: empty caches
+    torch.manual_seed(6)
+    cpu = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.Linear(96, 16))
+    dev = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.Linear(96, 16))
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("neuron")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (cpu, dev)]
+    scheds = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.7) for o in opts]
+    cached = []
+    for step in range(4):
+        grads = [torch.randn_like(p) for p in cpu.parameters()]
+        for model in (cpu, dev):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.to(p.device)
+        trnsim.reset_simulated_time()
+        for o, s in zip(opts, scheds):
+            o.step()
+            s.step()
+        cached.append([r["timing_cached"] for r in trnsim.op_log("kernel")])
+    assert len(cached[0]) > 20 and not all(cached[0])
+    for later in cached[1:]:
+        assert len(later) == len(cached[0]) and all(later)
+    for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=3e-6, atol=3e-6)

@@ -133,6 +133,29 @@ def test_binary_scalar(run_trnsim, tmp_path, which):
     assert_close(c, expected, "fp32", rel=0)
 
 
+@pytest.mark.parametrize("which", ["a", "b"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_binary_runtime_scalar_is_an_input_not_part_of_the_program(run_trnsim, tmp_path, which, dtype):
+    """runtime_scalar: the scalar reaches the kernel as its fp32 [1] input, so two values build one
+    program, and the results are those of the same scalar as an immediate, bit for bit."""
+    x = np.random.default_rng(8).standard_normal((300, 513)).astype(np.float32)
+    tensor = "a" if which == "b" else "b"
+    results, programs = [], []
+    for k, value in enumerate((0.37, -1.7e-3)):
+        base = {f"{tensor}_shape": "300x513", f"{which}_scalar": value, "op": "divide", "dtype": dtype}
+        run_dir, imm_dir = tmp_path / f"runtime{k}", tmp_path / f"imm{k}"
+        run_dir.mkdir(), imm_dir.mkdir()
+        (c,) = run_kernel(run_trnsim, run_dir, "binary", {**base, "runtime_scalar": 1},
+                          {tensor: x, which: np.array([value], np.float32)}, ["c"])
+        (c_imm,) = run_kernel(run_trnsim, imm_dir, "binary", base, {tensor: x}, ["c"])
+        np.testing.assert_array_equal(c, c_imm)
+        xr = rounded(x, dtype)
+        expected = xr / value if which == "b" else value / xr
+        assert_close(c, expected.to(TORCH[dtype]).float(), dtype)
+        programs.append((run_dir / "k.tasm").read_text())
+    assert programs[0] == programs[1]
+
+
 @pytest.mark.parametrize("b_scalar", [False, True])
 def test_where(run_trnsim, tmp_path, b_scalar):
     rng = np.random.default_rng(9)

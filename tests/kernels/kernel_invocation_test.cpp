@@ -119,7 +119,7 @@ std::map<std::string, Case> representative_cases() {
   {
     AdamWSpec s;
     s.elements = 100000, s.param_dtype = DType::bf16, s.grad_dtype = DType::bf16, s.state_dtype = DType::bf16;
-    s.lr = 3e-4, s.beta1 = 0.8, s.beta2 = 0.95, s.eps = 1e-6, s.weight_decay = 0.1, s.step = 7;
+    s.beta1 = 0.8, s.beta2 = 0.95, s.eps = 1e-6;
     cases.push_back(make_case(adamw_program, s));
   }
   cases.push_back(
@@ -230,6 +230,20 @@ TEST(KernelInvocation, StrictReadRefusesWhatWouldBuildAnotherKernel) {
   inv = good;
   inv.kernel = "unary2";
   expect_invocation_error(inv, "unknown kernel 'unary2'");
+}
+
+// A recording from before the AdamW step became a runtime input holds lr / weight_decay / step in
+// its spec: they are retired fields, read and dropped (the program no longer depends on them); any
+// other unknown field is still refused.
+TEST(KernelInvocation, RetiredFieldsOfAnOlderRecordingStillRead) {
+  AdamWSpec spec;
+  spec.elements = 5000;
+  KernelInvocation inv = invocation(adamw_program, spec);
+  const std::string expected = isa::print_tasm(build_kernel(inv, trn2(), 0, 1));
+  inv.spec["lr"] = 3e-4, inv.spec["weight_decay"] = 0.1, inv.spec["step"] = 7;
+  EXPECT_EQ(isa::print_tasm(build_kernel(inv, trn2(), 0, 1)), expected);
+  inv.spec["momentum"] = 0.9;
+  expect_invocation_error(inv, "no field 'momentum'");
 }
 
 TEST(KernelInvocation, AKernelDecliningItsSpecIsKernelUnsupportedNotAnInvocationError) {

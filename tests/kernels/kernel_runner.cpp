@@ -125,6 +125,7 @@ int main(int argc, char** argv) try {
       spec.output_dtype = dtype_of(kv, "out_dtype", dtype);
       if (kv.count("a_scalar")) spec.a_scalar = std::stod(kv["a_scalar"]);
       if (kv.count("b_scalar")) spec.b_scalar = std::stod(kv["b_scalar"]);
+      spec.runtime_scalar = get("runtime_scalar", "0") == "1";  // the scalar from input a / b, fp32 [1]
       program = binary_program(spec, hw, core, cores);
     } else if (kernel == "where") {
       WhereSpec spec;
@@ -185,18 +186,16 @@ int main(int argc, char** argv) try {
       program = kernel == "cross_entropy" ? cross_entropy_program(spec, hw, core, cores)
                                           : cross_entropy_backward_program(spec, hw, core, cores);
     } else if (kernel == "adamw") {
-      // elements dtype (param) grad_dtype state_dtype lr beta1 beta2 eps weight_decay step; tensors param grad exp_avg exp_avg_sq
+      // elements dtype (param) grad_dtype state_dtype beta1 beta2 eps; tensors param grad exp_avg exp_avg_sq
+      // adamw_scalars (lr, weight_decay and step reach the kernel through it: kernels::adamw_scalars)
       AdamWSpec spec;
       spec.elements = std::stoll(get("elements"));
       spec.param_dtype = dtype_of(kv, "dtype", "fp32");
       spec.grad_dtype = dtype_of(kv, "grad_dtype", dtype);
       spec.state_dtype = dtype_of(kv, "state_dtype", "fp32");
-      spec.lr = std::stod(get("lr", "1e-3"));
       spec.beta1 = std::stod(get("beta1", "0.9"));
       spec.beta2 = std::stod(get("beta2", "0.999"));
       spec.eps = std::stod(get("eps", "1e-8"));
-      spec.weight_decay = std::stod(get("weight_decay", "1e-2"));
-      spec.step = std::stoll(get("step", "1"));
       program = adamw_program(spec, hw, core, cores);
     } else if (kernel == "conv2d") {
       // input=NxCxHxW weight=Ox(C/groups)xKHxKW stride=S|SHxSW padding=P|PHxPW dilation=D|DHxDW groups has_bias

@@ -400,7 +400,6 @@ std::vector<Case> cases() {
   {
     AdamWSpec s;
     s.elements = 1000003;
-    s.step = 3;
     add(out, "adamw", [s](const HardwareConfig& hw, uint32_t c, uint32_t n) { return adamw_program(s, hw, c, n); },
                    "scalar_tensor_tensor", false);
   }

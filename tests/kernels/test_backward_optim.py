@@ -213,10 +213,20 @@ def test_adamw(run_trnsim, tmp_path, dtype, elements, weight_decay, state_dtype)
                 state[key].copy_(state[key].to(TORCH[state_dtype]).float())
         step_dir = tmp_path / f"step{step}"
         step_dir.mkdir()
+        # The step-dependent scalars are the kernel's runtime input, formed in double as torch's
+        # _single_tensor_adamw does and rounded to fp32: one program for every step.
+        b1, b2, lr = hyper["beta1"], hyper["beta2"], hyper["lr"]
+        scalars = np.array([-(lr / (1 - b1 ** step)), (1 - b2 ** step) ** 0.5, 1 - lr * weight_decay], np.float32)
         p, m, v = run_kernel(run_trnsim, step_dir, "adamw",
-                             {"elements": elements, "dtype": dtype, "state_dtype": state_dtype, "step": step, **hyper},
-                             {"param": p, "grad": grad.numpy(), "exp_avg": m, "exp_avg_sq": v},
+                             {"elements": elements, "dtype": dtype, "state_dtype": state_dtype, "beta1": b1,
+                              "beta2": b2, "eps": hyper["eps"]},
+                             {"param": p, "grad": grad.numpy(), "exp_avg": m, "exp_avg_sq": v,
+                              "adamw_scalars": scalars},
                              ["param", "exp_avg", "exp_avg_sq"])
+        if step == 1:
+            first_program = (step_dir / "k.tasm").read_text()
+        else:
+            assert (step_dir / "k.tasm").read_text() == first_program   # the step is not in the program
         # State: a few fp32 ulps (torch's lerp is a fused multiply-add), or one bf16 ulp when stored in bf16.
         # Parameter: one bf16 ulp, or in fp32 a few ulps of the parameter plus of the update
         # lr * m_hat / sqrt(v_hat) (<= ~lr * 10).

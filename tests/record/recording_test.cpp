@@ -100,7 +100,7 @@ std::vector<std::pair<std::string, MakeProgram>> library_kernels() {
   SoftmaxSpec sm;
   sm.shape = {256, 4096}, sm.log = true;
   AdamWSpec adamw;
-  adamw.elements = 1 << 18, adamw.param_dtype = adamw.grad_dtype = adamw.state_dtype = DType::bf16, adamw.step = 3;
+  adamw.elements = 1 << 18, adamw.param_dtype = adamw.grad_dtype = adamw.state_dtype = DType::bf16;
   Conv2dSpec conv;
   conv.n = 2, conv.c = 32, conv.h = conv.w = 16, conv.o = 64, conv.kh = conv.kw = 3, conv.pad_h = conv.pad_w = 1;
   PermuteSpec permute;
