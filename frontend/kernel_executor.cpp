@@ -15,6 +15,7 @@
 #include "frontend/device_runtime.h"
 #include "frontend/program_executor.h"
 #include "config/enum_names.h"
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
 #include "isa/numerics/float_format.h"
@@ -57,6 +58,95 @@ ProgramParts build_parts(DeviceRuntime& runtime, const std::string& key, const k
   parts = kernels::build_parts(invocation, config, cores_per_device(config));
   runtime.cache_program(key, parts);
   return parts;
+}
+
+// The HBM allocations a program writes (out / inout tensor operands).
+void mark_written(const isa::Program& program, std::vector<bool>& written) {
+  for (const isa::Instruction& inst : program.instructions) {
+    const isa::InstructionSpec& spec = inst.spec();
+    for (const isa::OperandSpec& o : spec.operands) {
+      if (o.tensor_slot < 0 || (o.kind != isa::OperandKind::tensor_out && o.kind != isa::OperandKind::tensor_inout))
+        continue;
+      const isa::AccessPattern& ap = inst.tensors[o.tensor_slot];
+      if (ap.present() && ap.space == isa::MemorySpace::hbm && ap.allocation < written.size()) written[ap.allocation] = true;
+    }
+  }
+}
+
+// The launch's HBM buffers with the host buffers bound in place of copies where that is exact
+// (isa::HbmBuffer::bind): same dtype and size as the allocation; an input only if the programs never
+// write its allocation, or write it as the same memory's output (in place); an output only if its
+// memory overlaps no other allocation's buffer. Bound outputs start zeroed, as owned ones do. Nothing is
+// bound when control flow reads tensor values (its scratch run would write the host memory) .
+struct Bindings {
+  std::shared_ptr<isa::HbmStore> store;  // nullptr: nothing bound
+  std::vector<bool> bound;               // by allocation
+};
+
+Bindings bind_host_buffers(const std::vector<const isa::Program*>& programs, const std::vector<HostBuffer>& inputs,
+                           const std::vector<HostBuffer>& outputs) {
+  const isa::Program& program = *programs.front();
+  Bindings out;
+  for (const isa::Program* p : programs) {
+    if (isa::control_depends_on_values(*p)) return out;
+  }
+  const size_t n = program.allocations.size();
+  std::vector<bool> written(n, false);
+  for (const isa::Program* p : programs) mark_written(*p, written);
+  struct Candidate {
+    int id;
+    uint8_t* begin;
+    uint8_t* end;
+  };
+  auto candidate = [&](const HostBuffer& b) -> Candidate {
+    const int id = program.find_allocation(b.allocation);
+    if (id < 0 || !b.data) return {-1, nullptr, nullptr};
+    const isa::Allocation& a = program.allocations[size_t(id)];
+    const size_t bytes = size_t(a.total_elements()) * dtype_size_bytes(a.dtype);
+    if (a.space != isa::MemorySpace::hbm || b.dtype != a.dtype || b.count * dtype_size_bytes(b.dtype) != bytes || !bytes)
+      return {-1, nullptr, nullptr};
+    auto* p = static_cast<uint8_t*>(b.data);
+    return {id, p, p + bytes};
+  };
+  std::vector<Candidate> ins, outs;
+  for (const HostBuffer& b : inputs) ins.push_back(candidate(b));
+  for (const HostBuffer& b : outputs) outs.push_back(candidate(b));
+  auto overlaps = [](const Candidate& a, const Candidate& b) { return a.begin < b.end && b.begin < a.end; };
+  out.bound.assign(n, false);
+  std::vector<uint8_t*> where(n, nullptr);
+  std::vector<size_t> size(n, 0);
+  std::vector<bool> zero(n, false);
+  for (const Candidate& c : ins) {
+    if (c.id < 0) continue;
+    bool ok = !written[size_t(c.id)];
+    for (const Candidate& o : outs) {
+      if (o.id == c.id) ok = o.begin == c.begin && o.end == c.end;  // in place, or a copy it must stay
+    }
+    if (ok) out.bound[size_t(c.id)] = true, where[size_t(c.id)] = c.begin, size[size_t(c.id)] = size_t(c.end - c.begin);
+  }
+  for (const Candidate& c : outs) {
+    if (c.id < 0 || out.bound[size_t(c.id)]) continue;
+    bool ok = true, is_input = false;
+    for (const Candidate& other : ins) {
+      if (other.id == c.id) is_input = true;
+      else if (other.begin && overlaps(c, other)) ok = false;
+    }
+    for (const Candidate& other : outs) {
+      if (other.id != c.id && other.begin && overlaps(c, other)) ok = false;
+    }
+    if (ok && !is_input) {
+      out.bound[size_t(c.id)] = true, where[size_t(c.id)] = c.begin, size[size_t(c.id)] = size_t(c.end - c.begin);
+      zero[size_t(c.id)] = true;
+    }
+  }
+  if (std::none_of(out.bound.begin(), out.bound.end(), [](bool b) { return b; })) return out;
+  out.store = std::make_shared<isa::HbmStore>(n);
+  for (size_t id = 0; id < n; ++id) {
+    if (!out.bound[id]) continue;
+    if (zero[id]) std::memset(where[id], 0, size[id]);
+    (*out.store)[id].bind(where[id], size[id]);
+  }
+  return out;
 }
 
 void add_bindings(record::Launch& launch, const std::vector<HostBuffer>& buffers, const char* direction) {
@@ -123,17 +213,20 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
       if (id < 0) throw std::runtime_error("trnsim: program '" + key + "' has no allocation '" + buffer.allocation + "'");
       return static_cast<uint32_t>(id);
     };
+    // Device tensors' storage in place of staging copies where exact (bind_host_buffers).
+    const Bindings bindings = bind_host_buffers(programs, inputs, outputs);
     auto prepare = [&](uint32_t, isa::CoreState& state) {
       for (const HostBuffer& in : inputs) {
         const uint32_t id = allocation(in);
+        if (bindings.store && bindings.bound[id]) continue;  // read in place
         const DType dst = program.allocations[id].dtype;
-        std::vector<uint8_t>& bytes = state.hbm(id);
+        isa::HbmBuffer& bytes = state.hbm(id);
         if (bytes.size() < in.count * dtype_size_bytes(dst))
           throw std::runtime_error("trnsim: input '" + in.allocation + "' larger than its allocation");
         copy_converted(in.dtype, in.data, dst, bytes.data(), in.count);
       }
     };
-    const record::HostResources host{&runtime.image_pool(), &runtime.host_workers()};
+    const record::HostResources host{&runtime.image_pool(), &runtime.host_workers(), bindings.store};
     // A launch timed before needs only its values: the interpreter alone computes the same ones (in program
     // order per core, as the timing model executes them), and the timing comes from the cache.
     const bool cacheable = record::values_without_timing_model(programs);
@@ -153,8 +246,9 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
     if (result.states.empty()) throw std::runtime_error("trnsim: the simulation returned no values");
     for (const HostBuffer& out : outputs) {
       const uint32_t id = allocation(out);
+      if (bindings.store && bindings.bound[id]) continue;  // written in place
       const DType src = program.allocations[id].dtype;
-      const std::vector<uint8_t>& bytes = result.states.front()->hbm(id);
+      const isa::HbmBuffer& bytes = result.states.front()->hbm(id);
       if (bytes.size() < out.count * dtype_size_bytes(src))
         throw std::runtime_error("trnsim: output '" + out.allocation + "' larger than its allocation");
       copy_converted(src, bytes.data(), out.dtype, out.data, out.count);

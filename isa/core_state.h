@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/hardware_config.h"
+#include "isa/hbm_buffer.h"
 #include "isa/numerics/float_format.h"
 #include "isa/memory_image.h"
 #include "isa/program.h"
@@ -36,12 +37,14 @@ struct Tile {
   float at(uint32_t p, uint64_t i) const { return values[size_t(p) * free + i]; }
 };
 
-using HbmStore = std::vector<std::vector<uint8_t>>;
+using HbmStore = std::vector<HbmBuffer>;  // by allocation index; empty for on-chip allocations
 
 class CoreState {
  public:
-  // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations. `image_pool` (optional)
-  // lends recycled SBUF/PSUM images (all zero, like fresh ones); without it each state maps its own.
+  // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations, or one the caller
+  // prepared (buffers already sized or bound to host memory are kept; the others are zero-filled).
+  // `image_pool` (optional) lends recycled SBUF/PSUM images (all zero, like fresh ones); without it each state
+  // maps its own.
   CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm = nullptr,
             MemoryImagePool* image_pool = nullptr);
 
@@ -63,11 +66,11 @@ class CoreState {
   void copy_elements(const AccessPattern& dst, const AccessPattern& src);
 
   // Raw bytes of an HBM allocation (inputs are loaded and outputs read here).
-  std::vector<uint8_t>& hbm(uint32_t allocation) {
+  HbmBuffer& hbm(uint32_t allocation) {
     bump_version(allocation);
     return m_hbm->at(allocation);
   }
-  const std::vector<uint8_t>& hbm(uint32_t allocation) const { return m_hbm->at(allocation); }
+  const HbmBuffer& hbm(uint32_t allocation) const { return m_hbm->at(allocation); }
   // The HBM buffers, shareable by the cores of one chip that run programs declaring the same
   // HBM tensors in the same order (each core's SBUF and PSUM stay its own).
   std::shared_ptr<HbmStore> hbm_store() const { return m_hbm; }

@@ -32,6 +32,7 @@ sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs,
   sim::SimOptions options;
   options.image_pool = host.image_pool;
   options.interpreter.workers = host.workers;
+  options.hbm_store = host.hbm_store;
   options.cores.clear();
   for (uint32_t core = 0; core < programs.size(); ++core) options.cores.push_back(core);
   options.timing_only = timing_only;
@@ -54,7 +55,7 @@ std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
     const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, const HostResources& host) {
   std::vector<std::unique_ptr<isa::CoreState>> states;
   for (uint32_t core = 0; core < programs.size(); ++core) {
-    std::shared_ptr<isa::HbmStore> store = core > 0 ? states.front()->hbm_store() : nullptr;
+    std::shared_ptr<isa::HbmStore> store = core > 0 ? states.front()->hbm_store() : host.hbm_store;
     states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[core], store, host.image_pool));
     if (core == 0 && prepare) prepare(core, *states.back());
   }

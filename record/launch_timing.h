@@ -23,6 +23,8 @@ double transfers_ns(const HardwareConfig& config, const std::vector<uint64_t>& t
 struct HostResources {
   isa::MemoryImagePool* image_pool = nullptr;  // recycled SBUF/PSUM images
   isa::HostWorkers* workers = nullptr;         // the interpreter's host threads
+  // The first core's HBM buffers, some bound to host memory (sim::SimOptions::hbm_store); nullptr = owned ones.
+  std::shared_ptr<isa::HbmStore> hbm_store;
 };
 
 // Simulates a kernel's per-core programs on physical cores 0..n-1 sharing HBM. With

@@ -173,7 +173,8 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
       continue;
     }
     const size_t index = result.states.size();
-    std::shared_ptr<isa::HbmStore> store = shared_hbm && index > 0 ? result.states.front()->hbm_store() : nullptr;
+    std::shared_ptr<isa::HbmStore> store =
+        shared_hbm && index > 0 ? result.states.front()->hbm_store() : (index == 0 ? options.hbm_store : nullptr);
     result.states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[index], store, options.image_pool));
     // With shared HBM the inputs are loaded once, through the first core.
     if (prepare && (!shared_hbm || index == 0)) prepare(core, *result.states.back());

@@ -24,6 +24,9 @@ struct SimOptions {
   isa::InterpreterOptions interpreter;
   // Recycled SBUF/PSUM images for the cores' states (not owned; nullptr = fresh mappings per simulation).
   isa::MemoryImagePool* image_pool = nullptr;
+  // The first core's HBM buffers as the caller prepared them (some bound to host memory: isa::HbmBuffer::bind);
+  // nullptr = owned, zero-filled ones. Not used for the scratch run of control flow that reads tensor values.
+  std::shared_ptr<isa::HbmStore> hbm_store;
   // Collectives (all_reduce, ...): the config system their ranks' transfers cross (empty: the config's
   // default_system) and how many ranks sit on one chip of it (0: the chip's physical cores, so on one chip every
   // core is a rank of it; 1 on a multi-chip system: core r stands for a rank on chip r).
