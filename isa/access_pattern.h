@@ -30,15 +30,17 @@ constexpr int kMaxFreeDims = 4;
 constexpr int64_t kMaxApDimSize = 65535;
 constexpr int64_t kMaxApDimStride = 32767;
 
+// Widest fields first, so that the one-byte ones share one word: a program holds one pattern per
+// operand slot of every instruction (104 bytes, not 112).
 struct AccessPattern {
-  MemorySpace space = MemorySpace::none;  // none = operand absent
-  DType dtype = DType::fp32;
-  uint8_t num_free_dims = 0;
-  uint32_t allocation = 0;       // index into Program::allocations
-  uint32_t start_partition = 0;  // SBUF/PSUM: first partition, relative to the allocation
   ApDim partition;               // SBUF/PSUM: stride unused (partitions are contiguous); HBM: outer dim
   int64_t offset = 0;            // elements from the allocation's start (within a partition for SBUF/PSUM)
   std::array<ApDim, kMaxFreeDims> free{};
+  uint32_t allocation = 0;       // index into Program::allocations
+  uint32_t start_partition = 0;  // SBUF/PSUM: first partition, relative to the allocation
+  MemorySpace space = MemorySpace::none;  // none = operand absent
+  DType dtype = DType::fp32;
+  uint8_t num_free_dims = 0;
   // NKI's scalar_offset (dynamic addressing): the register whose value, in elements, is added to `offset`
   // when the instruction issues; -1 when the pattern is static. isa/control_flow.h resolves it.
   int8_t offset_register = -1;
@@ -60,5 +62,6 @@ struct AccessPattern {
   std::pair<int64_t, int64_t> element_range(bool with_partition) const;
   bool operator==(const AccessPattern& o) const;
 };
+static_assert(sizeof(AccessPattern) == 104, "AccessPattern grew: keep the one-byte fields together");
 
 }  // namespace trnsim::isa
