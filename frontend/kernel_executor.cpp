@@ -77,7 +77,7 @@ void mark_written(const isa::Program& program, std::vector<bool>& written) {
 // (isa::HbmBuffer::bind): same dtype and size as the allocation; an input only if the programs never
 // write its allocation, or write it as the same memory's output (in place); an output only if its
 // memory overlaps no other allocation's buffer. Bound outputs start zeroed, as owned ones do. Nothing is
-// bound when control flow reads tensor values (its scratch run would write the host memory) .
+// bound when control flow reads tensor values (its scratch run would write the host memory).
 struct Bindings {
   std::shared_ptr<isa::HbmStore> store;  // nullptr: nothing bound
   std::vector<bool> bound;               // by allocation
@@ -112,20 +112,18 @@ Bindings bind_host_buffers(const std::vector<const isa::Program*>& programs, con
   for (const HostBuffer& b : inputs) ins.push_back(candidate(b));
   for (const HostBuffer& b : outputs) outs.push_back(candidate(b));
   auto overlaps = [](const Candidate& a, const Candidate& b) { return a.begin < b.end && b.begin < a.end; };
-  out.bound.assign(n, false);
-  std::vector<uint8_t*> where(n, nullptr);
-  std::vector<size_t> size(n, 0);
-  std::vector<bool> zero(n, false);
+  std::vector<const Candidate*> bound(n, nullptr);  // the memory each bound allocation reads and writes
+  std::vector<bool> zero(n, false);                 // bound outputs start zeroed, as owned buffers do
   for (const Candidate& c : ins) {
     if (c.id < 0) continue;
     bool ok = !written[size_t(c.id)];
     for (const Candidate& o : outs) {
       if (o.id == c.id) ok = o.begin == c.begin && o.end == c.end;  // in place, or a copy it must stay
     }
-    if (ok) out.bound[size_t(c.id)] = true, where[size_t(c.id)] = c.begin, size[size_t(c.id)] = size_t(c.end - c.begin);
+    if (ok) bound[size_t(c.id)] = &c;
   }
   for (const Candidate& c : outs) {
-    if (c.id < 0 || out.bound[size_t(c.id)]) continue;
+    if (c.id < 0 || bound[size_t(c.id)]) continue;
     bool ok = true, is_input = false;
     for (const Candidate& other : ins) {
       if (other.id == c.id) is_input = true;
@@ -134,17 +132,17 @@ Bindings bind_host_buffers(const std::vector<const isa::Program*>& programs, con
     for (const Candidate& other : outs) {
       if (other.id != c.id && other.begin && overlaps(c, other)) ok = false;
     }
-    if (ok && !is_input) {
-      out.bound[size_t(c.id)] = true, where[size_t(c.id)] = c.begin, size[size_t(c.id)] = size_t(c.end - c.begin);
-      zero[size_t(c.id)] = true;
-    }
+    if (ok && !is_input) bound[size_t(c.id)] = &c, zero[size_t(c.id)] = true;
   }
-  if (std::none_of(out.bound.begin(), out.bound.end(), [](bool b) { return b; })) return out;
-  out.store = std::make_shared<isa::HbmStore>(n);
+  out.bound.assign(n, false);
   for (size_t id = 0; id < n; ++id) {
-    if (!out.bound[id]) continue;
-    if (zero[id]) std::memset(where[id], 0, size[id]);
-    (*out.store)[id].bind(where[id], size[id]);
+    const Candidate* c = bound[id];
+    if (!c) continue;
+    if (!out.store) out.store = std::make_shared<isa::HbmStore>(n);
+    const size_t bytes = size_t(c->end - c->begin);
+    if (zero[id]) std::memset(c->begin, 0, bytes);
+    (*out.store)[id].bind(c->begin, bytes);
+    out.bound[id] = true;
   }
   return out;
 }
