@@ -95,12 +95,45 @@ void DeviceRuntime::reset_timing_cache_stats() {
   m_timing_stats.hits = m_timing_stats.misses = 0;
 }
 
+double DeviceState::default_clock() const {
+  if (current_stream == 0) return clock_ns;
+  auto it = stream_clocks.find(0);
+  return it == stream_clocks.end() ? 0 : it->second;
+}
+
+double DeviceState::earliest_clock() const {
+  double earliest = clock_ns;
+  for (const auto& [stream, clock] : stream_clocks) earliest = std::min(earliest, clock);
+  return earliest;
+}
+
+namespace {
+// The earliest start >= ready_ns of an op of `length_ns` on the core, between its busy intervals (sorted by
+// start, disjoint); books it. Intervals every stream has passed are dropped.
+double book_core(DeviceState& device, double ready_ns, double length_ns) {
+  auto& busy = device.busy;
+  const double horizon = device.earliest_clock();
+  busy.erase(std::remove_if(busy.begin(), busy.end(), [&](const auto& b) { return b.second <= horizon; }), busy.end());
+  double start = ready_ns;
+  for (const auto& [begin, end] : busy) {
+    if (end <= start) continue;
+    if (begin >= start + length_ns) break;
+    start = end;
+  }
+  busy.insert(std::upper_bound(busy.begin(), busy.end(), std::make_pair(start, start + length_ns)),
+              {start, start + length_ns});
+  return start;
+}
+}  // namespace
+
 void DeviceRuntime::commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace) {
   std::lock_guard<std::mutex> lock(m_mutex);
   DeviceState& device = m_devices[record.device];
-  record.start_ns = device.clock_ns;
-  launch.start_ns = device.clock_ns;
-  device.clock_ns += record.ns;
+  const double start =
+      device.stream_clocks.empty() || record.ns <= 0 ? device.clock_ns : book_core(device, device.clock_ns, record.ns);
+  record.start_ns = start;
+  launch.start_ns = start;
+  device.clock_ns = start + record.ns;
   m_log.push_back(record);
   if (m_timeline_enabled) {
     if (!m_timeline) m_timeline = std::make_unique<sim::TraceWriter>();
@@ -109,20 +142,157 @@ void DeviceRuntime::commit(OpRecord& record, record::Launch& launch, const sim::
   if (m_recorder) m_recorder->add(launch);
 }
 
+namespace {
+bool overlaps(const PendingCollective& pending, const std::vector<MemoryRange>* buffers) {
+  if (!buffers) return true;
+  for (const MemoryRange& range : *buffers) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(range.data);
+    if (range.bytes > 0 && begin < pending.end && pending.begin < begin + range.bytes) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  DeviceState& device = m_devices[record.device];
+  const double end_ns = record.start_ns + record.ns;
+  for (const MemoryRange& range : buffers) {
+    if (range.bytes == 0) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(range.data);
+    device.pending.push_back(PendingCollective{begin, begin + range.bytes, end_ns, record.op});
+  }
+  m_log.push_back(record);
+  if (m_timeline_enabled) {
+    if (!m_timeline) m_timeline = std::make_unique<sim::TraceWriter>();
+    const std::string name = "neuron:" + std::to_string(record.device);
+    const int process = m_timeline->find_or_add_process(name, record.device * 100);
+    const int track = m_timeline->find_or_add_track(process, "collectives", 3);
+    m_timeline->slice(process, track, record.start_ns - device.timeline_origin_ns, record.ns, record.op,
+                      {{"bytes", std::to_string(record.bytes)}, {"algorithm", record.bottleneck},
+                       {"dtype", record.dtype}, {"simulated_ns", std::to_string(record.ns)}});
+  }
+}
+
+// The caller holds m_mutex. Stream `stream` of `device` waits until `until_ns`: the default stream's wait is a
+// "wait" record (what its work waited for: exposed communication); a side stream's is not logged.
+void DeviceRuntime::advance_stream_locked(DeviceState& device, int device_index, int stream, double until_ns,
+                                          const std::string& op) {
+  double& clock = stream == device.current_stream ? device.clock_ns : device.stream_clocks[stream];
+  if (until_ns > clock) {
+    if (stream == 0) {
+      OpRecord wait;
+      wait.op = "wait " + op;
+      wait.kind = "wait";
+      wait.device = device_index;
+      wait.start_ns = clock;
+      wait.ns = until_ns - clock;
+      wait.bottleneck = "collective";
+      m_log.push_back(wait);
+      if (m_timeline_enabled) {
+        if (!m_timeline) m_timeline = std::make_unique<sim::TraceWriter>();
+        const int process =
+            m_timeline->find_or_add_process("neuron:" + std::to_string(device_index), device_index * 100);
+        const int ops = m_timeline->find_or_add_track(process, "ops", 0);
+        m_timeline->slice(process, ops, wait.start_ns - device.timeline_origin_ns, wait.ns, wait.op,
+                          {{"kind", "wait"}, {"simulated_ns", std::to_string(wait.ns)}});
+      }
+    }
+    clock = until_ns;
+  }
+  const double horizon = device.earliest_clock();
+  auto& pending = device.pending;
+  pending.erase(std::remove_if(pending.begin(), pending.end(),
+                               [&](const PendingCollective& p) { return p.end_ns <= horizon; }),
+                pending.end());
+}
+
+void DeviceRuntime::wait_locked(int device_index, double until_ns, const std::string& op) {
+  DeviceState& device = m_devices[device_index];
+  advance_stream_locked(device, device_index, device.current_stream, until_ns, op);
+}
+
+void DeviceRuntime::set_stream(int device_index, int stream) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  DeviceState& device = m_devices[device_index];
+  if (stream == device.current_stream) return;
+  auto it = device.stream_clocks.find(stream);
+  const double next_clock = it == device.stream_clocks.end() ? device.clock_ns : it->second;
+  if (it != device.stream_clocks.end()) device.stream_clocks.erase(it);
+  device.stream_clocks[device.current_stream] = device.clock_ns;
+  device.current_stream = stream;
+  device.clock_ns = next_clock;
+}
+
+int DeviceRuntime::current_stream(int device_index) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_devices.find(device_index);
+  return it == m_devices.end() ? 0 : it->second.current_stream;
+}
+
+double DeviceRuntime::stream_clock(int device_index, int stream) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_devices.find(device_index);
+  if (it == m_devices.end()) return 0;
+  const DeviceState& device = it->second;
+  if (stream == device.current_stream) return device.clock_ns;
+  auto s = device.stream_clocks.find(stream);
+  return s == device.stream_clocks.end() ? device.clock_ns : s->second;  // unused yet: it would start here
+}
+
+void DeviceRuntime::stream_wait(int device_index, int stream, double until_ns, const std::string& op) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  DeviceState& device = m_devices[device_index];
+  if (stream != device.current_stream && !device.stream_clocks.count(stream))
+    device.stream_clocks[stream] = device.clock_ns;
+  advance_stream_locked(device, device_index, stream, until_ns, op);
+}
+
+void DeviceRuntime::synchronize(int device_index) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  DeviceState& device = m_devices[device_index];
+  double latest = device.clock_ns;
+  for (const auto& [stream, clock] : device.stream_clocks) latest = std::max(latest, clock);
+  advance_stream_locked(device, device_index, 0, latest, "synchronize");
+}
+
+void DeviceRuntime::wait_for_collectives(int device_index, const std::vector<MemoryRange>* buffers) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_devices.find(device_index);
+  if (it == m_devices.end() || it->second.pending.empty()) return;
+  const PendingCollective* latest = nullptr;
+  for (const PendingCollective& pending : it->second.pending)
+    if (overlaps(pending, buffers) && (!latest || pending.end_ns > latest->end_ns)) latest = &pending;
+  if (latest) {
+    const std::string op = latest->op;
+    wait_locked(device_index, latest->end_ns, op);
+  }
+}
+
+void DeviceRuntime::wait_until(int device, double end_ns, const std::string& op) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  wait_locked(device, end_ns, op);
+}
+
 double DeviceRuntime::simulated_ns(int device) const {
   std::lock_guard<std::mutex> lock(m_mutex);
   if (device >= 0) {
     auto it = m_devices.find(device);
-    return it == m_devices.end() ? 0 : it->second.clock_ns;
+    return it == m_devices.end() ? 0 : it->second.default_clock();
   }
   double total = 0;
-  for (const auto& [index, state] : m_devices) total += state.clock_ns;
+  for (const auto& [index, state] : m_devices) total += state.default_clock();
   return total;
 }
 
 void DeviceRuntime::reset_simulated_time() {
   std::lock_guard<std::mutex> lock(m_mutex);
-  for (auto& [index, state] : m_devices) state.clock_ns = 0;
+  for (auto& [index, state] : m_devices) {
+    state.clock_ns = 0;
+    for (auto& [stream, clock] : state.stream_clocks) clock = 0;
+    state.busy.clear();
+    state.pending.clear();
+  }
 }
 
 std::vector<OpRecord> DeviceRuntime::op_log() const {
@@ -148,7 +318,7 @@ void DeviceRuntime::set_timeline_enabled(bool enabled) {
 void DeviceRuntime::reset_timeline() {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_timeline.reset();
-  for (auto& [index, state] : m_devices) state.timeline_origin_ns = state.clock_ns;
+  for (auto& [index, state] : m_devices) state.timeline_origin_ns = state.default_clock();
 }
 
 size_t DeviceRuntime::write_timeline(const std::string& path) const {

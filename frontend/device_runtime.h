@@ -41,11 +41,29 @@ struct MemoryAccount {
   uint64_t num_ooms = 0;
 };
 
+// A collective's buffer on a device: its collective engines read or write [begin, end) until end_ns, so work
+// of the device that touches those bytes waits for it (trnsim.distributed).
+struct PendingCollective {
+  uintptr_t begin = 0, end = 0;
+  double end_ns = 0;
+  std::string op;
+};
+
 // What one device (a logical NeuronCore) holds. Per-device data of the runtime goes here.
 struct DeviceState {
   double clock_ns = 0;            // the device's simulated clock
   double timeline_origin_ns = 0;  // the clock when the profiler's timeline was reset
   MemoryAccount memory;
+  std::vector<PendingCollective> pending;  // collectives not yet waited for
+  // Streams (torch.neuron.Stream): clock_ns is the current stream's clock, the others wait here. Once a second
+  // stream is used, every stream's ops book the core's busy intervals [start, end): the core runs one op at a time,
+  // and an op of one stream may fill a gap another stream left (a side stream's work beside the default stream's
+  // waits). With one stream nothing is booked: an op starts at the clock, as it always did.
+  int current_stream = 0;
+  std::map<int, double> stream_clocks;
+  std::vector<std::pair<double, double>> busy;
+  double default_clock() const;
+  double earliest_clock() const;  // of every stream
 };
 
 class DeviceRuntime {
@@ -92,6 +110,26 @@ class DeviceRuntime {
   // is the kernel's own trace) and to the recording (while recording).
   void commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace);
 
+  // A collective of the device's rank (kind "collective"; record.start_ns / ns: when it ran on the collective
+  // engines, concurrently with the device's compute): logged and drawn on the device's "collectives" track, not
+  // on its clock. Until it ends, work touching `buffers` waits for it (wait_for_collectives).
+  void add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers);
+  // Work about to run on `device` that touches `buffers` (nullptr: any of its memory) follows the pending
+  // collectives it overlaps: when one ends after the device's clock, a "wait" record of the gap (exposed
+  // communication) is logged and the clock moves to its end.
+  void wait_for_collectives(int device, const std::vector<MemoryRange>* buffers);
+  // Work.wait(): the device's later work follows a collective that ends at `end_ns` (a "wait" record when it
+  // ends after the clock).
+  void wait_until(int device, double end_ns, const std::string& op);
+  // Streams: the device's ops go to stream `stream` from now (a stream first used starts at the current one's
+  // clock); a stream's clock; a stream waiting (wait_event / wait_stream) until `until_ns` (a "wait" record when
+  // it is the default stream); synchronize (the default stream after every stream's work).
+  void set_stream(int device, int stream);
+  int current_stream(int device) const;
+  double stream_clock(int device, int stream) const;
+  void stream_wait(int device, int stream, double until_ns, const std::string& op);
+  void synchronize(int device);
+
   double simulated_ns(int device) const;  // device < 0: all devices together
   void reset_simulated_time();
   std::vector<OpRecord> op_log() const;
@@ -134,6 +172,9 @@ class DeviceRuntime {
   void hand_over_to(DeviceRuntime& next);
 
  private:
+  void wait_locked(int device, double until_ns, const std::string& op);
+  void advance_stream_locked(DeviceState& state, int device, int stream, double until_ns, const std::string& op);
+
   const HardwareConfig m_config;
   const std::string m_hash;
   isa::MemoryImagePool m_image_pool;

@@ -274,6 +274,11 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
   record.bottleneck = launch.bottleneck;
   record.host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start).count();
   if (!core_trace && result.trace) core_trace = std::shared_ptr<const sim::TraceWriter>(std::move(result.trace));
+  // A launch starts after the collectives whose buffers it reads or writes (trnsim.distributed).
+  std::vector<MemoryRange> touched;
+  for (const auto* buffers : {&inputs, &outputs})
+    for (const HostBuffer& b : *buffers) touched.push_back({b.data, b.count * dtype_size_bytes(b.dtype)});
+  runtime.wait_for_collectives(device, &touched);
   runtime.commit(record, launch, trace ? core_trace.get() : nullptr);
   return record;
 }
@@ -325,6 +330,7 @@ OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record) {
   record.bottleneck = "host_link";
   record::Launch launch = launch_of(record);
   launch.transfer_bytes = {bytes};
+  runtime->wait_for_collectives(device, nullptr);
   runtime->commit(record, launch, nullptr);
   return record;
 }
@@ -340,6 +346,7 @@ OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_d
   record.bottleneck = "host_link";
   record::Launch launch = launch_of(record);
   launch.transfer_bytes = {bytes_to_host, bytes_to_device};
+  runtime->wait_for_collectives(device, nullptr);
   runtime->commit(record, launch, nullptr);
   return record;
 }
@@ -357,6 +364,7 @@ OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written
   record::Launch launch = launch_of(record);
   launch.launch_ns = record.launch_ns;
   launch.transfer_bytes = {bytes_read, bytes_written};  // HBM bytes (not the host link): replay re-estimates
+  runtime->wait_for_collectives(device, nullptr);
   runtime->commit(record, launch, nullptr);
   return record;
 }
@@ -376,6 +384,14 @@ void reset_timing_cache_stats() {
 }
 
 // Before any config is set there is nothing on the clocks, the log or the timeline.
+void record_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers) {
+  current_runtime()->add_collective(record, buffers);
+}
+
+void wait_for_collective(int device, double end_ns, const std::string& op) {
+  current_runtime()->wait_until(device, end_ns, op);
+}
+
 double simulated_ns(int device) {
   auto runtime = current_runtime_or_null();
   return runtime ? runtime->simulated_ns(device) : 0;

@@ -41,10 +41,18 @@ struct HostBuffer {
   DType dtype = DType::fp32;
 };
 
+// Bytes of device memory an op touches.
+struct MemoryRange {
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+};
+
 struct OpRecord {
   std::string op;
   // "kernel" (simulated), "copy" (host link), "fallback" (ran on the CPU), "estimate" (timing-only
-  // mode: an op with no kernel, its time estimated; record_estimate)
+  // mode: an op with no kernel, its time estimated; record_estimate); "collective" (trnsim.distributed:
+  // start_ns / ns on the collective engines, beside the device's clock; bytes its size, bottleneck its
+  // algorithm) and "wait" (the device's clock waiting for one: exposed communication)
   std::string kind = "kernel";
   std::vector<std::vector<int64_t>> shapes;  // input shapes
   std::string dtype;
@@ -107,6 +115,11 @@ OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_d
 // chip.kernel_launch_ns plus the bytes it reads and writes at the device's share of the chip's HBM
 // bandwidth). Nothing is computed; record.kind becomes "estimate".
 OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written, double host_s, OpRecord record);
+
+// trnsim.distributed: a collective the device's rank took part in (DeviceRuntime::add_collective), and a
+// Work.wait() on it (DeviceRuntime::wait_until).
+void record_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers);
+void wait_for_collective(int device, double end_ns, const std::string& op);
 
 double simulated_ns(int device);  // device < 0: all devices together
 void reset_simulated_time();

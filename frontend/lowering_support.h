@@ -63,12 +63,19 @@ inline HostBuffer buffer(const std::string& name, const at::Tensor& t) {
 
 // The host's view of a device tensor's bytes. In timing-only mode there are none to read: throws
 // ValuesUnavailable (a lowering that needs values is declined to the timing-only fallback).
+inline at::Tensor raw_host_alias(const at::Tensor& t);
 inline at::Tensor host_alias(const at::Tensor& t) {
   if (t.device().type() != kNeuron) return t;
   if (!values_enabled()) {
     throw ValuesUnavailable("trnsim timing-only mode: the host needs the values of a neuron tensor of shape " +
                             dims_key(t.sizes()) + ", which this mode does not compute");
   }
+  return raw_host_alias(t);
+}
+
+// The same view without the mode's check: for what knows the block holds values (holds_values) or writes them.
+inline at::Tensor raw_host_alias(const at::Tensor& t) {
+  if (t.device().type() != kNeuron) return t;
   at::Tensor alias = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
   // The lazy conjugate / negative bits are tensor metadata, not storage: keep them, so a copy of a
   // conj() view materialises the conjugate as the CPU does.

@@ -11,6 +11,7 @@
 #include "config/config_tree.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/device_runtime.h"
+#include "frontend/distributed_backend.h"
 #include "frontend/neuron_device.h"
 #include "frontend/program_executor.h"
 #include "isa/control_flow.h"
@@ -18,6 +19,7 @@
 #include "isa/isa_error.h"
 #include "isa/text_form.h"
 #include "sim/program_run.h"
+#include "sim/system/collectives.h"
 #include "tools/cli/npy.h"
 
 namespace py = pybind11;
@@ -212,6 +214,51 @@ py::dict run_ranks(const std::string& program_text, const std::string& origin, b
   return d;
 }
 
+// trnsim.distributed's system model: one CollectiveSimulator on the current config (its runtime kept alive, so a
+// set_config later does not pull the config away), links and CC-cores booked by every collective it runs.
+class CollectiveSystem {
+ public:
+  CollectiveSystem(const std::string& system, uint32_t ranks_per_chip)
+      : m_runtime(fe::current_runtime()),
+        m_simulator(m_runtime->config(), system.empty() ? m_runtime->config().default_system : system,
+                    ranks_per_chip) {}
+
+  py::dict run(const std::string& op, uint64_t bytes, const std::vector<uint32_t>& ranks, double start_ns,
+               const std::string& algorithm, const std::vector<int64_t>& pairs) {
+    namespace sim = trnsim::sim;
+    sim::CollectiveRequest request;
+    request.op = sim::parse_collective_op(op);
+    request.bytes = bytes;
+    request.algorithm = sim::parse_collective_algorithm(algorithm);
+    request.ranks = ranks;
+    request.pairs = pairs;
+    request.start_ns = start_ns;
+    for (uint32_t r : ranks) {
+      if (r >= m_simulator.ranks())
+        throw sim::RunUsageError("collective rank " + std::to_string(r) + " outside system '" +
+                                 m_simulator.topology().name() + "' (" + std::to_string(m_simulator.ranks()) +
+                                 " ranks)");
+    }
+    const sim::CollectiveTiming t = m_simulator.run(request);
+    py::dict d;
+    d["latency_ns"] = t.latency_ns;
+    d["algorithm"] = sim::collective_algorithm_name(t.algorithm);
+    d["ranks"] = t.ranks;
+    d["steps"] = t.steps;
+    d["transfers"] = t.transfers;
+    d["algbw_gbps"] = t.algbw_gbps;
+    d["busbw_gbps"] = t.busbw_gbps;
+    return d;
+  }
+  uint32_t ranks() const { return m_simulator.ranks(); }
+  uint32_t chips() const { return m_simulator.topology().chips(); }
+  std::string name() const { return m_simulator.topology().name(); }
+
+ private:
+  std::shared_ptr<fe::DeviceRuntime> m_runtime;
+  trnsim::sim::CollectiveSimulator m_simulator;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -369,6 +416,64 @@ PYBIND11_MODULE(_C, m) {
   m.def("simulated_ns", &fe::simulated_ns, py::arg("device"),
         "Simulated nanoseconds of the ops run on the device (all devices when device < 0).");
   m.def("reset_simulated_time", &fe::reset_simulated_time);
+  py::class_<CollectiveSystem>(m, "CollectiveSystem")
+      .def(py::init<const std::string&, uint32_t>(), py::arg("system"), py::arg("ranks_per_chip"))
+      .def("run", &CollectiveSystem::run, py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("start_ns"),
+           py::arg("algorithm") = "auto", py::arg("pairs") = std::vector<int64_t>{})
+      .def_property_readonly("ranks", &CollectiveSystem::ranks)
+      .def_property_readonly("chips", &CollectiveSystem::chips)
+      .def_property_readonly("name", &CollectiveSystem::name);
+  m.def("systems", [] {
+    // The current config's multi-chip systems: name -> chips, and which is the default.
+    const trnsim::HardwareConfig& config = fe::current_runtime()->config();
+    py::dict d;
+    for (const auto& [name, system] : config.systems) d[py::str(name)] = system.chips;
+    py::dict out;
+    out["systems"] = d;
+    out["default_system"] = config.default_system;
+    out["logical_cores_per_chip"] = config.chip.physical_cores / fe::config_info().cores_per_device;
+    return out;
+  });
+  m.def("record_collective", [](int device, const std::string& op, const std::string& dtype,
+                                const std::vector<std::vector<int64_t>>& shapes, uint64_t bytes, double start_ns,
+                                double latency_ns, const std::string& algorithm,
+                                const std::vector<std::pair<uintptr_t, uint64_t>>& buffers) {
+    fe::OpRecord r;
+    r.op = op;
+    r.kind = "collective";
+    r.device = device;
+    r.dtype = dtype;
+    r.shapes = shapes;
+    r.bytes = bytes;
+    r.start_ns = start_ns;
+    r.ns = latency_ns;
+    r.bottleneck = algorithm;
+    std::vector<fe::MemoryRange> ranges;
+    for (const auto& [ptr, size] : buffers) ranges.push_back({reinterpret_cast<const void*>(ptr), size});
+    fe::record_collective(r, ranges);
+  }, py::arg("device"), py::arg("op"), py::arg("dtype"), py::arg("shapes"), py::arg("bytes"), py::arg("start_ns"),
+     py::arg("latency_ns"), py::arg("algorithm"), py::arg("buffers"),
+     "A collective of this rank on its device's collective engines (beside its clock); later work touching "
+     "`buffers` [(data_ptr, bytes)] waits for its end.");
+  fe::bind_distributed_backend(m);
+  // Streams (torch.neuron.Stream, frontend/python/trnsim/device.py): DeviceRuntime keeps a clock per stream.
+  m.def("set_stream", [](int device, int stream) { fe::current_runtime()->set_stream(device, stream); },
+        py::arg("device"), py::arg("stream"));
+  m.def("current_stream", [](int device) { return fe::current_runtime()->current_stream(device); }, py::arg("device"));
+  m.def("stream_clock", [](int device, int stream) { return fe::current_runtime()->stream_clock(device, stream); },
+        py::arg("device"), py::arg("stream"));
+  m.def("stream_wait", [](int device, int stream, double until_ns, const std::string& op) {
+    fe::current_runtime()->stream_wait(device, stream, until_ns, op);
+  }, py::arg("device"), py::arg("stream"), py::arg("until_ns"), py::arg("op"));
+  m.def("synchronize", [](int device) { fe::current_runtime()->synchronize(device); }, py::arg("device"));
+  m.def("holds_values", [](uintptr_t ptr) { return fe::holds_values(reinterpret_cast<const void*>(ptr)); },
+        py::arg("data_ptr"), "Whether the device block holding data_ptr has values (timing-only mode writes none).");
+  m.def("mark_values", [](uintptr_t ptr, bool has_values) {
+    if (has_values) fe::mark_with_values(reinterpret_cast<const void*>(ptr));
+    else fe::mark_without_values(reinterpret_cast<const void*>(ptr));
+  }, py::arg("data_ptr"), py::arg("has_values"), "Mark the device block holding data_ptr as holding values or not.");
+  m.def("wait_collective", &fe::wait_for_collective, py::arg("device"), py::arg("end_ns"), py::arg("op"),
+        "Work.wait(): the device's later work follows the collective ending at end_ns.");
   m.def("op_log", [] {
     py::list out;
     for (const fe::OpRecord& r : fe::op_log()) {

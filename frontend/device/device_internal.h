@@ -15,6 +15,9 @@ class DeviceRuntime;
 std::shared_ptr<DeviceRuntime> device_runtime();
 
 constexpr int kMaxDevices = 128;  // c10::DeviceIndex is int8_t
+// Timing-only mode: host->device copies up to this size keep their bytes (copy_from). A simulator policy, not a
+// hardware figure: large enough for index and metadata tensors, small enough that weights still cost no host memory.
+constexpr size_t kTimingOnlyKeptCopyBytes = size_t(1) << 20;
 
 // The configured system's device count; never throws (0 when the config cannot be loaded), for
 // the guard's noexcept methods.

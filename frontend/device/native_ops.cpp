@@ -187,12 +187,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
     return dst;
   const bool from_device = self.device().type() == kNeuron, to_device = dst.device().type() == kNeuron;
   if (!values_enabled()) {
-    // Timing only: a host <-> device copy is timed but moves nothing; the host cannot receive values.
-    TORCH_CHECK(!(from_device && !to_device), "trnsim timing-only mode: copying a neuron tensor of shape ",
+    // Timing only: nothing is computed, so a host <-> device copy moves nothing, except that a small host->device
+    // copy of a whole storage keeps its bytes and the host may read back a block that holds values: the index and
+    // metadata tensors frameworks send through the device and read back (DDP's parameter check and bucket order
+    // go through collectives) keep working. Kernels' outputs never hold values in this mode.
+    const bool whole_storage = dst.is_non_overlapping_and_dense() && dst.nbytes() == dst.storage().nbytes();
+    const bool keep = to_device && !from_device && whole_storage && dst.nbytes() <= kTimingOnlyKeptCopyBytes;
+    const bool readable = from_device && !to_device && holds_values(self.data_ptr());
+    TORCH_CHECK(!(from_device && !to_device) || readable, "trnsim timing-only mode: copying a neuron tensor of shape ",
                 dims_key(self.sizes()), " to the ", dst.device(),
                 " needs its values (.cpu(), .item(), .tolist(), .numpy(), printing), which this mode does not compute. "
                 "Leave trnsim.timing_only() (or set TRNSIM_VALUES=1) to read values.");
-    if (to_device) mark_without_values(dst.data_ptr());
+    if (keep || readable) raw_host_alias(dst).copy_(raw_host_alias(self));
+    if (to_device) keep ? mark_with_values(dst.data_ptr()) : mark_without_values(dst.data_ptr());
   } else {
     if (from_device && !to_device) {
       TORCH_CHECK(holds_values(self.data_ptr()), "trnsim: this neuron tensor (shape ", dims_key(self.sizes()),
@@ -247,12 +254,13 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(values_enabled(), "trnsim timing-only mode: reading a neuron tensor's value on the host (.item(), ",
-              "bool(), int(), float(), a data-dependent branch) needs values, which this mode does not compute. "
-              "Leave trnsim.timing_only() (or set TRNSIM_VALUES=1) to read values.");
+  // Timing-only mode: only a block that holds values (a small copy from the host, see copy_from) can be read.
+  TORCH_CHECK(values_enabled() || holds_values(self.data_ptr()), "trnsim timing-only mode: reading a neuron tensor's ",
+              "value on the host (.item(), bool(), int(), float(), a data-dependent branch) needs values, which this "
+              "mode does not compute. Leave trnsim.timing_only() (or set TRNSIM_VALUES=1) to read values.");
   TORCH_CHECK(holds_values(self.data_ptr()), "trnsim: this neuron tensor was written in timing-only mode and holds no ",
               "values; recompute it outside trnsim.timing_only()");
-  return at::_local_scalar_dense(host_alias(self));
+  return at::_local_scalar_dense(raw_host_alias(self));
 }
 
 // Memory initialisation on the host (device memory is host memory); not timed. In timing-only
@@ -329,6 +337,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_complex", view_as_complex);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
+
+// torch.ops.trnsim.host_alias(t): a CPU tensor viewing a neuron tensor's bytes, no copy and no simulated time
+// (trnsim.distributed moves a collective's values with it; its time comes from the system model). The alias
+// does not keep the device tensor alive, and it does not check the mode: the caller asks _C.holds_values first.
+at::Tensor host_alias_op(const at::Tensor& self) { return raw_host_alias(self); }
+
+TORCH_LIBRARY(trnsim, m) { m.def("host_alias(Tensor(a) self) -> Tensor(a)"); }
+TORCH_LIBRARY_IMPL(trnsim, PrivateUse1, m) { m.impl("host_alias", host_alias_op); }
 
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
   m.impl("_copy_from", copy_from_lazy_bits);

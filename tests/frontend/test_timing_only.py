@@ -182,9 +182,24 @@ def test_the_host_cannot_read_values_in_timing_only_mode():
     assert torch.equal(x.cpu(), torch.ones(4, 4))
     # Values computed from a tensor without values have none either.
     with trnsim.timing_only():
-        w = _dev(4, 4)
+        w = _dev(4, 4) * 3
     with pytest.raises(RuntimeError, match="written in timing-only mode"):
         (w + 1).cpu()
+
+
+def test_a_small_copy_from_the_host_keeps_its_values_in_timing_only_mode():
+    # Index and metadata tensors frameworks send to the device and read back (DDP's bucket order): up to
+    # 1 MiB of a whole storage; what a kernel computes from them has none, and large copies move nothing.
+    host = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    with trnsim.timing_only():
+        small = host.to("neuron")
+        assert torch.equal(small.cpu(), host)
+        assert small[1, 2].item() == 6
+        with pytest.raises(RuntimeError, match="timing-only mode"):
+            (small + 1).cpu()
+        big = torch.zeros(1 << 19, dtype=torch.float32).to("neuron")  # 2 MiB
+        with pytest.raises(RuntimeError, match="timing-only mode"):
+            big.cpu()
 
 
 def _rss_bytes():

@@ -18,6 +18,9 @@ The hardware is ``$TRNSIM_CONFIG`` (a name such as ``trn3`` or a path), default 
 ``trnsim.record("step.trnrec")`` records every launch of a block; ``trnsim replay step.trnrec
 [--config trn3]`` re-times it without PyTorch (see ``trnsim.record``).
 
+``dist.init_process_group("neuron")`` runs torch.distributed on the simulated multi-chip system
+(``trnsim.distributed``; ``trnsim.simulate_world(64)`` times a symmetric world of 64 ranks in one process).
+
 ``trnsim.run_program(program, {"x": array}, config="trn2")`` runs a ``.tasm`` program on NumPy arrays
 in-process, as ``trnsim run`` does from files: outputs, ``latency_ns``, busy ns per engine, stats.
 """
@@ -32,9 +35,14 @@ from .profiler import Profile, profile
 from .record import Recording, record
 from .run import ConfigError, InputError, ProgramError, RunResult, run_program, run_ranks
 
+if torch.distributed.is_available():
+    # Registers the c10d backend "neuron" (trnsim.distributed).
+    from . import distributed
+    from .distributed import simulate_world
+
 __all__ = ["set_config", "config", "timing_only", "values_enabled", "timing_cache_stats", "reset_timing_cache_stats", "fallback_report", "reset_fallback_report", "set_fallback_mode",
            "simulated_ns", "reset_simulated_time", "op_log", "profile", "Profile", "record", "Recording",
-           "compile_backend", "run_program", "run_ranks", "RunResult", "ProgramError", "ConfigError", "InputError"]
+           "compile_backend", "run_program", "run_ranks", "simulate_world", "RunResult", "ProgramError", "ConfigError", "InputError"]
 
 DEVICE_NAME = "neuron"
 
@@ -74,7 +82,10 @@ class timing_only:
     - Device tensors keep shape, dtype, strides and their simulated HBM (capacity, OOM and
       ``torch.neuron.memory_allocated`` / ``max_memory_allocated`` as usual) but hold no values:
       reading one on the host (``.cpu()``, ``.item()``, ``.tolist()``, printing) raises, in this
-      mode and after it (a tensor written here stays without values until rewritten).
+      mode and after it (a tensor written here stays without values until rewritten). Except: a
+      copy from the host of a whole storage up to 1 MiB keeps its bytes and can be read back (the
+      index and metadata tensors frameworks send through the device, e.g. DDP's bucket order);
+      what a kernel computes from it has none.
     - A kernel already timed (same program: op, shapes, dtypes, layout, split, config) takes its
       time from the timing cache; ``prof.totals()["timing_cache_hit_rate"]``.
     - An op with no kernel runs PyTorch's meta function for its result shapes and is charged an

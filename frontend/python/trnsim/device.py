@@ -61,7 +61,122 @@ def device(dev):
 
 
 def synchronize(device=None):
-    """The simulator runs each op to completion: nothing is in flight."""
+    """The host waits for every stream of the device: its default stream continues after the
+    latest of them (the simulator runs each op to completion; only the clocks move)."""
+    _C.synchronize(_index(device))
+
+
+# --- streams and events ----------------------------------------------------------------------
+# torch.cuda's stream surface, which stream-aware code (FSDP2, pipelining) calls. Each stream has
+# its own simulated clock (DeviceRuntime): an op runs on the current stream, after that stream's
+# earlier work, on the core as soon as the core is free (ops of all streams share it; a side
+# stream's op may fill a gap the default stream left while it waited). wait_stream / wait_event
+# order streams as on the hardware; a collective issued on a stream (trnsim.distributed) starts
+# at that stream's clock. trnsim.simulated_ns() is the default stream's clock. An event records
+# its stream's clock, so elapsed_time() is simulated milliseconds.
+
+class Stream:
+    _next_id = [1]
+
+    def __init__(self, device=None, priority=0, **kwargs):
+        self.device = torch.device("neuron", _index(device))
+        self.device_index = self.device.index
+        self.priority = priority
+        self.stream_id = kwargs.get("_stream_id")
+        if self.stream_id is None:
+            self.stream_id = Stream._next_id[0]
+            Stream._next_id[0] += 1
+
+    def wait_stream(self, stream):
+        _C.stream_wait(self.device_index, self.stream_id, _C.stream_clock(stream.device_index, stream.stream_id),
+                       f"stream {stream.stream_id}")
+
+    def wait_event(self, event):
+        if event._ns is not None:
+            _C.stream_wait(self.device_index, self.stream_id, event._ns, "event")
+
+    def record_event(self, event=None):
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and (self.device_index, self.stream_id) == (other.device_index,
+                                                                                     other.stream_id)
+
+    def __hash__(self):
+        return hash((self.device_index, self.stream_id))
+
+    def __repr__(self):
+        return f"<torch.neuron.Stream device={self.device} id={self.stream_id} priority={self.priority}>"
+
+
+class Event:
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self._device = None
+        self._ns = None
+
+    def record(self, stream=None):
+        stream = current_stream() if stream is None else stream
+        self._device, self._ns = stream.device_index, _C.stream_clock(stream.device_index, stream.stream_id)
+
+    def wait(self, stream=None):
+        (current_stream() if stream is None else stream).wait_event(self)
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end_event):
+        """Simulated milliseconds from this event to `end_event` (both recorded)."""
+        if self._ns is None or end_event._ns is None:
+            raise RuntimeError("elapsed_time: both events must be recorded")
+        return (end_event._ns - self._ns) / 1e6
+
+
+_streams = {}  # (device, id) -> Stream, so current_stream() returns the object that was set
+
+
+def _stream_object(index, stream_id):
+    key = (index, stream_id)
+    if key not in _streams:
+        _streams[key] = Stream(index, _stream_id=stream_id)
+    return _streams[key]
+
+
+def current_stream(device=None):
+    index = _index(device)
+    return _stream_object(index, _C.current_stream(index))
+
+
+def default_stream(device=None):
+    return _stream_object(_index(device), 0)
+
+
+def set_stream(stream):
+    _streams[(stream.device_index, stream.stream_id)] = stream
+    _C.set_stream(stream.device_index, stream.stream_id)
+
+
+@contextlib.contextmanager
+def stream(stream_to_use):
+    if stream_to_use is None:
+        yield None
+        return
+    previous = current_stream(stream_to_use.device_index)
+    set_stream(stream_to_use)
+    try:
+        yield stream_to_use
+    finally:
+        set_stream(previous)
 
 
 # --- memory: simulated HBM -----------------------------------------------------------------

@@ -67,7 +67,10 @@ class Profile:
         """Sums over the block: simulated_ns (all devices), per-kind ns, host_s (wall time of the
         block), flops (matmul FLOPs the kernels counted), mfu (flops against the bf16 tensor-engine
         peak of the devices over the simulated time), op counts, fallback_ops, host-link bytes."""
-        recs = self.records
+        # Collectives (trnsim.distributed) run on the collective engines beside the device's clock: what the
+        # clock waited for them is their "wait" records (exposed communication).
+        collectives = [r for r in self.records if r["kind"] == "collective"]
+        recs = [r for r in self.records if r["kind"] != "collective"]
         simulated_ns = sum(r["ns"] for r in recs)
         flops = sum(r["flops"] for r in recs)
         devices = sorted({r["device"] for r in recs}) or [0]
@@ -104,6 +107,12 @@ class Profile:
             "timing_cache_hits": cache_hits,
             "timing_cache_hit_rate": cache_hits / len(kernels) if kernels else 0.0,
             "host_link_bytes": sum(r["bytes"] for r in recs),
+            # trnsim.distributed: collectives this process's ranks took part in, their time on the collective
+            # engines, and the part of it the devices' clocks waited for (not hidden behind compute).
+            "collectives": len(collectives),
+            "collective_ns": sum(r["ns"] for r in collectives),
+            "collective_bytes": sum(r["bytes"] for r in collectives),
+            "exposed_communication_ns": sum(r["ns"] for r in recs if r["kind"] == "wait"),
         }
 
     def rows(self, group_by_shape=True):
@@ -155,6 +164,9 @@ class Profile:
                      f"host copies {_us(t['copy_ns']):.2f}, fallbacks {_us(t['fallback_ns']):.2f}); "
                      f"{t['ops']} kernels, {t['fallback_ops']} fallback ops; MFU {100 * t['mfu']:.1f}%; "
                      f"host {t['host_s']:.2f} s; timing cache hit rate {100 * t['timing_cache_hit_rate']:.1f}%")
+        if t["collectives"]:
+            lines.append(f"collectives: {t['collectives']}, {_us(t['collective_ns']):.2f} us on the collective engines, "
+                         f"{_us(t['exposed_communication_ns']):.2f} us exposed (the devices waited)")
         if t["timing_only_kernels"] or t["estimate_ops"]:
             lines.append(f"timing-only: {t['timing_only_kernels']} kernels timed, timing cache hit rate "
                          f"{100 * t['timing_cache_hit_rate']:.1f}%; {t['estimate_ops']} ops without a kernel "

@@ -1,0 +1,79 @@
+"""torch.neuron streams: a clock per stream, ordered by wait_stream / wait_event, ops of every stream
+sharing the core (DeviceRuntime::set_stream, frontend/python/trnsim/device.py)."""
+import pytest
+import torch
+
+import trnsim
+
+
+def _kernels():
+    return [r for r in trnsim.op_log() if r["kind"] == "kernel"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_clock():
+    trnsim.reset_simulated_time()
+    yield
+    torch.neuron.set_stream(torch.neuron.default_stream())
+
+
+def test_a_side_stream_has_its_own_clock_and_shares_the_core():
+    a = torch.randn(256, 256, device="neuron")
+    side = torch.neuron.Stream()
+    assert side != torch.neuron.current_stream()
+    before = trnsim.simulated_ns()
+    side.wait_stream(torch.neuron.current_stream())
+    with torch.neuron.stream(side):
+        assert torch.neuron.current_stream() == side
+        b = a @ a
+    assert torch.neuron.current_stream() == torch.neuron.default_stream()
+    assert trnsim.simulated_ns() == before  # the default stream did not run it
+    side_kernel = _kernels()[-1]
+    assert side_kernel["start_ns"] == pytest.approx(before)
+    c = a + 1  # the default stream's next op: the core is busy with the side stream's matmul until it ends
+    add = _kernels()[-1]
+    assert add["start_ns"] == pytest.approx(side_kernel["start_ns"] + side_kernel["ns"])
+    assert trnsim.simulated_ns() == pytest.approx(add["start_ns"] + add["ns"])
+    del b, c
+
+
+def test_wait_event_orders_the_default_stream_after_the_side_stream():
+    a = torch.randn(128, 128, device="neuron")
+    side = torch.neuron.Stream()
+    side.wait_stream(torch.neuron.current_stream())
+    with torch.neuron.stream(side):
+        for _ in range(3):
+            a = a @ a
+        done = side.record_event()
+    side_end = done._ns
+    start = torch.neuron.Event()
+    start.record()
+    torch.neuron.current_stream().wait_event(done)
+    assert trnsim.simulated_ns() == pytest.approx(side_end)
+    waits = [r for r in trnsim.op_log() if r["kind"] == "wait"]
+    assert waits and waits[-1]["op"] == "wait event"
+    assert waits[-1]["start_ns"] + waits[-1]["ns"] == pytest.approx(side_end)
+    end = torch.neuron.Event()
+    end.record()
+    assert start.elapsed_time(end) == pytest.approx((side_end - start._ns) / 1e6)
+
+
+def test_synchronize_joins_every_stream():
+    a = torch.randn(128, 128, device="neuron")
+    side = torch.neuron.Stream()
+    with torch.neuron.stream(side):
+        b = a @ a
+    ends = _kernels()[-1]
+    torch.neuron.synchronize()
+    assert trnsim.simulated_ns() == pytest.approx(ends["start_ns"] + ends["ns"])
+    del b
+
+
+def test_one_stream_runs_as_before():
+    a = torch.randn(64, 64, device="neuron")
+    b = a @ a
+    c = b + 1
+    k = _kernels()
+    for first, second in zip(k, k[1:]):
+        assert second["start_ns"] == pytest.approx(first["start_ns"] + first["ns"])
+    del c
