@@ -6,8 +6,8 @@ rank 0 of a symmetric world, every collective is timed for its whole group on th
     PYTHONPATH=build/python python examples/distributed/fsdp_step.py --model qwen3-32b \\
         --config trn2 --system trn2-48xlarge --world 64
 
-The model is built on the meta device, sharded with fully_shard per decoder layer (as TorchTitan
-does), materialised on the device with to_empty (no values: timing-only), and trained for --steps
+The model is built on the meta device, each decoder layer wrapped for activation checkpointing
+(--ac full, TorchTitan's default for these sizes) and sharded with fully_shard (as TorchTitan does), materialised on the device with to_empty (no values: timing-only), and trained for --steps
 steps (AdamW, bf16, seq --seq); the last step is reported: simulated step time, tokens/s, MFU,
 communication on the collective engines and the part the compute waited for (exposed), HBM per rank.
 """
@@ -42,6 +42,8 @@ def main(argv=None):
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=1, help="sequences per data-parallel rank")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--ac", choices=["full", "none"], default="full",
+                        help="activation checkpointing per decoder layer (TorchTitan's 'full': recompute in backward)")
     args = parser.parse_args(argv)
 
     import torch.distributed as dist
@@ -75,8 +77,15 @@ def main(argv=None):
         from torch.distributed.tensor.parallel import parallelize_module
         for layer in layers:
             parallelize_module(layer, tp_mesh, tensor_parallel_plan())
+    if args.ac == "full":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+        for i, layer in enumerate(layers):
+            layers[i] = checkpoint_wrapper(layer, preserve_rng_state=False)
+    # TorchTitan's units: the embedding, each decoder layer, the final norm with the output head, the root.
+    fully_shard(model.model.embed_tokens, mesh=dp_mesh)
     for layer in layers:
         fully_shard(layer, mesh=dp_mesh)
+    fully_shard([model.model.norm, model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
     fully_shard(model, mesh=dp_mesh)
     model.to_empty(device="neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
@@ -99,13 +108,22 @@ def main(argv=None):
     info = trnsim.config()
     tokens = dp * args.batch * args.seq
     peak_flops = info["peak_bf16_tflops_per_device"] * 1e12
-    mfu = totals["flops"] / (step_ns * 1e-9 * peak_flops) if step_ns > 0 else 0.0
+    # Hardware FLOPs utilisation: the matmul FLOPs rank 0's kernels ran (activation recompute included).
+    hfu = totals["flops"] / (step_ns * 1e-9 * peak_flops) if step_ns > 0 else 0.0
+    # Model FLOPs utilisation as TorchTitan reports it: 6 (N - embedding) + 12 L H Q T per token, per rank's share.
+    params = sum(p.numel() for p in model.parameters())  # DTensor numel: the whole parameter
+    embedding = model.model.embed_tokens.weight.numel()
+    per_token = 6 * (params - embedding) + 12 * config.num_hidden_layers * config.num_attention_heads * \
+        config.head_dim * args.seq
+    mfu = per_token * tokens / args.world / (step_ns * 1e-9 * peak_flops) if step_ns > 0 else 0.0
     print(f"{args.model} ({config.num_hidden_layers} layers), FSDP2 over {dp} ranks"
           + (f" x TP {args.tp}" if args.tp > 1 else "")
           + f" = {args.world} logical cores of {info['name']} system {dist.group.WORLD.system_name}, "
-            f"seq {args.seq}, batch {args.batch} per DP rank, bf16, timing-only (symmetric world)")
+            f"seq {args.seq}, batch {args.batch} per DP rank, bf16, activation checkpointing {args.ac}, "
+            f"timing-only (symmetric world)")
     print(f"  step {step_ns / 1e6:.1f} ms simulated, {tokens / (step_ns * 1e-9):.0f} tokens/s, MFU {100 * mfu:.1f}% "
-          f"(rank 0's matmul FLOPs over its bf16 peak)")
+          f"(TorchTitan's model FLOPs; {params / 1e9:.2f} B parameters), hardware FLOPs utilisation "
+          f"{100 * hfu:.1f}% (recompute included)")
     print(f"  collectives {totals['collectives']}: {totals['collective_ns'] / 1e6:.1f} ms on the collective engines, "
           f"{totals['exposed_communication_ns'] / 1e6:.1f} ms exposed (compute waiting), "
           f"{totals['collective_bytes'] / 2**30:.2f} GiB")
