@@ -476,3 +476,85 @@ def test_simulate_world_needs_a_system_that_holds_it(tmp_path):
     import subprocess
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert "ERR" in out.stdout and "do not fit any system" in out.stdout, out.stdout + out.stderr
+
+
+def test_fsdp_step_example_runs_reduced():
+    """examples/distributed/fsdp_step.py (the seeds' runs) at a reduced size: FSDP2 x TP on 8 ranks of a
+    16-chip trn2 system, in one process."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, os.path.join(root, "examples", "distributed", "fsdp_step.py"),
+                          "--model", "qwen3-32b", "--config", "trn2", "--world", "8", "--tp", "2", "--layers", "1",
+                          "--seq", "256"], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "FSDP2 over 4 ranks x TP 2 = 8 logical cores of trn2 system trn2-48xlarge" in out.stdout
+    step_ms = float(out.stdout.split("  step ")[1].split(" ms")[0])
+    assert step_ms > 0
+    assert "exposed" in out.stdout and "HBM per rank" in out.stdout
+
+
+_TORCHRUN_SCRIPT = """
+import torch, torch.distributed as dist, trnsim
+dist.init_process_group()  # no backend named: the accelerator's, neuron's
+r = dist.get_rank()
+t = torch.full((8,), float(r + 1), device="neuron")
+dist.all_reduce(t)
+print(f"rank {r} of {dist.get_world_size()}: {type(dist.group.WORLD).__name__} {t[0].item()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_with_the_default_backend(tmp_path):
+    import shutil
+    import subprocess
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this python")
+    script = tmp_path / "script.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    out = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(_free_port()), str(script)],
+                         capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in range(2):
+        assert f"rank {r} of 2: NeuronProcessGroup 3.0" in out.stdout
+
+
+def _ddp_overlap_entry(out_path):
+    import trnsim
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    trnsim.simulate_world(8)
+    try:
+        torch.manual_seed(0)
+        layers = []
+        for _ in range(6):
+            layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
+        model = DDP(torch.nn.Sequential(*layers).to("neuron"), bucket_cap_mb=16)
+        x = torch.randn(512, 2048, device="neuron")
+        for _ in range(2):
+            with trnsim.profile(trace=False) as prof:
+                model(x).sum().backward()
+                torch.neuron.synchronize()
+        totals = prof.totals()
+        records = [r for r in prof.records if r["kind"] in ("collective", "wait")]
+    finally:
+        dist.destroy_process_group()
+    with open(out_path, "wb") as f:
+        pickle.dump((totals, records), f)
+
+
+def test_ddp_gradient_all_reduces_overlap_the_backward(tmp_path):
+    """DDP's bucketed all-reduces run beside the rest of the backward: only the last bucket's tail is exposed."""
+    out_path = str(tmp_path / "overlap.pkl")
+    proc = mp.get_context("spawn").Process(target=_ddp_overlap_entry, args=(out_path,))
+    proc.start()
+    proc.join(timeout=600)
+    assert proc.exitcode == 0
+    with open(out_path, "rb") as f:
+        totals, records = pickle.load(f)
+    all_reduces = [r for r in records if r["kind"] == "collective" and r["op"] == "all_reduce"]
+    assert len(all_reduces) >= 3  # several buckets
+    assert totals["collective_ns"] > 10 * totals["exposed_communication_ns"] > 0
+    # each bucket's all-reduce starts before the previous one would have been waited for: they are in flight
+    # while the backward goes on (the clock passed their start without a wait record in between)
+    waits = [r for r in records if r["kind"] == "wait" and r["op"] == "wait all_reduce"]
+    assert len(waits) == 1 and waits[0]["start_ns"] > all_reduces[-1]["start_ns"]
