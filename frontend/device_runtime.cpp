@@ -153,7 +153,8 @@ bool overlaps(const PendingCollective& pending, const std::vector<MemoryRange>* 
 }
 }  // namespace
 
-void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers) {
+void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
+                                   const std::vector<std::pair<std::string, std::string>>& trace_args) {
   std::lock_guard<std::mutex> lock(m_mutex);
   DeviceState& device = m_devices[record.device];
   const double end_ns = record.start_ns + record.ns;
@@ -168,9 +169,12 @@ void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<Mem
     const std::string name = "neuron:" + std::to_string(record.device);
     const int process = m_timeline->find_or_add_process(name, record.device * 100);
     const int track = m_timeline->find_or_add_track(process, "collectives", 3);
-    m_timeline->slice(process, track, record.start_ns - device.timeline_origin_ns, record.ns, record.op,
-                      {{"bytes", std::to_string(record.bytes)}, {"algorithm", record.bottleneck},
-                       {"dtype", record.dtype}, {"simulated_ns", std::to_string(record.ns)}});
+    std::vector<std::pair<std::string, std::string>> args = {{"bytes", std::to_string(record.bytes)},
+                                                              {"algorithm", record.bottleneck},
+                                                              {"dtype", record.dtype},
+                                                              {"simulated_ns", std::to_string(record.ns)}};
+    args.insert(args.end(), trace_args.begin(), trace_args.end());
+    m_timeline->slice(process, track, record.start_ns - device.timeline_origin_ns, record.ns, record.op, args);
   }
 }
 

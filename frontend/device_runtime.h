@@ -113,7 +113,9 @@ class DeviceRuntime {
   // A collective of the device's rank (kind "collective"; record.start_ns / ns: when it ran on the collective
   // engines, concurrently with the device's compute): logged and drawn on the device's "collectives" track, not
   // on its clock. Until it ends, work touching `buffers` waits for it (wait_for_collectives).
-  void add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers);
+  // `trace_args` go on its trace slice (the busiest link and its utilisation).
+  void add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
+                      const std::vector<std::pair<std::string, std::string>>& trace_args = {});
   // Work about to run on `device` that touches `buffers` (nullptr: any of its memory) follows the pending
   // collectives it overlaps: when one ends after the device's clock, a "wait" record of the gap (exposed
   // communication) is logged and the clock moves to its end.

@@ -7,6 +7,7 @@
 // The one translation unit that includes torch's Python headers (it links libtorch_python).
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <string>
@@ -115,6 +116,13 @@ class ForwardingBackend final : public c10d::Backend {
 }  // namespace
 
 void bind_distributed_backend(py::module_& m) {
+  m.def("premul_sum_factor", [](const c10d::ReduceOp& op) -> py::object {
+    // PREMUL_SUM's factor (dist._make_nccl_premul_sum): a float or a one-element tensor; None for other ops.
+    if (op.op_ != c10d::ReduceOp::PREMUL_SUM || !op.supplement_) return py::none();
+    const auto* supplement = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+    if (supplement->tensor_factor.defined()) return py::cast(supplement->tensor_factor);
+    return py::float_(supplement->double_factor);
+  }, py::arg("op"), "The factor of a PREMUL_SUM ReduceOp (None for other ops).");
   m.def("forwarding_backend", [](const py::object& group, int rank, int size) {
     return c10::intrusive_ptr<c10d::Backend>(c10::make_intrusive<ForwardingBackend>(group, rank, size));
   }, py::arg("group"), py::arg("rank"), py::arg("size"),

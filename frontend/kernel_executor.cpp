@@ -384,8 +384,9 @@ void reset_timing_cache_stats() {
 }
 
 // Before any config is set there is nothing on the clocks, the log or the timeline.
-void record_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers) {
-  current_runtime()->add_collective(record, buffers);
+void record_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
+                       const std::vector<std::pair<std::string, std::string>>& trace_args) {
+  current_runtime()->add_collective(record, buffers, trace_args);
 }
 
 void wait_for_collective(int device, double end_ns, const std::string& op) {

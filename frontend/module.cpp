@@ -248,6 +248,9 @@ class CollectiveSystem {
     d["transfers"] = t.transfers;
     d["algbw_gbps"] = t.algbw_gbps;
     d["busbw_gbps"] = t.busbw_gbps;
+    d["busiest_link"] = t.busiest_link;
+    d["busiest_link_bytes"] = t.busiest_link_bytes;
+    d["busiest_link_utilisation"] = t.busiest_link_utilisation;
     return d;
   }
   uint32_t ranks() const { return m_simulator.ranks(); }
@@ -437,7 +440,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("record_collective", [](int device, const std::string& op, const std::string& dtype,
                                 const std::vector<std::vector<int64_t>>& shapes, uint64_t bytes, double start_ns,
                                 double latency_ns, const std::string& algorithm,
-                                const std::vector<std::pair<uintptr_t, uint64_t>>& buffers) {
+                                const std::vector<std::pair<uintptr_t, uint64_t>>& buffers,
+                                const std::vector<std::pair<std::string, std::string>>& trace_args) {
     fe::OpRecord r;
     r.op = op;
     r.kind = "collective";
@@ -450,9 +454,10 @@ PYBIND11_MODULE(_C, m) {
     r.bottleneck = algorithm;
     std::vector<fe::MemoryRange> ranges;
     for (const auto& [ptr, size] : buffers) ranges.push_back({reinterpret_cast<const void*>(ptr), size});
-    fe::record_collective(r, ranges);
+    fe::record_collective(r, ranges, trace_args);
   }, py::arg("device"), py::arg("op"), py::arg("dtype"), py::arg("shapes"), py::arg("bytes"), py::arg("start_ns"),
      py::arg("latency_ns"), py::arg("algorithm"), py::arg("buffers"),
+     py::arg("trace_args") = std::vector<std::pair<std::string, std::string>>{},
      "A collective of this rank on its device's collective engines (beside its clock); later work touching "
      "`buffers` [(data_ptr, bytes)] waits for its end.");
   fe::bind_distributed_backend(m);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ namespace {
 
 
 struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  mutable std::atomic<c10::StreamId> next_stream_id_{c10::StreamId(1) << 20};
   c10::DeviceType type() const override { return kNeuron; }
   c10::Device exchangeDevice(c10::Device d) const override {
     c10::Device old = getDevice();
@@ -57,6 +59,11 @@ struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::Stream(c10::Stream::DEFAULT, d);
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  // torch.Stream("neuron") (DDP makes one to copy inputs between devices): an id of its own. torch.neuron.Stream
+  // numbers its streams from 1 and these start at 2^20, so the two never meet; torch.neuron.stream(s) takes either.
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::UNSAFE, d, next_stream_id_++);
+  }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());
   }

@@ -198,10 +198,12 @@ double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, doubl
   const std::vector<uint32_t>& route = m_topology.route(from_chip, to_chip);
   if (route.empty()) {
     end = m_local[from_chip]->reserve(start, bytes, m_local[from_chip]->capacity() * rate_share);
+    m_run_bytes[m_links.size() + from_chip] += bytes;
   } else {
     // The bytes stream through every link of the route (cut-through): each link carries them from the start.
     for (uint32_t link : route) {
       end = std::max(end, m_links[link]->reserve(start, bytes, m_links[link]->capacity() * rate_share));
+      m_run_bytes[link] += bytes;
     }
   }
   *core = end;
@@ -255,6 +257,7 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   timing.algorithm = request.algorithm == CollectiveAlgorithm::automatic ? choose(request.op, request.bytes, n)
                                                                          : request.algorithm;
   std::vector<double> ready(ranks(), request.start_ns);
+  m_run_bytes.assign(m_links.size() + m_local.size(), 0.0);
   const double bytes = double(request.bytes);
   const std::vector<uint32_t>& groups = m_topology.group_sizes();
   if (timing.algorithm == CollectiveAlgorithm::hierarchical && request.op == CollectiveOp::all_reduce &&
@@ -306,6 +309,17 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   timing.latency_ns = end - request.start_ns;
   timing.algbw_gbps = timing.latency_ns > 0 ? bytes / timing.latency_ns : 0;
   timing.busbw_gbps = timing.algbw_gbps * bus_bandwidth_factor(request.op, n);
+  const auto busiest = std::max_element(m_run_bytes.begin(), m_run_bytes.end());
+  if (busiest != m_run_bytes.end() && *busiest > 0) {
+    const size_t index = size_t(busiest - m_run_bytes.begin());
+    const bool local = index >= m_links.size();
+    const BandwidthCalendar& calendar = local ? *m_local[index - m_links.size()] : *m_links[index];
+    timing.busiest_link = local ? "chip" + std::to_string(index - m_links.size()) + " HBM (on-chip)"
+                                : m_topology.links()[index].name;
+    timing.busiest_link_bytes = *busiest;
+    timing.busiest_link_utilisation =
+        timing.latency_ns > 0 ? std::min(1.0, *busiest / (calendar.capacity() * timing.latency_ns)) : 0.0;
+  }
   return timing;
 }
 

@@ -81,6 +81,11 @@ struct CollectiveTiming {
   uint64_t transfers = 0;  // rank-to-rank transfers booked
   double algbw_gbps = 0;   // bytes / latency (1e9 bytes per second)
   double busbw_gbps = 0;   // algbw x the bus factor
+  // The link (or a chip's on-chip path through HBM) that carried the most of this collective's bytes, and the
+  // share of its capacity over the collective's latency those bytes took (0..1).
+  std::string busiest_link;
+  double busiest_link_bytes = 0;
+  double busiest_link_utilisation = 0;
 };
 
 class CollectiveSimulator {
@@ -119,6 +124,8 @@ class CollectiveSimulator {
   std::vector<std::unique_ptr<BandwidthCalendar>> m_links;  // one per topology link
   std::vector<std::unique_ptr<BandwidthCalendar>> m_local;  // per chip: rank-to-rank on one chip
   std::vector<std::vector<double>> m_cc_core_free_ns;       // per chip, per CC-core
+  // Bytes the current run put on each link (then each chip's local path), for CollectiveTiming::busiest_link.
+  std::vector<double> m_run_bytes;
 };
 
 }  // namespace trnsim::sim

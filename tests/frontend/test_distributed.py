@@ -83,6 +83,13 @@ def _values_body(rank, world):
     cpu = x["float"].clone()
     dist.all_reduce(cpu)
     out["all_reduce_cpu"] = cpu
+    premul = x["block"].to("neuron")
+    dist.all_reduce(premul, op=dist._make_nccl_premul_sum(0.25))  # FSDP2's gradient divide factor
+    out["premul_sum"] = premul.cpu()
+    premul_rs = torch.empty(8, device="neuron")
+    dist.reduce_scatter_tensor(premul_rs, x["block"].to("neuron"),
+                               op=dist._make_nccl_premul_sum(torch.tensor(0.5, device="neuron")))
+    out["premul_reduce_scatter"] = premul_rs.cpu()
 
     piece = x["block"][:8].to("neuron")
     gathered = torch.empty(8 * world, device="neuron")
@@ -161,7 +168,7 @@ def test_collective_values_on_four_real_ranks(tmp_path):
         for r in range(1, world):  # every member gets the same bits
             a, b = results[0][key], results[r][key]
             if key in ("all_to_all_single", "all_to_all_uneven", "all_to_all", "reduce_scatter_tensor",
-                       "reduce_scatter_max", "scatter", "recv"):
+                       "reduce_scatter_max", "premul_reduce_scatter", "scatter", "recv"):
                 continue  # per-rank results
             if isinstance(a, list):
                 assert all(torch.equal(u, v) for u, v in zip(a, b)), key
@@ -191,6 +198,7 @@ def test_collective_values_on_four_real_ranks(tmp_path):
     for op in _INT_OPS:
         assert torch.equal(results[0][("all_reduce", "int32", op)], int_refs[op].to(torch.int32)), op
     torch.testing.assert_close(results[0]["all_reduce_cpu"], sum(x["float"] for x in xs))
+    torch.testing.assert_close(results[0]["premul_sum"], sum(0.25 * x["block"] for x in xs), rtol=1e-6, atol=1e-6)
 
     torch.testing.assert_close(results[0]["all_gather_into_tensor"], torch.cat([x["block"][:8] for x in xs]))
     for r in range(world):
@@ -199,6 +207,7 @@ def test_collective_values_on_four_real_ranks(tmp_path):
     for r, res in enumerate(results):
         torch.testing.assert_close(res["reduce_scatter_tensor"], blocks.sum(0).chunk(world)[r])
         torch.testing.assert_close(res["reduce_scatter_max"], blocks.max(0).values.chunk(world)[r])
+        torch.testing.assert_close(res["premul_reduce_scatter"], (0.5 * blocks).sum(0).chunk(world)[r])
         torch.testing.assert_close(res["all_to_all_single"], torch.cat([x["block"].chunk(world)[r] for x in xs]))
         for j in range(world):
             torch.testing.assert_close(res["all_to_all"][j], xs[j]["block"].chunk(world)[r])

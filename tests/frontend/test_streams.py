@@ -77,3 +77,14 @@ def test_one_stream_runs_as_before():
     for first, second in zip(k, k[1:]):
         assert second["start_ns"] == pytest.approx(first["start_ns"] + first["ns"])
     del c
+
+
+def test_a_torch_stream_of_the_device_runs_on_its_own_clock():
+    """torch.Stream("neuron") (what DDP makes to copy inputs) has an id apart from torch.neuron.Stream's."""
+    s = torch.Stream("neuron")
+    assert s.stream_id != torch.neuron.Stream().stream_id
+    before = trnsim.simulated_ns()
+    with torch.neuron.stream(s):
+        x = torch.ones(64, 64, device="neuron") @ torch.ones(64, 64, device="neuron")
+    assert trnsim.simulated_ns() == before
+    assert torch.equal(x.cpu(), torch.full((64, 64), 64.0))

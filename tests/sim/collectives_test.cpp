@@ -197,6 +197,29 @@ TEST(Collectives, TheAlgorithmFollowsTheMessageSize) {
   EXPECT_LT(t.busbw_gbps, trn3.systems.at("trn3-ultraserver-gen2").switch_levels[0].bandwidth_per_chip_gbps * 2);
 }
 
+// A ring all-gather on an 8-chip ring splits its data over both directions: every link carries 7 half-chunks, the
+// busiest link's utilisation is those bytes over its rate times the collective's latency.
+TEST(Collectives, TheBusiestLinkAndItsUtilisation) {
+  HardwareConfig hw = trn("trn2");
+  hw.systems["ring8"] = torus({8}, {200});
+  const double link = 200.0 / 2, bytes = 64.0 * (1 << 20), chunk = bytes / 8;
+  const CollectiveTiming t = run(hw, "ring8", CollectiveOp::all_gather, uint64_t(bytes), CollectiveAlgorithm::ring);
+  EXPECT_NE(t.busiest_link.find("->"), std::string::npos) << t.busiest_link;
+  EXPECT_DOUBLE_EQ(t.busiest_link_bytes, 7 * chunk / 2);
+  EXPECT_NEAR(t.busiest_link_utilisation, 7 * chunk / 2 / (link * t.latency_ns), 1e-12);
+  EXPECT_LT(t.busiest_link_utilisation, 1.0);
+  // Two ranks of one chip exchange through its HBM.
+  CollectiveSimulator one_chip(hw, "single-chip", 4);
+  CollectiveRequest request;
+  request.op = CollectiveOp::send_recv;
+  request.bytes = 1 << 20;
+  request.ranks = {0, 1};
+  request.pairs = {0, 1};
+  const CollectiveTiming local = one_chip.run(request);
+  EXPECT_EQ(local.busiest_link, "chip0 HBM (on-chip)");
+  EXPECT_DOUBLE_EQ(local.busiest_link_bytes, double(1 << 20));
+}
+
 TEST(Collectives, ConcurrentCollectivesShareTheLinks) {
   HardwareConfig hw = trn("trn2");
   CollectiveSimulator s(hw, "trn2-48xlarge");

@@ -3,7 +3,8 @@
 Dynamo captures the graph and AOT autograd splits it into forward and backward graphs of ATen
 ops; the graphs then run op by op on the device, each op lowered to its kernel as in eager mode
 (no fusion across ops yet, so the simulated time equals eager's). Inductor, torch.compile's
-default backend, has no code generator for "neuron" and stops with ``KeyError: 'neuron'``.
+default backend, has no code generator for "neuron" (torch 2.13 stops with an ``AssertionError``
+in ``torch/_inductor/codegen/common.py``: no scheduling for the device).
 """
 
 _BACKEND = None

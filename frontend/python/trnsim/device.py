@@ -88,7 +88,7 @@ class Stream:
             Stream._next_id[0] += 1
 
     def wait_stream(self, stream):
-        _C.stream_wait(self.device_index, self.stream_id, _C.stream_clock(stream.device_index, stream.stream_id),
+        _C.stream_wait(self.device_index, self.stream_id, _C.stream_clock(_device_of(stream), stream.stream_id),
                        f"stream {stream.stream_id}")
 
     def wait_event(self, event):
@@ -124,7 +124,8 @@ class Event:
 
     def record(self, stream=None):
         stream = current_stream() if stream is None else stream
-        self._device, self._ns = stream.device_index, _C.stream_clock(stream.device_index, stream.stream_id)
+        index = _device_of(stream)
+        self._device, self._ns = index, _C.stream_clock(index, stream.stream_id)
 
     def wait(self, stream=None):
         (current_stream() if stream is None else stream).wait_event(self)
@@ -145,6 +146,12 @@ class Event:
 _streams = {}  # (device, id) -> Stream, so current_stream() returns the object that was set
 
 
+def _device_of(stream):
+    """A stream's device index; torch.Stream("neuron") has none (-1): the current device's."""
+    index = stream.device_index
+    return _C.current_device() if index is None or index < 0 else index
+
+
 def _stream_object(index, stream_id):
     key = (index, stream_id)
     if key not in _streams:
@@ -162,8 +169,10 @@ def default_stream(device=None):
 
 
 def set_stream(stream):
-    _streams[(stream.device_index, stream.stream_id)] = stream
-    _C.set_stream(stream.device_index, stream.stream_id)
+    """Make `stream` (a torch.neuron.Stream or a torch.Stream of the device) current on its device."""
+    index = _device_of(stream)
+    _streams[(index, stream.stream_id)] = stream
+    _C.set_stream(index, stream.stream_id)
 
 
 @contextlib.contextmanager
@@ -171,7 +180,7 @@ def stream(stream_to_use):
     if stream_to_use is None:
         yield None
         return
-    previous = current_stream(stream_to_use.device_index)
+    previous = current_stream(_device_of(stream_to_use))
     set_stream(stream_to_use)
     try:
         yield stream_to_use
@@ -182,7 +191,15 @@ def stream(stream_to_use):
 # --- memory: simulated HBM -----------------------------------------------------------------
 
 def memory_stats(device=None):
-    return dict(_C.memory_stats(_index(device)))
+    """The simulated HBM's figures, under trnsim's names and torch.cuda.memory_stats()'s (what
+    frameworks such as TorchTitan read): no caching allocator, so reserved = active = allocated."""
+    stats = dict(_C.memory_stats(_index(device)))
+    for prefix in ("allocated_bytes", "active_bytes", "reserved_bytes"):
+        stats[f"{prefix}.all.current"] = stats["allocated_bytes"]
+        stats[f"{prefix}.all.peak"] = stats["peak_allocated_bytes"]
+    stats["num_alloc_retries"] = 0
+    stats["num_device_alloc"] = stats["num_allocs"]
+    return stats
 
 
 def memory_allocated(device=None):
@@ -221,13 +238,28 @@ def mem_get_info(device=None):
 
 
 def get_device_properties(device=None):
+    """As torch-neuronx reports them: ``name`` the chip's generation ("trn2"; what frameworks key
+    their peak FLOPs on), plus the config's own name and the device's bf16 peak."""
     info = _C.config_info()
-    return types.SimpleNamespace(name=f"simulated {info['name']} logical NeuronCore",
-                                 total_memory=info["hbm_bytes_per_device"], config_hash=info["hash"])
+    return types.SimpleNamespace(name=_generation(info), config=info["name"], total_memory=info["hbm_bytes_per_device"],
+                                 config_hash=info["hash"],
+                                 peak_bf16_tflops=info["peak_bf16_tflops_per_device"])
+
+
+_generations = {}  # config hash -> its generation
+
+
+def _generation(info):
+    if info["hash"] not in _generations:
+        _generations[info["hash"]] = _C.config_leaves(info["source_file"], []).get("generation", info["name"])
+    return _generations[info["hash"]]
 
 
 def get_device_name(device=None):
-    return get_device_properties(device).name
+    """"neuron <generation> (simulated by trnsim, config <name>)": the word "neuron" as torch-neuronx's
+    device names have it."""
+    props = get_device_properties(device)
+    return f"neuron {props.name} (simulated by trnsim, config {props.config})"
 
 
 # --- random numbers ------------------------------------------------------------------------

@@ -106,6 +106,15 @@ def _choose_system(world_size):
     return name, per_chip
 
 
+def _link_args(timing):
+    """The trace slice's link figures of a collective's timing."""
+    if not timing["busiest_link"]:
+        return []
+    return [("busiest_link", timing["busiest_link"]), ("busiest_link_bytes", f"{timing['busiest_link_bytes']:.0f}"),
+            ("busiest_link_utilisation", f"{timing['busiest_link_utilisation']:.4f}"),
+            ("busbw_gbps", f"{timing['busbw_gbps']:.3f}")]
+
+
 def _system_model(name, per_chip):
     key = (_C.config_info()["hash"], name)
     model = _SETTINGS.models.get(key)
@@ -159,17 +168,45 @@ def _accumulator(dtype):
     return torch.bool if dtype == torch.bool else torch.int64
 
 
+class _Reduction:
+    """A ReduceOp as the values code needs it: its name and, for PREMUL_SUM, the factor each member's
+    tensor is multiplied by before the sum (NCCL's semantics; FSDP2's gradient divide factor)."""
+
+    def __init__(self, op):
+        self._factor = None
+        for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+            if op == getattr(ReduceOp, name):
+                self.name = name
+                break
+        else:
+            raise NotImplementedError(f"trnsim.distributed: reduce op {op} is not supported")
+        if self.name == "PREMUL_SUM":
+            self._factor = _C.premul_sum_factor(op)
+            if self._factor is None:
+                raise ValueError("trnsim.distributed: a PREMUL_SUM without its factor")
+
+    @property
+    def factor(self):
+        """PREMUL_SUM's factor as a float (read from its tensor when it is one: only when values are computed)."""
+        f = self._factor
+        return float(_host(f).double().item()) if isinstance(f, torch.Tensor) else f
+
+    def __str__(self):
+        return self.name
+
+
 def _reduce_op_name(op):
-    # ReduceOp members compare with the RedOpType enum; PREMUL_SUM carries a factor Python cannot read.
-    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"):
-        if op == getattr(ReduceOp, name):
-            return name
-    raise NotImplementedError(f"trnsim.distributed: reduce op {op} is not supported (SUM, AVG, PRODUCT, MIN, "
-                              "MAX, BAND, BOR, BXOR are)")
+    return _Reduction(op)
 
 
-def _reduce(parts, op_name, dtype):
+def _reduce(parts, reduction, dtype):
     """The members' tensors (group-rank order) reduced in the accumulator's precision, rounded once."""
+    op_name = reduction.name if isinstance(reduction, _Reduction) else reduction
+    if op_name == "PREMUL_SUM":
+        if not (dtype.is_floating_point or dtype.is_complex):
+            raise TypeError(f"trnsim.distributed: PREMUL_SUM needs a floating-point tensor, not {dtype}")
+        parts = [p.to(_accumulator(dtype)) * reduction.factor for p in parts]
+        op_name = "SUM"
     acc_dtype = _accumulator(dtype)
     if op_name in ("BAND", "BOR", "BXOR") and (dtype.is_floating_point or dtype.is_complex):
         raise TypeError(f"trnsim.distributed: {op_name} needs an integer or bool tensor, not {dtype}")
@@ -407,7 +444,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if self._symmetric or self._rank == 0:
             t = self._system.run(sim_op, int(nbytes), self._global_ranks, float(start_ns), "auto",
                                  [self._global_ranks[p] for p in pairs])
-            timing = (t["latency_ns"], t["algorithm"])
+            timing = (t["latency_ns"], t["algorithm"], _link_args(t))
             if key is not None:
                 self._store.set(f"{key}/time", pickle.dumps(timing))
             return timing
@@ -435,13 +472,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         _C.mark_values(t.data_ptr(), False)
             if device is not None and all(m[1]["device"] for m in members):
                 start_ns = max(m[0] for m in members)
-                latency_ns, algorithm = self._time(key, sim_op, nbytes, start_ns, pairs)
+                latency_ns, algorithm, link_args = self._time(key, sim_op, nbytes, start_ns, pairs)
                 end_ns = start_ns + latency_ns
                 first = (inputs or outputs)[0]
                 _C.record_collective(device, kind, _dtype_name(first), [list(t.shape) for t in inputs], int(nbytes),
                                      start_ns, latency_ns, algorithm,
                                      [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors
-                                      if t.device.type == "neuron"])
+                                      if t.device.type == "neuron"], link_args + [("group", str(self._global_ranks))])
             else:
                 device = None
         finally:
@@ -516,7 +553,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 _write(out, _reduce(self._parts(members, index + self._rank), op, out.dtype).reshape(out.shape))
                 index += n
         return self._collective("reduce_scatter", "reduce_scatter", flat_inputs, list(output_tensors),
-                                _nbytes(flat_inputs), compute, {"op": op})
+                                _nbytes(flat_inputs), compute, {"op": str(op)})
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
         op = _reduce_op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
@@ -525,7 +562,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             parts = [p.reshape(self._size, -1)[self._rank] for p in self._parts(members, 0)]
             _write(output_tensor, _reduce(parts, op, output_tensor.dtype).reshape(output_tensor.shape))
         return self._collective("reduce_scatter", "reduce_scatter", [input_tensor], [output_tensor],
-                                _nbytes([input_tensor]), compute, {"op": op})
+                                _nbytes([input_tensor]), compute, {"op": str(op)})
 
     def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts=None):
         work = None
@@ -613,12 +650,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _p2p_time(self, src, dst, nbytes, start_ns):
         t = self._system.run("send_recv", int(nbytes), [self._global_ranks[src], self._global_ranks[dst]],
                              float(start_ns), "auto", [self._global_ranks[src], self._global_ranks[dst]])
-        return t["latency_ns"], t["algorithm"]
+        return t["latency_ns"], t["algorithm"], _link_args(t)
 
-    def _record_p2p(self, kind, device, tensors, start_ns, latency_ns, algorithm):
+    def _record_p2p(self, kind, device, tensors, start_ns, latency_ns, algorithm, link_args):
         _C.record_collective(device, kind, _dtype_name(tensors[0]), [list(t.shape) for t in tensors],
                              _nbytes(tensors), start_ns, latency_ns, algorithm,
-                             [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors])
+                             [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors], link_args)
 
     def send(self, tensors, dst, tag=0):
         # The sender does not wait for the receiver: it is timed as if the receiver were ready when it sends
@@ -631,8 +668,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._payloads.put(self._p2p_key(self._rank, dst, tag), pickle.dumps(payload))
         end_ns = 0.0
         if device is not None:
-            latency_ns, algorithm = self._p2p_time(self._rank, dst, _nbytes(tensors), arrival_ns)
-            self._record_p2p("send", device, tensors, arrival_ns, latency_ns, algorithm)
+            latency_ns, algorithm, link_args = self._p2p_time(self._rank, dst, _nbytes(tensors), arrival_ns)
+            self._record_p2p("send", device, tensors, arrival_ns, latency_ns, algorithm, link_args)
             end_ns = arrival_ns + latency_ns
         return _Work(tensors, device, end_ns, "send")
 
@@ -653,8 +690,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         end_ns = 0.0
         if device is not None:
             start_ns = max(arrival_ns, sent_ns)
-            latency_ns, algorithm = self._p2p_time(src, self._rank, _nbytes(tensors), start_ns)
-            self._record_p2p("recv", device, tensors, start_ns, latency_ns, algorithm)
+            latency_ns, algorithm, link_args = self._p2p_time(src, self._rank, _nbytes(tensors), start_ns)
+            self._record_p2p("recv", device, tensors, start_ns, latency_ns, algorithm, link_args)
             end_ns = start_ns + latency_ns
         work = _Work(tensors, device, end_ns, "recv")
         work._source_rank = src

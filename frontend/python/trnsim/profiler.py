@@ -42,6 +42,7 @@ class Profile:
         self._active = True
         self.config = dict(_C.config_info())
         self._start_index = len(_C.op_log())
+        self._clocks = [_C.simulated_ns(d) for d in range(_C.device_count())]
         if self.trace:
             _C.reset_timeline()
             _C.set_timeline_enabled(True)
@@ -53,6 +54,7 @@ class Profile:
         if self.trace:
             _C.set_timeline_enabled(False)
             self._trace_ready = True
+        self._clock_deltas = [_C.simulated_ns(d) - c for d, c in enumerate(self._clocks)]
         log = _C.op_log()
         # reset_simulated_time() inside the block clears the log: keep what is there.
         self.records = [dict(r) for r in log[self._start_index:]] if len(log) >= self._start_index else [
@@ -64,7 +66,8 @@ class Profile:
     # --- summaries ---------------------------------------------------------------------------
 
     def totals(self):
-        """Sums over the block: simulated_ns (all devices), per-kind ns, host_s (wall time of the
+        """Sums over the block: simulated_ns (all devices' records; side streams' records overlap the default
+        stream's, simulated_wall_ns is the longest device's clock advance), per-kind ns, host_s (wall time of the
         block), flops (matmul FLOPs the kernels counted), mfu (flops against the bf16 tensor-engine
         peak of the devices over the simulated time), op counts, fallback_ops, host-link bytes."""
         # Collectives (trnsim.distributed) run on the collective engines beside the device's clock: what the
@@ -79,6 +82,11 @@ class Profile:
         # the sum of its records, and the block's time is the longest device's.
         per_device_ns = {d: sum(r["ns"] for r in recs if r["device"] == d) for d in devices}
         wall_ns = max(per_device_ns.values()) if per_device_ns else 0.0
+        # With side streams (torch.neuron.Stream) records overlap: the devices' default-stream clocks say how
+        # long the block took (unless the block reset them).
+        deltas = getattr(self, "_clock_deltas", None)
+        if deltas and min(deltas) >= 0:
+            wall_ns = max(deltas)
         mfu = flops / (simulated_ns * 1e-9 * peak_tflops * 1e12) if simulated_ns > 0 and peak_tflops > 0 else 0.0
         by_kind = {k: sum(r["ns"] for r in recs if r["kind"] == k) for k in ("kernel", "copy", "fallback", "estimate")}
         timed_only = [r for r in recs if r["kind"] == "kernel" and r.get("timing_only")]
