@@ -567,3 +567,36 @@ def test_ddp_gradient_all_reduces_overlap_the_backward(tmp_path):
     # while the backward goes on (the clock passed their start without a wait record in between)
     waits = [r for r in records if r["kind"] == "wait" and r["op"] == "wait all_reduce"]
     assert len(waits) == 1 and waits[0]["start_ns"] > all_reduces[-1]["start_ns"]
+
+
+
+def _family_entry(out_path):
+    import trnsim
+    from trnsim import _C
+    from trnsim.distributed import _translates
+    trnsim.simulate_world(8, system="trn2-48xlarge")
+    try:
+        pair = dist.new_group([0, 1])  # with [2, 3], [4, 5], [6, 7]: two of them on each chip
+        t = torch.empty(1 << 24, device="neuron")  # 64 MiB
+        dist.all_reduce(t, group=pair)
+        contended = [r for r in trnsim.op_log() if r["kind"] == "collective"][-1]["ns"]
+        alone = _C.CollectiveSystem("trn2-48xlarge", _C.systems()["logical_cores_per_chip"]).run(
+            "all_reduce", 1 << 26, [0, 1], 0.0)["latency_ns"]
+        family = _translates([0, 1], 8)
+    finally:
+        dist.destroy_process_group()
+    with open(out_path, "wb") as f:
+        pickle.dump((contended, alone, family), f)
+
+
+def test_a_groups_translates_share_its_links_in_a_symmetric_world(tmp_path):
+    """Every TP pair of a symmetric world all-reduces at once: the two pairs of a chip share its HBM path."""
+    out_path = str(tmp_path / "family.pkl")
+    proc = mp.get_context("spawn").Process(target=_family_entry, args=(out_path,))
+    proc.start()
+    proc.join(timeout=600)
+    assert proc.exitcode == 0
+    with open(out_path, "rb") as f:
+        contended, alone, family = pickle.load(f)
+    assert family == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert contended > 1.5 * alone

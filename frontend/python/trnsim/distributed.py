@@ -21,8 +21,10 @@ collectives run on the simulated multi-chip system:
   collective is a ``"collective"`` record (its start and length on the collective engines, bytes,
   algorithm) and a slice on the device's ``collectives`` track of the profiler's trace.
 - The group's first member times each collective on its own system model and hands the time to the
-  others, so concurrent collectives of one group contend on the links as the model says; collectives of
-  disjoint groups run in different processes and do not see each other's traffic (not modelled yet).
+  others, so concurrent collectives of one group contend on the links as the model says. A group smaller
+  than the world is timed together with its translates that tile the world (every TP group of a mesh,
+  every DP group): a symmetric program runs them at the same moment, so they share links. Other traffic
+  of groups led by other processes is not seen (real ranks; in simulate_world only rank 0's groups exist).
 
 Two ways to run: real ranks (``torchrun --nproc-per-node N``, ``torch.multiprocessing.spawn``), values
 and time; or :func:`simulate_world` — one process is rank 0 of a symmetric SPMD world of any size,
@@ -104,6 +106,20 @@ def _choose_system(world_size):
         warnings.warn(f"trnsim.distributed: {world_size} ranks exceed the default system {default!r}; running them "
                       f"on {name!r} (choose with TRNSIM_SYSTEM or trnsim.distributed.set_system)", stacklevel=3)
     return name, per_chip
+
+
+def _translates(ranks, world):
+    """The group and its shifts that tile the world without overlapping it or each other: in a symmetric
+    program, the groups that run the same collective at the same time (e.g. every TP group of a (dp, tp)
+    mesh, or every DP group). The group itself first."""
+    family = [list(ranks)]
+    used = set(ranks)
+    for shift in range(1, world):
+        group = [r + shift for r in ranks]
+        if max(group) < world and used.isdisjoint(group):
+            family.append(group)
+            used.update(group)
+    return family
 
 
 def _link_args(timing):
@@ -377,7 +393,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._symmetric = _SETTINGS.symmetric
         self._payloads = None if self._symmetric else _Payloads(store, rank, size)
         world = dist.get_world_size() if dist.is_initialized() else size
-        name, per_chip = _choose_system(max(world, max(self._global_ranks) + 1))
+        world = max(world, max(self._global_ranks) + 1)
+        self._family = _translates(self._global_ranks, world)
+        name, per_chip = _choose_system(world)
         self._system = _system_model(name, per_chip)
         self.system_name = name
         # What c10d's C++ reaches through the dispatcher (functional collectives) comes back here.
@@ -442,6 +460,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _time(self, key, sim_op, nbytes, start_ns, pairs=()):
         """(latency ns, algorithm) of the collective on the system model, from the group's first member."""
         if self._symmetric or self._rank == 0:
+            # A symmetric program runs the same collective on every group of the family at once (DeviceMesh's
+            # groups of one dimension): they are booked first, this group last, so it meets their traffic on
+            # the links they share (booked one after another, the last finishes when the shared links have
+            # carried them all: the fair-share end for equal transfers).
+            for group in self._family[1:]:
+                self._system.run(sim_op, int(nbytes), group, float(start_ns), "auto", [group[p] for p in pairs])
             t = self._system.run(sim_op, int(nbytes), self._global_ranks, float(start_ns), "auto",
                                  [self._global_ranks[p] for p in pairs])
             timing = (t["latency_ns"], t["algorithm"], _link_args(t))
