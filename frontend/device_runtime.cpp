@@ -197,8 +197,9 @@ void DeviceRuntime::advance_stream_locked(DeviceState& device, int device_index,
         if (!m_timeline) m_timeline = std::make_unique<sim::TraceWriter>();
         const int process =
             m_timeline->find_or_add_process("neuron:" + std::to_string(device_index), device_index * 100);
-        const int ops = m_timeline->find_or_add_track(process, "ops", 0);
-        m_timeline->slice(process, ops, wait.start_ns - device.timeline_origin_ns, wait.ns, wait.op,
+        // Its own track: a side stream's ops run on the core while the default stream waits.
+        const int waits = m_timeline->find_or_add_track(process, "waits (default stream)", 4);
+        m_timeline->slice(process, waits, wait.start_ns - device.timeline_origin_ns, wait.ns, wait.op,
                           {{"kind", "wait"}, {"simulated_ns", std::to_string(wait.ns)}});
       }
     }

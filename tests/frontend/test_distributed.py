@@ -258,10 +258,25 @@ def _timing_body(rank, world):
     default_before = trnsim.simulated_ns()
     e = a @ a
     log = trnsim.op_log()
+    # The profiler's trace: the collective on the device's "collectives" track with its links, the wait apart.
+    import json
+    import tempfile
+    with trnsim.profile() as prof:
+        v = torch.ones(1 << 18, device="neuron")
+        dist.all_reduce(v, async_op=True).wait()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_trace(path)
+    with open(path) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    collective_slices = [e for e in events if e.get("ph") == "X" and tracks.get((e["pid"], e["tid"])) == "collectives"]
+    wait_tracks = sorted({n for n in tracks.values() if n.startswith("waits")})
     return {"arrive": arrive, "after_issue": after_issue, "after_compute": after_compute, "after_wait": after_wait,
             "before_read": before_read, "value": t.cpu()[0].item(), "doubled": doubled.cpu()[0].item(),
             "tripled": tripled.cpu()[0].item(), "default_before": default_before,
-            "log": log, "b": float(b.cpu().sum()), "e": float(e.cpu().sum())}
+            "log": log, "b": float(b.cpu().sum()), "e": float(e.cpu().sum()),
+            "collective_slices": collective_slices, "wait_tracks": wait_tracks}
 
 
 def test_collective_time_starts_at_the_last_arrival_and_overlaps_compute(tmp_path):
@@ -299,6 +314,13 @@ def test_collective_time_starts_at_the_last_arrival_and_overlaps_compute(tmp_pat
         assert side_mul["start_ns"] == pytest.approx(third["start_ns"] + third["ns"], abs=1e-6)
         assert matmul["start_ns"] == pytest.approx(res["default_before"], abs=1e-6)
         assert matmul["start_ns"] + matmul["ns"] <= side_mul["start_ns"] + 1e-6
+    for res in results:
+        (slice_,) = res["collective_slices"]
+        assert slice_["name"] == "all_reduce"
+        assert slice_["args"]["busiest_link"] == "chip0 HBM (on-chip)"
+        assert 0 < float(slice_["args"]["busiest_link_utilisation"]) <= 1
+        assert slice_["args"]["group"] == "[0, 1]"
+    assert any(res["wait_tracks"] == ["waits (default stream)"] for res in results)
     # The early rank waits for the straggler: its exposed communication is longer.
     exposed = [sum(r["ns"] for r in res["log"] if r["kind"] == "wait") for res in results]
     assert exposed[0] > exposed[1]
