@@ -338,21 +338,31 @@ def _batch():
     return torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
 
 
+def _train(model, x, y, steps):
+    """SGD on the MSE of model(x) against y: the losses of each step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _shard(rank, world):
+    """This rank's equal share of the batch, on the device."""
+    x, y = _batch()
+    per = x.shape[0] // world
+    return x[rank * per:(rank + 1) * per].to("neuron"), y[rank * per:(rank + 1) * per].to("neuron")
+
+
 def _ddp_body(rank, world, steps):
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = DDP(_mlp().to("neuron"), bucket_cap_mb=0.001)  # several buckets
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = _batch()
-    per = x.shape[0] // world
-    xs, ys = x[rank * per:(rank + 1) * per].to("neuron"), y[rank * per:(rank + 1) * per].to("neuron")
-    losses = []
     with trnsim.profile(trace=False) as prof:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(xs), ys)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _train(model, *_shard(rank, world), steps)
     return {"losses": losses, "params": [p.detach().cpu() for p in model.parameters()], "totals": prof.totals()}
 
 
@@ -371,16 +381,7 @@ def test_ddp_training_matches_one_process(tmp_path):
 
 def _reference_training(steps):
     model = _mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = _batch()
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return model, losses
+    return model, _train(model, *_batch(), steps)
 
 
 def _fsdp_body(rank, world, steps):
@@ -392,18 +393,8 @@ def _fsdp_body(rank, world, steps):
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = _batch()
-    per = x.shape[0] // world
-    xs, ys = x[rank * per:(rank + 1) * per].to("neuron"), y[rank * per:(rank + 1) * per].to("neuron")
-    losses = []
     with trnsim.profile(trace=False) as prof:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(xs), ys)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _train(model, *_shard(rank, world), steps)
     kinds = sorted({r["op"] for r in prof.records if r["kind"] == "collective"})
     return {"losses": losses, "params": [p.full_tensor().cpu() for p in model.parameters()], "kinds": kinds}
 
@@ -425,16 +416,8 @@ def _tp_body(rank, world, steps):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     mesh = init_device_mesh("neuron", (world,))
     model = parallelize_module(_mlp().to("neuron"), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = _batch()
-    xs, ys = x.to("neuron"), y.to("neuron")
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(xs), ys)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = _train(model, x.to("neuron"), y.to("neuron"), steps)  # every TP rank sees the whole batch
     return {"losses": losses, "params": [p.full_tensor().cpu() for p in model.parameters()]}
 
 
