@@ -55,6 +55,18 @@ def _run_ranks(tmp_path, world, body, *args, env=None):
     return results
 
 
+def _in_fresh_process(tmp_path, entry, *args):
+    """entry(*args, out_path) in a fresh spawned process (simulate_world initialises torch.distributed for
+    the whole process); what it pickled to out_path."""
+    out_path = str(tmp_path / f"{entry.__name__}.pkl")
+    proc = mp.get_context("spawn").Process(target=entry, args=(*args, out_path))
+    proc.start()
+    proc.join(timeout=600)
+    assert proc.exitcode == 0
+    with open(out_path, "rb") as f:
+        return pickle.load(f)
+
+
 # --- values ----------------------------------------------------------------------------------------
 
 def _inputs(rank):
@@ -468,13 +480,7 @@ def _simulated_world_entry(world, steps, out_path):
 def test_simulate_world_times_a_step_as_real_ranks_do(tmp_path, world):
     steps = 3
     real = _run_ranks(tmp_path, world, _step_time_body, steps, env={"TRNSIM_VALUES": "0"})
-    out_path = str(tmp_path / "simulated.pkl")
-    proc = mp.get_context("spawn").Process(target=_simulated_world_entry, args=(world, steps, out_path))
-    proc.start()
-    proc.join(timeout=600)
-    assert proc.exitcode == 0
-    with open(out_path, "rb") as f:
-        simulated = pickle.load(f)
+    simulated = _in_fresh_process(tmp_path, _simulated_world_entry, world, steps)
     # Steps after the first (warm program cache, same programs): within 1 % of rank 0's.
     for step in range(1, steps):
         assert simulated[step] == pytest.approx(real[0][step], rel=0.01)
@@ -558,13 +564,7 @@ def _ddp_overlap_entry(out_path):
 
 def test_ddp_gradient_all_reduces_overlap_the_backward(tmp_path):
     """DDP's bucketed all-reduces run beside the rest of the backward: only the last bucket's tail is exposed."""
-    out_path = str(tmp_path / "overlap.pkl")
-    proc = mp.get_context("spawn").Process(target=_ddp_overlap_entry, args=(out_path,))
-    proc.start()
-    proc.join(timeout=600)
-    assert proc.exitcode == 0
-    with open(out_path, "rb") as f:
-        totals, records = pickle.load(f)
+    totals, records = _in_fresh_process(tmp_path, _ddp_overlap_entry)
     all_reduces = [r for r in records if r["kind"] == "collective" and r["op"] == "all_reduce"]
     assert len(all_reduces) >= 3  # several buckets
     assert totals["collective_ns"] > 10 * totals["exposed_communication_ns"] > 0
@@ -596,12 +596,6 @@ def _family_entry(out_path):
 
 def test_a_groups_translates_share_its_links_in_a_symmetric_world(tmp_path):
     """Every TP pair of a symmetric world all-reduces at once: the two pairs of a chip share its HBM path."""
-    out_path = str(tmp_path / "family.pkl")
-    proc = mp.get_context("spawn").Process(target=_family_entry, args=(out_path,))
-    proc.start()
-    proc.join(timeout=600)
-    assert proc.exitcode == 0
-    with open(out_path, "rb") as f:
-        contended, alone, family = pickle.load(f)
+    contended, alone, family = _in_fresh_process(tmp_path, _family_entry)
     assert family == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert contended > 1.5 * alone
