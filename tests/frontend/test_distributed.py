@@ -378,17 +378,26 @@ def _ddp_body(rank, world, steps):
     return {"losses": losses, "params": [p.detach().cpu() for p in model.parameters()], "totals": prof.totals()}
 
 
-def test_ddp_training_matches_one_process(tmp_path):
-    world, steps = 2, 5
-    results = _run_ranks(tmp_path, world, _ddp_body, steps)
+def _assert_trains_as_one_process(results, steps, data_parallel):
+    """Every rank's parameters as one process training on the whole batch; the losses: their mean over the
+    ranks' shards (data parallel) or each rank's own (tensor parallel: every rank sees the whole batch)."""
     model, losses = _reference_training(steps)
     for res in results:
         for got, ref in zip(res["params"], model.parameters()):
             torch.testing.assert_close(got, ref.detach(), rtol=1e-5, atol=1e-6)
+    for step in range(steps):
+        got = [r["losses"][step] for r in results]
+        for loss in ([sum(got) / len(got)] if data_parallel else got):
+            assert loss == pytest.approx(losses[step], rel=1e-5, abs=1e-6)
+
+
+def test_ddp_training_matches_one_process(tmp_path):
+    world, steps = 2, 5
+    results = _run_ranks(tmp_path, world, _ddp_body, steps)
+    _assert_trains_as_one_process(results, steps, data_parallel=True)
+    for res in results:
         assert res["totals"]["collectives"] >= steps  # the gradient buckets' all-reduces
         assert res["totals"]["collective_ns"] > 0
-    for step in range(steps):
-        assert sum(r["losses"][step] for r in results) / world == pytest.approx(losses[step], rel=1e-5, abs=1e-6)
 
 
 def _reference_training(steps):
@@ -414,13 +423,9 @@ def _fsdp_body(rank, world, steps):
 def test_fsdp2_training_matches_one_process(tmp_path):
     world, steps = 2, 5
     results = _run_ranks(tmp_path, world, _fsdp_body, steps)
-    model, losses = _reference_training(steps)
+    _assert_trains_as_one_process(results, steps, data_parallel=True)
     for res in results:
-        for got, ref in zip(res["params"], model.parameters()):
-            torch.testing.assert_close(got, ref.detach(), rtol=1e-5, atol=1e-6)
         assert "all_gather" in res["kinds"] and "reduce_scatter" in res["kinds"]
-    for step in range(steps):
-        assert sum(r["losses"][step] for r in results) / world == pytest.approx(losses[step], rel=1e-5, abs=1e-6)
 
 
 def _tp_body(rank, world, steps):
@@ -435,13 +440,7 @@ def _tp_body(rank, world, steps):
 
 def test_tensor_parallel_training_matches_one_process(tmp_path):
     world, steps = 2, 5
-    results = _run_ranks(tmp_path, world, _tp_body, steps)
-    model, losses = _reference_training(steps)
-    for res in results:
-        for got, ref in zip(res["params"], model.parameters()):
-            torch.testing.assert_close(got, ref.detach(), rtol=1e-5, atol=1e-6)
-        for step in range(steps):
-            assert res["losses"][step] == pytest.approx(losses[step], rel=1e-5, abs=1e-6)
+    _assert_trains_as_one_process(_run_ranks(tmp_path, world, _tp_body, steps), steps, data_parallel=False)
 
 
 # --- one process for the whole world ---------------------------------------------------------------
