@@ -370,25 +370,29 @@ def _shard(rank, world):
     return x[rank * per:(rank + 1) * per].to("neuron"), y[rank * per:(rank + 1) * per].to("neuron")
 
 
-def _ddp_body(rank, world, steps):
+def _ddp_body(rank, world, steps, dtype=torch.float32):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    model = DDP(_mlp().to("neuron"), bucket_cap_mb=0.001)  # several buckets
+    model = DDP(_mlp().to("neuron", dtype), bucket_cap_mb=0.001)  # several buckets
+    x, y = _shard(rank, world)
     with trnsim.profile(trace=False) as prof:
-        losses = _train(model, *_shard(rank, world), steps)
+        losses = _train(model, x.to(dtype), y.to(dtype), steps)
     return {"losses": losses, "params": [p.detach().cpu() for p in model.parameters()], "totals": prof.totals()}
 
 
-def _assert_trains_as_one_process(results, steps, data_parallel):
-    """Every rank's parameters as one process training on the whole batch; the losses: their mean over the
-    ranks' shards (data parallel) or each rank's own (tensor parallel: every rank sees the whole batch)."""
-    model, losses = _reference_training(steps)
+def _assert_trains_as_one_process(results, steps, data_parallel, dtype=torch.float32):
+    """Every rank's parameters as one process training on the whole batch (on the CPU, in `dtype`; fp32 to
+    1e-5, bf16 to bf16's tolerance); the losses: their mean over the ranks' shards (data parallel) or each
+    rank's own (tensor parallel: every rank sees the whole batch)."""
+    model, losses = _reference_training(steps, dtype)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for res in results:
-        for got, ref in zip(res["params"], model.parameters()):
-            torch.testing.assert_close(got, ref.detach(), rtol=1e-5, atol=1e-6)
+        for got, ref, first in zip(res["params"], model.parameters(), results[0]["params"]):
+            torch.testing.assert_close(got, ref.detach(), **tol)
+            assert torch.equal(got, first)  # the ranks hold the same bits
     for step in range(steps):
         got = [r["losses"][step] for r in results]
         for loss in ([sum(got) / len(got)] if data_parallel else got):
-            assert loss == pytest.approx(losses[step], rel=1e-5, abs=1e-6)
+            assert loss == pytest.approx(losses[step], rel=tol["rtol"], abs=tol["atol"])
 
 
 def test_ddp_training_matches_one_process(tmp_path):
@@ -400,9 +404,10 @@ def test_ddp_training_matches_one_process(tmp_path):
         assert res["totals"]["collective_ns"] > 0
 
 
-def _reference_training(steps):
-    model = _mlp()
-    return model, _train(model, *_batch(), steps)
+def _reference_training(steps, dtype=torch.float32):
+    model = _mlp().to(dtype)
+    x, y = _batch()
+    return model, _train(model, x.to(dtype), y.to(dtype), steps)
 
 
 def _fsdp_body(rank, world, steps):
@@ -418,6 +423,13 @@ def _fsdp_body(rank, world, steps):
         losses = _train(model, *_shard(rank, world), steps)
     kinds = sorted({r["op"] for r in prof.records if r["kind"] == "collective"})
     return {"losses": losses, "params": [p.full_tensor().cpu() for p in model.parameters()], "kinds": kinds}
+
+
+def test_ddp_bf16_training_matches_one_process_at_bf16_tolerance(tmp_path):
+    world, steps = 2, 5
+    results = _run_ranks(tmp_path, world, _ddp_body, steps, torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in results[0]["params"])
+    _assert_trains_as_one_process(results, steps, data_parallel=True, dtype=torch.bfloat16)
 
 
 def test_fsdp2_training_matches_one_process(tmp_path):
