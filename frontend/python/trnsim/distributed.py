@@ -35,6 +35,7 @@ sending to each member directly, ``gather`` each member sending to the root, ``r
 (the runtime's collectives have no rooted reduction), ``barrier`` an all-reduce of 4 bytes.
 """
 import atexit
+import mmap
 import os
 import pickle
 import shutil
@@ -164,16 +165,15 @@ def _host(t):
 
 
 def _pack(t):
-    h = _host(t).contiguous()
-    if h.numel() == 0:
-        return b""
-    return h.reshape(-1).view(torch.uint8).numpy().tobytes()
+    """The tensor's bytes as a flat uint8 CPU tensor (a view of its values where they are contiguous)."""
+    return _host(t).detach().contiguous().reshape(-1).view(torch.uint8)
 
 
 def _unpack(blob, dtype, shape):
-    if len(blob) == 0:
+    """A member's tensor from its uint8 bytes (a view, no copy)."""
+    if blob.numel() == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(blob), dtype=torch.uint8).view(dtype).reshape(shape)
+    return blob.view(dtype).reshape(shape)
 
 
 def _accumulator(dtype):
@@ -228,25 +228,17 @@ def _reduce(parts, reduction, dtype):
         raise TypeError(f"trnsim.distributed: {op_name} needs an integer or bool tensor, not {dtype}")
     if op_name == "AVG" and not (dtype.is_floating_point or dtype.is_complex):
         raise TypeError(f"trnsim.distributed: AVG needs a floating-point tensor, not {dtype}")
-    acc = parts[0].to(acc_dtype)
+    if acc_dtype == torch.bool:  # sums and products of bools are or / and
+        op_name = {"SUM": "BOR", "AVG": "BOR", "PRODUCT": "BAND"}.get(op_name, op_name)
+    # In place on one accumulator (a copy of the first member's tensor), member after member.
+    step = {"SUM": torch.Tensor.add_, "AVG": torch.Tensor.add_, "PRODUCT": torch.Tensor.mul_,
+            "MIN": lambda a, b: torch.minimum(a, b, out=a), "MAX": lambda a, b: torch.maximum(a, b, out=a),
+            "BAND": torch.Tensor.bitwise_and_, "BOR": torch.Tensor.bitwise_or_, "BXOR": torch.Tensor.bitwise_xor_}[op_name]
+    acc = parts[0].to(acc_dtype, copy=True)
     for p in parts[1:]:
-        p = p.to(acc_dtype)
-        if op_name in ("SUM", "AVG"):
-            acc = acc + p if acc_dtype != torch.bool else acc | p
-        elif op_name == "PRODUCT":
-            acc = acc * p if acc_dtype != torch.bool else acc & p
-        elif op_name == "MIN":
-            acc = torch.minimum(acc, p)
-        elif op_name == "MAX":
-            acc = torch.maximum(acc, p)
-        elif op_name == "BAND":
-            acc = acc & p
-        elif op_name == "BOR":
-            acc = acc | p
-        else:
-            acc = acc ^ p
+        step(acc, p.to(acc_dtype))
     if op_name == "AVG":
-        acc = acc / len(parts)
+        acc.div_(len(parts))
     return acc.to(dtype)
 
 
@@ -311,6 +303,15 @@ def _tensors(obj):
     return out
 
 
+def _overlap(inputs, outputs):
+    """Whether an output shares memory with an input (an all-gather into the tensor its input is part of)."""
+    def span(t):
+        begin = t.data_ptr()
+        return begin, begin + t.numel() * t.element_size()
+    spans = [span(t) for t in inputs if t.numel()]
+    return any(b0 < e1 and b1 < e0 for t in outputs if t.numel() for b0, e0 in [span(t)] for b1, e1 in spans)
+
+
 def _nbytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -340,27 +341,59 @@ class _Payloads:
             if rank == 0:
                 atexit.register(shutil.rmtree, self._dir, True)
 
-    def put(self, key, data):
+    # A message: 8 bytes of header length, the pickled header (and the blobs' sizes), then each blob at a
+    # multiple of 64 bytes (so a view of it as any dtype is aligned).
+    @staticmethod
+    def _layout(header, blobs):
+        head = pickle.dumps((header, [int(b.numel()) for b in blobs]))
+        pieces, offset = [len(head).to_bytes(8, "little"), head], 8 + len(head)
+        for blob in blobs:
+            pad = -offset % 64
+            pieces.append(b"\0" * pad)
+            pieces.append(memoryview(blob.numpy()) if blob.numel() else b"")
+            offset += pad + blob.numel()
+        return pieces
+
+    @staticmethod
+    def _parse(buffer):
+        raw = torch.frombuffer(buffer, dtype=torch.uint8)
+        length = int.from_bytes(bytes(buffer[:8]), "little")
+        header, sizes = pickle.loads(bytes(buffer[8:8 + length]))
+        blobs, offset = [], 8 + length
+        for size in sizes:
+            offset += -offset % 64
+            blobs.append(raw[offset:offset + size])
+            offset += size
+        return header, blobs
+
+    def put(self, key, header, blobs=()):
+        """Posts (header, blobs: flat uint8 CPU tensors) under `key`."""
+        pieces = self._layout(header, list(blobs))
         if self._dir is not None:
             path = os.path.join(self._dir, key.replace("/", "_"))
             with open(path + ".tmp", "wb") as f:
-                f.write(data)
+                for piece in pieces:
+                    f.write(piece)
             os.replace(path + ".tmp", path)
             self._store.set(key, b"shm")
             return
+        data = b"".join(bytes(p) for p in pieces)
         chunks = [data[i:i + self.CHUNK_BYTES] for i in range(0, len(data), self.CHUNK_BYTES)] or [b""]
         for i, chunk in enumerate(chunks[1:], 1):
             self._store.set(f"{key}#{i}", chunk)
         self._store.set(key, pickle.dumps(len(chunks)) + b"|" + chunks[0])  # the head last: all are there
 
     def get(self, key):
+        """(header, blobs) posted under `key` (waits for it); the blobs are views of one buffer read once."""
         head = self._store.get(key)
         if self._dir is not None:
+            # Mapped, not read: the blobs view the shared-memory pages (a private mapping, so writable for
+            # torch.frombuffer and untouched by the writer; it outlives the file's deletion).
             with open(os.path.join(self._dir, key.replace("/", "_")), "rb") as f:
-                return f.read()
+                return self._parse(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
         count_bytes, first = head.split(b"|", 1)
         count = pickle.loads(count_bytes)
-        return first + b"".join(self._store.get(f"{key}#{i}") for i in range(1, count))
+        return self._parse(bytearray(first + b"".join(self._store.get(f"{key}#{i}") for i in range(1, count))))
 
     def delete(self, key):
         if self._dir is not None:
@@ -423,16 +456,22 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 return t.device.index if t.device.index is not None else _C.current_device()
         return None
 
-    def _exchange(self, kind, meta, blobs, arrival_ns):
-        """Every member's (arrival, meta, blobs) in group-rank order (real ranks through the store)."""
+    def _exchange(self, kind, meta, blobs, arrival_ns, snapshot=False):
+        """Every member's (arrival, meta, blobs) in group-rank order (real ranks through the store). `snapshot`:
+        this rank's blobs are copied (its outputs overlap its inputs, so writing them would change what is read)."""
         self._sequence += 1
+        own = [b.clone() for b in blobs] if snapshot else blobs
         if self._symmetric:
-            return [(arrival_ns, meta, blobs)] * self._size, None
+            return [(arrival_ns, meta, own)] * self._size, None
         key = f"trnsim/{self._sequence}"
-        self._payloads.put(f"{key}/{self._rank}", pickle.dumps((kind, arrival_ns, meta, blobs)))
+        self._payloads.put(f"{key}/{self._rank}", (kind, arrival_ns, meta), blobs)
         members = []
         for r in range(self._size):
-            got = pickle.loads(self._payloads.get(f"{key}/{r}")) if r != self._rank else (kind, arrival_ns, meta, blobs)
+            if r == self._rank:
+                got = (kind, arrival_ns, meta, own)
+            else:
+                header, their_blobs = self._payloads.get(f"{key}/{r}")
+                got = (*header, their_blobs)
             if got[0] != kind:
                 raise RuntimeError(f"trnsim.distributed: collective #{self._sequence} of group {self._group_name!r}: "
                                    f"rank {self._rank} calls {kind} but rank {r} calls {got[0]}")
@@ -485,7 +524,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         blobs = [_pack(t) for t in inputs] if with_values else []
         meta = dict(meta or {}, shapes=[list(t.shape) for t in inputs], dtypes=[t.dtype for t in inputs],
                     device=device is not None, values=with_values)
-        members, key = self._exchange(kind, meta, blobs, arrival_ns)
+        members, key = self._exchange(kind, meta, blobs, arrival_ns, snapshot=_overlap(inputs, outputs))
         end_ns = 0.0
         try:
             if all(m[1]["values"] for m in members):
@@ -687,9 +726,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         device = self._device_of(tensors)
         arrival_ns = _now(device)
         with_values = all(_has_values(t) for t in tensors) and not self._symmetric
-        payload = (arrival_ns, [_pack(t) for t in tensors] if with_values else [])
+        blobs = [_pack(t) for t in tensors] if with_values else []
         if not self._symmetric:
-            self._payloads.put(self._p2p_key(self._rank, dst, tag), pickle.dumps(payload))
+            self._payloads.put(self._p2p_key(self._rank, dst, tag), arrival_ns, blobs)
         end_ns = 0.0
         if device is not None:
             latency_ns, algorithm, link_args = self._p2p_time(self._rank, dst, _nbytes(tensors), arrival_ns)
@@ -703,7 +742,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         sent_ns = arrival_ns
         if not self._symmetric:
             key = self._p2p_key(src, self._rank, tag)
-            sent_ns, blobs = pickle.loads(self._payloads.get(key))
+            sent_ns, blobs = self._payloads.get(key)
             self._payloads.delete(key)
             for t, blob in zip(tensors, blobs):
                 _write(t, _unpack(blob, t.dtype, t.shape))
