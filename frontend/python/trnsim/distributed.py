@@ -9,17 +9,20 @@ collectives run on the simulated multi-chip system:
   ``$TRNSIM_SYSTEM`` or :func:`set_system`, else the config's ``default_system`` when it holds the
   world, else the smallest system that does (said once as a warning). A rank's tensors may sit on any
   of its process's ``neuron`` devices: the device only names the clock the rank's work runs on.
-- **Values** really move between the ranks (through the process group's store), computed the way the
-  ISA's collectives compute them (``sim/system/collective_rendezvous``): reductions over the members in
-  group-rank order, accumulated in fp32 (fp64 for float64, int64 for integers), rounded once to the
-  dtype; every member gets the same bits.
+- **Values** really move between the ranks (files in ``/dev/shm`` when every member is on this host,
+  else the process group's store), computed the way the ISA's collectives compute them
+  (``sim/system/collective_rendezvous``): reductions over the members in group-rank order, accumulated
+  in fp32 (fp64 for float64, int64 for integers), rounded once to the dtype; every member gets the same
+  bits. PREMUL_SUM multiplies each member's tensor by its factor first.
 - **Time** comes from the system model (``sim/system/collectives``: links, CC-cores, algorithms by size).
   A collective starts when its last member arrives (each member's device clock at the call, so a
   straggler delays the others) and runs on the collective engines beside the device's compute: the
   device's clock does not stop for it. Work that touches its buffers afterwards waits for its end, as
   does ``Work.wait()`` (a ``"wait"`` record in ``trnsim.op_log()``: exposed communication). Each
   collective is a ``"collective"`` record (its start and length on the collective engines, bytes,
-  algorithm) and a slice on the device's ``collectives`` track of the profiler's trace.
+  algorithm) and a slice on the device's ``collectives`` track of the profiler's trace (with its group,
+  busbw, busiest link and that link's utilisation). Streams (``torch.neuron.Stream``) each have a clock:
+  a collective issued on one starts at that stream's clock.
 - The group's first member times each collective on its own system model and hands the time to the
   others, so concurrent collectives of one group contend on the links as the model says. A group smaller
   than the world is timed together with its translates that tile the world (every TP group of a mesh,
