@@ -126,8 +126,10 @@ double book_core(DeviceState& device, double ready_ns, double length_ns) {
 }
 }  // namespace
 
-void DeviceRuntime::commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace) {
+void DeviceRuntime::commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace,
+                           const std::vector<MemoryRange>* touched) {
   std::lock_guard<std::mutex> lock(m_mutex);
+  wait_for_collectives_locked(record.device, touched);
   DeviceState& device = m_devices[record.device];
   const double start =
       device.stream_clocks.empty() || record.ns <= 0 ? device.clock_ns : book_core(device, device.clock_ns, record.ns);
@@ -261,8 +263,7 @@ void DeviceRuntime::synchronize(int device_index) {
   advance_stream_locked(device, device_index, 0, latest, "synchronize");
 }
 
-void DeviceRuntime::wait_for_collectives(int device_index, const std::vector<MemoryRange>* buffers) {
-  std::lock_guard<std::mutex> lock(m_mutex);
+void DeviceRuntime::wait_for_collectives_locked(int device_index, const std::vector<MemoryRange>* buffers) {
   auto it = m_devices.find(device_index);
   if (it == m_devices.end() || it->second.pending.empty()) return;
   const PendingCollective* latest = nullptr;

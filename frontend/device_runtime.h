@@ -107,19 +107,17 @@ class DeviceRuntime {
 
   // Places the launch on its device's clock (sets record.start_ns and launch.start_ns), appends
   // the record to the op log, and adds the launch to the timeline (while profiling; `core_trace`
-  // is the kernel's own trace) and to the recording (while recording).
-  void commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace);
+  // is the kernel's own trace) and to the recording (while recording). It starts after the pending
+  // collectives whose buffers overlap `touched` (nullptr: any of the device's memory; see add_collective).
+  void commit(OpRecord& record, record::Launch& launch, const sim::TraceWriter* core_trace,
+              const std::vector<MemoryRange>* touched);
 
   // A collective of the device's rank (kind "collective"; record.start_ns / ns: when it ran on the collective
   // engines, concurrently with the device's compute): logged and drawn on the device's "collectives" track, not
-  // on its clock. Until it ends, work touching `buffers` waits for it (wait_for_collectives).
+  // on its clock. Until it ends, work touching `buffers` waits for it (commit).
   // `trace_args` go on its trace slice (the busiest link and its utilisation).
   void add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
                       const std::vector<std::pair<std::string, std::string>>& trace_args = {});
-  // Work about to run on `device` that touches `buffers` (nullptr: any of its memory) follows the pending
-  // collectives it overlaps: when one ends after the device's clock, a "wait" record of the gap (exposed
-  // communication) is logged and the clock moves to its end.
-  void wait_for_collectives(int device, const std::vector<MemoryRange>* buffers);
   // Work.wait(): the device's later work follows a collective that ends at `end_ns` (a "wait" record when it
   // ends after the clock).
   void wait_until(int device, double end_ns, const std::string& op);
@@ -175,6 +173,10 @@ class DeviceRuntime {
 
  private:
   void wait_locked(int device, double until_ns, const std::string& op);
+  // Work about to run on `device` that touches `buffers` (nullptr: any of its memory) follows the pending
+  // collectives it overlaps: when one ends after the device's clock, a "wait" record of the gap (exposed
+  // communication) is logged and the clock moves to its end.
+  void wait_for_collectives_locked(int device, const std::vector<MemoryRange>* buffers);
   void advance_stream_locked(DeviceState& state, int device, int stream, double until_ns, const std::string& op);
 
   const HardwareConfig m_config;

@@ -278,8 +278,7 @@ OpRecord run_on_device(DeviceRuntime& runtime, int device, const std::string& ke
   std::vector<MemoryRange> touched;
   for (const auto* buffers : {&inputs, &outputs})
     for (const HostBuffer& b : *buffers) touched.push_back({b.data, b.count * dtype_size_bytes(b.dtype)});
-  runtime.wait_for_collectives(device, &touched);
-  runtime.commit(record, launch, trace ? core_trace.get() : nullptr);
+  runtime.commit(record, launch, trace ? core_trace.get() : nullptr, &touched);
   return record;
 }
 
@@ -330,8 +329,7 @@ OpRecord record_host_transfer(int device, uint64_t bytes, OpRecord record) {
   record.bottleneck = "host_link";
   record::Launch launch = launch_of(record);
   launch.transfer_bytes = {bytes};
-  runtime->wait_for_collectives(device, nullptr);
-  runtime->commit(record, launch, nullptr);
+  runtime->commit(record, launch, nullptr, /*touched: any memory*/ nullptr);
   return record;
 }
 
@@ -346,8 +344,7 @@ OpRecord record_fallback(int device, uint64_t bytes_to_host, uint64_t bytes_to_d
   record.bottleneck = "host_link";
   record::Launch launch = launch_of(record);
   launch.transfer_bytes = {bytes_to_host, bytes_to_device};
-  runtime->wait_for_collectives(device, nullptr);
-  runtime->commit(record, launch, nullptr);
+  runtime->commit(record, launch, nullptr, /*touched: any memory*/ nullptr);
   return record;
 }
 
@@ -364,8 +361,7 @@ OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written
   record::Launch launch = launch_of(record);
   launch.launch_ns = record.launch_ns;
   launch.transfer_bytes = {bytes_read, bytes_written};  // HBM bytes (not the host link): replay re-estimates
-  runtime->wait_for_collectives(device, nullptr);
-  runtime->commit(record, launch, nullptr);
+  runtime->commit(record, launch, nullptr, /*touched: any memory*/ nullptr);
   return record;
 }
 

@@ -150,10 +150,6 @@ def _now(device):
     return _C.stream_clock(device, _C.current_stream(device)) if device is not None else 0.0
 
 
-def _values_on():
-    return _C.values_enabled()
-
-
 def _has_values(t):
     """Whether the host may read the tensor's values: CPU tensors, and neuron tensors with values (in
     timing-only mode only small copies from the host keep theirs: index and metadata tensors)."""
@@ -212,10 +208,6 @@ class _Reduction:
 
     def __str__(self):
         return self.name
-
-
-def _reduce_op_name(op):
-    return _Reduction(op)
 
 
 def _reduce(parts, reduction, dtype):
@@ -296,16 +288,6 @@ class _Work(dist._Work):
 
 # --- the process group ---------------------------------------------------------------------------
 
-def _tensors(obj):
-    out = []
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            out.extend(_tensors(o))
-    return out
-
-
 def _overlap(inputs, outputs):
     """Whether an output shares memory with an input (an all-gather into the tensor its input is part of)."""
     def span(t):
@@ -313,6 +295,18 @@ def _overlap(inputs, outputs):
         return begin, begin + t.numel() * t.element_size()
     spans = [span(t) for t in inputs if t.numel()]
     return any(b0 < e1 and b1 < e0 for t in outputs if t.numel() for b0, e0 in [span(t)] for b1, e1 in spans)
+
+
+def _buffers(tensors):
+    """(data_ptr, bytes) of the neuron tensors: what a collective's engines read and write."""
+    return [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors if t.device.type == "neuron"]
+
+
+def _mark_without_values(tensors):
+    """What a collective wrote without values to move (timing-only mode) holds none."""
+    for t in tensors:
+        if t.device.type == "neuron" and t.numel() > 0:
+            _C.mark_values(t.data_ptr(), False)
 
 
 def _nbytes(tensors):
@@ -500,7 +494,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._store.wait([f"{key}/all"])
 
     def _time(self, key, sim_op, nbytes, start_ns, pairs=()):
-        """(latency ns, algorithm) of the collective on the system model, from the group's first member."""
+        """(latency ns, algorithm, trace args) of the collective on the system model, from the group's first
+        member."""
         if self._symmetric or self._rank == 0:
             # A symmetric program runs the same collective on every group of the family at once (DeviceMesh's
             # groups of one dimension): they are booked first, this group last, so it meets their traffic on
@@ -532,19 +527,15 @@ class NeuronProcessGroup(dist.ProcessGroup):
         try:
             if all(m[1]["values"] for m in members):
                 compute(members)
-            else:  # what it writes holds no values either (timing-only mode)
-                for t in outputs or inputs:
-                    if t.device.type == "neuron" and t.numel() > 0:
-                        _C.mark_values(t.data_ptr(), False)
+            else:
+                _mark_without_values(outputs or inputs)
             if device is not None and all(m[1]["device"] for m in members):
                 start_ns = max(m[0] for m in members)
                 latency_ns, algorithm, link_args = self._time(key, sim_op, nbytes, start_ns, pairs)
                 end_ns = start_ns + latency_ns
-                first = (inputs or outputs)[0]
-                _C.record_collective(device, kind, _dtype_name(first), [list(t.shape) for t in inputs], int(nbytes),
-                                     start_ns, latency_ns, algorithm,
-                                     [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors
-                                      if t.device.type == "neuron"], link_args + [("group", str(self._global_ranks))])
+                _C.record_collective(device, kind, _dtype_name((inputs or outputs)[0]), [list(t.shape) for t in inputs],
+                                     int(nbytes), start_ns, latency_ns, algorithm, _buffers(tensors),
+                                     link_args + [("group", str(self._global_ranks))])
             else:
                 device = None
         finally:
@@ -552,17 +543,16 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _Work(outputs or inputs, device, end_ns, kind)
 
     @staticmethod
-    def _parts(members, index, dtype=None, shape=None):
+    def _parts(members, index):
         """Member tensors number `index` (in group-rank order) from their blobs."""
         out = []
         for _, meta, blobs in members:
-            out.append(_unpack(blobs[index], meta["dtypes"][index] if dtype is None else dtype,
-                               meta["shapes"][index] if shape is None else shape))
+            out.append(_unpack(blobs[index], meta["dtypes"][index], meta["shapes"][index]))
         return out
 
     # --- collectives -----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        op = _reduce_op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        op = _Reduction(opts.reduceOp if opts is not None else ReduceOp.SUM)
 
         def compute(members):
             for i, t in enumerate(tensors):
@@ -573,7 +563,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self.allreduce(tensors, opts)
 
     def reduce(self, tensors, opts=None):
-        op = _reduce_op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        op = _Reduction(opts.reduceOp if opts is not None else ReduceOp.SUM)
         root = opts.rootRank if opts is not None else 0
 
         def compute(members):
@@ -609,7 +599,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         # output_tensors[i] gets the reduction over members of input_lists[i][rank]
-        op = _reduce_op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        op = _Reduction(opts.reduceOp if opts is not None else ReduceOp.SUM)
         flat_inputs = [t for lst in input_lists for t in lst]
 
         def compute(members):
@@ -622,7 +612,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                                 _nbytes(flat_inputs), compute, {"op": str(op)})
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
-        op = _reduce_op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        op = _Reduction(opts.reduceOp if opts is not None else ReduceOp.SUM)
 
         def compute(members):
             parts = [p.reshape(self._size, -1)[self._rank] for p in self._parts(members, 0)]
@@ -720,8 +710,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _record_p2p(self, kind, device, tensors, start_ns, latency_ns, algorithm, link_args):
         _C.record_collective(device, kind, _dtype_name(tensors[0]), [list(t.shape) for t in tensors],
-                             _nbytes(tensors), start_ns, latency_ns, algorithm,
-                             [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors], link_args)
+                             _nbytes(tensors), start_ns, latency_ns, algorithm, _buffers(tensors), link_args)
 
     def send(self, tensors, dst, tag=0):
         # The sender does not wait for the receiver: it is timed as if the receiver were ready when it sends
@@ -750,9 +739,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             for t, blob in zip(tensors, blobs):
                 _write(t, _unpack(blob, t.dtype, t.shape))
             if not blobs:
-                for t in tensors:
-                    if t.device.type == "neuron" and t.numel() > 0:
-                        _C.mark_values(t.data_ptr(), False)
+                _mark_without_values(tensors)
         end_ns = 0.0
         if device is not None:
             start_ns = max(arrival_ns, sent_ns)
