@@ -141,7 +141,8 @@ RegisterUse register_use(const Instruction& inst) {
   const InstructionSpec& spec = inst.spec();
   const bool sets_dst = inst.opcode == Opcode::register_move || inst.opcode == Opcode::register_add ||
                         inst.opcode == Opcode::register_sub || inst.opcode == Opcode::register_mul ||
-                        inst.opcode == Opcode::register_compare || inst.opcode == Opcode::register_load;
+                        inst.opcode == Opcode::register_compare || inst.opcode == Opcode::register_load ||
+                        inst.opcode == Opcode::rank_id;
   for (size_t i = 0; i < spec.operands.size(); ++i) {
     const OperandSpec& operand = spec.operands[i];
     if (operand.kind != OperandKind::reg || !((inst.present_mask >> i) & 1u)) continue;
@@ -158,8 +159,30 @@ RegisterUse register_use(const Instruction& inst) {
   return use;
 }
 
-bool execute_register_only(const Instruction& inst, RegisterFile& registers) {
+int32_t rank_id_value(const Instruction& inst, const RegisterFile& registers, uint32_t rank) {
+  const std::vector<int64_t>& group = inst.list("group");
+  if (group.empty()) return int32_t(rank);
+  const size_t size = inst.scalar("group_size") > 0 ? size_t(inst.scalar("group_size")) : group.size();
+  int64_t back = int64_t(inst.scalar("back"));
+  if (inst.has("back_reg")) {
+    back += register_operand(inst, "back_reg", const_cast<RegisterFile&>(registers));
+  }
+  for (size_t first = 0; first + size <= group.size(); first += size) {
+    for (size_t i = 0; i < size; ++i) {
+      if (group[first + i] != int64_t(rank)) continue;
+      const int64_t n = int64_t(size);
+      const int64_t position = ((int64_t(i) - back) % n + n) % n;
+      return int32_t(group[first + size_t(position)]);
+    }
+  }
+  throw IsaError("rank " + std::to_string(rank) + " is in no rank-list of the group [collective-group]");
+}
+
+bool execute_register_only(const Instruction& inst, RegisterFile& registers, uint32_t rank) {
   switch (inst.opcode) {
+    case Opcode::rank_id:
+      register_operand(inst, "dst", registers) = rank_id_value(inst, registers, rank);
+      return true;
     case Opcode::register_move:
       register_operand(inst, "dst", registers) =
           inst.has("src") ? register_operand(inst, "src", registers) : int32_t(int64_t(inst.scalar("imm")));
@@ -274,7 +297,7 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
   }
 }
 
-Program expand_control_flow(const Program& program, ExecContext* values) {
+Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank) {
   if (!values && control_depends_on_values(program)) {
     throw IsaError("the control flow of program '" + program.name +
                    "' depends on tensor values (register_load): "
@@ -294,7 +317,7 @@ Program expand_control_flow(const Program& program, ExecContext* values) {
       if (values) {
         execute_instruction(expanded.instructions.back(), *values);
       } else {
-        execute_register_only(inst, registers);
+        execute_register_only(inst, registers, rank);
       }
     } catch (const IsaError& e) {
       throw IsaError(where(program, i) + ": " + e.what());

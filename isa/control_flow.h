@@ -74,13 +74,18 @@ struct RegisterUse {
 };
 RegisterUse register_use(const Instruction& inst);
 
-// The register instructions that need no memory (register_move, register_add, register_sub, register_compare) on a
-// register file; false for any other opcode.
-bool execute_register_only(const Instruction& inst, RegisterFile& registers);
+// The register instructions that need no memory (register_move, register_add, register_sub, register_compare,
+// rank_id) on a register file; false for any other opcode. `rank`: the executing core's rank, its position among the
+// cores of the simulation (what rank_id reads).
+bool execute_register_only(const Instruction& inst, RegisterFile& registers, uint32_t rank = 0);
+// rank_id's value on the core of rank `rank`: the rank itself, or with a group the rank `back` places before it
+// around its rank-list. IsaError [collective-group] when the group does not hold the rank.
+int32_t rank_id_value(const Instruction& inst, const RegisterFile& registers, uint32_t rank);
 
 // The straight-line program `program` executes: same name, generation and allocations, the executed
 // instructions in order. With `values` every executed instruction is also run on its state (the results equal
 // interpret's); without, the program's control must not depend on values (IsaError otherwise).
-Program expand_control_flow(const Program& program, ExecContext* values);
+// `rank`: the core's rank (rank_id), as in execute_register_only; with `values`, values->rank.
+Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank = 0);
 
 }  // namespace trnsim::isa

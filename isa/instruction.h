@@ -115,8 +115,8 @@ Instruction make_instruction(Opcode opcode);
 // The collectives (all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute): their bytes move between
 // ranks through the CC-cores' DMA, not the trigger engine's memory path.
 bool is_collective(Opcode opcode);
-// Whether a core's values at this instruction depend on other cores having reached theirs: the collectives and
-// core_barrier (semaphores and barrier order one core's own engines only).
+// Whether a core's values at this instruction depend on other cores having reached theirs: the collectives,
+// sendrecv and core_barrier (semaphores and barrier order one core's own engines only).
 bool reaches_other_cores(Opcode opcode);
 
 }  // namespace trnsim::isa

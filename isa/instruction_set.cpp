@@ -155,12 +155,16 @@ bool is_collective(Opcode opcode) {
     case Opcode::all_gather:
     case Opcode::reduce_scatter:
     case Opcode::all_to_all:
-    case Opcode::collective_permute: return true;
+    case Opcode::collective_permute:
+    case Opcode::all_to_all_v:
+    case Opcode::all_gather_v: return true;
     default: return false;
   }
 }
 
-bool reaches_other_cores(Opcode opcode) { return is_collective(opcode) || opcode == Opcode::core_barrier; }
+bool reaches_other_cores(Opcode opcode) {
+  return is_collective(opcode) || opcode == Opcode::core_barrier || opcode == Opcode::sendrecv;
+}
 
 bool InstructionSpec::runs_on(Engine engine, Generation generation) const {
   for (const EngineAvailability& available : engines) {

@@ -37,6 +37,8 @@ bool names_without_access(const Instruction& inst) { return inst.opcode == Opcod
 // A collective's bytes move through the CC-cores' DMA (HBM or SBUF, as nki.collectives), not its trigger engine's
 // memory path (isa/instruction.h).
 bool is_collective(const Instruction& inst) { return isa::is_collective(inst.opcode); }
+// sendrecv's bytes, too, move by DMA between the cores (or GpSimd's own DMA), not through its trigger engine.
+bool moves_between_cores(const Instruction& inst) { return is_collective(inst) || inst.opcode == Opcode::sendrecv; }
 
 bool is_mx_x4(DType d) { return d == DType::mxfp8_e4m3 || d == DType::mxfp8_e5m2 || d == DType::mxfp4_e2m1; }
 bool is_mx_scale_operand(const Instruction& inst, const std::string& name) {
@@ -128,7 +130,7 @@ class Checker {
     }
     if (a.space == MemorySpace::hbm) {
       if (inst.engine != Engine::dma && !is_register_access(inst) && !names_without_access(inst) &&
-          !is_collective(inst))
+          !moves_between_cores(inst))
         fail("engine-memory", what + ": only DMA reaches HBM; the " +
                                                                 std::string(enum_name(inst.engine)) +
                                                                 " engine reads SBUF/PSUM");
@@ -145,7 +147,7 @@ class Checker {
     }
     const MemoryAccessConfig& access = m_config.core.memory_access;
     const auto& engines = a.space == MemorySpace::sbuf ? access.sbuf_engines : access.psum_engines;
-    const bool sequencer = (is_register_access(inst) || is_collective(inst)) && a.space == MemorySpace::sbuf;
+    const bool sequencer = (is_register_access(inst) || moves_between_cores(inst)) && a.space == MemorySpace::sbuf;
     if (!sequencer && std::find(engines.begin(), engines.end(), inst.engine) == engines.end()) {
       fail("engine-memory", what + ": the " + std::string(enum_name(inst.engine)) + " engine cannot access " +
                                 memory_space_name(a.space));
@@ -279,6 +281,7 @@ class Checker {
     if (inst.opcode == Opcode::local_gather) check_local_gather(inst);
     if (inst.opcode == Opcode::core_barrier) check_core_barrier(inst);
     if (is_collective(inst)) check_collective(inst);
+    if (inst.opcode == Opcode::sendrecv) check_sendrecv(inst);
   }
 
   // Collectives: ranks are physical cores of the simulation, each listed once; dst and src share a dtype; with the
@@ -327,7 +330,19 @@ class Checker {
                                  "cores 0.." + std::to_string(m_config.chip.physical_cores - 1) + ")");
       }
     }
-    if (inst.opcode == Opcode::all_reduce || inst.opcode == Opcode::reduce_scatter) {
+    if (inst.opcode == Opcode::collective_permute && inst.has("src2") != inst.has("op")) {
+      fail("collective-op", "a reducing collective_permute takes both src2 and op (op(src, src2) moves)");
+    }
+    if (inst.opcode == Opcode::collective_permute && inst.has("src2")) {
+      const AccessPattern& src2 = inst.tensor("src2");
+      if (src2.dtype != src.dtype || src2.elements() != src.elements()) {
+        fail("collective-shape", "src2 (" + std::string(dtype_name(src2.dtype)) + ", " +
+                                     std::to_string(src2.elements()) + " elements) must match src (" +
+                                     std::string(dtype_name(src.dtype)) + ", " + std::to_string(src.elements()) + ")");
+      }
+    }
+    if (inst.opcode == Opcode::all_reduce || inst.opcode == Opcode::reduce_scatter ||
+        (inst.opcode == Opcode::collective_permute && inst.has("op"))) {
       const AluOp op = AluOp(inst.scalar("op"));
       if (op != AluOp::add && op != AluOp::maximum && op != AluOp::minimum) {
         fail("collective-op", std::string(alu_op_name(op)) + " is not a reduction a collective computes (add, "
@@ -345,8 +360,63 @@ class Checker {
       case Opcode::all_gather: shape(n == 0 || d == n * e, "all_gather's dst holds every rank's src"); break;
       case Opcode::reduce_scatter: shape(n == 0 || e == n * d, "reduce_scatter's src holds every rank's dst"); break;
       case Opcode::all_to_all: shape(d == e && (n == 0 || e % n == 0), "all_to_all's dst and src split into one block per rank"); break;
+      case Opcode::all_to_all_v:
+      case Opcode::all_gather_v: check_variable_collective(inst, n); break;
       default: shape(d == e, "dst and src have as many elements"); break;
     }
+  }
+
+  // all_to_all_v / all_gather_v: HBM buffers, a uint32 metadata tensor of rows x n (3 rows, 4 with has_rdispls;
+  // all_gather_v takes no receive displacements), dst split into one slot per rank when it has none.
+  void check_variable_collective(const Instruction& inst, uint64_t n) {
+    const std::string name = inst.spec().name;
+    for (const char* operand : {"dst", "src"}) {
+      if (alloc(inst.tensor(operand)).space != MemorySpace::hbm) {
+        fail("collective-shape", name + "'s " + operand + " is a flat HBM buffer");
+      }
+    }
+    const AccessPattern& metadata = inst.tensor("metadata");
+    const bool rdispls = inst.has("has_rdispls") && inst.scalar("has_rdispls") != 0;
+    const uint64_t rows = rdispls ? 4 : 3;
+    if (metadata.dtype != DType::uint32 && metadata.dtype != DType::int32) {
+      fail("collective-shape", name + "'s metadata is uint32, not " + std::string(dtype_name(metadata.dtype)));
+    }
+    if (n > 0 && metadata.elements() != rows * n) {
+      fail("collective-shape", name + "'s metadata holds " + std::to_string(rows) + " rows of " + std::to_string(n) +
+                                   " (one per rank), not " + std::to_string(metadata.elements()) + " elements");
+    }
+    if (n > 0 && !rdispls && inst.tensor("dst").elements() % n != 0) {
+      fail("collective-shape", name + "'s dst of " + std::to_string(inst.tensor("dst").elements()) +
+                                   " elements does not split into " + std::to_string(n) + " equal slots");
+    }
+  }
+
+  // sendrecv: SBUF tiles (NKI's compiler takes sendrecv operands in SBUF), one dtype, dst shaped as src (the peer's
+  // src lands in this rank's dst row by row), ranks that exist.
+  void check_sendrecv(const Instruction& inst) {
+    const AccessPattern& dst = inst.tensor("dst");
+    const AccessPattern& src = inst.tensor("src");
+    if (!dst.present() || !src.present()) return;
+    for (const auto& [name, ap] : {std::pair<const char*, const AccessPattern*>{"dst", &dst}, {"src", &src}}) {
+      if (alloc(*ap).space != MemorySpace::sbuf) {
+        fail("sendrecv", std::string(name) + " is in " + memory_space_name(alloc(*ap).space) +
+                             "; sendrecv moves SBUF tiles between cores");
+      }
+    }
+    if (dst.dtype != src.dtype) {
+      fail("sendrecv", "dst is " + std::string(dtype_name(dst.dtype)) + " but src is " +
+                           std::string(dtype_name(src.dtype)) + " (sendrecv does not cast)");
+    }
+    if (dst.partitions() != src.partitions() || dst.free_elements() != src.free_elements()) {
+      fail("sendrecv", "dst " + shape_text(dst.partitions(), dst.free_elements()) + " and src " +
+                           shape_text(src.partitions(), src.free_elements()) +
+                           " differ: the peer's src lands in dst row by row");
+    }
+    for (const char* rank : {"send_to_rank", "recv_from_rank"}) {
+      if (inst.scalar(rank) < 0) fail("sendrecv", std::string(rank) + " " + std::to_string(int64_t(inst.scalar(rank))) +
+                                                      " is not a rank (ranks count from 0)");
+    }
+    if (inst.scalar("pipe_id") < 0) fail("sendrecv", "pipe_id must be >= 0");
   }
 
   // core_barrier: the shared tensor is in HBM; the cores are two or more distinct physical cores of the chip.
@@ -1141,7 +1211,19 @@ class Checker {
         if (const AccessPattern* data = given(inst, "data")) shape_is(inst, "dst", 1, data->free_elements());
         break;
       case Opcode::dma_transpose:
-        transposed(dst, given(inst, "src"));
+        if (const AccessPattern* indices = given(inst, "indices")) {
+          // The gathered rows [indices' partitions, a table row] are what is transposed.
+          if (const AccessPattern* src = given(inst, "src")) {
+            if (dst && (dst->partitions() != src->free_elements() || dst->free_elements() != indices->partitions())) {
+              fail("operand-shape", "dst must be " + shape_text(uint32_t(src->free_elements()), indices->partitions()) +
+                                        " to hold the transpose of " + std::to_string(indices->partitions()) +
+                                        " gathered rows of " + std::to_string(src->free_elements()) + ", got " +
+                                        shape_text(*dst));
+            }
+          }
+        } else {
+          transposed(dst, given(inst, "src"));
+        }
         [[fallthrough]];
       case Opcode::dma_copy:
       case Opcode::dma_gather:
@@ -1423,7 +1505,9 @@ class Checker {
     const AccessPattern& dst = inst.tensor("dst");
     const AccessPattern& src = inst.tensor("src");
     if (!dst.present() || !src.present()) return;
-    if (dst.elements() != src.elements()) {
+    const bool gathers = inst.opcode == Opcode::dma_transpose && inst.has("indices");
+    if (gathers) check_gather_transpose(inst);
+    if (!gathers && dst.elements() != src.elements()) {
       fail("dma-size", "dst has " + std::to_string(dst.elements()) + " elements but src has " +
                            std::to_string(src.elements()));
     }
@@ -1483,6 +1567,19 @@ class Checker {
                      std::to_string(table.free_elements()));
     }
     return true;
+  }
+
+  // dma_transpose with indices: the table in HBM, dst in SBUF, one 32-bit row index per gathered row (dst's free
+  // elements), read by the software DGE.
+  void check_gather_transpose(const Instruction& inst) {
+    const AccessPattern& indices = inst.tensor("indices");
+    if (alloc(inst.tensor("src")).space != MemorySpace::hbm) fail("dma-gather", "src (the table) must be in HBM");
+    if (alloc(inst.tensor("dst")).space != MemorySpace::sbuf) fail("dma-gather", "dst must be in SBUF");
+    if (alloc(indices).space != MemorySpace::sbuf) fail("dma-gather", "indices must be in SBUF");
+    if (indices.dtype != DType::int32 && indices.dtype != DType::uint32) {
+      fail("dma-gather", "indices must be int32 or uint32, not " + std::string(dtype_name(indices.dtype)));
+    }
+    if (indices.free_elements() != 1) fail("dma-gather", "indices holds one row index per partition ([P, 1])");
   }
 
   // dma_gather: table rows from HBM into SBUF partitions.

@@ -575,6 +575,7 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
     case Opcode::register_sub:
     case Opcode::register_mul:
     case Opcode::register_compare:
+    case Opcode::rank_id:
     case Opcode::register_load:
     case Opcode::register_store:
     case Opcode::loop_begin:
@@ -586,6 +587,9 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
     case Opcode::reduce_scatter:
     case Opcode::all_to_all:
     case Opcode::collective_permute:
+    case Opcode::all_to_all_v:
+    case Opcode::all_gather_v:
+    case Opcode::sendrecv:
       // The trigger on the engine; the collective's own time comes from the system model at the ranks' meeting.
       sync_cost(inst, config, cost);
       return cost;
@@ -668,8 +672,14 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
   cost.bytes_per_ns_per_engine = dma.bandwidth_per_engine_gbps * efficiency;  // GB/s = bytes/ns
   cost.start_latency_ns = dma.start_latency_ns;
   cost.fixed_latency_ns = dma.fixed_latency_ns;
-  const bool indirect = inst.opcode == Opcode::dma_gather || inst.opcode == Opcode::dma_scatter;
-  if (indirect) {
+  const bool gather_transpose = inst.opcode == Opcode::dma_transpose && inst.has("indices");
+  const bool indirect = inst.opcode == Opcode::dma_gather || inst.opcode == Opcode::dma_scatter || gather_transpose;
+  if (gather_transpose) {
+    // The rows the indices pick (dst's elements, not the whole table) are what move; the transpose's block
+    // descriptors are priced by its efficiency above, the gather's one software-DGE descriptor per row below.
+    cost.bytes = dst.elements() * dtype_size_bytes(dst.dtype);
+    cost.descriptors = inst.tensor("indices").partitions();
+  } else if (indirect) {
     // Indirect DMA: the HBM table operand names all V rows but only the SBUF side's rows move (dst
     // of a gather, src of a scatter): one descriptor per row at least (trainium.md §7: indirect DMA
     // needs the software DGE). A scatter's read-add-write was priced above (dma.read_add_write_efficiency).
@@ -684,7 +694,8 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
   // to 90 % (HBM -> SBUF) / 50 % (SBUF -> SBUF) of copy throughput (A-V3), which the efficiency
   // above prices; it pays one element's processing per engine.
   const double descriptors_per_engine =
-      inst.opcode == Opcode::dma_transpose ? 1.0 : std::max(1.0, double(cost.descriptors) / cost.engines);
+      inst.opcode == Opcode::dma_transpose && !gather_transpose ? 1.0
+                                                                 : std::max(1.0, double(cost.descriptors) / cost.engines);
   cost.descriptor_ns = descriptors_per_engine * dma.descriptor_processing_ns;
   cost.dge_ns = inst.enum_is("dge_mode", "hwdge") ? dma.hardware_dge_instruction_ns : 0;
   if (indirect || inst.enum_is("dge_mode", "swdge")) {

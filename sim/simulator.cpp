@@ -157,9 +157,10 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
       isa::HostWorkers own_workers(options.interpreter.host_threads);
       isa::HostWorkers* workers = options.interpreter.workers ? options.interpreter.workers : &own_workers;
       isa::ExecContext context{scratch, config, options.interpreter.rounding, &rng, workers, {}, 0};
-      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context)));
+      context.rank = uint32_t(i);
+      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context, uint32_t(i))));
     } else {
-      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], nullptr)));
+      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], nullptr, uint32_t(i))));
     }
     scheduled[i] = expanded.back().get();
   }
@@ -186,6 +187,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   core_options.interpreter = options.interpreter;
   core_options.collective_system = options.collective_system;
   core_options.collective_ranks_per_chip = options.collective_ranks_per_chip;
+  core_options.cores_share_chip = shared_hbm;
   std::exception_ptr core_error;
   core_options.error = &core_error;
   {
@@ -199,6 +201,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
       throw isa::IsaError(std::string("the SystemC kernel stopped the simulation: ") + report.what());
     }
     if (core_error) std::rethrow_exception(core_error);
+    chip.check_all_ran_to_end();
     result.stats.total_ns = chip.finish_ns();
     chip.add_stats(result.stats);
   }

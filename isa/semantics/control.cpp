@@ -43,6 +43,10 @@ void exec_register_compare(const Instruction& inst, ExecContext& ctx) {
   execute_register_only(inst, ctx.state.registers());
 }
 
+void exec_rank_id(const Instruction& inst, ExecContext& ctx) {
+  execute_register_only(inst, ctx.state.registers(), ctx.rank);
+}
+
 void exec_register_load(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& src = inst.tensor("src");
   Tile tile = ctx.read(register_element(src, "src"));

@@ -36,7 +36,43 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
   ctx.state.write(dst, values, ctx.rounding, ctx.rng);
 }
 
+namespace {
+
+// dma_transpose with indices: row indices[p] of the table src becomes column p of dst; an index outside the table is
+// an error naming it (the DGE faults), or with oob_mode=skip leaves that column as it was.
+void transpose_gathered_rows(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  const AccessPattern& indices = inst.tensor("indices");
+  AccessPattern raw = indices;
+  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
+  const Tile bits = ctx.state.read(raw);
+  Tile out = ctx.state.read(dst);
+  const uint32_t rows = src.partitions();
+  for (uint32_t p = 0; p < indices.partitions(); ++p) {
+    const uint32_t pattern = numerics::float_bits(bits.values[p]);
+    const int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
+    if (index < 0 || index >= int64_t{rows}) {
+      if (inst.enum_is("oob_mode", "skip")) continue;
+      throw IsaError("gather-transpose: indices[" + std::to_string(p) + "] = " + std::to_string(index) +
+                     " is outside the table's " + std::to_string(rows) + " rows [dma-gather]");
+    }
+    AccessPattern row = src;
+    row.offset += index * src.partition.stride;
+    row.partition.size = 1;
+    const Tile values = ctx.state.read(row);
+    for (uint64_t f = 0; f < values.free; ++f) out.at(static_cast<uint32_t>(f), p) = values.at(0, f);
+  }
+  ctx.state.write(dst, out, ctx.rounding, ctx.rng);
+}
+
+}  // namespace
+
 void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
+  if (inst.has("indices")) {
+    transpose_gathered_rows(inst, ctx);
+    return;
+  }
   const AccessPattern& dst = inst.tensor("dst");
   Tile data = ctx.state.read(inst.tensor("src"));
   if (dst.partitions() != data.free || dst.free_elements() != data.partitions) {
@@ -148,5 +184,9 @@ void exec_all_gather(const Instruction&, ExecContext&) {}
 void exec_reduce_scatter(const Instruction&, ExecContext&) {}
 void exec_all_to_all(const Instruction&, ExecContext&) {}
 void exec_collective_permute(const Instruction&, ExecContext&) {}
+void exec_all_to_all_v(const Instruction&, ExecContext&) {}
+void exec_all_gather_v(const Instruction&, ExecContext&) {}
+// sendrecv's values move at the two ranks' rendezvous (sim/system/collective_rendezvous.h), as a collective's.
+void exec_sendrecv(const Instruction&, ExecContext&) {}
 
 }  // namespace trnsim::isa

@@ -33,6 +33,8 @@ struct ExecContext {
   };
   std::vector<CachedTile> tile_cache;  // small, round-robin replaced
   size_t tile_cache_next = 0;
+  // The core's rank: its position among the cores of the simulation (rank_id; a lone interpreter is rank 0).
+  uint32_t rank = 0;
 
   // A "in|f32" operand as one value per partition: the tensor's [P, 1] column, or the immediate
   // broadcast. `partitions` is the tile height it applies to.

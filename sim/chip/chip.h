@@ -21,6 +21,9 @@ class Chip : public sc_core::sc_module {
        const CoreRunOptions& options);
 
   double finish_ns() const;
+  // After sc_start: an IsaError naming the first core stuck at a meeting that cannot complete (every core that
+  // could meet it waits too), else nothing.
+  void check_all_ran_to_end() const;
   void add_stats(SimStats& stats) const;
 
  private:

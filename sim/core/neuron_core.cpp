@@ -61,6 +61,23 @@ bool is_pe_transpose(const isa::Instruction& inst) {
          (inst.opcode == isa::Opcode::nc_matmul && inst.scalar("is_transpose") != 0);
 }
 
+// The on-chip transfer of a sendrecv as the instruction that moves the same bytes on this core: an SBUF-to-SBUF
+// dma_copy for dma_engine=dma, a GpSimd tensor_copy for gpsimd_dma (GpSimd's own SBUF-to-SBUF path; priced as its
+// copy of the tile, assumed: its cost is not published). The peer's dst is priced as this core's (SPMD programs
+// lay their tiles out alike).
+isa::Instruction sendrecv_transfer(const isa::Instruction& inst) {
+  const bool gpsimd = inst.enum_is("dma_engine", "gpsimd_dma");
+  isa::Instruction copy = isa::make_instruction(gpsimd ? isa::Opcode::tensor_copy : isa::Opcode::dma_copy);
+  copy.engine = gpsimd ? Engine::gpsimd : Engine::dma;
+  copy.source_line = inst.source_line;
+  for (const char* operand : {"dst", "src"}) {
+    const int index = copy.spec().index_of(operand);
+    copy.tensors[size_t(copy.spec().operands[size_t(index)].tensor_slot)] = inst.tensor(operand);
+    copy.present_mask |= 1u << index;
+  }
+  return copy;
+}
+
 }  // namespace
 
 NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const HardwareConfig& config,
@@ -98,6 +115,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
     }
     m_exec = std::make_unique<isa::ExecContext>(
         isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), workers, {}, 0});
+    m_exec->rank = options.rank;
   }
   if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
   const uint32_t granularity = std::max(1u, config.core.tensor.tile_granularity_rows);
@@ -150,6 +168,7 @@ void NeuronCore::run() {
   } catch (...) {
     error = std::current_exception();
   }
+  m_ran_to_end = true;
   m_core_barrier.finished(m_index);
   m_collectives.finished(m_index);
   if (!error) return;
@@ -162,6 +181,7 @@ void NeuronCore::run_program() {
   for (size_t i = 0; i < m_program.instructions.size(); ++i) {
     if (m_options.error && *m_options.error) return;  // another core failed: the run is over
     const isa::Instruction& inst = m_program.instructions[i];
+    m_current = i;
     try {
       if (m_exec) isa::execute_instruction(inst, *m_exec);
       step(i);
@@ -264,7 +284,9 @@ void NeuronCore::step(size_t index) {
     case isa::Opcode::all_gather:
     case isa::Opcode::reduce_scatter:
     case isa::Opcode::all_to_all:
-    case isa::Opcode::collective_permute: {
+    case isa::Opcode::collective_permute:
+    case isa::Opcode::all_to_all_v:
+    case isa::Opcode::all_gather_v: {
       // The engine triggers it once its inputs are ready; the CC-cores run it from the ranks' meeting on, and what
       // reads its dst waits for the end (the engine itself goes on).
       EngineModel& e = engine(kind);
@@ -272,6 +294,30 @@ void NeuronCore::step(size_t index) {
       const double arrival = std::max(ready, e.free_at_ns());
       const CollectiveRendezvous::Meeting meeting = m_collectives.meet(m_index, inst, arrival, m_state);
       slot = e.schedule(meeting.start_ns, cost.occupancy_ns(), cost.latency_ns());
+      slot.done_ns = std::max(slot.done_ns, meeting.end_ns);
+      break;
+    }
+    case isa::Opcode::sendrecv: {
+      // The engine triggers it once src and dst are ready and waits for the peer it sends to (a rendezvous); on
+      // one chip this core's DMA queues (or GpSimd) move its src to the peer, and what reads dst waits for the
+      // peer's transfer into it.
+      EngineModel& e = engine(kind);
+      ComputeCost cost = compute_cost(inst, m_program, m_config);
+      const double arrival = std::max(ready, e.free_at_ns());
+      const isa::Instruction transfer = sendrecv_transfer(inst);
+      bool engine_booked = false;
+      const CollectiveRendezvous::Meeting meeting =
+          m_collectives.sendrecv(m_index, inst, arrival, m_state, [&](double start_ns) {
+            if (transfer.engine == Engine::dma) {
+              return m_dma.schedule(start_ns, dma_cost(transfer, m_program, m_config), 0).done_ns;
+            }
+            // GpSimd moves the tile itself: its copy is the instruction's time on the engine (issue included).
+            const ComputeCost copy = compute_cost(transfer, m_program, m_config);
+            slot = m_gpsimd.schedule(start_ns, copy.occupancy_ns(), copy.latency_ns());
+            engine_booked = true;
+            return slot.done_ns;
+          });
+      if (!engine_booked) slot = e.schedule(meeting.start_ns, cost.occupancy_ns(), cost.latency_ns());
       slot.done_ns = std::max(slot.done_ns, meeting.end_ns);
       break;
     }

@@ -40,6 +40,8 @@ struct CoreRunOptions {
   isa::InterpreterOptions interpreter;
   std::string collective_system;           // see SimOptions
   uint32_t collective_ranks_per_chip = 0;
+  bool cores_share_chip = false;  // the cores are one chip's sharing its HBM (an LNC launch), not ranks of a system
+  uint32_t rank = 0;              // this core's position among the simulation's cores (rank_id, sendrecv)
   // Where a core's thread leaves the first error it raises: an exception escaping an SC_THREAD
   // would reach the caller of sc_start as an sc_report (or terminate), so the thread stores it
   // and returns, the other cores return at their next instruction, and simulate() rethrows it
@@ -56,6 +58,10 @@ class NeuronCore : public sc_core::sc_module {
              const CoreRunOptions& options);
 
   double finish_ns() const { return m_finish_ns; }
+  // Whether the core's thread ran to its end; if not once the SystemC kernel has nothing left to do, the core is
+  // stuck at instruction stuck_at() (a meeting no other core can complete).
+  bool ran_to_end() const { return m_ran_to_end; }
+  size_t stuck_at() const { return m_current; }
   uint64_t flops(DType& dtype) const;
   void add_stats(SimStats& stats) const;
 
@@ -106,6 +112,8 @@ class NeuronCore : public sc_core::sc_module {
   std::map<DType, uint64_t> m_flops_by_dtype;
   double m_local_ns = 0;
   double m_finish_ns = 0;
+  bool m_ran_to_end = false;
+  size_t m_current = 0;  // the instruction being stepped
 };
 
 }  // namespace trnsim::sim

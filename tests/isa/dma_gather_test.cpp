@@ -146,5 +146,50 @@ TEST(DmaGather, CostMovesOnlyGatheredRowsWithOneDescriptorEach) {
   EXPECT_DOUBLE_EQ(cost.fixed_latency_ns, trn2().core.dma.fixed_latency_ns);
 }
 
+// dma_transpose with indices: rows indices[p] of the table, transposed (dst [D, P]); priced as a DMA transpose of
+// the gathered bytes (its HBM-to-SBUF efficiency) with one software-DGE descriptor per row.
+TEST(DmaGather, AnIndexedTransposeGathersRowsThenTransposesThem) {
+  ProgramBuilder b("gt", Generation::trn2);
+  const uint32_t table = b.hbm("table", DType::bf16, {40, 64}, AllocationRole::input);
+  const uint32_t ids = b.hbm("ids", DType::int32, {8, 1}, AllocationRole::input);
+  const uint32_t out = b.hbm("out", DType::bf16, {64, 8}, AllocationRole::output);
+  const uint32_t idx = b.sbuf("idx", DType::int32, {8, 1});
+  const uint32_t t = b.sbuf("t", DType::bf16, {64, 8});
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(idx)).tensor("src", b.view(ids));
+  b.emit(Opcode::dma_transpose).tensor("dst", b.view(t)).tensor("src", b.view(table)).tensor("indices", b.view(idx));
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(out)).tensor("src", b.view(t));
+  Program program = b.finish();
+  check_program(program, trn2());
+  CoreState state(trn2().core, program);
+  std::vector<uint16_t> values(40 * 64);
+  for (size_t i = 0; i < values.size(); ++i) numerics::encode(DType::bf16, float(i % 97) - 48.0f, &values[i]);
+  std::memcpy(state.hbm(table).data(), values.data(), values.size() * 2);
+  const std::vector<int32_t> rows = {7, 0, 39, 7, 12, 3, 21, 30};
+  store_ints(state, ids, rows);
+  interpret(program, state, trn2());
+  std::vector<uint16_t> got(64 * 8);
+  std::memcpy(got.data(), state.hbm(out).data(), got.size() * 2);
+  for (size_t d = 0; d < 64; ++d) {
+    for (size_t p = 0; p < 8; ++p) ASSERT_EQ(got[d * 8 + p], values[size_t(rows[p]) * 64 + d]) << d << " " << p;
+  }
+  const sim::DmaCost cost = sim::dma_cost(program.instructions[1], program, trn2());
+  EXPECT_EQ(cost.bytes, 64u * 8u * 2u);
+  EXPECT_EQ(cost.descriptors, 8u);
+  EXPECT_DOUBLE_EQ(cost.bytes_per_ns_per_engine,
+                   trn2().core.dma.bandwidth_per_engine_gbps * trn2().core.dma.transpose_hbm_to_sbuf_efficiency);
+  const GpSimdEngineConfig& pool = trn2().core.gpsimd;
+  EXPECT_NEAR(cost.gpsimd_ns,
+              (pool.fixed_overhead_cycles + 8.0 * trn2().core.dma.software_dge_cycles_per_descriptor) / pool.clock_ghz,
+              1e-9);
+  // dst shaped for the gathered rows, not for the table.
+  ProgramBuilder bad("bad", Generation::trn2);
+  const uint32_t tb = bad.hbm("table", DType::bf16, {40, 64}, AllocationRole::input);
+  const uint32_t ix = bad.sbuf("idx", DType::int32, {8, 1});
+  const uint32_t wrong = bad.sbuf("t", DType::bf16, {64, 40});
+  bad.emit(Opcode::dma_transpose).tensor("dst", bad.view(wrong)).tensor("src", bad.view(tb)).tensor("indices", bad.view(ix));
+  EXPECT_THAT([&] { check_program(bad.finish(), trn2()); },
+              testing::ThrowsMessage<IsaError>(testing::HasSubstr("gathered rows")));
+}
+
 }  // namespace
 }  // namespace trnsim::isa

@@ -49,6 +49,7 @@ affine_select dst=b, pattern=[[-1, 512]], channel_multiplier=1, on_true_tile=b, 
 tensor_partition_reduce dst=b[0:1, :], op=maximum, data=b
 dma_copy dst=a, src=in_a, dge_mode=hwdge, queue=3, dst_rmw_op=add
 dma_transpose dst=a[:, 0:128], src=in_a[0:128, 0:128], queue=2
+dma_transpose dst=a[0:64, 0:32], src=in_a[:, 0:64], indices=idx[0:32, 0:1], oob_mode=skip
 dma_gather dst=a[0:32, 0:512], src=in_a, indices=idx[0:32, 0:1], queue=5
 dma_copy dst=out_a, src=b[:, :], dge_mode=swdge
 sem_signal sem=3, value=2, engine=vector
@@ -60,6 +61,13 @@ all_gather dst=b, src=b, group=[0]
 reduce_scatter dst=out_a, src=in_a, op=add, group=[1], engine=gpsimd
 all_to_all dst=out_a, src=in_a, group=[0, 1]
 collective_permute dst=out_a, src=in_a, pairs=[[0, 1], [1, 0]]
+collective_permute dst=out_a, src=in_a, pairs=[[0, 1], [1, 0]], src2=in_a, op=maximum
+hbm flat : fp32[4096] output
+hbm meta : uint32[4, 4]
+all_to_all_v dst=flat, src=out_a, metadata=meta, group=[0, 1, 2, 3], recv_counts_known=true, has_rdispls=true
+all_gather_v dst=flat, src=out_a, metadata=meta[0:3, :], group=[0, 1, 2, 3], engine=gpsimd
+sendrecv dst=b, src=b, send_to_rank=1, recv_from_rank=0, pipe_id=2, dma_engine=gpsimd_dma, engine=gpsimd
+rank_id dst=r4, group=[0, 1, 2, 3], group_size=2, back=1, back_reg=r3
 sbuf mx : mxfp8_e4m3[128, 128]
 sbuf mx_scale : fp8_e8m0[128, 512]
 nc_matmul_mx dst=acc[0:128, 0:128], stationary=mx, moving=mx, stationary_scale=mx_scale[4:128, 0:128], moving_scale=mx_scale[4:128, 0:128], accumulate=true, tile_position=[64, 0], tile_size=[64, 128]
@@ -246,7 +254,7 @@ TEST(TextForm, JsonLinesRoundTrip) {
   }
   EXPECT_THAT(json, testing::HasSubstr(R"({"alloc":"b","space":"sbuf","dtype":"fp32","shape":[128,512],)"
                                        R"("role":"internal","base_partition":0,"base_byte":65536,"line":7})"));
-  EXPECT_THAT(json, testing::HasSubstr(R"({"op":"barrier","engine":"sync","line":40,"operands":{}})"));
+  EXPECT_THAT(json, testing::HasSubstr(R"({"op":"barrier","engine":"sync","line":41,"operands":{}})"));
 }
 
 TEST(TextForm, JsonLinesErrors) {

@@ -92,7 +92,8 @@ def test_run_ranks_on_tasm_and_its_errors(rng):
 
 def test_what_is_missing_is_listed():
     missing = trnsim.nki.missing_api()["nki.collectives"]
-    assert "rank_id" in missing and "all_reduce" not in missing
+    assert "rank_id" not in missing and "all_to_all_v" not in missing and "all_reduce" not in missing
+    assert missing == []   # NKI 0.7's nki.collectives, every function
     for name in missing:
         assert not hasattr(cc, name), name
 
@@ -148,3 +149,47 @@ def test_every_data_movement_and_dtype(dtype_name, rng):
     xs, ys = _run_collective("collective_permute dst=y, src=x, pairs=[[0, 2], [2, 1], [1, 0]]", dtype_name, 4, 4, rng)
     for source, target in [(0, 2), (2, 1), (1, 0)]:
         np.testing.assert_array_equal(ys[target], xs[source])
+
+
+@nki.jit
+def variable_exchange(x, meta):
+    """all_to_all_v and all_gather_v of flat buffers by the counts in uint32 metadata (rows 2 written back)."""
+    group = cc.ReplicaGroup([list(range(RANKS))])
+    slot = 16
+    out = nl.ndarray((RANKS * slot,), dtype=x.dtype, buffer=nl.shared_hbm)
+    gathered = nl.ndarray((RANKS * slot,), dtype=x.dtype, buffer=nl.shared_hbm)
+    m = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    g = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=m, src=meta)
+    nisa.dma_copy(dst=g, src=meta)
+    cc.all_to_all_v([x], [out], group, m)
+    cc.all_gather_v([x], [gathered], group, g)
+    return out, gathered, m, g
+
+
+def test_variable_length_collectives_move_the_counted_elements(rng):
+    slot = 16
+    xs = [rng.standard_normal(64).astype(np.float32) for _ in range(RANKS)]
+    counts = rng.integers(0, slot + 1, size=(RANKS, RANKS))
+    displs = np.array([[rng.integers(0, 64 - c + 1) for c in row] for row in counts])
+    metas = [np.stack([counts[i], displs[i], np.zeros(RANKS, np.int64)]).astype(np.uint32) for i in range(RANKS)]
+    results = variable_exchange.run_ranks([(x, m) for x, m in zip(xs, metas)])
+    for j, (out, gathered, m, g) in enumerate(results):
+        for i in range(RANKS):
+            c, d = counts[i, j], displs[i, j]
+            np.testing.assert_array_equal(out[i * slot:i * slot + c], xs[i][d:d + c])
+            c0, d0 = counts[i, 0], displs[i, 0]   # all_gather_v: the first column's chunk to everyone
+            np.testing.assert_array_equal(gathered[i * slot:i * slot + c0], xs[i][d0:d0 + c0])
+        np.testing.assert_array_equal(m[2], counts[:, j])   # received counts, per sender
+        np.testing.assert_array_equal(g[2], counts[:, 0])
+        np.testing.assert_array_equal(m[:2], metas[j][:2])
+    with_values = variable_exchange.last_latency_ns
+    assert variable_exchange.run_ranks([(x, m) for x, m in zip(xs, metas)], timing_only=True) is None
+    assert variable_exchange.last_latency_ns == with_values
+
+
+def test_a_count_that_does_not_fit_is_an_error(rng):
+    xs = [np.zeros(64, np.float32) for _ in range(RANKS)]
+    metas = [np.array([[17] * RANKS, [0] * RANKS, [0] * RANKS], np.uint32) for _ in range(RANKS)]
+    with pytest.raises(KernelError, match=r"do not fit its dst .*\[collective-shape\]"):
+        variable_exchange.run_ranks([(x, m) for x, m in zip(xs, metas)])

@@ -26,9 +26,63 @@ def pick_rows(table, k):
     i = nisa.scalar_load(k_sb) * 2 + 1
     d = table.shape[1]
     tile = nl.ndarray((4, d), dtype=table.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tile, src=table.ap([[d, 4], [1, d]], offset=0, scalar_offset=i * d))
+    # scalar_offset is scaled by the stride of indirect_dim (default 0: a row of table).
+    nisa.dma_copy(dst=tile, src=table.ap([[d, 4], [1, d]], offset=0, scalar_offset=i))
     nisa.dma_copy(dst=out, src=tile)
     return out
+
+
+
+@nki.jit
+def pick_expert(weights, expert, column):
+    """MoE-style: expert e's [4, D] block of weights [E, 4, D], the expert id a one-element tensor in SBUF
+    (scalar_offset scaled by dim 0's stride 4 D); then from a [1, W] lookup table the entry at a register
+    (indirect_dim=1); then 8 columns of a row slice shifted by that register (pattern omitted: the view's own)."""
+    e_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=e_sb, src=expert)
+    d = weights.shape[2]
+    block = nl.ndarray((4, d), dtype=weights.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=block, src=weights.ap([[d, 4], [1, d]], offset=0, scalar_offset=e_sb, indirect_dim=0))
+    out = nl.ndarray((4, d), dtype=weights.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=block)
+    c_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c_sb, src=column)
+    c = nisa.scalar_load(c_sb)
+    shifted = nl.ndarray((4, 8), dtype=weights.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=shifted, src=weights[1, :, 0:8].ap(scalar_offset=c, indirect_dim=1))
+    cols = nl.ndarray((4, 8), dtype=weights.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=cols, src=shifted)
+    return out, cols
+
+
+def test_scalar_offset_is_scaled_by_the_stride_of_indirect_dim(rng):
+    weights = rand(rng, 5, 4, 32)
+    for e, c in ((0, 0), (3, 5), (4, 24)):
+        out, cols = pick_expert(weights, np.array([[e]], dtype=np.int32), np.array([[c]], dtype=np.int32))
+        np.testing.assert_array_equal(out, weights[e])
+        np.testing.assert_array_equal(cols, weights[1, :, c:c + 8])
+    assert "register_load" in pick_expert.last_program and "register_mul" in pick_expert.last_program
+
+
+@nki.jit
+def gather_batch_rows(table, idx):
+    """Rows idx[p] of batch 1 of table [2, N, D] (vector_offset scaled by dim 1's stride D)."""
+    n, d = table.shape[1], table.shape[2]
+    p = idx.shape[0]
+    i_sb = nl.ndarray((p, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=i_sb, src=idx)
+    rows = nl.ndarray((p, d), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=table.ap([[d, p], [1, d]], offset=n * d, vector_offset=i_sb, indirect_dim=1))
+    out = nl.ndarray((p, d), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+def test_vector_offset_along_another_dim(rng):
+    table = rand(rng, 2, 40, 16)
+    idx = np.array([[7], [0], [39], [7], [12], [3], [21], [30]], dtype=np.int32)
+    got = gather_batch_rows(table, idx)
+    np.testing.assert_array_equal(got, table[1, idx[:, 0]])
 
 
 @nki.jit

@@ -2,6 +2,7 @@
 ``t.ap(pattern, vector_offset=idx, indirect_dim=0)``) and ``nisa.dma_copy``'s ``oob_mode``,
 ``view(dtype)`` of HBM tensors, and block grids (``nl.blocks`` / ``nl.alloc_blocks``), all checked
 against NumPy."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -185,17 +186,57 @@ def test_vector_select_of_an_on_chip_tensor_is_a_clear_error(rng):
         onchip(rng.standard_normal((4, 8)).astype(np.float32), column([0, 1, 2, 3]))
 
 
-def test_indirect_dma_transpose_is_a_clear_error(rng):
+@nki.jit
+def gathered_transpose(a, idx, skip=False):
+    """Rows idx[p] of a, transposed by one DMA: out = a[idx].T (the published block-sparse attention kernels
+    load K^T so)."""
+    p = idx.shape[0]
+    d = a.shape[1]
+    out = nl.ndarray((d, p), dtype=a.dtype, buffer=nl.shared_hbm)
+    ids = nl.load(idx)
+    t = nl.ndarray((d, p), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0.0)
+    nisa.dma_transpose(dst=t, src=a.vector_select(0, ids.view(nl.uint32)), dge_mode=nisa.dge_mode.swdge,
+                       oob_mode=nisa.oob_mode.skip if skip else nisa.oob_mode.error)
+    nl.store(out, t)
+    return out
+
+
+def test_an_indirect_dma_transpose_gathers_rows_then_transposes(rng, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    a = rng.standard_normal((40, 64)).astype(ml_dtypes.bfloat16)
+    rows = [7, 0, 39, 7, 12, 3, 21, 30]
+    got = gathered_transpose(a, column(rows))
+    np.testing.assert_array_equal(got, a[rows].T)
+    assert "dma_transpose" in gathered_transpose.last_program and "indices=" in gathered_transpose.last_program
+    with_values = gathered_transpose.last_latency_ns
+    gathered_transpose.values = False
+    try:
+        gathered_transpose(a, column(rows))
+    finally:
+        gathered_transpose.values = True
+    assert gathered_transpose.last_latency_ns == with_values
+    # An index outside the table: an error, or with oob_mode=skip that column keeps its zeros.
+    with pytest.raises(trnsim.nki.KernelError, match=r"indices\[2\] = 40 is outside the table"):
+        gathered_transpose(a, column([7, 0, 40, 7, 12, 3, 21, 30]))
+    got = gathered_transpose(a, column([7, 0, 40, 7, 12, 3, 21, 30]), skip=True)
+    expected = a[rows].T.copy()
+    expected[:, 2] = 0
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_transpose_into_an_indirect_tensor_is_a_clear_error(rng, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+
     @nki.jit
-    def transposed(a, idx):
-        out = nl.ndarray((8, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    def scattered(a, idx):
+        out = nl.ndarray((16, 8), dtype=a.dtype, buffer=nl.shared_hbm)
         ids = nl.load(idx)
-        t = nl.ndarray((8, 4), dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_transpose(dst=t, src=a.vector_select(0, ids))
-        nl.store(out, t)
+        t = nl.load(a)
+        nisa.dma_transpose(dst=out.vector_select(0, ids), src=t)
         return out
-    with pytest.raises(trnsim.nki.KernelError, match="dma_transpose of an indirect"):
-        transposed(rng.standard_normal((16, 8)).astype(np.float16), column([0, 1, 2, 3]))
+    with pytest.raises(trnsim.nki.KernelError, match="dma_transpose into an indirect"):
+        scattered(rng.standard_normal((8, 4)).astype(np.float16), column([0, 1, 2, 3]))
 
 
 # ---- view(dtype) of HBM tensors --------------------------------------------------------------------

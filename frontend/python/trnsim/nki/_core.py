@@ -510,8 +510,8 @@ class View:
         DMA (``nisa.dma_copy`` gathers from it as src, scatters into it as dst; descriptors from the
         indices at run time by the software DGE)."""
         if self.st.space != "hbm":
-            fail("vector_select of an on-chip tensor: tensor indirection of compute operands is not supported "
-                 "yet; vector_select an HBM tensor (an indirect DMA)")
+            fail("vector_select of an on-chip tensor is not supported (NKI: vector_select is for HBM tensors, an "
+                 "indirect DMA; Tensor.indirect indexes on-chip columns and is not supported yet)")
         dim = int(dim) % self.ndim
         dims = [list(self.dims[dim])] + [list(d) for i, d in enumerate(self.dims) if i != dim]
         return IndirectRows(TableView(self.st, self.offset, dims, None, 0), indices)
@@ -557,29 +557,36 @@ class View:
         dims[last] = [1, dims[last][1] // k]
         return View(alias, self.offset // k, dims, self.pdim, self.pstart)
 
-    def ap(self, pattern, offset=0, scalar_offset=None, dtype=None, vector_offset=None, indirect_dim=None,
+    def ap(self, pattern=None, offset=None, scalar_offset=None, dtype=None, vector_offset=None, indirect_dim=None,
            **unsupported):
-        """``t.ap([[stride, num], ...], offset, scalar_offset=)``: an explicit access pattern over this tensor's
-        storage. On chip the first pair is [partition step, partitions]. ``scalar_offset`` (a register, NKI
-        scalar) adds its value, in elements, when the instruction issues (dynamic addressing).
-        ``vector_offset=`` (an SBUF tile of offsets, [P, 1] int32 / uint32) with ``indirect_dim=0`` makes the
-        first pair's index come from the tile: partition p reads from ``offset + stride * vector_offset[p]``
-        (plus the other pairs), an HBM tensor's indirect DMA."""
+        """``t.ap([[stride, num], ...], offset, scalar_offset=, vector_offset=, indirect_dim=, dtype=)``: an
+        explicit access pattern over this tensor's storage (``pattern`` None: this view's own). On chip the first
+        pair is [partition step, partitions]. ``offset`` (elements) adds to this view's offset. ``indirect_dim``
+        (default 0) names the dim of ``t.shape`` whose stride scales an indirect offset (NKI's rule):
+        ``scalar_offset`` (a register, an int, or a one-element integer tensor, read when the instruction issues)
+        adds ``value * stride(indirect_dim)`` elements; ``vector_offset`` (an SBUF tile of offsets, [P, 1] int32 /
+        uint32) makes partition p read the rest of the pattern from ``offset + stride(indirect_dim) *
+        vector_offset[p]`` (the first pair gives the partition count), an HBM tensor's indirect DMA."""
         unsupported = {k: v for k, v in unsupported.items() if v is not None}
         if unsupported:
             fail(f"ap(): {', '.join(sorted(unsupported))} not supported yet")
         if dtype is not None and as_dtype(dtype) is not self.st.dtype:
             return self.view(dtype).ap(pattern, offset, scalar_offset, vector_offset=vector_offset,
                                        indirect_dim=indirect_dim)
+        start = self.offset + int(offset or 0)
+        scale_dim = int(indirect_dim) if indirect_dim is not None else 0
+        if (scalar_offset is not None or vector_offset is not None) and not 0 <= scale_dim < len(self.dims):
+            fail(f"ap(indirect_dim={indirect_dim}): the tensor has {len(self.dims)} dims")
+        if pattern is None:
+            if vector_offset is not None:
+                fail("ap(vector_offset=) needs a pattern (its first pair: one row per partition)")
+            return View(self.st, offset_plus(start, self._scaled_offset(scalar_offset, scale_dim)),
+                        [list(d) for d in self.dims], self.pdim, self.pstart)
         dims = [[int(s), int(n)] for s, n in pattern]
-        start = self.offset + int(offset)
         if vector_offset is not None:
-            return self._indirect_ap(dims, start, scalar_offset, vector_offset, indirect_dim)
+            return self._indirect_ap(dims, start, scalar_offset, vector_offset, scale_dim)
         if scalar_offset is not None:
-            if not is_register(scalar_offset) and not isinstance(scalar_offset, (int, np.integer)):
-                fail(f"ap(): scalar_offset is a register (nisa.scalar_load / register_alloc) or an int, got "
-                     f"{type(scalar_offset).__name__}")
-            start = offset_plus(start, scalar_offset)
+            start = offset_plus(start, self._scaled_offset(scalar_offset, scale_dim))
         if self.st.space == "hbm":
             return View(self.st, start, dims, None, 0)
         # The partition pair's step is 0 / 1, or (as NKI writes it) the tile's elements per partition.
@@ -588,19 +595,36 @@ class View:
         dims[0][0] = 0
         return View(self.st, start, dims, 0, self.pstart)
 
+    def _scaled_offset(self, scalar_offset, scale_dim):
+        """scalar_offset (register, int or one-element integer tensor) times the stride of dim scale_dim."""
+        if scalar_offset is None:
+            return 0
+        if isinstance(scalar_offset, View):
+            from . import isa
+            if scalar_offset.st.dtype.name not in ("int32", "uint32", "int16", "uint16", "int8", "uint8") or \
+                    int(np.prod(scalar_offset.shape)) != 1:
+                fail(f"ap(): a scalar_offset tensor holds one integer, got {scalar_offset!r}")
+            scalar_offset = isa.scalar_load(scalar_offset)
+        elif not is_register(scalar_offset) and not isinstance(scalar_offset, (int, np.integer)):
+            fail(f"ap(): scalar_offset is a register (nisa.scalar_load / register_alloc), an int or a one-element "
+                 f"integer tensor, got {type(scalar_offset).__name__}")
+        if self.st.space != "hbm" and scale_dim == self.pdim and is_register(scalar_offset):
+            fail("ap(scalar_offset=) of an on-chip tensor along its partition dim: a register offsets the free "
+                 "dims only (pass indirect_dim= of a free dim)")
+        stride = self.dims[scale_dim][0] if scale_dim != self.pdim else self.st.per_partition
+        return scalar_offset if stride == 1 else scalar_offset * stride
 
-    def _indirect_ap(self, dims, start, scalar_offset, vector_offset, indirect_dim):
+    def _indirect_ap(self, dims, start, scalar_offset, vector_offset, scale_dim):
         if self.st.space != "hbm":
             fail("ap(vector_offset=) of an on-chip tensor: tensor indirection of compute operands is not supported "
                  "yet; use it on an HBM tensor (an indirect DMA)")
         if scalar_offset is not None:
             fail("ap(): vector_offset= and scalar_offset= together are not supported")
-        if int(indirect_dim if indirect_dim is not None else 0) != 0:
-            fail(f"ap(vector_offset=, indirect_dim={indirect_dim}): the offsets index the pattern's first pair (one "
-                 f"per partition of the SBUF side); indirect_dim=0 only")
-        stride, count = dims[0]
+        count = dims[0][1]
+        stride = self.dims[scale_dim][0]
         if stride <= 0:
-            fail(f"ap(vector_offset=): the indirect pair's stride must be positive, got {stride}")
+            fail(f"ap(vector_offset=): the stride of dim {scale_dim} scales the offsets and must be positive, "
+                 f"got {stride}")
         # The table's rows: every offset whose access stays inside the tensor (the DGE faults beyond).
         reach = sum(s * (n - 1) for s, n in dims[1:] if s > 0)
         low = sum(s * (n - 1) for s, n in dims[1:] if s < 0)

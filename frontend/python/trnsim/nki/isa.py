@@ -67,6 +67,7 @@ dge_mode = _Enum("dge_mode", ["unknown", "none", "swdge", "hwdge"])
 oob_mode = _Enum("oob_mode", ["error", "skip"])
 matmul_perf_mode = _Enum("matmul_perf_mode", ["none", "double_row"])
 nc_version = _Enum("nc_version", ["gen2", "gen3", "gen4"])
+dma_engine = _Enum("dma_engine", ["dma", "gpsimd_dma"])
 _NC_VERSIONS = {"trn1": nc_version.gen2, "trn2": nc_version.gen3, "trn3": nc_version.gen4}
 
 # NKI 0.7's nki.isa functions (../shared/reference/nki-api.md §2); those trnsim's ISA lacks are
@@ -127,14 +128,45 @@ def dma_copy(dst, src, *args, **kwargs):
 
 
 def dma_transpose(dst, src, *args, **kwargs):
+    """``dst = src.T`` by DMA. An indirect src (``t.vector_select(0, idx)``, ``t.ap(pattern, vector_offset=idx)``
+    of an HBM tensor) gathers its rows by the software DGE first: dst = (rows idx[p]).T."""
     location = user_location()
-    if _indirect(src) or _indirect(dst):
-        fail("nisa.dma_transpose of an indirect (vector_select / vector_offset) tensor is not supported yet: "
-             "gather the rows with nisa.dma_copy, then transpose them", location)
+    if _indirect(dst):
+        fail("nisa.dma_transpose into an indirect (vector_select / vector_offset) tensor is not supported: "
+             "transpose into SBUF, then scatter the rows with nisa.dma_copy", location)
     # The DMA transpose's descriptors: the cost model prices the transpose by its efficiency, not
-    # by who generates them, so dge_mode does not change it.
-    kwargs.pop("dge_mode", None)
-    return _emit.emit("dma_transpose", (dst, src) + args, kwargs, location)
+    # by who generates them, so dge_mode does not change it (an indirect source needs the software DGE).
+    mode = getattr(kwargs.pop("dge_mode", None), "_isa_name", None)
+    if not _indirect(src):
+        return _emit.emit("dma_transpose", (dst, src) + args, kwargs, location)
+    if mode not in (None, "unknown", "swdge"):
+        fail(f"nisa.dma_transpose: an indirect source needs the software DGE (dge_mode=swdge), not {mode}", location)
+    oob = getattr(kwargs.pop("oob_mode", None), "_isa_name", None)
+    if oob == "skip":
+        kwargs["oob_mode"] = "skip"
+    kwargs["indices"] = _emit.as_view(src.indices, "indices")
+    return _emit.emit("dma_transpose", (dst, src.table) + args, kwargs, location)
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=None, **kwargs):
+    """Point to point between the ranks of a launch (an LNC launch's programs, ``nl.program_id()``; the ranks of
+    ``kernel.run_ranks``): rank ``send_to_rank``'s ``dst`` gets this rank's ``src`` and this rank's ``dst`` gets
+    rank ``recv_from_rank``'s ``src``. Both sides call it (a rendezvous); ``pipe_id`` pairs calls of one channel;
+    ``dma_engine=nisa.dma_engine.gpsimd_dma`` makes GpSimd move the tile instead of the DMA queues. Note NKI's order:
+    ``src`` first."""
+    location = user_location()
+    for name, rank in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank)):
+        if not _is_int(rank):
+            fail(f"nisa.sendrecv {name}: an int rank (e.g. 1 - nl.program_id(0)), got {type(rank).__name__} "
+                 f"{rank!r}", location)
+    word = getattr(dma_engine, "_isa_name", dma_engine) or "dma"
+    if word not in ("dma", "gpsimd_dma"):
+        fail(f"nisa.sendrecv dma_engine={dma_engine!r}: one of nisa.dma_engine.dma, nisa.dma_engine.gpsimd_dma",
+             location)
+    kwargs.pop("engine", None)   # the engine follows dma_engine
+    kwargs.update(send_to_rank=int(send_to_rank), recv_from_rank=int(recv_from_rank), pipe_id=int(pipe_id),
+                  dma_engine=word, engine="gpsimd" if word == "gpsimd_dma" else "sync")
+    return _emit.emit("sendrecv", (dst, src), kwargs, location)
 
 
 def get_nc_version():

@@ -1269,10 +1269,8 @@ def static_cast(array, dtype):
 
 # nki.language API of NKI 0.7 that this front-end does not offer yet (trnsim.nki.missing_api()).
 MISSING = [
-    "Tensor.ap(vector_offset=, indirect_dim=) of an on-chip tensor, and indirect_dim other than 0 (HBM "
-    "indirect DMA with indirect_dim=0 works)",
+    "Tensor.ap(vector_offset=) of an on-chip tensor (HBM indirect DMA, any indirect_dim, works)",
     "Tensor.indirect: tensor indirection of compute-engine operands (trn3 column gather/scatter by a uint16 index "
     "tile; HBM row gathers by an index tile, table[idx_tile, :], work)",
-    "vector_select of an on-chip tensor (HBM vector_select, the indirect DMA, works); an indirect dma_transpose",
-    "all_reduce and nki.collectives",
+    "nl.all_reduce (nki.collectives.all_reduce works)",
 ]
