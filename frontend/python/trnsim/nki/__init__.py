@@ -16,6 +16,7 @@ import functools
 import os
 
 from . import collectives, isa, language, lnc
+from ._core import DType as dtype  # noqa: F401  (nki.dtype: the type of nl.float32, ... for annotations)
 from ._core import KernelError
 from ._runtime import Kernel, RunSummary, set_target
 

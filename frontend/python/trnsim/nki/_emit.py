@@ -116,9 +116,27 @@ _ENGINES = {"tensor", "vector", "scalar", "gpsimd", "sync", "dma", "act", "pe", 
 _ENGINE_ALIAS = {"act": "scalar", "pe": "tensor", "pool": "gpsimd"}
 
 
+# The values NKI 0.7's enums carry (nki.isa's Enum classes), for kernels that pass the number (dge_mode=3, as AWS's
+# kernel library does for "none"): operand name -> {value: word}.
+NKI_ENUM_VALUES = {
+    "dge_mode": {0: "unknown", 1: "swdge", 2: "hwdge", 3: "none"},
+    "dma_engine": {1: "dma", 2: "gpsimd_dma"},
+    "reduce_cmd": {0: "idle", 1: "reset", 2: "reduce", 3: "reset_reduce", 4: "load_reduce"},
+    "engine": {0: "unknown", 1: "tensor", 2: "scalar", 3: "gpsimd", 4: "dma", 5: "vector", 6: "sync"},
+}
+
+
+def enum_number_word(operand, value):
+    """The word of an NKI enum given as its number (an int, not bool), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return NKI_ENUM_VALUES.get(operand, {}).get(int(value))
+
+
 def engine_word(engine):
     if engine is None:
         return None
+    engine = enum_number_word("engine", engine) or engine
     name = getattr(engine, "_isa_name", None) or (engine if isinstance(engine, str) else None)
     name = _ENGINE_ALIAS.get(name, name)
     if name in (None, "unknown"):
@@ -220,7 +238,7 @@ def emit(name, args, kwargs, location=None):
             if isinstance(v, bool):
                 text = "true" if v else "false"
             else:
-                text = getattr(v, "_isa_name", None) or _NUMPY_OPS.get(v) or str(v)
+                text = getattr(v, "_isa_name", None) or enum_number_word(oname, v) or _NUMPY_OPS.get(v) or str(v)
             if text not in words:
                 fail(f"nisa.{name} {oname}={v!r}: one of {', '.join(words)}", location)
         elif kind == "reg":
@@ -237,7 +255,8 @@ def emit(name, args, kwargs, location=None):
             fail(f"nisa.{name}: operand kind {kind} not handled", location)
         parts.append(f"{oname}={text}")
     mode = values[names["dge_mode"]] if name == "dma_copy" else None
-    if dynamic and name == "dma_copy" and getattr(mode, "_isa_name", mode) in (None, "unknown"):
+    mode = getattr(mode, "_isa_name", None) or enum_number_word("dge_mode", mode) or mode
+    if dynamic and name == "dma_copy" and mode in (None, "unknown"):
         # A register-addressed DMA needs descriptors made at run time: the hardware DGE where the chip has it
         # (v3+), else the GpSimd's software DGE (what the NKI compiler picks; the ISA wants the mode named).
         parts = [p for p in parts if not p.startswith("dge_mode=")]

@@ -33,7 +33,8 @@ def install(force=False):
     compiler = _compiler_module(language)
     legacy.compiler = compiler
     modules = {
-        "nki": current, "nki.language": language, "nki.isa": isa, "nki.typing": nki_typing, "nki.lnc": lnc,
+        "nki": current, "nki.language": language, "nki.isa": isa, "nki.isa.constants": isa.constants,
+        "nki.typing": nki_typing, "nki.lnc": lnc,
         "nki.collectives": collectives,
         "neuronxcc": neuronxcc, "neuronxcc.nki": legacy, "neuronxcc.nki.language": language,
         "neuronxcc.nki.isa": legacy_isa, "neuronxcc.nki.typing": nki_typing,

@@ -13,10 +13,10 @@ from ._core import fail, user_location
 
 class _Word:
     """An enum member NKI passes by attribute (``nisa.engine.vector``): its ISA word."""
-    __slots__ = ("_isa_name", "_group")
+    __slots__ = ("_isa_name", "_group", "value")
 
     def __init__(self, group, name):
-        self._group, self._isa_name = group, name
+        self._group, self._isa_name, self.value = group, name, None
 
     def __repr__(self):
         return f"nisa.{self._group}.{self._isa_name}"
@@ -55,6 +55,10 @@ class _Enum:
         self._group = group
         for n in names:
             setattr(self, n, _Word(group, n))
+        # NKI's numbers for the words (dge_mode.none.value == 3), where a kernel passes the number instead.
+        for number, word in _emit.NKI_ENUM_VALUES.get(group, {}).items():
+            if word in names:
+                getattr(self, word).value = number
 
     def __iter__(self):
         return (v for k, v in vars(self).items() if not k.startswith("_"))
@@ -68,6 +72,22 @@ oob_mode = _Enum("oob_mode", ["error", "skip"])
 matmul_perf_mode = _Enum("matmul_perf_mode", ["none", "double_row"])
 nc_version = _Enum("nc_version", ["gen2", "gen3", "gen4"])
 dma_engine = _Enum("dma_engine", ["dma", "gpsimd_dma"])
+reduce_cmd = _Enum("reduce_cmd", ["idle", "reset", "reduce", "reset_reduce", "load_reduce"])
+
+
+def _constants_module():
+    """``nki.isa.constants``: the enums, where NKI 0.7 also serves them (``from nki.isa.constants import
+    oob_mode``)."""
+    import types
+    mod = types.ModuleType("nki.isa.constants")
+    mod.__doc__ = _constants_module.__doc__
+    for name in ("engine", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "reduce_cmd"):
+        if name in globals():
+            setattr(mod, name, globals()[name])
+    return mod
+
+
+constants = _constants_module()
 _NC_VERSIONS = {"trn1": nc_version.gen2, "trn2": nc_version.gen3, "trn3": nc_version.gen4}
 
 # NKI 0.7's nki.isa functions (../shared/reference/nki-api.md §2); those trnsim's ISA lacks are
@@ -83,6 +103,11 @@ NKI_FUNCTIONS = [
     "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
     "topk", "get_nc_version", "dma_gather", "scalar_load", "scalar_store",
 ]
+
+
+def _mode_word(mode):
+    """A dge_mode given as nisa.dge_mode.X, its word, or NKI's number for it: the word (None when not given)."""
+    return getattr(mode, "_isa_name", None) or _emit.enum_number_word("dge_mode", mode) or mode
 
 
 def _indirect(value):
@@ -114,7 +139,7 @@ def dma_copy(dst, src, *args, **kwargs):
         return _emit.emit("dma_copy", (dst, src), kwargs, location)
     if _indirect(dst) and _indirect(src):
         fail("nisa.dma_copy: both sides indirect; gather into SBUF, then scatter from it", location)
-    mode = getattr(kwargs.pop("dge_mode", None), "_isa_name", None)
+    mode = _mode_word(kwargs.pop("dge_mode", None))
     if mode not in (None, "unknown", "swdge"):
         fail(f"nisa.dma_copy: an indirect access needs the software DGE (dge_mode=swdge), not {mode}", location)
     extra = {k: v for k, v in kwargs.items() if k in ("engine", "mask", "name")}
@@ -136,7 +161,7 @@ def dma_transpose(dst, src, *args, **kwargs):
              "transpose into SBUF, then scatter the rows with nisa.dma_copy", location)
     # The DMA transpose's descriptors: the cost model prices the transpose by its efficiency, not
     # by who generates them, so dge_mode does not change it (an indirect source needs the software DGE).
-    mode = getattr(kwargs.pop("dge_mode", None), "_isa_name", None)
+    mode = _mode_word(kwargs.pop("dge_mode", None))
     if not _indirect(src):
         return _emit.emit("dma_transpose", (dst, src) + args, kwargs, location)
     if mode not in (None, "unknown", "swdge"):
@@ -220,6 +245,12 @@ def tensor_reduce(dst, op, data, axis, *args, **kwargs):
         axis = list(range(1 + n_kept, 1 + n_kept + n_red)) or [1]
     elif not kept:
         axis = list(range(1, 1 + n_all))
+    elif dv.pdim == 0 and max(d for d in free if d not in axes) < min(axes):
+        # The last kept dim and the first reduced one are contiguous (a [P, B, H] tile reduced over H): emit the
+        # kept and the reduced dims apart so that the axis numbers still name the reduced ones.
+        dv = _core.ExactView(dv.st, dv.offset, [dv.dims[0]] + _core.merge_dims(kept) + _core.merge_dims(red), 0,
+                             dv.pstart)
+        axis = list(range(1 + n_kept, 1 + n_kept + n_red))
     else:
         fail("nisa.tensor_reduce: the kept and reduced free dims of this access pattern are one contiguous run; "
              "reshape the tile so that they are separate dims", location)

@@ -409,6 +409,11 @@ def affine_range(*args, **_):
 sequential_range = static_range = affine_range
 
 
+class NKIObject:
+    """NKI 0.7's base for the plain Python objects a kernel passes around while it traces (configs, tile
+    descriptors, often dataclasses): tracing runs Python, so nothing more is needed of them here."""
+
+
 def _is_register(x):
     return hasattr(x, "_register")
 
@@ -588,6 +593,8 @@ class _TileSize:
     psum_num_banks = property(lambda self: self._target().psum_banks)
     sbuf_size_bytes = property(lambda self: self._target().sbuf_bytes * self._target().pmax)
     sbuf_fmax_bytes = property(lambda self: self._target().sbuf_bytes)
+    # NKI 2.26+: the usable SBUF bytes per partition (total minus what the runtime reserves; trnsim reserves none).
+    total_available_sbuf_size = sbuf_fmax_bytes
     bn_stats_fmax = 512
     psum_min_align = property(lambda self: self._target().psum_bank_bytes)
     sbuf_min_align = _core.SBUF_ALIGN_BYTES
@@ -705,7 +712,8 @@ def _activation(name):
 
 
 for _n in ["exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_dx", "gelu_apprx_tanh", "gelu_apprx_sigmoid",
-           "silu", "silu_dx", "softplus", "mish", "erf", "erf_dx", "sin", "cos", "arctan", "sqrt", "rsqrt", "sign"]:
+           "gelu_apprx_sigmoid_dx", "silu", "silu_dx", "softplus", "mish", "erf", "erf_dx", "sin", "cos", "arctan",
+           "sqrt", "rsqrt", "sign"]:
     globals()[_n] = _activation(_n)
 
 
@@ -1259,6 +1267,27 @@ def shared_constant(constant, dtype=None, **kw):
     return st.full_view()
 
 
+def shared_identity_matrix(n, dtype=None, **_):
+    """An [n, n] identity in SBUF: a view of one 128 x 128 identity per dtype (default uint8), loaded from an HBM
+    constant the first time a kernel asks (as the compiler caches it)."""
+    location = user_location()
+    d = as_dtype(dtype if dtype is not None else DTYPES["uint8"])
+    trace = _trace.current()
+    if not hasattr(trace, "identity_tiles"):
+        trace.identity_tiles = {}
+    pmax = 128
+    n = int(n)
+    if not 0 < n <= pmax:
+        fail(f"nl.shared_identity_matrix: n={n} must be 1..{pmax}", location)
+    tile = trace.identity_tiles.get(d.nki_name)
+    if tile is None:
+        const = shared_constant(np.eye(pmax), dtype=d)
+        tile = ndarray((pmax, pmax), d, buffer=sbuf)
+        _emit.emit("dma_copy", (tile, const), {}, location)
+        trace.identity_tiles[d.nki_name] = tile
+    return tile[0:n, 0:n]
+
+
 def static_cast(array, dtype):
     """Beta 1, host side: a NumPy array in another dtype (bf16 / fp8 through ml_dtypes)."""
     d = as_dtype(dtype)
@@ -1274,3 +1303,11 @@ MISSING = [
     "tile; HBM row gathers by an index tile, table[idx_tile, :], work)",
     "nl.all_reduce (nki.collectives.all_reduce works)",
 ]
+
+
+def __getattr__(name):
+    # nl.range (NKI 0.7: Python's range, unrolled while tracing) is served here, not bound in this module,
+    # where it would shadow the builtin every function above uses.
+    if name == "range":
+        return _builtins.range
+    raise AttributeError(f"module 'nki.language' has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""Idioms of AWS's NKI kernel library (nki-library) that its kernels use as written: enums passed as NKI's numbers
+(dge_mode=3), nl.NKIObject configs, nl.shared_identity_matrix, nl.tile_size.total_available_sbuf_size,
+nki.isa.constants, nki.dtype annotations, nl.range, and nisa.tensor_reduce over the trailing dim of a contiguous
+[P, B, H] tile. Our own kernels in that style, checked against NumPy."""
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.isa.constants import dge_mode, oob_mode
+
+
+def rand(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@dataclass
+class TileConfig(nl.NKIObject):
+    rows: int
+    cols: int
+
+
+@nki.jit
+def transpose_by_identity(x, out_dtype: nki.dtype = nl.float32):
+    """x.T through the PE array against the library's cached identity; the load names its DGE mode by number."""
+    cfg = TileConfig(rows=x.shape[0], cols=x.shape[1])
+    x_sb = nl.ndarray((cfg.rows, cfg.cols), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x_sb, src=x, dge_mode=3)            # dge_mode.none, as nki-library's _DGE_MODE_NONE
+    ident = nl.shared_identity_matrix(cfg.rows, dtype=x.dtype)
+    t_ps = nl.ndarray((cfg.cols, cfg.rows), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=t_ps, stationary=x_sb, moving=ident)
+    t_sb = nl.ndarray((cfg.cols, cfg.rows), dtype=out_dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=t_sb, src=t_ps)
+    out = nl.ndarray((cfg.cols, cfg.rows), dtype=out_dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t_sb, dge_mode=dge_mode.hwdge)
+    return out
+
+
+def test_identity_transpose_with_numbered_enums(rng):
+    x = rand(rng, 96, 128)
+    got = transpose_by_identity(x)
+    np.testing.assert_allclose(got, x.T, rtol=1e-6, atol=1e-6)
+    program = transpose_by_identity.last_program
+    assert "dge_mode=none" in program and "dge_mode=hwdge" in program
+    assert program.count("dma_copy") == 3   # x in, the identity loaded once, the result out
+    assert dge_mode.none.value == 3 and dge_mode.unknown.value == 0 and oob_mode.skip._isa_name == "skip"
+
+
+@nki.jit
+def row_sums(x):
+    """[P, B, H] -> [P, B]: tensor_reduce over the trailing dim of a contiguous tile (kept B, reduced H)."""
+    p, b, h = x.shape
+    t = nl.ndarray((p, b, h), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    s = nl.ndarray((p, b), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(s, nl.add, t, axis=2)
+    out = nl.ndarray((p, b), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+def test_tensor_reduce_of_the_trailing_dim_of_a_contiguous_tile(rng):
+    x = rand(rng, 128, 6, 40)
+    np.testing.assert_allclose(row_sums(x), x.sum(axis=2), rtol=1e-5, atol=1e-5)
+
+
+def test_tile_sizes_ranges_and_activation_names():
+    seen = {}
+
+    @nki.jit
+    def probe(x):
+        seen["sbuf"] = nl.tile_size.total_available_sbuf_size
+        seen["range"] = list(nl.range(3))
+        t = nl.load(x)
+        nl.store(x, nl.gelu_apprx_sigmoid_dx(t))
+        return x
+    probe(np.zeros((8, 8), np.float32))
+    assert seen["sbuf"] == nl.tile_size.sbuf_fmax_bytes > 0 and seen["range"] == [0, 1, 2]
+    assert nisa.reduce_cmd.load_reduce.value == 4
+    with pytest.raises(AttributeError):
+        nl.not_an_nki_name
