@@ -167,3 +167,20 @@ def test_the_implicit_forms_check_their_channels():
         return out
     with pytest.raises(KernelError, match="exactly one tensor"):
         bad.run_ranks([(np.zeros((8, 8), np.float32),)] * 2)
+
+
+def test_simulate_takes_the_lnc_as_nki_librarys_harness_does(trn2, rng):
+    """``nki.cpu_simulate(kernel)[lnc](**inputs)``: the call AWS's kernel library makes in simulation mode."""
+    a = rng.standard_normal((256, 128)).astype(np.float32)
+    b = rng.standard_normal((256, 64)).astype(np.float32)
+    got = nki.cpu_simulate(split_k_sum)[2](a=a, b=b)
+    np.testing.assert_allclose(got, a.T @ b, rtol=2e-5, atol=2e-4)
+    assert len(split_k_sum.last_programs) == 2
+
+
+    @nki.jit
+    def doubled(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(x), 2.0))
+        return out
+    np.testing.assert_array_equal(nki.simulate(doubled)[1](x=b[:128]), 2 * b[:128])   # [1]: a plain call

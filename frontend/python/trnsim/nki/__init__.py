@@ -20,7 +20,7 @@ from ._core import DType as dtype  # noqa: F401  (nki.dtype: the type of nl.floa
 from ._core import KernelError
 from ._runtime import Kernel, RunSummary, set_target
 
-__all__ = ["jit", "simulate", "simulate_kernel", "benchmark", "baremetal", "profile", "install", "uninstall",
+__all__ = ["jit", "simulate", "cpu_simulate", "simulate_kernel", "benchmark", "baremetal", "profile", "install", "uninstall",
            "language", "isa", "lnc", "collectives", "KernelError", "Kernel", "set_target", "missing_api"]
 
 
@@ -42,19 +42,31 @@ def _as_kernel(kernel):
     return kernel if isinstance(kernel, Kernel) else jit(kernel)
 
 
+class _Simulated:
+    """What ``nki.simulate(kernel)`` returns: call it to run with values (NumPy in, NumPy out), or index it with
+    an LNC / SPMD grid first (``nki.simulate(kernel)[2](...)``, as nki-library's harness calls
+    ``nki.cpu_simulate(kernel)[lnc](**inputs)``; ``[1]`` is a plain call)."""
+
+    def __init__(self, kernel, grid=()):
+        self._kernel, self._grid = kernel, grid
+
+    def __getitem__(self, grid):
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        return _Simulated(self._kernel, () if grid == (1,) else grid)
+
+    def __call__(self, *args, **kwargs):
+        return self._kernel.run(args, kwargs, grid=self._grid)
+
+
 def simulate(kernel):
-    """``nki.simulate(kernel)(*args)``: runs with values (NumPy in, NumPy out); also ``kernel[2]``."""
+    """``nki.simulate(kernel)(*args)``: runs with values (NumPy in, NumPy out); also ``kernel[2]`` and
+    ``nki.simulate(kernel)[2]``."""
     if hasattr(kernel, "kernel") and hasattr(kernel, "grid"):
-        grid_call = kernel
+        return _Simulated(kernel.kernel, kernel.grid)
+    return _Simulated(_as_kernel(kernel))
 
-        def run_grid(*args, **kwargs):
-            return grid_call.kernel.run(args, kwargs, grid=grid_call.grid)
-        return run_grid
-    k = _as_kernel(kernel)
 
-    def run(*args, **kwargs):
-        return k.run(args, kwargs)
-    return run
+cpu_simulate = simulate   # the name nki-library's simulation harness calls
 
 
 def simulate_kernel(kernel, *args, **kwargs):
