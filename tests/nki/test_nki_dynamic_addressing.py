@@ -220,3 +220,16 @@ def test_core_barrier_needs_both_cores(monkeypatch, rng):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
     with pytest.raises(KernelError, match="meets core 1, which this simulation does not run"):
         exchange_halves(rand(rng, 256, 128))
+
+
+def test_a_scalar_offset_along_an_on_chip_partition_dim_is_refused(rng):
+    @nki.jit
+    def bad(x, k):
+        k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=k_sb, src=k)
+        t = nl.load(x)
+        out = nl.ndarray((8, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(t.ap([[8, 8], [1, 8]], scalar_offset=nisa.scalar_load(k_sb))))
+        return out
+    with pytest.raises(KernelError, match="partition dim: a scalar offset moves along the free dims only"):
+        bad(rand(rng, 8, 8), np.array([[1]], dtype=np.int32))

@@ -608,10 +608,10 @@ class View:
         elif not is_register(scalar_offset) and not isinstance(scalar_offset, (int, np.integer)):
             fail(f"ap(): scalar_offset is a register (nisa.scalar_load / register_alloc), an int or a one-element "
                  f"integer tensor, got {type(scalar_offset).__name__}")
-        if self.st.space != "hbm" and scale_dim == self.pdim and is_register(scalar_offset):
-            fail("ap(scalar_offset=) of an on-chip tensor along its partition dim: a register offsets the free "
-                 "dims only (pass indirect_dim= of a free dim)")
-        stride = self.dims[scale_dim][0] if scale_dim != self.pdim else self.st.per_partition
+        if self.st.space != "hbm" and scale_dim == self.pdim:
+            fail("ap(scalar_offset=) of an on-chip tensor along its partition dim: a scalar offset moves along the "
+                 "free dims only (pass indirect_dim= of a free dim)")
+        stride = self.dims[scale_dim][0]
         return scalar_offset if stride == 1 else scalar_offset * stride
 
     def _indirect_ap(self, dims, start, scalar_offset, vector_offset, scale_dim):
