@@ -184,3 +184,15 @@ def test_simulate_takes_the_lnc_as_nki_librarys_harness_does(trn2, rng):
         nl.store(out, nl.multiply(nl.load(x), 2.0))
         return out
     np.testing.assert_array_equal(nki.simulate(doubled)[1](x=b[:128]), 2 * b[:128])   # [1]: a plain call
+
+
+def test_an_lnc_sendrecv_kernel_is_one_op_on_the_device():
+    import torch
+    import trnsim
+    if trnsim._C.device_config_leaves().get("chip.default_logical_core_size") != "2":
+        pytest.skip("the device's config has no LNC=2")
+    a, b = torch.randn(256, 128), torch.randn(256, 64)
+    seen = len(trnsim.op_log())
+    out = split_k_sum[2](a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(out.cpu(), a.T @ b, rtol=2e-5, atol=2e-4)
+    assert [r["op"] for r in trnsim.op_log()[seen:]].count("nki.split_k_sum") == 1
