@@ -155,6 +155,24 @@ def _values_body(rank, world):
     sent.wait()
     out["recv"] = incoming.cpu()
 
+    # recv from any source: ranks 1.. each send one tensor to rank 0 (tag 7), which takes them as they come;
+    # rank 1 also sends two on tag 9: rank 0 takes the first from anyone, the second by name.
+    if rank == 0:
+        anysource = {}
+        for _ in range(world - 1):
+            t = torch.empty(37, device="neuron")
+            src = dist.recv(t, tag=7)
+            anysource[src] = t.cpu()
+        out["anysource"] = anysource
+        first, second = torch.empty(5, device="neuron"), torch.empty(5, device="neuron")
+        out["anysource_then_named"] = (dist.recv(first, tag=9), first.cpu(), dist.recv(second, src=1, tag=9),
+                                       second.cpu())
+    else:
+        dist.send(x["float"].to("neuron"), 0, tag=7)
+        if rank == 1:
+            dist.send(torch.full((5,), 1.0, device="neuron"), 0, tag=9)
+            dist.send(torch.full((5,), 2.0, device="neuron"), 0, tag=9)
+
     work = dist.all_reduce(x["float"].to("neuron"), async_op=True)
     out["async_completed"] = work.is_completed()
     work.wait()
@@ -175,7 +193,7 @@ def test_collective_values_on_four_real_ranks(tmp_path):
     xs = [_inputs(r) for r in range(world)]
 
     for key in results[0]:
-        if key in ("reduce", "gather"):
+        if key in ("reduce", "gather", "anysource", "anysource_then_named"):
             continue
         for r in range(1, world):  # every member gets the same bits
             a, b = results[0][key], results[r][key]
@@ -234,6 +252,12 @@ def test_collective_values_on_four_real_ranks(tmp_path):
         torch.testing.assert_close(res["recv"], xs[(r - 1) % world]["float"])
         assert res["async_completed"]
     torch.testing.assert_close(results[1]["reduce"], sum(x["float"] for x in xs), rtol=1e-6, atol=1e-6)
+    assert sorted(results[0]["anysource"]) == [1, 2, 3]
+    for src, got in results[0]["anysource"].items():
+        torch.testing.assert_close(got, xs[src]["float"])
+    src_a, first, src_b, second = results[0]["anysource_then_named"]
+    assert (src_a, src_b) == (1, 1) and torch.equal(first, torch.full((5,), 1.0)) and \
+        torch.equal(second, torch.full((5,), 2.0))
     for r in range(world):
         torch.testing.assert_close(results[0]["gather"][r], xs[r]["block"][:8])
 

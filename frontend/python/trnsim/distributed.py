@@ -280,7 +280,10 @@ class _Work(dist._Work):
         return self._future
 
     def source_rank(self):
-        return getattr(self, "_source_rank", -1)
+        return getattr(self, "_src", -1)
+
+    def _source_rank(self):  # what dist.recv(src=None) asks the work of recv_anysource
+        return getattr(self, "_src", -1)
 
     def synchronize(self):
         self.wait()
@@ -420,6 +423,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._timeout = timeout
         self._sequence = 0
         self._p2p_sequence = {}
+        self._p2p_received = {}   # (src, tag) -> sequence numbers already received (recv_anysource takes any)
+        self._inbox_next = {}     # tag -> the next entry of this rank's inbox recv_anysource reads
         self._symmetric = _SETTINGS.symmetric
         self._payloads = None if self._symmetric else _Payloads(store, rank, size)
         world = dist.get_world_size() if dist.is_initialized() else size
@@ -698,10 +703,31 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return work
 
     # --- point to point --------------------------------------------------------------------------
-    def _p2p_key(self, src, dst, tag):
-        n = self._p2p_sequence.get((src, dst, tag), 0) + 1
-        self._p2p_sequence[(src, dst, tag)] = n
-        return f"trnsim/p2p/{src}>{dst}/{tag}/{n}"
+    def _p2p_key(self, src, dst, tag, n=None):
+        """The store key of the n-th message from src to dst with tag (n: the next one this rank sends or, for a
+        receive, the first it has not received yet)."""
+        if n is None:
+            n = self._p2p_sequence.get((src, dst, tag), 0) + 1
+            if dst == self._rank:
+                while self._received(src, tag, n):
+                    n += 1
+            self._p2p_sequence[(src, dst, tag)] = n
+        if dst == self._rank:
+            # Received: every number up to the sequence, and those recv_anysource took beyond it.
+            above = self._p2p_received.setdefault((src, tag), set())
+            above.add(n)
+            floor = self._p2p_sequence.get((src, dst, tag), 0)
+            while floor + 1 in above:
+                floor += 1
+            self._p2p_sequence[(src, dst, tag)] = floor
+            above.difference_update([m for m in above if m <= floor])
+        return f"trnsim/p2p/{src}>{dst}/{tag}/{n}", n
+
+    def _received(self, src, tag, n):
+        return n <= self._p2p_sequence.get((src, self._rank, tag), 0) or n in self._p2p_received.get((src, tag), ())
+
+    def _inbox_key(self, dst, tag, k):
+        return f"trnsim/p2p/inbox/{dst}/{tag}/{k}"
 
     def _p2p_time(self, src, dst, nbytes, start_ns):
         t = self._system.run("send_recv", int(nbytes), [self._global_ranks[src], self._global_ranks[dst]],
@@ -720,7 +746,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
         with_values = all(_has_values(t) for t in tensors) and not self._symmetric
         blobs = [_pack(t) for t in tensors] if with_values else []
         if not self._symmetric:
-            self._payloads.put(self._p2p_key(self._rank, dst, tag), arrival_ns, blobs)
+            key, n = self._p2p_key(self._rank, dst, tag)
+            self._payloads.put(key, arrival_ns, blobs)
+            # The receiver's inbox lists every message in the order it was posted, for recv_anysource.
+            k = self._store.add(f"trnsim/p2p/inbox/{dst}/{tag}", 1)
+            self._store.set(self._inbox_key(dst, tag, k), f"{self._rank}:{n}")
         end_ns = 0.0
         if device is not None:
             latency_ns, algorithm, link_args = self._p2p_time(self._rank, dst, _nbytes(tensors), arrival_ns)
@@ -728,12 +758,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
             end_ns = arrival_ns + latency_ns
         return _Work(tensors, device, end_ns, "send")
 
-    def recv(self, tensors, src, tag=0):
+    def recv(self, tensors, src, tag=0, sequence=None):
         device = self._device_of(tensors)
         arrival_ns = _now(device)
         sent_ns = arrival_ns
         if not self._symmetric:
-            key = self._p2p_key(src, self._rank, tag)
+            key, _ = self._p2p_key(src, self._rank, tag, sequence)
             sent_ns, blobs = self._payloads.get(key)
             self._payloads.delete(key)
             for t, blob in zip(tensors, blobs):
@@ -747,11 +777,24 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._record_p2p("recv", device, tensors, start_ns, latency_ns, algorithm, link_args)
             end_ns = start_ns + latency_ns
         work = _Work(tensors, device, end_ns, "recv")
-        work._source_rank = src
+        work._src = src
         return work
 
     def recv_anysource(self, tensors, tag=0):
-        raise NotImplementedError("trnsim.distributed: recv without a source rank (recv_anysource) is not supported")
+        """The first message posted to this rank with ``tag`` that no receive has taken yet, from whichever rank
+        (``Work._source_rank()`` names it)."""
+        if self._symmetric:
+            raise NotImplementedError("trnsim.distributed: recv without a source rank (recv_anysource) needs real "
+                                      "ranks; simulate_world runs rank 0 alone and cannot know who sends")
+        while True:
+            k = self._inbox_next.get(tag, 1)
+            self._inbox_next[tag] = k + 1
+            key = self._inbox_key(self._rank, tag, k)
+            self._store.wait([key])
+            src, n = (int(x) for x in self._store.get(key).decode().split(":"))
+            self._store.delete_key(key)
+            if not self._received(src, tag, n):
+                return self.recv(tensors, src, tag, sequence=n)
 
 
 
