@@ -68,7 +68,6 @@ def test_tensor_reduce_of_the_trailing_dim_of_a_contiguous_tile(rng):
 
 
 def test_tile_sizes_ranges_and_activation_names():
-    seen = {}
 
     @nki.jit
     def probe(x):
@@ -82,3 +81,42 @@ def test_tile_sizes_ranges_and_activation_names():
     assert nisa.reduce_cmd.load_reduce.value == 4
     with pytest.raises(AttributeError):
         nl.not_an_nki_name
+
+
+def test_dtypes_behave_as_numpy_names():
+    """nki-library compares dtypes by str(), builds host arrays with them and deep-copies configs holding them."""
+    import copy
+    import pickle
+    import nki.dtype as nt
+    assert str(nl.float32) == "float32" and str(nl.bfloat16) == "bfloat16" and repr(nl.float32) == "nl.float32"
+    assert np.zeros(3, dtype=nl.bfloat16).dtype.name == "bfloat16" and np.ones(2).astype(nl.float16).dtype == np.float16
+    assert copy.deepcopy(nl.bfloat16) is nl.bfloat16 and pickle.loads(pickle.dumps(nl.int32)) is nl.int32
+    assert nt.float8_e4m3 is nl.float8_e4m3 and nl.float8_e4m3fn_x4.size_bytes == 4 and nl.float4_e2m1fn_x4
+    assert nisa.nc_version.gen3.name == "gen3"
+
+
+@nki.jit
+def reshaped_output(x, bias=None):
+    """Returns its output reshaped ([8, 32] written, [2, 4, 32] returned); `if bias:` asks whether one was given."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    if bias:
+        t = nl.add(t, nl.load(bias))
+    nl.store(out, t)
+    return out.reshape((2, 4, 32))
+
+
+def test_a_kernel_returns_a_reshaped_tensor_and_tests_an_optional_one(rng, tmp_path):
+    x, b = rand(rng, 8, 32), rand(rng, 8, 32)
+    np.testing.assert_array_equal(reshaped_output(x), x.reshape(2, 4, 32))
+    np.testing.assert_allclose(reshaped_output(x, b), (x + b).reshape(2, 4, 32), rtol=1e-6)
+    path = tmp_path / "table.npy"
+    np.save(path, x)
+
+    @nki.jit
+    def from_file(y):
+        c = nl.load(nl.shared_constant(str(path), dtype=nl.float32))
+        out = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(c, nl.load(y)))
+        return out
+    np.testing.assert_allclose(from_file(b), x + b, rtol=1e-6)

@@ -16,7 +16,21 @@ import functools
 import os
 
 from . import collectives, isa, language, lnc
-from ._core import DType as dtype  # noqa: F401  (nki.dtype: the type of nl.float32, ... for annotations)
+from . import _core as _core_module
+
+
+def _dtype_module():
+    """``nki.dtype``: the dtypes (``nki.dtype.float32`` ...), also what kernels annotate with (``x: nki.dtype``)."""
+    import types
+    mod = types.ModuleType("nki.dtype")
+    mod.__doc__ = _dtype_module.__doc__
+    mod.DType = _core_module.DType
+    for name, d in _core_module.DTYPES.items():
+        setattr(mod, name, d)
+    return mod
+
+
+dtype = _dtype_module()
 from ._core import KernelError
 from ._runtime import Kernel, RunSummary, set_target
 

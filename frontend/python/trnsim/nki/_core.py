@@ -45,6 +45,27 @@ class DType:
     def __repr__(self):
         return f"nl.{self.nki_name}"
 
+    def __str__(self):
+        # NumPy's name, as NKI's dtypes print (kernels compare dtypes by str(): "float32", "bfloat16").
+        return self.nki_name
+
+    @property
+    def dtype(self):
+        """The NumPy dtype, so that np.zeros(..., dtype=nl.bfloat16) and x.astype(nl.float32) work."""
+        if self.numpy is None:
+            raise TypeError(f"{self.nki_name} has no host type")
+        return self.numpy
+
+    def __reduce__(self):
+        # One object per dtype: a copy or an unpickled dtype is the same object (dataclasses.asdict deep-copies).
+        return (as_dtype, (self.nki_name,))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __eq__(self, other):
         try:
             return as_dtype(other) is self
@@ -80,6 +101,9 @@ def _make_dtypes():
         ("float8_e5m2", "fp8_e5m2", 1, ml_dtypes.float8_e5m2, True),
         ("float8_e3m4", "fp8_e3m4", 1, ml_dtypes.float8_e3m4, True),
         ("float8_e8m0fnu", "fp8_e8m0", 1, None, True),
+        # MX data, four values packed per element (trn3's quantize_mx / nc_matmul_mx): no host type.
+        ("float8_e4m3fn_x4", "mxfp8_e4m3", 4, None, True), ("float8_e5m2_x4", "mxfp8_e5m2", 4, None, True),
+        ("float4_e2m1fn_x4", "mxfp4_e2m1", 2, None, True),
         ("int32", "int32", 4, np.int32, False), ("int16", "int16", 2, np.int16, False),
         ("int8", "int8", 1, np.int8, False), ("uint32", "uint32", 4, np.uint32, False),
         ("uint16", "uint16", 2, np.uint16, False), ("uint8", "uint8", 1, np.uint8, False),
@@ -359,7 +383,9 @@ class View:
         return f"<nki {self.st.space} tensor {self.st.name or '?'} {self.st.dtype.nki_name}{list(self.shape)}>"
 
     def __bool__(self):
-        fail("a tensor has no truth value while tracing: use nl.where / masks for data-dependent choices")
+        # NKI 0.7 traces with Python: a tensor object is true (``if bias:`` asks "was one given?"); its values
+        # are not known while tracing (data-dependent choices take nl.where / masks / nl.if_else).
+        return True
 
     def __iter__(self):
         for i in range(len(self)):

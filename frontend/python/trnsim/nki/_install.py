@@ -34,6 +34,7 @@ def install(force=False):
     legacy.compiler = compiler
     modules = {
         "nki": current, "nki.language": language, "nki.isa": isa, "nki.isa.constants": isa.constants,
+        "nki.dtype": current.dtype,
         "nki.typing": nki_typing, "nki.lnc": lnc,
         "nki.collectives": collectives,
         "neuronxcc": neuronxcc, "neuronxcc.nki": legacy, "neuronxcc.nki.language": language,

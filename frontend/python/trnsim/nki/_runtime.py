@@ -8,6 +8,8 @@ import re
 import numpy as np
 
 from . import _core, _trace
+from math import prod as _prod
+
 from ._core import KernelError, View, as_dtype
 
 # NEURON_PLATFORM_TARGET_OVERRIDE names (NKI docs) -> trnsim configs.
@@ -111,6 +113,11 @@ def _structure(value, seen):
     if value is None:
         return None
     if isinstance(value, View):
+        if (value.st.space == "hbm" and value.st.base is None and not value.is_whole() and value.offset == 0
+                and value.is_contiguous() and _prod(value.shape) == _prod(value.st.shape)):
+            # A reshape of a whole tensor (out.reshape(...)): the tensor's values in the view's shape.
+            seen.append(value.st)
+            return ("reshaped", (value.st.name, tuple(value.shape)))
         if value.st.space != "hbm" or not value.is_whole():
             raise KernelError(f"a kernel returns whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)); got {value!r}")
         if value.st.base is not None:
@@ -143,6 +150,9 @@ def _rebuild(structure, arrays):
     if kind == "as_dtype":
         name, dtype, shape = payload
         return _as_dtype(arrays[name], dtype, shape)
+    if kind == "reshaped":
+        name, shape = payload
+        return arrays[name].reshape(shape)
     if kind in ("tuple", "list"):
         items = [_rebuild(s, arrays) for s in payload]
         return tuple(items) if kind == "tuple" else items

@@ -21,6 +21,10 @@ class _Word:
     def __repr__(self):
         return f"nisa.{self._group}.{self._isa_name}"
 
+    @property
+    def name(self):  # as an Enum member's (nisa.nc_version.gen3.name == "gen3")
+        return self._isa_name
+
     def __eq__(self, other):
         return isinstance(other, _Word) and other._isa_name == self._isa_name and other._group == self._group
 

@@ -1254,7 +1254,11 @@ def gather_flattened(data, indices, axis=0, mask=None, dtype=None, **kw):
 
 def shared_constant(constant, dtype=None, **kw):
     """An HBM tensor holding a host array known when the kernel is traced (``nl.shared_constant(
-    np.identity(128, dtype=np.int8), dtype=nl.bfloat16)``): an input of the program with those values."""
+    np.identity(128, dtype=np.int8), dtype=nl.bfloat16)``): an input of the program with those values; a path
+    names a ``.npy`` file holding them."""
+    import os
+    if isinstance(constant, (str, os.PathLike)):
+        constant = np.load(os.fspath(constant))
     arr = np.asarray(constant)
     d = as_dtype(dtype if dtype is not None else arr.dtype)
     if d.numpy is None:
