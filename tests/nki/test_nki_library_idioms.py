@@ -68,6 +68,7 @@ def test_tensor_reduce_of_the_trailing_dim_of_a_contiguous_tile(rng):
 
 
 def test_tile_sizes_ranges_and_activation_names():
+    seen = {}
 
     @nki.jit
     def probe(x):
@@ -120,3 +121,23 @@ def test_a_kernel_returns_a_reshaped_tensor_and_tests_an_optional_one(rng, tmp_p
         nl.store(out, nl.add(c, nl.load(y)))
         return out
     np.testing.assert_allclose(from_file(b), x + b, rtol=1e-6)
+
+
+@nki.jit
+def quarter_rows(x):
+    """On chip, ap()'s offset counts the tile's flat [partition, free] elements (nki-library's output projection
+    writes head n at offset n * d * F): each 32-partition block of t gets its own row block of x."""
+    p, f = x.shape
+    t = nl.ndarray((4 * p, f), dtype=x.dtype, buffer=nl.sbuf)
+    xs = nl.load(x)
+    for n in range(4):
+        nisa.tensor_copy(dst=t.ap(pattern=[[f, p], [1, f]], offset=n * p * f), src=xs)
+    out = nl.ndarray((4 * p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+def test_an_on_chip_ap_offset_moves_whole_partitions(rng):
+    x = rand(rng, 32, 16)
+    np.testing.assert_array_equal(quarter_rows(x), np.concatenate([x] * 4))
+    assert "offset=0" in quarter_rows.last_program and "offset=512" not in quarter_rows.last_program

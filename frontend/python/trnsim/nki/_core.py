@@ -600,6 +600,13 @@ class View:
             return self.view(dtype).ap(pattern, offset, scalar_offset, vector_offset=vector_offset,
                                        indirect_dim=indirect_dim)
         start = self.offset + int(offset or 0)
+        pstart = self.pstart
+        if self.st.space != "hbm" and offset:
+            # On chip NKI counts the offset over the tile's flat [partition, free] elements (the partition pair's
+            # step is the elements per partition): whole partitions move the start partition.
+            moved, start = divmod(int(offset), self.st.per_partition)
+            start += self.offset
+            pstart += moved
         scale_dim = int(indirect_dim) if indirect_dim is not None else 0
         if (scalar_offset is not None or vector_offset is not None) and not 0 <= scale_dim < len(self.dims):
             fail(f"ap(indirect_dim={indirect_dim}): the tensor has {len(self.dims)} dims")
@@ -607,7 +614,7 @@ class View:
             if vector_offset is not None:
                 fail("ap(vector_offset=) needs a pattern (its first pair: one row per partition)")
             return View(self.st, offset_plus(start, self._scaled_offset(scalar_offset, scale_dim)),
-                        [list(d) for d in self.dims], self.pdim, self.pstart)
+                        [list(d) for d in self.dims], self.pdim, pstart)
         dims = [[int(s), int(n)] for s, n in pattern]
         if vector_offset is not None:
             return self._indirect_ap(dims, start, scalar_offset, vector_offset, scale_dim)
@@ -619,7 +626,9 @@ class View:
         if dims[0][0] not in (0, 1, self.st.per_partition) and dims[0][1] > 1:
             fail("ap(): on-chip partitions are contiguous (partition step 1)")
         dims[0][0] = 0
-        return View(self.st, start, dims, 0, self.pstart)
+        if pstart + dims[0][1] > self.st.partitions:
+            fail(f"ap(): partitions {pstart}..{pstart + dims[0][1] - 1} leave the tile of {self.st.partitions}")
+        return View(self.st, start, dims, 0, pstart)
 
     def _scaled_offset(self, scalar_offset, scale_dim):
         """scalar_offset (register, int or one-element integer tensor) times the stride of dim scale_dim."""
