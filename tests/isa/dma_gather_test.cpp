@@ -191,5 +191,24 @@ TEST(DmaGather, AnIndexedTransposeGathersRowsThenTransposesThem) {
               testing::ThrowsMessage<IsaError>(testing::HasSubstr("gathered rows")));
 }
 
+// The 16-bit access-pattern stride binds the on-chip side; a DMA's HBM side is addressed by its descriptors.
+TEST(DmaGather, LongHbmStridesAreLegalOnChipOnesAreNot) {
+  ProgramBuilder b("strides", Generation::trn2);
+  const uint32_t wide = b.hbm("wide", DType::bf16, {128, 65536}, AllocationRole::input);
+  const uint32_t s = b.sbuf("s", DType::bf16, {128, 2, 64});
+  // Two column blocks 40000 elements apart in each HBM row: an HBM stride of 40000.
+  AccessPattern src = b.view(wide, {Slice::all(), Slice::range(0, 128)});
+  src.num_free_dims = 2;
+  src.free[0] = {40000, 2};
+  src.free[1] = {1, 64};
+  b.emit(Opcode::dma_copy).tensor("dst", b.view(s)).tensor("src", src);
+  EXPECT_NO_THROW(check_program(b.program(), trn2()));
+  AccessPattern onchip = b.view(s);
+  onchip.free[0].stride = 40000;
+  b.emit(Opcode::tensor_copy).tensor("dst", b.view(s)).tensor("src", onchip);
+  EXPECT_THAT([&] { check_program(b.program(), trn2()); },
+              testing::ThrowsMessage<IsaError>(testing::HasSubstr("16-bit stride field")));
+}
+
 }  // namespace
 }  // namespace trnsim::isa

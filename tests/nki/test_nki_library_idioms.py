@@ -141,3 +141,23 @@ def test_an_on_chip_ap_offset_moves_whole_partitions(rng):
     x = rand(rng, 32, 16)
     np.testing.assert_array_equal(quarter_rows(x), np.concatenate([x] * 4))
     assert "offset=0" in quarter_rows.last_program and "offset=512" not in quarter_rows.last_program
+
+
+@nki.jit
+def packed_tiles(x):
+    """Two tiles placed 4 bytes apart in each partition (nki-library's allocators pack tiles so): the dependency
+    tracking is byte-exact, so each keeps its own values."""
+    a = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+    b = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf, address=(0, 4))
+    nisa.dma_copy(dst=b, src=x)
+    nisa.memset(dst=a, value=3.0)
+    out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.tensor_scalar(dst=b, data=b, op0=nl.add, operand0=a)
+    nisa.dma_copy(dst=out, src=b)
+    return out
+
+
+def test_tiles_placed_at_element_boundaries(rng):
+    x = rand(rng, 128, 8)
+    np.testing.assert_allclose(packed_tiles(x), x + 3.0, rtol=1e-6)
+    assert "@ 0:4" in packed_tiles.last_program

@@ -216,6 +216,8 @@ class Trace:
             for t in starts.get(i, ()):
                 allocator = allocators[t.space]
                 size = allocator.size_of(t.per_partition * t.dtype.size_bytes)
+                if t.address is not None and t.space == "sbuf":
+                    size = t.per_partition * t.dtype.size_bytes   # a placed SBUF tile holds exactly its bytes
                 if t.address is not None:
                     # A kernel-placed tile takes its bytes on every partition (conservative).
                     start = allocator.take_at(t.address[1], size)
