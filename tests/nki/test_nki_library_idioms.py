@@ -95,6 +95,12 @@ def test_dtypes_behave_as_numpy_names():
     assert nt.float8_e4m3 is nl.float8_e4m3 and nl.float8_e4m3fn_x4.size_bytes == 4 and nl.float4_e2m1fn_x4
     assert nisa.nc_version.gen3.name == "gen3"
 
+    class Section(nl.NKIObject):
+        index = None
+        offset = None
+    section = Section(index=2, offset=64)
+    assert (section.index, section.offset, Section().index) == (2, 64, None)
+
 
 @nki.jit
 def reshaped_output(x, bias=None):

@@ -413,7 +413,12 @@ sequential_range = static_range = affine_range
 
 class NKIObject:
     """NKI 0.7's base for the plain Python objects a kernel passes around while it traces (configs, tile
-    descriptors, often dataclasses): tracing runs Python, so nothing more is needed of them here."""
+    descriptors, often dataclasses): tracing runs Python, so nothing more is needed of them here. Without an
+    ``__init__`` of its own a subclass takes its fields by keyword (``SectionParams(section_idx=0, ...)``)."""
+
+    def __init__(self, **fields):
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 def _is_register(x):
