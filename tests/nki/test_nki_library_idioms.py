@@ -101,6 +101,13 @@ def test_dtypes_behave_as_numpy_names():
     section = Section(index=2, offset=64)
     assert (section.index, section.offset, Section().index) == (2, 64, None)
 
+    @dataclass
+    class Params(nl.NKIObject):   # bare class attributes as fields, as nki-library's SectionParams
+        idx = None
+        size = 4
+    p = Params(idx=1)
+    assert (p.idx, p.size) == (1, 4)
+
 
 @nki.jit
 def reshaped_output(x, bias=None):

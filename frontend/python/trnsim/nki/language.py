@@ -420,6 +420,21 @@ class NKIObject:
         for name, value in fields.items():
             setattr(self, name, value)
 
+    def __init_subclass__(cls, **kwargs):
+        # AWS's kernels write @dataclass configs whose fields are bare class attributes (``section_idx = None``)
+        # and construct them by keyword: such attributes become fields (annotated Any) before @dataclass runs.
+        super().__init_subclass__(**kwargs)
+        import typing
+        annotations = cls.__dict__.get("__annotations__")
+        if annotations is None:
+            annotations = {}
+            cls.__annotations__ = annotations
+        for name, value in list(cls.__dict__.items()):
+            if name.startswith("_") or name in annotations or callable(value) or \
+                    isinstance(value, (property, staticmethod, classmethod, list, dict, set)):
+                continue
+            annotations[name] = typing.Any
+
 
 def _is_register(x):
     return hasattr(x, "_register")
