@@ -159,13 +159,17 @@ RegisterUse register_use(const Instruction& inst) {
   return use;
 }
 
-int32_t rank_id_value(const Instruction& inst, const RegisterFile& registers, uint32_t rank) {
+namespace {
+
+// rank_id's value on the core of rank `rank`: the rank itself, or with a group the rank `back` places before it
+// around its rank-list. IsaError [collective-group] when the group does not hold the rank.
+int32_t rank_id_value(const Instruction& inst, RegisterFile& registers, uint32_t rank) {
   const std::vector<int64_t>& group = inst.list("group");
   if (group.empty()) return int32_t(rank);
   const size_t size = inst.scalar("group_size") > 0 ? size_t(inst.scalar("group_size")) : group.size();
   int64_t back = int64_t(inst.scalar("back"));
   if (inst.has("back_reg")) {
-    back += register_operand(inst, "back_reg", const_cast<RegisterFile&>(registers));
+    back += register_operand(inst, "back_reg", registers);
   }
   for (size_t first = 0; first + size <= group.size(); first += size) {
     for (size_t i = 0; i < size; ++i) {
@@ -177,6 +181,8 @@ int32_t rank_id_value(const Instruction& inst, const RegisterFile& registers, ui
   }
   throw IsaError("rank " + std::to_string(rank) + " is in no rank-list of the group [collective-group]");
 }
+
+}  // namespace
 
 bool execute_register_only(const Instruction& inst, RegisterFile& registers, uint32_t rank) {
   switch (inst.opcode) {

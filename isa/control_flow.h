@@ -78,9 +78,6 @@ RegisterUse register_use(const Instruction& inst);
 // rank_id) on a register file; false for any other opcode. `rank`: the executing core's rank, its position among the
 // cores of the simulation (what rank_id reads).
 bool execute_register_only(const Instruction& inst, RegisterFile& registers, uint32_t rank = 0);
-// rank_id's value on the core of rank `rank`: the rank itself, or with a group the rank `back` places before it
-// around its rank-list. IsaError [collective-group] when the group does not hold the rank.
-int32_t rank_id_value(const Instruction& inst, const RegisterFile& registers, uint32_t rank);
 
 // The straight-line program `program` executes: same name, generation and allocations, the executed
 // instructions in order. With `values` every executed instruction is also run on its state (the results equal

@@ -37,35 +37,7 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
 }
 
 namespace {
-
-// dma_transpose with indices: row indices[p] of the table src becomes column p of dst; an index outside the table is
-// an error naming it (the DGE faults), or with oob_mode=skip leaves that column as it was.
-void transpose_gathered_rows(const Instruction& inst, ExecContext& ctx) {
-  const AccessPattern& dst = inst.tensor("dst");
-  const AccessPattern& src = inst.tensor("src");
-  const AccessPattern& indices = inst.tensor("indices");
-  AccessPattern raw = indices;
-  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
-  const Tile bits = ctx.state.read(raw);
-  Tile out = ctx.state.read(dst);
-  const uint32_t rows = src.partitions();
-  for (uint32_t p = 0; p < indices.partitions(); ++p) {
-    const uint32_t pattern = numerics::float_bits(bits.values[p]);
-    const int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
-    if (index < 0 || index >= int64_t{rows}) {
-      if (inst.enum_is("oob_mode", "skip")) continue;
-      throw IsaError("gather-transpose: indices[" + std::to_string(p) + "] = " + std::to_string(index) +
-                     " is outside the table's " + std::to_string(rows) + " rows [dma-gather]");
-    }
-    AccessPattern row = src;
-    row.offset += index * src.partition.stride;
-    row.partition.size = 1;
-    const Tile values = ctx.state.read(row);
-    for (uint64_t f = 0; f < values.free; ++f) out.at(static_cast<uint32_t>(f), p) = values.at(0, f);
-  }
-  ctx.state.write(dst, out, ctx.rounding, ctx.rng);
-}
-
+void transpose_gathered_rows(const Instruction& inst, ExecContext& ctx);  // below, with the indirect DMA's helpers
 }  // namespace
 
 void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
@@ -84,6 +56,27 @@ void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
     for (uint64_t f = 0; f < data.free; ++f) out.at(static_cast<uint32_t>(f), p) = data.at(p, f);
   }
   ctx.state.write(dst, out, ctx.rounding, ctx.rng);
+}
+
+// row(p, index) for each partition p of `indices` (32-bit row indices, read as raw integers: exact beyond 2^24) in
+// partition order; an index outside the `rows` of the table is an error naming it, as the DGE would fault on the
+// address rather than touch another tensor, unless `skip_out_of_bounds` (oob_mode=skip): then row p does not move.
+template <typename Row>
+void for_each_row_index(const char* op, const AccessPattern& indices, uint32_t rows, bool skip_out_of_bounds,
+                        ExecContext& ctx, Row&& row) {
+  AccessPattern raw = indices;
+  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
+  const Tile bits = ctx.state.read(raw);
+  for (uint32_t p = 0; p < indices.partitions(); ++p) {
+    const uint32_t pattern = numerics::float_bits(bits.values[p]);
+    const int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
+    if (index < 0 || index >= int64_t{rows}) {
+      if (skip_out_of_bounds) continue;
+      throw IsaError(std::string(op) + " index " + std::to_string(index) + " (partition " + std::to_string(p) +
+                     ") is out of range for a table of " + std::to_string(rows) + " rows");
+    }
+    row(p, index);
+  }
 }
 
 // The indices of an indirect DMA (dma_gather, dma_scatter): one row index per partition of the
@@ -105,21 +98,29 @@ void for_each_indirect_row(const char* op, const char* side, const AccessPattern
     throw IsaError(std::string(side) + " rows have " + std::to_string(sbuf.free_elements()) +
                    " elements but table rows have " + std::to_string(table.free_elements()));
   }
-  AccessPattern raw = indices;
-  raw.dtype = DType::fp32;  // the 32-bit patterns, not converted values
-  Tile bits = ctx.state.read(raw);
-  const uint32_t rows = table.partitions();
-  for (uint32_t p = 0; p < sbuf.partitions(); ++p) {
-    uint32_t pattern = numerics::float_bits(bits.values[p]);
-    int64_t index = indices.dtype == DType::int32 ? int64_t{static_cast<int32_t>(pattern)} : int64_t{pattern};
-    if (index < 0 || index >= int64_t{rows}) {
-      if (skip_out_of_bounds) continue;
-      throw IsaError(std::string(op) + " index " + std::to_string(index) + " (partition " + std::to_string(p) +
-                     ") is out of range for a table of " + std::to_string(rows) + " rows");
-    }
-    row(p, index);
-  }
+  for_each_row_index(op, indices, table.partitions(), skip_out_of_bounds, ctx, row);
 }
+
+namespace {
+
+// dma_transpose with indices: row indices[p] of the table src becomes column p of dst (its rows read as
+// for_each_indirect_row reads them), then written at once; a skipped index leaves its column as it was.
+void transpose_gathered_rows(const Instruction& inst, ExecContext& ctx) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& src = inst.tensor("src");
+  Tile out = ctx.state.read(dst);
+  for_each_row_index("gather-transpose", inst.tensor("indices"), src.partitions(), inst.enum_is("oob_mode", "skip"),
+                     ctx, [&](uint32_t p, int64_t index) {
+                       AccessPattern row = src;
+                       row.offset += index * src.partition.stride;
+                       row.partition.size = 1;
+                       const Tile values = ctx.state.read(row);
+                       for (uint64_t f = 0; f < values.free; ++f) out.at(static_cast<uint32_t>(f), p) = values.at(0, f);
+                     });
+  ctx.state.write(dst, out, ctx.rounding, ctx.rng);
+}
+
+}  // namespace
 
 // Indirect DMA (NKI's software-DGE gather): row p of dst receives row indices[p] of the table src.
 void exec_dma_gather(const Instruction& inst, ExecContext& ctx) {

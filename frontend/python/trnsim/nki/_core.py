@@ -636,8 +636,7 @@ class View:
             return 0
         if isinstance(scalar_offset, View):
             from . import isa
-            if scalar_offset.st.dtype.name not in ("int32", "uint32", "int16", "uint16", "int8", "uint8") or \
-                    int(np.prod(scalar_offset.shape)) != 1:
+            if scalar_offset.st.dtype.is_float or int(np.prod(scalar_offset.shape)) != 1:
                 fail(f"ap(): a scalar_offset tensor holds one integer, got {scalar_offset!r}")
             scalar_offset = isa.scalar_load(scalar_offset)
         elif not is_register(scalar_offset) and not isinstance(scalar_offset, (int, np.integer)):

@@ -86,8 +86,7 @@ def _constants_module():
     mod = types.ModuleType("nki.isa.constants")
     mod.__doc__ = _constants_module.__doc__
     for name in ("engine", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine", "reduce_cmd"):
-        if name in globals():
-            setattr(mod, name, globals()[name])
+        setattr(mod, name, globals()[name])
     return mod
 
 
