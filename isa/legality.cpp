@@ -15,9 +15,11 @@
 namespace trnsim::isa {
 namespace {
 
-// Free-size limits of the Vector/Scalar/GpSimd engines (LANG tiling-overview).
-constexpr uint64_t kMaxFreeElementsSbuf = 65536;
-constexpr uint64_t kMaxFreeElementsPsum = 4096;
+// Free-size limits of the Vector/Scalar/GpSimd engines (LANG tiling-overview): an access streams at most 64K
+// elements per partition, and one from PSUM spans at most 4K of them (a broadcast may stream more than it spans:
+// nki-library's layernorm_tkg broadcasts a [H0, BxS] PSUM mean over H1 to BxS * H1 > 4K elements).
+constexpr uint64_t kMaxFreeElements = 65536;
+constexpr uint64_t kMaxFreeSpanPsum = 4096;
 constexpr uint64_t kBnStatsMaxFree = 512;  // ISA bn_stats: nl.tile_size.bn_stats_fmax
 constexpr uint32_t kVectorTransposeMax = 32;  // ISA nc_transpose on the Vector engine
 // ISA nc_matmul_mx / quantize_mx: a scale group is 8 partitions x 4 packed values; a 32-partition quadrant of data
@@ -187,11 +189,16 @@ class Checker {
                                 std::to_string(limit - 1) + ")");
     }
     if (!sequencer && (inst.engine == Engine::vector || inst.engine == Engine::scalar || inst.engine == Engine::gpsimd)) {
-      uint64_t max_free = a.space == MemorySpace::psum ? kMaxFreeElementsPsum : kMaxFreeElementsSbuf;
-      if (ap.free_elements() > max_free) {
+      if (ap.free_elements() > kMaxFreeElements) {
         fail("free-size", what + ": " + std::to_string(ap.free_elements()) + " elements per partition; the " +
                               std::string(enum_name(inst.engine)) + " engine takes at most " +
-                              std::to_string(max_free) + " from " + memory_space_name(a.space));
+                              std::to_string(kMaxFreeElements) + " from " + memory_space_name(a.space));
+      }
+      const uint64_t span = uint64_t(high - low + 1);
+      if (a.space == MemorySpace::psum && span > kMaxFreeSpanPsum) {
+        fail("free-size", what + ": spans " + std::to_string(span) + " elements of each partition; the " +
+                              std::string(enum_name(inst.engine)) + " engine takes at most " +
+                              std::to_string(kMaxFreeSpanPsum) + " from psum");
       }
       const ComputeEngineConfig& engine = compute_engine(inst.engine);
       if (!engine.elements_per_cycle_by_dtype.count(ap.dtype) && !is_quantize_mx_output(inst, name)) {
@@ -1117,6 +1124,12 @@ class Checker {
         if (given(inst, "reduce_res")) {
           if (!inst.has("reduce_op")) fail("missing-operand", "reduce_res is given but reduce_op is not");
           shape_is(inst, "reduce_res", data->partitions(), 1);
+        }
+        if (inst.spec().find("reduce_cmd") && !inst.has("reduce_op")) {
+          const std::string_view command = inst.enum_word("reduce_cmd");
+          if (command != "auto" && command != "idle") {
+            fail("missing-operand", "reduce_cmd=" + std::string(command) + " needs reduce_op");
+          }
         }
         break;
       }

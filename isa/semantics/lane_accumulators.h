@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "isa/isa_error.h"
@@ -19,6 +20,23 @@ inline float* lane_registers(std::vector<float>& registers, ExecContext& ctx, co
                    " have no " + engine + " engine lane (the engine has " + std::to_string(registers.size()) + ")");
   }
   return registers.data() + first;
+}
+
+// What reduce_cmd does to the registers for the instructions whose reduction is optional (activation, select_reduce,
+// range_select): `auto` is the ISA's spelling of "not given", the instruction's own reduction (reset_reduce) when
+// it writes reduce_res and none otherwise, as these instructions behaved before NKI gave them reduce_cmd.
+struct AccumulatorCommand {
+  bool reset = false;  // the registers start from reduce_op's identity
+  bool fold = false;   // the instruction's results are folded into them
+};
+
+inline AccumulatorCommand accumulator_command(std::string_view word, bool writes_reduce_res) {
+  if (word == "auto") word = writes_reduce_res ? "reset_reduce" : "idle";
+  if (word == "reset") return {true, false};
+  if (word == "reset_reduce") return {true, true};
+  if (word == "reduce") return {false, true};
+  if (word == "idle") return {};
+  throw IsaError("reduce_cmd " + std::string(word) + " is not one of idle, reset, reduce, reset_reduce");
 }
 
 }  // namespace trnsim::isa

@@ -1,5 +1,6 @@
 // Scalar engine semantics: activation functions with the fused scale/bias in front and the
 // per-partition accumulator (reduce_regs) behind.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -20,10 +21,12 @@ float* scalar_lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
   return lane_registers(ctx.state.scalar_accumulators(), ctx, ap, "Scalar");
 }
 
-// dst = op(data * scale + bias) elementwise in fp32; reduce_res[p] = reduce_op over the free
-// elements of the result. Each activation starts its own accumulation (NKI's reset_reduce) and
-// leaves it in the Scalar accumulator registers, where activate2's reduce_cmd can continue it.
-void activate(const Instruction& inst, ExecContext& ctx, bool has_reduce) {
+// dst = op(data * scale + bias) elementwise in fp32. Behind it, the Scalar accumulator registers per `command`
+// (activation's reduce_cmd; activation_reduce is always reset_reduce): reset starts them from reduce_op's identity,
+// fold adds the fp32 results (before the cast to dst.dtype) in element order; reduce_res reads them afterwards.
+// They stay in the registers, where later activations and activate2 continue them (NKI: shared across the Scalar
+// engine's accumulating instructions).
+void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand command, bool has_res) {
   const AccessPattern& dst = inst.tensor("dst");
   Tile data = ctx.read(inst.tensor("data"));
   if (dst.partitions() != data.partitions || dst.free_elements() != data.free) {
@@ -38,41 +41,47 @@ void activate(const Instruction& inst, ExecContext& ctx, bool has_reduce) {
   // An absent bias adds nothing (not even +0.0, which would turn a -0.0 product into +0.0).
   bool has_bias = !bias.empty();
 
+  const bool uses_registers = command.reset || command.fold;
   AluOp reduce_op = AluOp::add;
-  if (has_reduce) {
+  if (uses_registers || has_res) {
+    if (!inst.has("reduce_op")) throw IsaError("the accumulator (reduce_cmd / reduce_res) needs reduce_op");
     reduce_op = static_cast<AluOp>(static_cast<int>(inst.scalar("reduce_op")));
     if (!alu_op_is_reduction(reduce_op)) {
       throw IsaError("reduce_op " + std::string(alu_op_name(reduce_op)) + " is not a reduction operator");
     }
+  }
+  if (has_res) {
     const AccessPattern& res = inst.tensor("reduce_res");
     if (res.partitions() != data.partitions || res.free_elements() != 1) {
       throw IsaError("reduce_res must be " + shape_text(data.partitions, 1) + ", got " +
                      shape_text(res.partitions(), res.free_elements()));
     }
   }
+  float* acc = uses_registers || has_res ? scalar_lane_accumulators(ctx, inst.tensor("data")) : nullptr;
+  if (command.reset) std::fill(acc, acc + data.partitions, reduction_identity(reduce_op));
 
   Tile out(data.partitions, data.free);
-  Tile reduced(data.partitions, 1);
   for_row_ranges(ctx, data.partitions, data.values.size(), [&](uint32_t first, uint32_t end) {
     for (uint32_t p = first; p < end; ++p) {
       const float* in = data.row(p);
       float* o = out.row(p);
       apply_activation_rows(func, in, o, data.free, scale[p], has_bias ? &bias[p] : nullptr, alpha);
-      if (has_reduce) {
-        // The accumulator sits behind the activation's fp32 output, before the cast to dst.dtype:
-        // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the
-        // accumulator holding values dst.dtype cannot (FP32_MIN vs a bf16 -inf). Sequential fold
-        // from the first element, as the lane streams its elements.
-        reduced.at(p, 0) = fold_alu(reduce_op, o, data.free);
+      if (!command.fold) continue;
+      // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the accumulator holding
+      // values dst.dtype cannot (FP32_MIN vs a bf16 -inf). A fresh accumulation folds from the first element, as
+      // the lane streams its elements; a continued one folds each element onto the register.
+      if (command.reset) {
+        acc[p] = fold_alu(reduce_op, o, data.free);
+      } else {
+        for (uint64_t i = 0; i < data.free; ++i) acc[p] = apply_alu(reduce_op, acc[p], o[i]);
       }
     }
   });
   ctx.write(dst, out);
-  if (has_reduce) {
+  if (has_res) {
+    Tile reduced(data.partitions, 1);
+    std::copy(acc, acc + data.partitions, reduced.values.begin());
     ctx.write(inst.tensor("reduce_res"), reduced);
-    // The reduction stays in the Scalar accumulator registers (shared with activate2's reduce_cmd).
-    float* acc = scalar_lane_accumulators(ctx, inst.tensor("data"));
-    for (uint32_t p = 0; p < data.partitions; ++p) acc[p] = reduced.at(p, 0);
   }
 }
 
@@ -93,10 +102,12 @@ float activate2_identity(AluOp op) {
 void exec_activation(const Instruction& inst, ExecContext& ctx) {
   bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
   if (has_res && !inst.has("reduce_op")) throw IsaError("reduce_res is given but reduce_op is not");
-  activate(inst, ctx, has_res);
+  activate(inst, ctx, accumulator_command(inst.enum_word("reduce_cmd"), has_res), has_res);
 }
 
-void exec_activation_reduce(const Instruction& inst, ExecContext& ctx) { activate(inst, ctx, true); }
+void exec_activation_reduce(const Instruction& inst, ExecContext& ctx) {
+  activate(inst, ctx, AccumulatorCommand{true, true}, true);
+}
 
 // ISA activate2 (NeuronCore-v4): per element in fp32, val = data; val = val op0 imm0 (imm0 op0 val with reverse0)
 // unless op0 is bypass; then the same with op1 / imm1 / reverse1; dst = op(val, relu_param). The accumulator stage

@@ -155,6 +155,32 @@ bool is_accumulating_reduce_op(AluOp op) {
   return op == AluOp::add || op == AluOp::multiply || op == AluOp::maximum || op == AluOp::minimum;
 }
 
+// select_reduce / range_select behind their selection `out` (fp32, before dst's cast): the Vector accumulator
+// registers per reduce_cmd (isa/semantics/lane_accumulators.h); reduce_res reads them afterwards. A fresh
+// accumulation folds each row from its first element, a continued one folds each element onto the register.
+void accumulate_selection(const Instruction& inst, ExecContext& ctx, const AccessPattern& lanes, const Tile& out,
+                          AluOp reduce_op, bool has_res) {
+  const AccumulatorCommand command = accumulator_command(inst.enum_word("reduce_cmd"), has_res);
+  if (!command.reset && !command.fold && !has_res) return;
+  check_reduction(reduce_op);
+  if (has_res) check_shape("reduce_res", inst.tensor("reduce_res"), out.partitions, 1);
+  float* acc = lane_accumulators(ctx, lanes);
+  for (uint32_t p = 0; p < out.partitions; ++p) {
+    if (command.reset && command.fold) {
+      acc[p] = fold_alu(reduce_op, out.row(p), out.free);
+    } else {
+      if (command.reset) acc[p] = reduction_identity(reduce_op);
+      if (command.fold) {
+        for (uint64_t i = 0; i < out.free; ++i) acc[p] = apply_alu(reduce_op, acc[p], out.at(p, i));
+      }
+    }
+  }
+  if (!has_res) return;
+  Tile reduced(out.partitions, 1);
+  std::copy(acc, acc + out.partitions, reduced.values.begin());
+  ctx.write(inst.tensor("reduce_res"), reduced);
+}
+
 }  // namespace
 
 void exec_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
@@ -373,25 +399,17 @@ void exec_select_reduce(const Instruction& inst, ExecContext& ctx) {
   bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
   // NKI's reduce_op defaults to maximum (the only one it supports).
   AluOp reduce_op = inst.has("reduce_op") ? alu(inst, "reduce_op") : AluOp::maximum;
-  if (has_res) {
-    check_reduction(reduce_op);
-    check_shape("reduce_res", inst.tensor("reduce_res"), dst.partitions(), 1);
-  }
   Tile pred = ctx.read(inst.tensor("predicate"));
   Tile out = ctx.read(on_true);
   std::vector<float> on_false = ctx.per_partition(inst, "on_false", out.partitions);
-  Tile reduced(out.partitions, 1);
   for (uint32_t p = 0; p < out.partitions; ++p) {
     for (uint64_t i = 0; i < out.free; ++i) {
       if ((pred.at(p, i) != 0) == reverse) out.at(p, i) = on_false[p];
     }
-    // The accumulator sees the fp32 selection, before the cast to dst.dtype (as for activation).
-    if (has_res) reduced.at(p, 0) = fold_alu(reduce_op, out.row(p), out.free);
   }
-  // The reduction runs in the shared accumulator registers (NKI reduce_cmd note): it stays there.
-  if (has_res) std::copy(reduced.values.begin(), reduced.values.end(), lane_accumulators(ctx, dst));
+  // The accumulator sees the fp32 selection, before the cast to dst.dtype (as for activation).
   ctx.write(dst, out);
-  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+  accumulate_selection(inst, ctx, dst, out, reduce_op, has_res);
 }
 
 void exec_range_select(const Instruction& inst, ExecContext& ctx) {
@@ -411,16 +429,11 @@ void exec_range_select(const Instruction& inst, ExecContext& ctx) {
   }
   AluOp reduce_op = alu(inst, "reduce_op");
   bool has_res = inst.has("reduce_res") && inst.tensor("reduce_res").present();
-  if (has_res) {
-    check_reduction(reduce_op);
-    check_shape("reduce_res", inst.tensor("reduce_res"), partitions, 1);
-  }
   double range_start = inst.scalar("range_start");
   float on_false = static_cast<float>(inst.scalar("on_false_value"));
   Tile out = ctx.read(on_true);
   Tile bound0 = ctx.read(inst.tensor("bound0"));
   Tile bound1 = ctx.read(inst.tensor("bound1"));
-  Tile reduced(partitions, 1);
   for (uint32_t p = 0; p < partitions; ++p) {
     for (uint64_t i = 0; i < out.free; ++i) {
       // The index is compared in fp32 (NKI: keep range_start + index within 2^24).
@@ -428,13 +441,10 @@ void exec_range_select(const Instruction& inst, ExecContext& ctx) {
       bool keep = apply_alu(cmp0, index, bound0.at(p, 0)) != 0 && apply_alu(cmp1, index, bound1.at(p, 0)) != 0;
       if (!keep) out.at(p, i) = on_false;
     }
-    // fp32 accumulator, before dst's cast: NKI's note relies on reduce_res holding FP32_MIN
-    // where a bf16 dst holds -inf.
-    if (has_res) reduced.at(p, 0) = fold_alu(reduce_op, out.row(p), out.free);
   }
-  if (has_res) std::copy(reduced.values.begin(), reduced.values.end(), lane_accumulators(ctx, dst));
+  // fp32 accumulator, before dst's cast: NKI's note relies on reduce_res holding FP32_MIN where a bf16 dst holds -inf.
   ctx.write(dst, out);
-  if (has_res) ctx.write(inst.tensor("reduce_res"), reduced);
+  accumulate_selection(inst, ctx, dst, out, reduce_op, has_res);
 }
 
 void exec_tensor_tensor_scan(const Instruction& inst, ExecContext& ctx) {

@@ -188,6 +188,112 @@ TEST(AccumulatorTest, SelectReduceLeavesItsReductionInTheRegisters) {
   expect_exact(k.get(res2), want, "select_reduce then reduce");
 }
 
+// activation's reduce_cmd (NKI 0.7; nki-library's router_topk passes reset_reduce): reduce folds onto the registers
+// an earlier activation left, idle leaves them and reduce_res reads them back, reset sets reduce_op's identity, and
+// the default (auto) with reduce_res is the instruction's own reduction, as before reduce_cmd existed.
+TEST(AccumulatorTest, ActivationReduceCmdDrivesTheScalarRegisters) {
+  const uint32_t P = 4, F = 3;
+  Kernel k;
+  auto data = k.tensor(DType::fp32, {P, F}), data2 = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::bf16, {P, F});
+  std::vector<AccessPattern> res;
+  for (int i = 0; i < 6; ++i) res.push_back(k.tensor(DType::fp32, {P, 1}));
+  auto act = [&](const AccessPattern& in, const char* cmd, const AccessPattern* out, const char* op = "add") {
+    auto e = k.emit(Opcode::activation);
+    e.tensor("dst", dst).word("op", "copy").tensor("data", in).word("reduce_op", op);
+    if (cmd) e.word("reduce_cmd", cmd);
+    if (out) e.tensor("reduce_res", *out);
+  };
+  act(data, nullptr, &res[0]);          // auto with reduce_res: reset_reduce
+  act(data2, "reduce", &res[1]);        // folds on top, element by element
+  act(data2, "reduce", nullptr);        // folds again, reads nothing out
+  act(data2, "idle", &res[2]);          // reads the registers as they are
+  act(data2, "reset", &res[3]);         // identity of add, no fold
+  act(data, "reset_reduce", &res[4], "maximum");
+  act(data2, "idle", &res[5]);          // the plain activation without reduce_res leaves the registers too
+  k.build();
+  std::vector<float> a = {1.0f / 3, 1, 2, -1, -2, -3, 0.5f, 0.25f, 0.125f, 10, 20, 30};
+  std::vector<float> b = {0.1f, 0.2f, 0.3f, 4, 5, 6, -7, 8, -9, 1e-3f, 1e-4f, 1e-5f};
+  k.set(data, a);
+  k.set(data2, b);
+  k.run();
+  std::vector<float> sums, once, twice, maxima;
+  for (uint32_t p = 0; p < P; ++p) {
+    float s = a[p * F];
+    for (uint32_t i = 1; i < F; ++i) s = float(f32(double(s) + a[p * F + i]));
+    sums.push_back(s);
+    float t = s;
+    for (uint32_t i = 0; i < F; ++i) t = float(f32(double(t) + b[p * F + i]));
+    once.push_back(t);
+    for (uint32_t i = 0; i < F; ++i) t = float(f32(double(t) + b[p * F + i]));
+    twice.push_back(t);
+    maxima.push_back(std::max({a[p * F], a[p * F + 1], a[p * F + 2]}));
+  }
+  expect_exact(k.get(res[0]), sums, "auto with reduce_res");
+  expect_exact(k.get(res[1]), once, "reduce");
+  expect_exact(k.get(res[2]), twice, "idle after a second reduce");
+  expect_exact(k.get(res[3]), {0, 0, 0, 0}, "reset");
+  expect_exact(k.get(res[4]), maxima, "reset_reduce maximum");
+  expect_exact(k.get(res[5]), maxima, "idle leaves them");
+}
+
+TEST(AccumulatorTest, RangeSelectReduceCmdContinuesAcrossTiles) {
+  // nki-library's attention_cte masks score tiles with range_select(reduce_cmd=reset_reduce, reduce_res=...): a
+  // second tile with reduce_cmd=reduce gives the running maximum of both; idle leaves the registers.
+  const uint32_t P = 8, F = 16;
+  std::mt19937 rng(41);
+  Kernel k;
+  auto x0 = k.tensor(DType::fp32, {P, F}), x1 = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::fp32, {P, F});
+  auto lo = k.tensor(DType::fp32, {P, 1}), hi = k.tensor(DType::fp32, {P, 1});
+  auto r0 = k.tensor(DType::fp32, {P, 1}), r1 = k.tensor(DType::fp32, {P, 1}), r2 = k.tensor(DType::fp32, {P, 1});
+  auto sel = [&](const AccessPattern& in, const char* cmd, const AccessPattern* out, double start) {
+    auto e = k.emit(Opcode::range_select);
+    e.tensor("dst", dst).tensor("on_true_tile", in).word("comp_op0", "greater_equal").word("comp_op1", "less")
+        .tensor("bound0", lo).tensor("bound1", hi).imm("range_start", start).word("reduce_cmd", cmd);
+    if (out) e.tensor("reduce_res", *out);
+  };
+  sel(x0, "reset_reduce", &r0, 0);
+  sel(x1, "reduce", &r1, F);
+  sel(x0, "idle", &r2, 0);
+  k.build();
+  std::vector<float> lows(P), highs(P);
+  for (uint32_t p = 0; p < P; ++p) {
+    lows[p] = float(p);
+    highs[p] = float(2 * F - 3 * p);
+  }
+  Tile a = k.set(x0, random_values(rng, P * F)), b = k.set(x1, random_values(rng, P * F));
+  k.set(lo, lows);
+  k.set(hi, highs);
+  k.run();
+  const float fp32_min = -std::numeric_limits<float>::infinity();  // the ISA's default on_false_value
+  std::vector<float> first, both;
+  for (uint32_t p = 0; p < P; ++p) {
+    float m = fp32_min;
+    for (uint32_t i = 0; i < F; ++i) {
+      if (i >= lows[p] && i < highs[p]) m = std::max(m, a.at(p, i));
+    }
+    first.push_back(m);
+    for (uint32_t i = 0; i < F; ++i) {
+      if (F + i >= lows[p] && F + i < highs[p]) m = std::max(m, b.at(p, i));
+    }
+    both.push_back(m);
+  }
+  expect_exact(k.get(r0), first, "reset_reduce");
+  expect_exact(k.get(r1), both, "reduce across the second tile");
+  expect_exact(k.get(r2), both, "idle reads them back");
+}
+
+TEST(AccumulatorTest, ActivationReduceCmdNeedsReduceOp) {
+  for (const char* cmd : {"reduce", "reset", "reset_reduce"}) {
+    const std::string instruction = std::string("activation dst=a, op=copy, data=a, reduce_cmd=") + cmd;
+    Program program = parse_tasm("kernel k\ntarget trn2\nsbuf a : fp32[4, 8]\n" + instruction + "\n", "case.tasm");
+    CoreState state(config("trn2").core, program);
+    EXPECT_THROW(interpret(program, state, config("trn2")), IsaError) << instruction;
+    std::vector<std::string> rules;
+    for (const LegalityIssue& issue : find_legality_issues(program, config("trn2"))) rules.push_back(issue.rule);
+    EXPECT_THAT(rules, ::testing::Contains("missing-operand")) << instruction;
+  }
+}
+
 // ---- tensor_scalar_cumulative ----
 
 TEST(AccumulatorTest, TensorScalarCumulativeScansAndCarriesOver) {

@@ -49,6 +49,20 @@ struct MatmulProgram {
   }
 };
 
+// The Vector engine reads at most 4K elements of a PSUM partition, but a broadcast may stream more than it spans:
+// nki-library's layernorm_tkg subtracts a [H0, BxS] PSUM mean broadcast over H1 (BxS * H1 > 4K elements).
+TEST(Legality, PsumLimitIsTheSpanNotTheStreamedCount) {
+  const std::string head =
+      "kernel k\ntarget trn2\nsbuf s : fp32[128, 12288]\npsum m : fp32[128, 512]\npsum w : bf16[128, 6144]\n";
+  Program broadcast = parse_tasm(
+      head + "tensor_tensor dst=s, data1=s, data2=m{offset=0, ap=[[0, 128], [1, 512], [0, 24]]}, op=subtract\n",
+      "case.tasm");
+  EXPECT_THAT(issues(broadcast), ::testing::IsEmpty());
+  Program wide = parse_tasm(head + "tensor_copy dst=s{offset=0, ap=[[0, 128], [1, 6144]]}, src=w\n", "case.tasm");
+  EXPECT_THAT(issues(wide), ::testing::Contains(HasSubstr("spans 6144 elements of each partition; the vector engine "
+                                                          "takes at most 4096 from psum [free-size]")));
+}
+
 TEST(Legality, LegalMatmulHasNoIssues) {
   MatmulProgram p;
   p.matmul();

@@ -175,3 +175,45 @@ def test_tiles_placed_at_element_boundaries(rng):
     x = rand(rng, 128, 8)
     np.testing.assert_allclose(packed_tiles(x), x + 3.0, rtol=1e-6)
     assert "@ 0:4" in packed_tiles.last_program
+
+
+@nki.jit
+def softmax_over_column_tiles(x):
+    """Softmax of [P, 2F] rows in two F-wide tiles: the row maxima by range_select (reset_reduce on the first tile,
+    reduce on the second, nki-library attention_cte's masking pattern with an always-true range), then exp sums in the
+    Scalar accumulator (reset_reduce, then reduce), as nki-library's router_topk writes activation."""
+    p, f2 = x.shape
+    f = f2 // 2
+    t = nl.ndarray((p, f2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    lo = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    hi = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=lo, value=0.0)
+    nisa.memset(dst=hi, value=float(f2))
+    masked = nl.ndarray((p, f2), dtype=nl.float32, buffer=nl.sbuf)
+    row_max = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for k, cmd in ((0, nisa.reduce_cmd.reset_reduce), (1, nisa.reduce_cmd.reduce)):
+        nisa.range_select(masked[:, nl.ds(k * f, f)], on_true_tile=t[:, nl.ds(k * f, f)], comp_op0=nl.greater_equal,
+                          comp_op1=nl.less, bound0=lo, bound1=hi, reduce_op=nl.maximum, reduce_res=row_max,
+                          reduce_cmd=cmd, range_start=k * f)
+    neg_max = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=neg_max, data=row_max, op0=nl.multiply, operand0=-1.0)
+    e = nl.ndarray((p, f2), dtype=nl.float32, buffer=nl.sbuf)
+    sums = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for k, cmd in ((0, nisa.reduce_cmd.reset_reduce), (1, nisa.reduce_cmd.reduce)):
+        nisa.activation(dst=e[:, nl.ds(k * f, f)], op=nl.exp, data=masked[:, nl.ds(k * f, f)], bias=neg_max,
+                        reduce_op=nl.add, reduce_res=sums, reduce_cmd=cmd)
+    nisa.reciprocal(dst=sums, data=sums)
+    y = nl.ndarray((p, f2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=sums)
+    out = nl.ndarray((p, f2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+def test_reduce_cmd_accumulates_across_tiles(rng):
+    x = rand(rng, 128, 256) * 4
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(softmax_over_column_tiles(x), e / e.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-7)
+    program = softmax_over_column_tiles.last_program
+    assert program.count("reduce_cmd=reduce") == 2 and program.count("reduce_cmd=reset_reduce") == 2

@@ -210,6 +210,12 @@ def missing_api():
 from ._install import install, uninstall  # noqa: E402
 
 
+def pytest_load_initial_conftests(early_config, parser, args):
+    """``pytest -p trnsim.nki``: installed before the first conftest loads, so a test suite whose root
+    conftest imports ``nki`` at module level (nki-library's does) runs on trnsim."""
+    install()
+
+
 def pytest_configure(config):
     """``pytest -p trnsim.nki``: the session's ``import nki`` / ``neuronxcc.nki`` run on trnsim."""
     install()
