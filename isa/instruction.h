@@ -118,6 +118,9 @@ bool is_collective(Opcode opcode);
 // Whether a core's values at this instruction depend on other cores having reached theirs: the collectives,
 // sendrecv and core_barrier (semaphores and barrier order one core's own engines only).
 bool reaches_other_cores(Opcode opcode);
+// dma_transpose with src_shape: its permutation, the axes operand or NKI's default for the rank ([1, 0], [2, 1, 0],
+// [3, 1, 2, 0]); empty for another rank without axes.
+std::vector<int64_t> dma_transpose_axes(const Instruction& inst);
 
 }  // namespace trnsim::isa
 

@@ -166,6 +166,16 @@ bool reaches_other_cores(Opcode opcode) {
   return is_collective(opcode) || opcode == Opcode::core_barrier || opcode == Opcode::sendrecv;
 }
 
+std::vector<int64_t> dma_transpose_axes(const Instruction& inst) {
+  if (!inst.list("axes").empty()) return inst.list("axes");
+  switch (inst.list("src_shape").size()) {
+    case 2: return {1, 0};
+    case 3: return {2, 1, 0};
+    case 4: return {3, 1, 2, 0};
+    default: return {};
+  }
+}
+
 bool InstructionSpec::runs_on(Engine engine, Generation generation) const {
   for (const EngineAvailability& available : engines) {
     if (available.engine == engine && generation >= available.since) return true;

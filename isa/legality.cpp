@@ -463,6 +463,44 @@ class Checker {
   static AluOp alu(const Instruction& inst, const char* name) {
     return static_cast<AluOp>(static_cast<int>(inst.scalar(name)));
   }
+  // dma_transpose with src_shape (NKI's N-d forms): a shape of 2 to 4 dims holding src's elements, permuted by one of
+  // the permutations NKI supports ((1, 0), (2, 1, 0), (3, 1, 2, 0)); dst holds as many elements with the permuted
+  // shape's first dim on its partitions (and an on-chip src its first dim), and there are no indices.
+  void check_permuted_transpose(const Instruction& inst) {
+    const std::vector<int64_t>& shape = inst.list("src_shape");
+    const std::vector<int64_t> axes = dma_transpose_axes(inst);
+    const std::vector<std::vector<int64_t>> supported = {{1, 0}, {2, 1, 0}, {3, 1, 2, 0}};
+    if (std::find(supported.begin(), supported.end(), axes) == supported.end() || axes.size() != shape.size()) {
+      fail("transpose-axes", "a DMA transpose permutes " + std::to_string(shape.size()) +
+                                 " dims by (1, 0), (2, 1, 0) or (3, 1, 2, 0) only (NKI nisa.dma_transpose axes)");
+      return;
+    }
+    uint64_t total = 1;
+    for (int64_t n : shape) {
+      if (n <= 0) {
+        fail("operand-shape", "src_shape dims must be positive");
+        return;
+      }
+      total *= uint64_t(n);
+    }
+    const AccessPattern *dst = given(inst, "dst"), *src = given(inst, "src");
+    for (const AccessPattern* ap : {src, dst}) {
+      if (ap && ap->elements() != total) {
+        fail("operand-shape", std::string(ap == src ? "src" : "dst") + " has " + std::to_string(ap->elements()) +
+                                  " elements but src_shape holds " + std::to_string(total));
+      }
+    }
+    if (src && alloc(*src).space != MemorySpace::hbm && src->partitions() != uint64_t(shape[0])) {
+      fail("operand-shape", "an on-chip src has src_shape's first dim (" + std::to_string(shape[0]) +
+                                ") on its partitions, not " + std::to_string(src->partitions()));
+    }
+    const uint64_t dst_partitions = uint64_t(shape[size_t(axes[0])]);
+    if (dst && alloc(*dst).space != MemorySpace::hbm && dst->partitions() != dst_partitions) {
+      fail("operand-shape", "dst has the permuted shape's first dim (" + std::to_string(dst_partitions) +
+                                ") on its partitions, not " + std::to_string(dst->partitions()));
+    }
+  }
+
   // nc_transpose / dma_transpose: dst holds the [F, P] transpose of a [P, F] source.
   void transposed(const AccessPattern* dst, const AccessPattern* src) {
     if (dst && src && (dst->partitions() != src->free_elements() || dst->free_elements() != src->partitions())) {
@@ -1227,6 +1265,7 @@ class Checker {
         break;
       case Opcode::dma_transpose:
         if (const AccessPattern* indices = given(inst, "indices")) {
+          if (!inst.list("src_shape").empty()) fail("transpose-axes", "a gathering DMA transpose takes no src_shape");
           // The gathered rows [indices' partitions, a table row] are what is transposed.
           if (const AccessPattern* src = given(inst, "src")) {
             if (dst && (dst->partitions() != src->free_elements() || dst->free_elements() != indices->partitions())) {
@@ -1236,6 +1275,8 @@ class Checker {
                                         shape_text(*dst));
             }
           }
+        } else if (!inst.list("src_shape").empty()) {
+          check_permuted_transpose(inst);
         } else {
           transposed(dst, given(inst, "src"));
         }

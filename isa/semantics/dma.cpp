@@ -1,6 +1,7 @@
 // DMA semantics: copies between HBM and SBUF (or SBUF and SBUF) with casts through fp32, the
 // read-add-write form, the DMA transpose and the indirect row gather.
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "isa/isa_error.h"
@@ -38,6 +39,41 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
 
 namespace {
 void transpose_gathered_rows(const Instruction& inst, ExecContext& ctx);  // below, with the indirect DMA's helpers
+
+// NKI's N-d DMA transpose: src's elements, row-major, are src_shape; dst's row-major elements are that array with
+// its dims permuted by axes (dst dim i = src dim axes[i]).
+void permute_transpose(const Instruction& inst, ExecContext& ctx, const Tile& data) {
+  const AccessPattern& dst = inst.tensor("dst");
+  const std::vector<int64_t>& shape = inst.list("src_shape");
+  const std::vector<int64_t> axes = dma_transpose_axes(inst);
+  const size_t rank = shape.size();
+  uint64_t total = 1;
+  for (int64_t n : shape) total *= uint64_t(n);
+  if (total != data.values.size() || total != dst.elements()) {
+    throw IsaError("src_shape holds " + std::to_string(total) + " elements but src has " +
+                   std::to_string(data.values.size()) + " and dst " + std::to_string(dst.elements()));
+  }
+  // Row-major strides of src, taken in dst's dim order.
+  std::vector<uint64_t> src_stride(rank, 1), dst_dims(rank), stride_by_dst(rank);
+  for (size_t d = rank - 1; d > 0; --d) src_stride[d - 1] = src_stride[d] * uint64_t(shape[d]);
+  for (size_t i = 0; i < rank; ++i) {
+    dst_dims[i] = uint64_t(shape[size_t(axes[i])]);
+    stride_by_dst[i] = src_stride[size_t(axes[i])];
+  }
+  Tile out(dst.partitions(), dst.free_elements());
+  std::vector<uint64_t> index(rank, 0);
+  uint64_t from = 0;
+  for (uint64_t k = 0; k < total; ++k) {
+    out.values[k] = data.values[from];
+    for (size_t d = rank; d-- > 0;) {
+      from += stride_by_dst[d];
+      if (++index[d] < dst_dims[d]) break;
+      from -= stride_by_dst[d] * dst_dims[d];
+      index[d] = 0;
+    }
+  }
+  ctx.state.write(dst, out, ctx.rounding, ctx.rng);
+}
 }  // namespace
 
 void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
@@ -47,6 +83,10 @@ void exec_dma_transpose(const Instruction& inst, ExecContext& ctx) {
   }
   const AccessPattern& dst = inst.tensor("dst");
   Tile data = ctx.state.read(inst.tensor("src"));
+  if (!inst.list("src_shape").empty()) {
+    permute_transpose(inst, ctx, data);
+    return;
+  }
   if (dst.partitions() != data.free || dst.free_elements() != data.partitions) {
     throw IsaError("dst must be [" + std::to_string(data.free) + ", " + std::to_string(data.partitions) +
                    "] to hold src.T");

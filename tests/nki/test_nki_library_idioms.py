@@ -217,3 +217,44 @@ def test_reduce_cmd_accumulates_across_tiles(rng):
     np.testing.assert_allclose(softmax_over_column_tiles(x), e / e.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-7)
     program = softmax_over_column_tiles.last_program
     assert program.count("reduce_cmd=reduce") == 2 and program.count("reduce_cmd=reset_reduce") == 2
+
+
+def _bf16(rng, *shape):
+    import ml_dtypes
+    return rand(rng, *shape).astype(ml_dtypes.bfloat16)
+
+
+@nki.jit
+def transpose_nd(x, from_hbm: bool = True, axes=None):
+    """NKI's N-d DMA transpose (dst dim i = src dim perm[i]: (2, 1, 0) for 3-d, (3, 1, 2, 0) for 4-d), as nki-library's
+    attention_cte moves [num_p, 1, tiles, 128] score blocks; from HBM or from an SBUF copy."""
+    perm = {3: (2, 1, 0), 4: (3, 1, 2, 0)}[len(x.shape)]
+    out_shape = tuple(x.shape[a] for a in perm)
+    src = x
+    if not from_hbm:
+        src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=x)
+    t = nl.ndarray(out_shape, dtype=x.dtype, buffer=nl.sbuf)
+    if axes is None:
+        nisa.dma_transpose(dst=t, src=src)
+    else:
+        nisa.dma_transpose(dst=t, src=src, axes=axes)
+    out = nl.ndarray(out_shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(8, 3, 16), (16, 2, 3, 32), (4, 1, 5, 128)])
+@pytest.mark.parametrize("from_hbm", [True, False])
+def test_dma_transpose_of_three_and_four_dims(rng, shape, from_hbm):
+    x = _bf16(rng, *shape)
+    perm = (2, 1, 0) if len(shape) == 3 else (3, 1, 2, 0)
+    got = transpose_nd(x, from_hbm=from_hbm, axes=perm if from_hbm else None)
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), x.transpose(perm).astype(np.float32))
+    assert "axes=[" in transpose_nd.last_program
+    assert transpose_nd.last_latency_ns > 0
+
+
+def test_dma_transpose_axes_nki_does_not_support_is_an_error(rng):
+    with pytest.raises(nki.KernelError, match=r"test_nki_library_idioms.py:\d+.*axes=\(0, 2, 1\)"):
+        transpose_nd(_bf16(rng, 8, 3, 16), axes=(0, 2, 1))

@@ -165,7 +165,9 @@ def dma_transpose(dst, src, *args, **kwargs):
     # The DMA transpose's descriptors: the cost model prices the transpose by its efficiency, not
     # by who generates them, so dge_mode does not change it (an indirect source needs the software DGE).
     mode = _mode_word(kwargs.pop("dge_mode", None))
+    axes = kwargs.pop("axes", None)
     if not _indirect(src):
+        kwargs.update(_transpose_permutation(src, axes, location))
         return _emit.emit("dma_transpose", (dst, src) + args, kwargs, location)
     if mode not in (None, "unknown", "swdge"):
         fail(f"nisa.dma_transpose: an indirect source needs the software DGE (dge_mode=swdge), not {mode}", location)
@@ -174,6 +176,27 @@ def dma_transpose(dst, src, *args, **kwargs):
         kwargs["oob_mode"] = "skip"
     kwargs["indices"] = _emit.as_view(src.indices, "indices")
     return _emit.emit("dma_transpose", (dst, src.table) + args, kwargs, location)
+
+
+_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def _transpose_permutation(src, axes, location):
+    """NKI's DMA transpose permutes src's dims by its rank ((1, 0), (2, 1, 0), (3, 1, 2, 0); ``axes`` may only name
+    that one). A permutation that moves only the outer and inner dims over size-1 middle ones is the ISA's 2-d
+    transpose; any other is the ISA's src_shape / axes form."""
+    shape = tuple(int(n) for n in src.shape)
+    default = _TRANSPOSE_AXES.get(len(shape))
+    if axes is not None and (default is None or tuple(int(a) for a in axes) != default):
+        fail(f"nisa.dma_transpose axes={tuple(axes)!r} of a {len(shape)}-d src: NKI's DMA transpose supports (1, 0), "
+             f"(2, 1, 0) and (3, 1, 2, 0), each for a src of that rank", location)
+    if default is None:
+        if len(shape) == 1:
+            fail("nisa.dma_transpose of a 1-d src: give it 2 to 4 dims", location)
+        fail(f"nisa.dma_transpose of a {len(shape)}-d src: NKI's DMA transpose takes 2 to 4 dims", location)
+    if all(n == 1 for n in shape[1:-1]):
+        return {}
+    return {"src_shape": list(shape), "axes": list(default)}
 
 
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=None, **kwargs):
