@@ -1,5 +1,6 @@
 // DMA semantics: copies between HBM and SBUF (or SBUF and SBUF) with casts through fp32, the
 // read-add-write form, the DMA transpose and the indirect row gather.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 #include <string>
@@ -148,6 +149,21 @@ namespace {
 void transpose_gathered_rows(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
   const AccessPattern& src = inst.tensor("src");
+  if (!inst.list("src_shape").empty()) {
+    // NKI's 3-d / 4-d indirect transpose: the gathered rows [indices' partitions, a table row] are src_shape,
+    // permuted as the direct form permutes (oob_mode=skip is refused by legality: a skipped row has no place).
+    const AccessPattern& indices = inst.tensor("indices");
+    Tile gathered(indices.partitions(), src.free_elements());
+    for_each_row_index("gather-transpose", indices, src.partitions(), false, ctx, [&](uint32_t p, int64_t index) {
+      AccessPattern row = src;
+      row.offset += index * src.partition.stride;
+      row.partition.size = 1;
+      const Tile values = ctx.state.read(row);
+      std::copy(values.values.begin(), values.values.end(), gathered.row(p));
+    });
+    permute_transpose(inst, ctx, gathered);
+    return;
+  }
   Tile out = ctx.state.read(dst);
   for_each_row_index("gather-transpose", inst.tensor("indices"), src.partitions(), inst.enum_is("oob_mode", "skip"),
                      ctx, [&](uint32_t p, int64_t index) {

@@ -218,14 +218,15 @@ TEST(Legality, BoundsSizesAndMisc) {
       .word("reduce_op", "divide");
   b.emit(Opcode::tensor_scalar).tensor("dst", b.view(stats_in)).tensor("data", b.view(stats_in)).word("op0", "subtract")
       .imm("operand0", 1.0).on(Engine::scalar);
-  b.emit(Opcode::dma_transpose).tensor("dst", b.view(stats_out)).tensor("src", b.view(stats_in));
+  uint32_t bytes_in = b.sbuf("u8", DType::uint8, {128, 1024});
+  b.emit(Opcode::dma_transpose).tensor("dst", b.view(stats_out)).tensor("src", b.view(bytes_in));
   auto found = issues(b.program());
   EXPECT_THAT(found, ::testing::Contains("program: sbuf tensor 'huge' needs bytes 0..239999 of each partition, which "
                                          "has 229376 [memory-bounds]"));
   EXPECT_THAT(found, ::testing::Contains(HasSubstr("bn_stats takes at most 512 [bn-stats-free-size]")));
   EXPECT_THAT(found, ::testing::Contains(HasSubstr("divide is not a reduction operator [reduce-op]")));
   EXPECT_THAT(found, ::testing::Contains(HasSubstr("[scalar-engine-ops]")));
-  EXPECT_THAT(found, ::testing::Contains(HasSubstr("DMA transpose moves 2-byte dtypes unchanged")));
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("DMA transpose moves 2- and 4-byte dtypes unchanged")));
   EXPECT_THAT(found, ::testing::Contains(HasSubstr("[dma-size]")));
   EXPECT_THROW(check_program(b.program(), config("trn2")), IsaError);
 }

@@ -258,3 +258,67 @@ def test_dma_transpose_of_three_and_four_dims(rng, shape, from_hbm):
 def test_dma_transpose_axes_nki_does_not_support_is_an_error(rng):
     with pytest.raises(nki.KernelError, match=r"test_nki_library_idioms.py:\d+.*axes=\(0, 2, 1\)"):
         transpose_nd(_bf16(rng, 8, 3, 16), axes=(0, 2, 1))
+
+
+@nki.jit
+def per_batch_scores(q, k, placed: bool = False):
+    """scores[b] = k[b].T @ q[b] into column slices of a PSUM tensor made anew per batch, as nki-library's
+    attention_tkg fills one bank with a matmul per K tile: the first matmul into each slice of a new tensor
+    overwrites what the previous batch left there (the bank was left accumulating by the slice before it); a
+    second matmul into the same slice accumulates: out[b] = [k.T @ q, 2 k.T @ q]."""
+    b_count, d, n = q.shape
+    m = k.shape[2]
+    out = nl.ndarray((b_count, m, 2 * n), dtype=nl.float32, buffer=nl.shared_hbm)
+    for b in range(b_count):
+        q_sb = nl.ndarray((d, n), dtype=q.dtype, buffer=nl.sbuf)
+        k_sb = nl.ndarray((d, m), dtype=k.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=q_sb, src=q[b])
+        nisa.dma_copy(dst=k_sb, src=k[b])
+        ps = nl.ndarray((m, 2 * n), dtype=nl.float32, buffer=nl.psum, address=(0, 0) if placed else None)
+        nisa.nc_matmul(ps[:, 0:n], stationary=k_sb, moving=q_sb)
+        nisa.nc_matmul(ps[:, n:2 * n], stationary=k_sb, moving=q_sb)
+        nisa.nc_matmul(ps[:, n:2 * n], stationary=k_sb, moving=q_sb)
+        s_sb = nl.ndarray((m, 2 * n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s_sb, src=ps)
+        nisa.dma_copy(dst=out[b], src=s_sb)
+    return out
+
+
+@pytest.mark.parametrize("placed", [False, True])
+def test_a_new_psum_tensor_starts_a_new_accumulation(rng, placed):
+    q, k = rand(rng, 4, 64, 20), rand(rng, 4, 64, 96)
+    kq = np.einsum("bdm,bdn->bmn", k.astype(np.float64), q.astype(np.float64))
+    want = np.concatenate([kq, 2 * kq], axis=2)
+    np.testing.assert_allclose(per_batch_scores(q, k, placed=placed), want, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def gather_transpose_blocks(table, idx, block_len: int):
+    """nki-library attention_tkg's block-KV load: rows idx[p] of a [blocks, block_len * d] cache gathered and
+    transposed in one 4-d indirect DMA transpose, dst[dd, 0, j, p] = table[idx[p], j * d + dd]."""
+    nb, row = table.shape
+    d = row // block_len
+    p = idx.shape[0]
+    idx_sb = nl.ndarray((p, 1), dtype=idx.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx_sb, src=idx)
+    t = nl.ndarray((d, 1, block_len, p), dtype=table.dtype, buffer=nl.sbuf)
+    src = table.ap([[row, p], [1, 1], [d, block_len], [1, d]], offset=0, vector_offset=idx_sb, indirect_dim=0)
+    nisa.dma_transpose(dst=t, src=src)
+    out = nl.ndarray((d, 1, block_len, p), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_gathered_four_dim_dma_transpose(rng):
+    block_len, d, nb, p = 4, 32, 50, 48
+    table = _bf16(rng, nb, block_len * d)
+    idx = rng.permutation(nb)[:p].astype(np.uint32).reshape(p, 1)
+    got = np.asarray(gather_transpose_blocks(table, idx, block_len), dtype=np.float32)
+    rows = table[idx[:, 0]].reshape(p, 1, block_len, d).astype(np.float32)
+    np.testing.assert_array_equal(got, rows.transpose(3, 1, 2, 0))
+
+
+def test_fp32_dma_transpose(rng):
+    """A-V3: the DMA transposes 4-byte dtypes bit-accurately too (nki-library's fp32 attention_tkg)."""
+    x = rand(rng, 8, 3, 16)
+    np.testing.assert_array_equal(transpose_nd(x), x.transpose(2, 1, 0))

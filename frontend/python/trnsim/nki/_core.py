@@ -304,7 +304,8 @@ def _compare(a, op, b):
 class Storage:
     """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
     __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
-                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "address", "__weakref__")
+                 "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "address",
+                 "matmul_written", "__weakref__")
 
     def __init__(self, trace, space, dtype, shape, pdim):
         self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
@@ -324,6 +325,7 @@ class Storage:
         self._full = None
         self.mask = None            # the beta-1 mask its last writer had: only that part holds values
         self.address = None         # nl.ndarray(address=(partition, byte)): placed by the kernel
+        self.matmul_written = None  # PSUM: [partitions, per_partition] bools, the elements a matmul has written
 
     def full_dims(self):
         dims = self._full

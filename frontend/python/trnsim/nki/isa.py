@@ -174,6 +174,7 @@ def dma_transpose(dst, src, *args, **kwargs):
     oob = getattr(kwargs.pop("oob_mode", None), "_isa_name", None)
     if oob == "skip":
         kwargs["oob_mode"] = "skip"
+    kwargs.update(_transpose_permutation(src, axes, location))
     kwargs["indices"] = _emit.as_view(src.indices, "indices")
     return _emit.emit("dma_transpose", (dst, src.table) + args, kwargs, location)
 
@@ -232,7 +233,10 @@ def missing():
 
 def nc_matmul(dst, stationary, moving, *args, **kwargs):
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N]. A PSUM tile fresh from nl.zeros is written
-    by its first matmul (accumulate=False), as the compiler folds the zeroing in."""
+    by its first matmul (accumulate=False), as the compiler folds the zeroing in. Without ``accumulate``
+    (NKI: None, the compiler infers it) the first matmul into elements of a tensor overwrites them and
+    later ones accumulate, per tensor: a new ``nl.ndarray`` placed where an earlier tensor's matmuls left
+    PSUM accumulating (nki-library's attention_tkg reuses one PSUM address per batch) starts afresh."""
     location = user_location()
     dst_view = _emit.as_view(dst, "nisa.nc_matmul dst")
     if dst_view.st.pending_zero:
@@ -241,7 +245,35 @@ def nc_matmul(dst, stationary, moving, *args, **kwargs):
             kwargs["accumulate"] = False
         else:
             _emit._flush_zero(dst_view.st, _trace.current(), location)
+    first_write = _mark_matmul_written(dst_view)
+    if kwargs.get("accumulate") is None and first_write:
+        kwargs["accumulate"] = False
     return _emit.emit("nc_matmul", (dst_view, stationary, moving) + args, kwargs, location)
+
+
+def _mark_matmul_written(view):
+    """Marks the PSUM elements a matmul writes in its tensor; True when none of them had been written by a matmul
+    of this tensor before. Unknown (a register offset, a matmul inside a compiled loop whose body runs many times,
+    a tensor viewed as another dtype): False, leaving the ISA's accumulate=auto to decide by PSUM state."""
+    st = view.st
+    if st.space != "psum" or st.base is not None or not isinstance(view.offset, (int, np.integer)):
+        return False
+    trace = _trace.current()
+    if trace is not None and trace.loops:
+        return False
+    offsets = np.array([int(view.offset)], dtype=np.int64)
+    for d, (stride, size) in enumerate(view.dims):
+        if d != view.pdim and size != 1:
+            offsets = (offsets[:, None] + int(stride) * np.arange(int(size), dtype=np.int64)).ravel()
+    rows = view.dims[view.pdim][1] if view.pdim is not None else 1
+    if offsets.min() < 0 or offsets.max() >= st.per_partition or view.pstart + rows > st.partitions:
+        return False
+    if st.matmul_written is None:
+        st.matmul_written = np.zeros((st.partitions, st.per_partition), dtype=bool)
+    region = st.matmul_written[view.pstart:view.pstart + rows]
+    fresh = not region[:, offsets].any()
+    region[:, offsets] = True
+    return fresh
 
 
 def tensor_reduce(dst, op, data, axis, *args, **kwargs):
