@@ -63,6 +63,24 @@ TEST(Legality, PsumLimitIsTheSpanNotTheStreamedCount) {
                                                           "takes at most 4096 from psum [free-size]")));
 }
 
+// The 16-bit access-pattern fields bind the engines' on-chip patterns; a DMA's HBM side is descriptors, and
+// core_barrier names a whole output tensor (nki-library's qkv_cte: 1.3M elements in one run).
+TEST(Legality, HbmRunsLongerThanAnAccessPatternDim) {
+  Program program = parse_tasm(
+      "kernel k\ntarget trn2\nhbm big : bf16[1310720] output\nsbuf t : bf16[128, 10240]\n"
+      "dma_copy dst=big{offset=0, ap=[[1310720, 1], [1, 1310720]]}, src=t\n"
+      "core_barrier data=big, cores=[0, 1], engine=gpsimd\n"
+      "tensor_copy dst=t{offset=0, ap=[[0, 128], [0, 70000]]}, src=t{offset=0, ap=[[0, 128], [0, 70000]]}\n",
+      "case.tasm");
+  std::vector<std::string> found = issues(program);
+  for (const std::string& issue : found) {
+    EXPECT_THAT(issue, ::testing::Not(HasSubstr("operand 'dst': free dim 0 has 1310720"))) << issue;
+    EXPECT_THAT(issue, ::testing::Not(HasSubstr("operand 'data'"))) << issue;
+  }
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("free dim 0 has 70000 elements; an access-pattern dim holds at "
+                                                   "most 65535 [ap-dim-size]")));
+}
+
 TEST(Legality, LegalMatmulHasNoIssues) {
   MatmulProgram p;
   p.matmul();

@@ -21,6 +21,22 @@ def test_dma_compute_adds_its_sources(rng):
     assert sum_of_three.last_summary.instructions == {"dma_copy": 3}
 
 
+@nki.jit
+def sum_with_scales(a, b, scales):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_compute(out, (a, b), scales=scales, reduce_op=nl.add)
+    return out
+
+
+def test_dma_compute_takes_unit_scales_and_refuses_others(rng):
+    """nki-library (qkv_tkg, bwmm_shard_on_block) passes scales=(1.0, ...): the plain sum; other scales are an
+    error rather than a sum that ignores them."""
+    a, b = (rng.standard_normal((64, 32)).astype(np.float32) for _ in range(2))
+    np.testing.assert_allclose(sum_with_scales(a, b, (1.0, 1.0)), a + b, rtol=1e-6)
+    with pytest.raises(nki.KernelError, match="unit"):
+        sum_with_scales(a, b, (0.5, 1.0))
+
+
 def test_missing_lists_what_cannot_run():
     missing = trnsim.nki.isa.missing()
     assert "dma_compute" not in missing and "nc_matmul" not in missing

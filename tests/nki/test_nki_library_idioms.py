@@ -322,3 +322,31 @@ def test_fp32_dma_transpose(rng):
     """A-V3: the DMA transposes 4-byte dtypes bit-accurately too (nki-library's fp32 attention_tkg)."""
     x = rand(rng, 8, 3, 16)
     np.testing.assert_array_equal(transpose_nd(x), x.transpose(2, 1, 0))
+
+
+@nki.jit
+def column_as_bound(x, bounds, col: int):
+    """A column of an on-chip [P, G] tile taken by an integer index is [P]; indexed again as ``[:n, :1]`` it is the
+    [P, 1] per-partition operand range_select wants (nki-library's attention_cte bounds)."""
+    p, f = x.shape
+    t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    b = nl.ndarray(bounds.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=bounds)
+    upper = b[:p, col]
+    assert tuple(upper.shape) == (p,)
+    zero = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    y = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.range_select(y, on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=zero,
+                      bound1=upper[:p, :1], on_false_value=-1.0)
+    out = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+def test_a_partition_column_indexed_as_p_by_one(rng):
+    x = rand(rng, 64, 32)
+    bounds = rng.integers(0, 33, size=(64, 3)).astype(np.float32)
+    want = np.where(np.arange(32)[None, :] < bounds[:, 1:2], x, -1.0)
+    np.testing.assert_array_equal(column_as_bound(x, bounds, 1), want)

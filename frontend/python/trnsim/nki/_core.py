@@ -796,6 +796,10 @@ def index_view(view, key):
     if any(k is Ellipsis for k in key):
         i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (view.ndim - len(key) + 1) + key[i + 1:]
+    if len(key) == 2 and view.ndim == 1 and view.pdim == 0 and view.st.space != "hbm":
+        # An on-chip tile narrowed to its partition dim still has one element per partition: NKI takes a trailing
+        # index of that element (nki-library's attention_cte: ``ubs[:n, grp]`` then ``[:n, :1]``) as [P, 1].
+        view = View(view.st, view.offset, view.dims + [[1, 1]], 0, view.pstart)
     if len(key) > view.ndim:
         fail(f"{len(key)} indices for a tensor of {view.ndim} dims {list(view.shape)}")
     offset, pstart, pdim = view.offset, view.pstart, view.pdim

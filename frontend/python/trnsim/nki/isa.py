@@ -321,9 +321,12 @@ def dma_compute(dst, srcs, reduce_op=None, scales=None, unique_indices=None, **k
     other source (each costed as a read-modify-write DMA). Only ``add`` and no ``scales`` yet."""
     location = user_location()
     op = _emit.op_name(reduce_op, "nisa.dma_compute reduce_op") if reduce_op is not None else "add"
-    if op != "add" or scales is not None or unique_indices is not None:
-        fail("nisa.dma_compute: only reduce_op=add without scales / indices is supported", location)
+    unit_scales = scales is None or all(isinstance(x, (int, float, np.number)) and float(x) == 1.0 for x in scales)
+    if op != "add" or not unit_scales or unique_indices is not None:
+        fail("nisa.dma_compute: only reduce_op=add with unit (or no) scales and no indices is supported", location)
     srcs = list(srcs)
+    if scales is not None and len(scales) != len(srcs):
+        fail(f"nisa.dma_compute: {len(scales)} scales for {len(srcs)} sources", location)
     if not srcs:
         fail("nisa.dma_compute needs at least one source", location)
     _emit.emit("dma_copy", (dst, srcs[0]), dict(kwargs), location)
