@@ -4,7 +4,7 @@ compared by the suite's own torch references and tolerances.
 
     python tools/clients/nki_library/run.py --checkout ~/src/nki-library -- -n 2 test/integration/nkilib/core/cumsum
 
-The suite's artifacts and pytest's cache go under --work (its own log file goes where its conftest puts it, under
+The suite's artifacts (a new directory per run) and pytest's cache go under --work (its own log file goes where its conftest puts it, under
 the checkout's build/). The suite's test-only packages (requirements.txt beside this file) are installed once into --deps, outside trnsim's
 environment. Parametrised sweeps are drawn at random per collection; NEURON_PYTHONHASHSEED=0 (set here unless
 given) makes a run repeatable. Shapes the suite marks slow for a CPU simulator are skipped as it does."""
@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -42,14 +43,19 @@ def main(argv=None):
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         stamp.write_text(requirements.read_text())
     args.work.mkdir(parents=True, exist_ok=True)
+    output = pathlib.Path(tempfile.mkdtemp(prefix="output-", dir=args.work))
     env = dict(os.environ)
     env.setdefault("NEURON_PYTHONHASHSEED", "0")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(HERE / "shims"), str(args.deps), str(checkout / "src"), str(checkout)]
         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     command = [sys.executable, "-m", "pytest", "-p", "trnsim.nki", "-p", "trnsim_nki_library_plugin",
-               "--test-mode", "simulation", "--output-directory", str(args.work / "output"),
-               "-o", f"cache_dir={args.work / 'pytest_cache'}", "--rootdir", str(checkout)] + args.pytest_args
+               "--test-mode", "simulation", "--output-directory", str(output),
+               "-o", f"cache_dir={args.work / 'pytest_cache'}", "--rootdir", str(checkout)]
+    # Its settings (log level and format the conftest reads) are test/pytest.ini's: named, not left to discovery.
+    if (checkout / "test" / "pytest.ini").exists():
+        command += ["-c", str(checkout / "test" / "pytest.ini")]
+    command += args.pytest_args
     return subprocess.run(command, cwd=checkout, env=env).returncode
 
 
