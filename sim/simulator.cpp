@@ -11,7 +11,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include "config/derived_figures.h"
 #include "isa/control_flow.h"
@@ -182,18 +181,16 @@ bool runs_overlap(const std::vector<std::pair<int64_t, int64_t>>& a, const std::
 }
 
 // Whether two of the programs (sharing HBM) touch the same bytes of an allocation with at least one of them writing
-// them (a DMA's read-add-write counts as neither: split-K partial sums give the same sum in either order). First by
-// spans (cheap: cores on disjoint rows never overlap), then, for the allocations whose spans overlap (interleaved
-// shards), by exact byte runs; past a budget of runs an access counts as its whole allocation, which only orders
-// more accesses.
+// them (a DMA's read-add-write counts as neither: split-K partial sums give the same sum in either order). Exact
+// byte runs; past a budget of runs an access counts as its whole allocation, which only orders more accesses.
 bool cores_race_on_hbm(const std::vector<const isa::Program*>& programs) {
   if (programs.size() < 2) return false;
+  constexpr size_t kRunBudget = size_t{1} << 22;
   using Runs = std::vector<std::pair<int64_t, int64_t>>;
-  struct Touch {
-    Runs reads, writes;
-  };
-  // Every HBM operand of a program with whether it reads and writes, in one walk.
-  auto for_each_access = [](const isa::Program& program, auto&& visit) {
+  std::vector<std::map<uint32_t, std::pair<Runs, Runs>>> touched(programs.size());  // allocation -> (reads, writes)
+  size_t total = 0;
+  for (size_t core = 0; core < programs.size(); ++core) {
+    const isa::Program& program = *programs[core];
     for (const isa::Instruction& inst : program.instructions) {
       const isa::InstructionSpec& spec = inst.spec();
       for (size_t i = 0; i < spec.operands.size() && i < inst.tensors.size(); ++i) {
@@ -201,82 +198,41 @@ bool cores_race_on_hbm(const std::vector<const isa::Program*>& programs) {
         if (!ap.present() || ap.space != isa::MemorySpace::hbm) continue;
         if (spec.operands[i].name == "dst" && inst.has("dst_rmw_op") && inst.enum_is("dst_rmw_op", "add")) continue;
         const isa::OperandKind kind = spec.operands[i].kind;
-        visit(ap, kind != isa::OperandKind::tensor_out,
-              kind == isa::OperandKind::tensor_out || kind == isa::OperandKind::tensor_inout);
-      }
-    }
-  };
-  auto whole = [](const isa::Program& program, const isa::AccessPattern& ap) {
-    const isa::Allocation& allocation = program.allocation(ap);
-    return std::pair<int64_t, int64_t>(0, int64_t(allocation.total_elements()) * dtype_size_bytes(allocation.dtype));
-  };
-  auto conflicting = [](const std::vector<std::map<uint32_t, Touch>>& touched, std::set<uint32_t>* which) {
-    bool any = false;
-    for (size_t a = 0; a < touched.size(); ++a) {
-      for (size_t b = a + 1; b < touched.size(); ++b) {
-        for (const auto& [allocation, mine] : touched[a]) {
-          auto other = touched[b].find(allocation);
-          if (other == touched[b].end()) continue;
-          const Touch& theirs = other->second;
-          if (runs_overlap(mine.writes, theirs.writes) || runs_overlap(mine.writes, theirs.reads) ||
-              runs_overlap(mine.reads, theirs.writes)) {
-            if (!which) return true;
-            which->insert(allocation);
-            any = true;
+        auto& [reads, writes] = touched[core][ap.allocation];
+        for (Runs* runs : {kind != isa::OperandKind::tensor_out ? &reads : nullptr,
+                           kind == isa::OperandKind::tensor_out || kind == isa::OperandKind::tensor_inout ? &writes
+                                                                                                          : nullptr}) {
+          if (!runs) continue;
+          const size_t before = runs->size();
+          if (ap.dynamic() || !append_byte_runs(ap, *runs, kRunBudget - std::min(kRunBudget, total))) {
+            const isa::Allocation& allocation = program.allocation(ap);
+            runs->emplace_back(0, int64_t(allocation.total_elements()) * dtype_size_bytes(allocation.dtype));
           }
+          total += runs->size() - before;
         }
       }
     }
-    return any;
-  };
-  // Spans: one run per allocation and direction.
-  std::vector<std::map<uint32_t, Touch>> spans(programs.size());
-  for (size_t core = 0; core < programs.size(); ++core) {
-    for_each_access(*programs[core], [&](const isa::AccessPattern& ap, bool reads, bool writes) {
-      std::pair<int64_t, int64_t> range = whole(*programs[core], ap);
-      if (!ap.dynamic()) {
-        const auto [first, last] = ap.element_range(/*with_partition=*/true);
-        const int64_t esize = dtype_size_bytes(ap.dtype);
-        range = {first * esize, (last + 1) * esize};
-      }
-      Touch& touch = spans[core][ap.allocation];
-      for (Runs* runs : {reads ? &touch.reads : nullptr, writes ? &touch.writes : nullptr}) {
-        if (!runs) continue;
-        if (runs->empty()) {
-          runs->push_back(range);
-        } else {
-          runs->front() = {std::min(runs->front().first, range.first), std::max(runs->front().second, range.second)};
-        }
-      }
-    });
   }
-  std::set<uint32_t> candidates;
-  if (!conflicting(spans, &candidates)) return false;
-  // Exact runs of the candidate allocations.
-  constexpr size_t kRunBudget = size_t{1} << 22;
-  size_t total = 0;
-  std::vector<std::map<uint32_t, Touch>> exact(programs.size());
-  for (size_t core = 0; core < programs.size(); ++core) {
-    for_each_access(*programs[core], [&](const isa::AccessPattern& ap, bool reads, bool writes) {
-      if (!candidates.count(ap.allocation)) return;
-      Touch& touch = exact[core][ap.allocation];
-      for (Runs* runs : {reads ? &touch.reads : nullptr, writes ? &touch.writes : nullptr}) {
-        if (!runs) continue;
-        const size_t before = runs->size();
-        if (ap.dynamic() || !append_byte_runs(ap, *runs, kRunBudget - std::min(kRunBudget, total))) {
-          runs->push_back(whole(*programs[core], ap));
-        }
-        total += runs->size() - before;
-      }
-    });
-  }
-  for (auto& core : exact) {
-    for (auto& [allocation, touch] : core) {
-      merge_runs(touch.reads);
-      merge_runs(touch.writes);
+  for (auto& core : touched) {
+    for (auto& [allocation, spans] : core) {
+      merge_runs(spans.first);
+      merge_runs(spans.second);
     }
   }
-  return conflicting(exact, nullptr);
+  for (size_t a = 0; a < programs.size(); ++a) {
+    for (size_t b = a + 1; b < programs.size(); ++b) {
+      for (const auto& [allocation, spans] : touched[a]) {
+        auto other = touched[b].find(allocation);
+        if (other == touched[b].end()) continue;
+        const auto& [read_a, write_a] = spans;
+        const auto& [read_b, write_b] = other->second;
+        if (runs_overlap(write_a, write_b) || runs_overlap(write_a, read_b) || runs_overlap(read_a, write_b)) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace
