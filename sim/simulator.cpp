@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <limits>
-#include <map>
 #include <mutex>
 
 #include "config/derived_figures.h"
@@ -118,125 +116,6 @@ SimResult simulate(const isa::Program& program, const HardwareConfig& config, co
   return simulate(programs, config, config_hash, options, prepare, /*shared_hbm=*/false);
 }
 
-namespace {
-
-// The byte runs [first, end) an HBM access reaches, appended to `runs`; false when there would be more than
-// `budget` of them (the caller then treats the access as reaching the whole allocation).
-bool append_byte_runs(const isa::AccessPattern& ap, std::vector<std::pair<int64_t, int64_t>>& runs, size_t budget) {
-  const int64_t esize = dtype_size_bytes(ap.dtype);
-  // Dims outermost first (the partition dim is an HBM access's outer dim); size-1 dims dropped, an innermost
-  // stride-1 dim is the run, and outer dims that continue it merge into it.
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
-  if (ap.partition.size > 1) dims.emplace_back(ap.partition.stride, ap.partition.size);
-  for (int i = 0; i < ap.num_free_dims; ++i) {
-    if (ap.free[i].size > 1) dims.emplace_back(ap.free[i].stride, ap.free[i].size);
-  }
-  int64_t run = 1;
-  while (!dims.empty() && dims.back().first == run) {
-    run *= dims.back().second;
-    dims.pop_back();
-  }
-  uint64_t count = 1;
-  for (const auto& d : dims) count *= uint64_t(d.second);
-  if (runs.size() + count > budget) return false;
-  std::vector<int64_t> index(dims.size(), 0);
-  for (uint64_t k = 0; k < count; ++k) {
-    int64_t element = ap.offset;
-    for (size_t d = 0; d < dims.size(); ++d) element += index[d] * dims[d].first;
-    runs.emplace_back(element * esize, (element + run) * esize);
-    for (size_t d = dims.size(); d-- > 0;) {
-      if (++index[d] < dims[d].second) break;
-      index[d] = 0;
-    }
-  }
-  return true;
-}
-
-// Sorted, merged runs; whether two such lists share a byte.
-void merge_runs(std::vector<std::pair<int64_t, int64_t>>& runs) {
-  std::sort(runs.begin(), runs.end());
-  size_t out = 0;
-  for (const auto& r : runs) {
-    if (out > 0 && r.first <= runs[out - 1].second) {
-      runs[out - 1].second = std::max(runs[out - 1].second, r.second);
-    } else {
-      runs[out++] = r;
-    }
-  }
-  runs.resize(out);
-}
-
-bool runs_overlap(const std::vector<std::pair<int64_t, int64_t>>& a, const std::vector<std::pair<int64_t, int64_t>>& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (a[i].second <= b[j].first) {
-      ++i;
-    } else if (b[j].second <= a[i].first) {
-      ++j;
-    } else {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Whether two of the programs (sharing HBM) touch the same bytes of an allocation with at least one of them writing
-// them (a DMA's read-add-write counts as neither: split-K partial sums give the same sum in either order). Exact
-// byte runs; past a budget of runs an access counts as its whole allocation, which only orders more accesses.
-bool cores_race_on_hbm(const std::vector<const isa::Program*>& programs) {
-  if (programs.size() < 2) return false;
-  constexpr size_t kRunBudget = size_t{1} << 22;
-  using Runs = std::vector<std::pair<int64_t, int64_t>>;
-  std::vector<std::map<uint32_t, std::pair<Runs, Runs>>> touched(programs.size());  // allocation -> (reads, writes)
-  size_t total = 0;
-  for (size_t core = 0; core < programs.size(); ++core) {
-    const isa::Program& program = *programs[core];
-    for (const isa::Instruction& inst : program.instructions) {
-      const isa::InstructionSpec& spec = inst.spec();
-      for (size_t i = 0; i < spec.operands.size() && i < inst.tensors.size(); ++i) {
-        const isa::AccessPattern& ap = inst.tensors[i];
-        if (!ap.present() || ap.space != isa::MemorySpace::hbm) continue;
-        if (spec.operands[i].name == "dst" && inst.has("dst_rmw_op") && inst.enum_is("dst_rmw_op", "add")) continue;
-        const isa::OperandKind kind = spec.operands[i].kind;
-        auto& [reads, writes] = touched[core][ap.allocation];
-        for (Runs* runs : {kind != isa::OperandKind::tensor_out ? &reads : nullptr,
-                           kind == isa::OperandKind::tensor_out || kind == isa::OperandKind::tensor_inout ? &writes
-                                                                                                          : nullptr}) {
-          if (!runs) continue;
-          const size_t before = runs->size();
-          if (ap.dynamic() || !append_byte_runs(ap, *runs, kRunBudget - std::min(kRunBudget, total))) {
-            const isa::Allocation& allocation = program.allocation(ap);
-            runs->emplace_back(0, int64_t(allocation.total_elements()) * dtype_size_bytes(allocation.dtype));
-          }
-          total += runs->size() - before;
-        }
-      }
-    }
-  }
-  for (auto& core : touched) {
-    for (auto& [allocation, spans] : core) {
-      merge_runs(spans.first);
-      merge_runs(spans.second);
-    }
-  }
-  for (size_t a = 0; a < programs.size(); ++a) {
-    for (size_t b = a + 1; b < programs.size(); ++b) {
-      for (const auto& [allocation, spans] : touched[a]) {
-        auto other = touched[b].find(allocation);
-        if (other == touched[b].end()) continue;
-        const auto& [read_a, write_a] = spans;
-        const auto& [read_b, write_b] = other->second;
-        if (runs_overlap(write_a, write_b) || runs_overlap(write_a, read_b) || runs_overlap(read_a, write_b)) {
-          return true;
-        }
-      }
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 SimResult simulate(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
                    const std::string& config_hash, const SimOptions& options,
                    const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, bool shared_hbm) {
@@ -309,7 +188,6 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   core_options.collective_system = options.collective_system;
   core_options.collective_ranks_per_chip = options.collective_ranks_per_chip;
   core_options.cores_share_chip = shared_hbm;
-  core_options.order_hbm_by_issue = shared_hbm && cores_race_on_hbm(scheduled);
   std::exception_ptr core_error;
   core_options.error = &core_error;
   {
