@@ -2,10 +2,12 @@
 // and of the Scalar engine), shared by the semantics that read or leave reductions there (reduce_cmd).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "isa/alu.h"
 #include "isa/isa_error.h"
 #include "isa/semantics/semantics.h"
 
@@ -37,6 +39,24 @@ inline AccumulatorCommand accumulator_command(std::string_view word, bool writes
   if (word == "reduce") return {false, true};
   if (word == "idle") return {};
   throw IsaError("reduce_cmd " + std::string(word) + " is not one of idle, reset, reduce, reset_reduce");
+}
+
+// One lane's register after `command` over its row of fp32 results in element order: a fresh accumulation
+// (reset + fold) folds from the first element, a continued one folds each element onto the register.
+inline float accumulate_row(AccumulatorCommand command, AluOp op, float reg, const float* values, uint64_t count) {
+  if (command.reset && command.fold) return fold_alu(op, values, count);
+  if (command.reset) reg = reduction_identity(op);
+  if (command.fold) {
+    for (uint64_t i = 0; i < count; ++i) reg = apply_alu(op, reg, values[i]);
+  }
+  return reg;
+}
+
+// The registers of `partitions` lanes as the [P, 1] tile reduce_res reads out.
+inline Tile register_tile(const float* registers, uint32_t partitions) {
+  Tile tile(partitions, 1);
+  std::copy(registers, registers + partitions, tile.values.begin());
+  return tile;
 }
 
 }  // namespace trnsim::isa

@@ -58,7 +58,6 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
     }
   }
   float* acc = uses_registers || has_res ? scalar_lane_accumulators(ctx, inst.tensor("data")) : nullptr;
-  if (command.reset) std::fill(acc, acc + data.partitions, reduction_identity(reduce_op));
 
   Tile out(data.partitions, data.free);
   for_row_ranges(ctx, data.partitions, data.values.size(), [&](uint32_t first, uint32_t end) {
@@ -66,23 +65,13 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
       const float* in = data.row(p);
       float* o = out.row(p);
       apply_activation_rows(func, in, o, data.free, scale[p], has_bias ? &bias[p] : nullptr, alpha);
-      if (!command.fold) continue;
       // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the accumulator holding
-      // values dst.dtype cannot (FP32_MIN vs a bf16 -inf). A fresh accumulation folds from the first element, as
-      // the lane streams its elements; a continued one folds each element onto the register.
-      if (command.reset) {
-        acc[p] = fold_alu(reduce_op, o, data.free);
-      } else {
-        for (uint64_t i = 0; i < data.free; ++i) acc[p] = apply_alu(reduce_op, acc[p], o[i]);
-      }
+      // values dst.dtype cannot (FP32_MIN vs a bf16 -inf).
+      if (uses_registers) acc[p] = accumulate_row(command, reduce_op, acc[p], o, data.free);
     }
   });
   ctx.write(dst, out);
-  if (has_res) {
-    Tile reduced(data.partitions, 1);
-    std::copy(acc, acc + data.partitions, reduced.values.begin());
-    ctx.write(inst.tensor("reduce_res"), reduced);
-  }
+  if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, data.partitions));
 }
 
 // The (op0, op1) pairs of activate2's tensor-scalar stage (ISA activate2: "six combinations").

@@ -156,8 +156,7 @@ bool is_accumulating_reduce_op(AluOp op) {
 }
 
 // select_reduce / range_select behind their selection `out` (fp32, before dst's cast): the Vector accumulator
-// registers per reduce_cmd (isa/semantics/lane_accumulators.h); reduce_res reads them afterwards. A fresh
-// accumulation folds each row from its first element, a continued one folds each element onto the register.
+// registers per reduce_cmd (isa/semantics/lane_accumulators.h); reduce_res reads them afterwards.
 void accumulate_selection(const Instruction& inst, ExecContext& ctx, const AccessPattern& lanes, const Tile& out,
                           AluOp reduce_op, bool has_res) {
   const AccumulatorCommand command = accumulator_command(inst.enum_word("reduce_cmd"), has_res);
@@ -165,20 +164,8 @@ void accumulate_selection(const Instruction& inst, ExecContext& ctx, const Acces
   check_reduction(reduce_op);
   if (has_res) check_shape("reduce_res", inst.tensor("reduce_res"), out.partitions, 1);
   float* acc = lane_accumulators(ctx, lanes);
-  for (uint32_t p = 0; p < out.partitions; ++p) {
-    if (command.reset && command.fold) {
-      acc[p] = fold_alu(reduce_op, out.row(p), out.free);
-    } else {
-      if (command.reset) acc[p] = reduction_identity(reduce_op);
-      if (command.fold) {
-        for (uint64_t i = 0; i < out.free; ++i) acc[p] = apply_alu(reduce_op, acc[p], out.at(p, i));
-      }
-    }
-  }
-  if (!has_res) return;
-  Tile reduced(out.partitions, 1);
-  std::copy(acc, acc + out.partitions, reduced.values.begin());
-  ctx.write(inst.tensor("reduce_res"), reduced);
+  for (uint32_t p = 0; p < out.partitions; ++p) acc[p] = accumulate_row(command, reduce_op, acc[p], out.row(p), out.free);
+  if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, out.partitions));
 }
 
 }  // namespace
