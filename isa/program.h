@@ -10,7 +10,10 @@
 
 namespace trnsim::isa {
 
-enum class AllocationRole : uint8_t { internal, input, output };
+// `private_to_core`: an HBM scratch tensor of which each core of a launch whose cores share HBM (an LNC launch)
+// has its own copy (NKI's nl.private_hbm / nl.hbm: "only visible to each individual kernel instance"); the other
+// HBM tensors of such a launch are one tensor for all its cores. On-chip tensors are always a core's own.
+enum class AllocationRole : uint8_t { internal, input, output, private_to_core };
 
 struct Allocation {
   std::string name;

@@ -340,13 +340,16 @@ class TasmParser {
     }
     if (!c.at_end()) {
       size_t role_pos = c.pos();
-      std::string role(c.identifier("a role (input or output)"));
+      std::string role(c.identifier("a role (input, output or private)"));
       if (role == "input") {
         a.role = AllocationRole::input;
       } else if (role == "output") {
         a.role = AllocationRole::output;
+      } else if (role == "private") {
+        if (a.space != MemorySpace::hbm) c.fail_at(role_pos, "only an HBM tensor can be private (on-chip tensors are each core's own)");
+        a.role = AllocationRole::private_to_core;
       } else {
-        c.fail_at(role_pos, "unknown role '" + role + "' (expected input or output)");
+        c.fail_at(role_pos, "unknown role '" + role + "' (expected input, output or private)");
       }
       c.expect_end("the role");
     }
@@ -629,6 +632,7 @@ std::string print_allocation(const Allocation& a) {
   }
   if (a.role == AllocationRole::input) text += " input";
   if (a.role == AllocationRole::output) text += " output";
+  if (a.role == AllocationRole::private_to_core) text += " private";
   return text;
 }
 

@@ -72,7 +72,13 @@ Json tensor_json(const Program& program, const AccessPattern& ap) {
 }
 
 const char* role_name(AllocationRole role) {
-  return role == AllocationRole::input ? "input" : role == AllocationRole::output ? "output" : "internal";
+  switch (role) {
+    case AllocationRole::input: return "input";
+    case AllocationRole::output: return "output";
+    case AllocationRole::private_to_core: return "private";
+    case AllocationRole::internal: return "internal";
+  }
+  return "internal";
 }
 
 void read_allocation(const JsonReader& r, const Json& object, ProgramBuilder& builder) {
@@ -106,6 +112,9 @@ void read_allocation(const JsonReader& r, const Json& object, ProgramBuilder& bu
     a.role = AllocationRole::input;
   } else if (role == "output") {
     a.role = AllocationRole::output;
+  } else if (role == "private") {
+    if (a.space != MemorySpace::hbm) r.fail("only an HBM tensor can be private (on-chip tensors are each core's own)");
+    a.role = AllocationRole::private_to_core;
   } else if (role != "internal") {
     r.fail("unknown role '" + role + "'");
   }

@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
+#include <map>
 #include <mutex>
+#include <set>
 
 #include "config/derived_figures.h"
 #include "isa/control_flow.h"
@@ -55,7 +58,8 @@ void check_same_hbm(const isa::Program& a, const isa::Program& b, size_t core) {
     const isa::Allocation* y = i < b.allocations.size() ? &b.allocations[i] : nullptr;
     const bool x_hbm = x && x->space == isa::MemorySpace::hbm, y_hbm = y && y->space == isa::MemorySpace::hbm;
     if (x_hbm || y_hbm) {
-      same = x && y && x->space == y->space && x->name == y->name && x->shape == y->shape && x->dtype == y->dtype;
+      same = x && y && x->space == y->space && x->name == y->name && x->shape == y->shape && x->dtype == y->dtype &&
+             x->role == y->role;
     }
   }
   if (!same) {
@@ -63,6 +67,23 @@ void check_same_hbm(const isa::Program& a, const isa::Program& b, size_t core) {
                         " does not declare the same HBM tensors at the same positions as the first core's (HBM is "
                         "shared)");
   }
+}
+
+// The HBM a further core of a launch sharing HBM sees: the first core's store, except that the tensors the program
+// declares private (NKI's private_hbm) are the core's own, zero-filled like the first core's were.
+std::shared_ptr<isa::HbmStore> core_hbm_store(const isa::Program& program, std::shared_ptr<isa::HbmStore> first) {
+  bool any_private = false;
+  for (const isa::Allocation& a : program.allocations) any_private |= a.role == isa::AllocationRole::private_to_core;
+  if (!any_private) return first;
+  auto own = std::make_shared<isa::HbmStore>(std::max(first->size(), program.allocations.size()));
+  for (size_t i = 0; i < first->size(); ++i) {
+    const bool is_private = i < program.allocations.size() &&
+                            program.allocations[i].role == isa::AllocationRole::private_to_core;
+    // The shared buffers are lent (the first core's state owns them and outlives the run, as a device tensor's
+    // bound storage does).
+    if (!is_private && !(*first)[i].empty()) (*own)[i].bind((*first)[i].data(), (*first)[i].size());
+  }
+  return own;
 }
 
 std::string gib(double bytes) {
@@ -86,8 +107,9 @@ void check_host_memory(const std::vector<const isa::Program*>& programs, const H
       256 * 32;
   double hbm = 0;
   for (size_t i = 0; i < programs.size(); ++i) {
-    if (shared_hbm && i > 0) break;
     for (const isa::Allocation& a : programs[i]->allocations) {
+      // Cores sharing HBM hold its shared tensors once and their private ones each.
+      if (shared_hbm && i > 0 && a.role != isa::AllocationRole::private_to_core) continue;
       if (a.space == isa::MemorySpace::hbm) hbm += double(a.total_elements()) * dtype_size_bytes(a.dtype);
     }
   }
@@ -115,6 +137,170 @@ SimResult simulate(const isa::Program& program, const HardwareConfig& config, co
   std::vector<const isa::Program*> programs(options.cores.size(), &program);
   return simulate(programs, config, config_hash, options, prepare, /*shared_hbm=*/false);
 }
+
+namespace {
+
+// The byte runs [first, end) an HBM access reaches, appended to `runs`; false when there would be more than
+// `budget` of them (the caller then treats the access as reaching the whole allocation).
+bool append_byte_runs(const isa::AccessPattern& ap, std::vector<std::pair<int64_t, int64_t>>& runs, size_t budget) {
+  const int64_t esize = dtype_size_bytes(ap.dtype);
+  // Dims outermost first (the partition dim is an HBM access's outer dim); size-1 dims dropped, an innermost
+  // stride-1 dim is the run, and outer dims that continue it merge into it.
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  if (ap.partition.size > 1) dims.emplace_back(ap.partition.stride, ap.partition.size);
+  for (int i = 0; i < ap.num_free_dims; ++i) {
+    if (ap.free[i].size > 1) dims.emplace_back(ap.free[i].stride, ap.free[i].size);
+  }
+  int64_t run = 1;
+  while (!dims.empty() && dims.back().first == run) {
+    run *= dims.back().second;
+    dims.pop_back();
+  }
+  uint64_t count = 1;
+  for (const auto& d : dims) count *= uint64_t(d.second);
+  if (runs.size() + count > budget) return false;
+  std::vector<int64_t> index(dims.size(), 0);
+  for (uint64_t k = 0; k < count; ++k) {
+    int64_t element = ap.offset;
+    for (size_t d = 0; d < dims.size(); ++d) element += index[d] * dims[d].first;
+    runs.emplace_back(element * esize, (element + run) * esize);
+    for (size_t d = dims.size(); d-- > 0;) {
+      if (++index[d] < dims[d].second) break;
+      index[d] = 0;
+    }
+  }
+  return true;
+}
+
+// Sorted, merged runs; whether two such lists share a byte.
+void merge_runs(std::vector<std::pair<int64_t, int64_t>>& runs) {
+  std::sort(runs.begin(), runs.end());
+  size_t out = 0;
+  for (const auto& r : runs) {
+    if (out > 0 && r.first <= runs[out - 1].second) {
+      runs[out - 1].second = std::max(runs[out - 1].second, r.second);
+    } else {
+      runs[out++] = r;
+    }
+  }
+  runs.resize(out);
+}
+
+bool runs_overlap(const std::vector<std::pair<int64_t, int64_t>>& a, const std::vector<std::pair<int64_t, int64_t>>& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].second <= b[j].first) {
+      ++i;
+    } else if (b[j].second <= a[i].first) {
+      ++j;
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether two of the programs (sharing HBM) touch the same bytes of an allocation with at least one of them writing
+// them (a DMA's read-add-write counts as neither: split-K partial sums give the same sum in either order). First by
+// spans (cheap: cores on disjoint rows never overlap), then, for the allocations whose spans overlap (interleaved
+// shards), by exact byte runs; past a budget of runs an access counts as its whole allocation, which only orders
+// more accesses.
+bool cores_race_on_hbm(const std::vector<const isa::Program*>& programs) {
+  if (programs.size() < 2) return false;
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  struct Touch {
+    Runs reads, writes;
+  };
+  // Every HBM operand of a program with whether it reads and writes, in one walk.
+  auto for_each_access = [](const isa::Program& program, auto&& visit) {
+    for (const isa::Instruction& inst : program.instructions) {
+      const isa::InstructionSpec& spec = inst.spec();
+      for (size_t i = 0; i < spec.operands.size() && i < inst.tensors.size(); ++i) {
+        const isa::AccessPattern& ap = inst.tensors[i];
+        if (!ap.present() || ap.space != isa::MemorySpace::hbm) continue;
+        // Each core has its own copy of a private tensor.
+        if (program.allocation(ap).role == isa::AllocationRole::private_to_core) continue;
+        if (spec.operands[i].name == "dst" && inst.has("dst_rmw_op") && inst.enum_is("dst_rmw_op", "add")) continue;
+        const isa::OperandKind kind = spec.operands[i].kind;
+        visit(ap, kind != isa::OperandKind::tensor_out,
+              kind == isa::OperandKind::tensor_out || kind == isa::OperandKind::tensor_inout);
+      }
+    }
+  };
+  auto whole = [](const isa::Program& program, const isa::AccessPattern& ap) {
+    const isa::Allocation& allocation = program.allocation(ap);
+    return std::pair<int64_t, int64_t>(0, int64_t(allocation.total_elements()) * dtype_size_bytes(allocation.dtype));
+  };
+  auto conflicting = [](const std::vector<std::map<uint32_t, Touch>>& touched, std::set<uint32_t>* which) {
+    bool any = false;
+    for (size_t a = 0; a < touched.size(); ++a) {
+      for (size_t b = a + 1; b < touched.size(); ++b) {
+        for (const auto& [allocation, mine] : touched[a]) {
+          auto other = touched[b].find(allocation);
+          if (other == touched[b].end()) continue;
+          const Touch& theirs = other->second;
+          if (runs_overlap(mine.writes, theirs.writes) || runs_overlap(mine.writes, theirs.reads) ||
+              runs_overlap(mine.reads, theirs.writes)) {
+            if (!which) return true;
+            which->insert(allocation);
+            any = true;
+          }
+        }
+      }
+    }
+    return any;
+  };
+  // Spans: one run per allocation and direction.
+  std::vector<std::map<uint32_t, Touch>> spans(programs.size());
+  for (size_t core = 0; core < programs.size(); ++core) {
+    for_each_access(*programs[core], [&](const isa::AccessPattern& ap, bool reads, bool writes) {
+      std::pair<int64_t, int64_t> range = whole(*programs[core], ap);
+      if (!ap.dynamic()) {
+        const auto [first, last] = ap.element_range(/*with_partition=*/true);
+        const int64_t esize = dtype_size_bytes(ap.dtype);
+        range = {first * esize, (last + 1) * esize};
+      }
+      Touch& touch = spans[core][ap.allocation];
+      for (Runs* runs : {reads ? &touch.reads : nullptr, writes ? &touch.writes : nullptr}) {
+        if (!runs) continue;
+        if (runs->empty()) {
+          runs->push_back(range);
+        } else {
+          runs->front() = {std::min(runs->front().first, range.first), std::max(runs->front().second, range.second)};
+        }
+      }
+    });
+  }
+  std::set<uint32_t> candidates;
+  if (!conflicting(spans, &candidates)) return false;
+  // Exact runs of the candidate allocations.
+  constexpr size_t kRunBudget = size_t{1} << 22;
+  size_t total = 0;
+  std::vector<std::map<uint32_t, Touch>> exact(programs.size());
+  for (size_t core = 0; core < programs.size(); ++core) {
+    for_each_access(*programs[core], [&](const isa::AccessPattern& ap, bool reads, bool writes) {
+      if (!candidates.count(ap.allocation)) return;
+      Touch& touch = exact[core][ap.allocation];
+      for (Runs* runs : {reads ? &touch.reads : nullptr, writes ? &touch.writes : nullptr}) {
+        if (!runs) continue;
+        const size_t before = runs->size();
+        if (ap.dynamic() || !append_byte_runs(ap, *runs, kRunBudget - std::min(kRunBudget, total))) {
+          runs->push_back(whole(*programs[core], ap));
+        }
+        total += runs->size() - before;
+      }
+    });
+  }
+  for (auto& core : exact) {
+    for (auto& [allocation, touch] : core) {
+      merge_runs(touch.reads);
+      merge_runs(touch.writes);
+    }
+  }
+  return conflicting(exact, nullptr);
+}
+
+}  // namespace
 
 SimResult simulate(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
                    const std::string& config_hash, const SimOptions& options,
@@ -175,7 +361,8 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
     }
     const size_t index = result.states.size();
     std::shared_ptr<isa::HbmStore> store =
-        shared_hbm && index > 0 ? result.states.front()->hbm_store() : (index == 0 ? options.hbm_store : nullptr);
+        shared_hbm && index > 0 ? core_hbm_store(*programs[index], result.states.front()->hbm_store())
+                                : (index == 0 ? options.hbm_store : nullptr);
     result.states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[index], store, options.image_pool));
     // With shared HBM the inputs are loaded once, through the first core.
     if (prepare && (!shared_hbm || index == 0)) prepare(core, *result.states.back());
@@ -188,6 +375,7 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   core_options.collective_system = options.collective_system;
   core_options.collective_ranks_per_chip = options.collective_ranks_per_chip;
   core_options.cores_share_chip = shared_hbm;
+  core_options.order_hbm_by_issue = shared_hbm && cores_race_on_hbm(scheduled);
   std::exception_ptr core_error;
   core_options.error = &core_error;
   {

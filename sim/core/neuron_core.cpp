@@ -25,6 +25,19 @@ const char* track_name(Engine kind) {
   return "?";
 }
 
+// Whether an instruction reads or writes HBM the cores share (its tensor operands, not a core's private tensors; a
+// collective's or sendrecv's bytes are ordered by their rendezvous instead).
+bool touches_shared_hbm(const isa::Program& program, const isa::Instruction& inst) {
+  for (size_t i = 0; i < inst.tensors.size(); ++i) {
+    const isa::AccessPattern& ap = inst.tensors[i];
+    if (ap.present() && ap.space == isa::MemorySpace::hbm &&
+        program.allocation(ap).role != isa::AllocationRole::private_to_core) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void collect_accesses(const isa::Instruction& inst, std::vector<const isa::AccessPattern*>& reads,
                       std::vector<const isa::AccessPattern*>& writes) {
   const isa::InstructionSpec& spec = inst.spec();
@@ -183,8 +196,20 @@ void NeuronCore::run_program() {
     const isa::Instruction& inst = m_program.instructions[i];
     m_current = i;
     try {
-      if (m_exec) isa::execute_instruction(inst, *m_exec);
-      step(i);
+      if (m_options.order_hbm_by_issue && touches_shared_hbm(m_program, inst)) {
+        // Cores sharing HBM: the values of an HBM access take effect when it issues in simulated time, so that
+        // accesses of different cores to the same bytes land in the order they issue (a core's zeroing of a shared
+        // output before another core's store of its shard), not in the order the decoupled threads happen to run.
+        // Both modes wait, so timing-only books the shared HBM in the same order and gives the same time. Only
+        // for programs that share written HBM bytes: the others' values do not depend on the order.
+        step(i);
+        const double now_ns = sc_core::sc_time_stamp().to_seconds() * 1e9;
+        if (m_local_ns > now_ns) wait(sc_core::sc_time(m_local_ns - now_ns, sc_core::SC_NS));
+        if (m_exec) isa::execute_instruction(inst, *m_exec);
+      } else {
+        if (m_exec) isa::execute_instruction(inst, *m_exec);
+        step(i);
+      }
     } catch (const isa::IsaError& e) {
       throw isa::IsaError("core " + std::to_string(m_index) + " instruction " + std::to_string(i) +
                           (inst.source_line ? " (line " + std::to_string(inst.source_line) + ")" : "") + " " +

@@ -37,6 +37,9 @@ struct CoreRunOptions {
   bool timing_only = false;
   double quantum_ns = 10000;
   bool decoupled = false;  // several cores share the chip: sync with the SystemC clock every quantum
+  // The cores' programs touch the same HBM bytes, one of them writing (sim/simulator.cpp cores_race_on_hbm): their
+  // HBM accesses take effect in the order they issue in simulated time, not as the decoupled threads run.
+  bool order_hbm_by_issue = false;
   isa::InterpreterOptions interpreter;
   std::string collective_system;           // see SimOptions
   uint32_t collective_ranks_per_chip = 0;

@@ -59,7 +59,7 @@ class Trace:
         self.target = target
         self.program_id, self.num_programs = tuple(program_id), tuple(num_programs)
         self.hbm = []            # Storage, in declaration order
-        self.roles = {}          # hbm name -> "input" | "output" | internal
+        self.roles = {}          # hbm name -> "input" | "output" | "private" | internal
         self.body = []           # instruction lines
         self.locs = []           # (file, line) per instruction
         self.prints = []         # nl.device_print: (instruction index, prefix, storage name)

@@ -89,7 +89,9 @@ def ndarray(shape, dtype, buffer=None, name=None, address=None, **_ignored):
     if buffer.space == "hbm":
         if address is not None:
             fail("nl.ndarray(address=...) places on-chip tiles; HBM tensors have no address to give")
-        role = "output" if buffer is shared_hbm else "internal"
+        # nl.hbm is private_hbm ("only visible to each individual kernel instance"): each core of an LNC launch has
+        # its own copy; a shared_hbm tensor is one for all of them.
+        role = "output" if buffer is shared_hbm else "private"
         return trace.hbm_tensor(shape, dtype, name, role=role).full_view()
     st = trace.tile(shape, dtype, buffer.space, pdim, user_location())
     # A placed SBUF tile starts on an element boundary (AWS's kernel library places tiles 2 and 4 bytes apart;
