@@ -73,6 +73,8 @@ bool needs_expansion(const Program& program) { return has_control_flow(program) 
 Instruction resolve_dynamic_offsets(const Program& program, const Instruction& inst, const RegisterFile& registers) {
   Instruction resolved = inst;
   const InstructionSpec& spec = inst.spec();
+  const bool skip_out_of_bounds = inst.has("oob_mode") && inst.enum_is("oob_mode", "skip");
+  bool skipped = false;
   for (const OperandSpec& operand : spec.operands) {
     if (operand.tensor_slot < 0) continue;
     AccessPattern& ap = resolved.tensors[size_t(operand.tensor_slot)];
@@ -94,10 +96,22 @@ Instruction resolve_dynamic_offsets(const Program& program, const Instruction& i
     const int64_t extent = int64_t((hbm ? a.total_elements() : a.elements_per_partition()) * dtype_size_bytes(a.dtype) /
                                    dtype_size_bytes(ap.dtype));
     if (ap.elements() > 0 && (low < 0 || high >= extent)) {
+      if (skip_out_of_bounds) {
+        skipped = true;
+        ap.offset -= value;  // a skipped access selects nothing: its static part, never outside, stands in
+        continue;
+      }
       throw IsaError("operand '" + operand.name + "': scalar_offset " + reg + " = " + std::to_string(value) +
                      " puts elements " + std::to_string(low) + ".." + std::to_string(high) + " outside tensor '" +
                      a.name + "' (" + std::to_string(extent) + (hbm ? " elements" : " elements per partition") +
                      ") [dynamic-offset-bounds]");
+    }
+  }
+  if (skipped) {
+    // oob_mode=skip: the instruction moves nothing (its access patterns select no element); it still issues and
+    // costs its fixed overhead.
+    for (AccessPattern& ap : resolved.tensors) {
+      if (ap.present()) ap.partition.size = 0;
     }
   }
   return resolved;
@@ -303,7 +317,8 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
   }
 }
 
-Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank) {
+Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank,
+                            const std::function<void()>& at_core_barrier) {
   if (!values && control_depends_on_values(program)) {
     throw IsaError("the control flow of program '" + program.name +
                    "' depends on tensor values (register_load): "
@@ -317,6 +332,7 @@ Program expand_control_flow(const Program& program, ExecContext* values, uint32_
   RegisterFile& registers = values ? values->state.registers() : local;
   walk_control_flow(program, registers, [&](size_t i) {
     const Instruction& inst = program.instructions[i];
+    if (at_core_barrier && inst.opcode == Opcode::core_barrier) at_core_barrier();
     try {
       expanded.instructions.push_back(has_dynamic_operand(inst) ? resolve_dynamic_offsets(program, inst, registers)
                                                                 : inst);

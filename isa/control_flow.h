@@ -83,6 +83,9 @@ bool execute_register_only(const Instruction& inst, RegisterFile& registers, uin
 // instructions in order. With `values` every executed instruction is also run on its state (the results equal
 // interpret's); without, the program's control must not depend on values (IsaError otherwise).
 // `rank`: the core's rank (rank_id), as in execute_register_only; with `values`, values->rank.
-Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank = 0);
+// `at_core_barrier` (optional) is called before each executed core_barrier: where the programs of cores sharing HBM,
+// expanded together, hand over to one another (sim/simulator.cpp).
+Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank = 0,
+                            const std::function<void()>& at_core_barrier = {});
 
 }  // namespace trnsim::isa

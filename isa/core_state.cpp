@@ -94,6 +94,7 @@ void CoreState::onchip_span(const AccessPattern& ap, int64_t& first_byte, int64_
 }
 
 void CoreState::check_bounds(const AccessPattern& ap) const {
+  if (ap.elements() == 0) return;  // selects nothing (a DMA skipped by oob_mode=skip)
   const Allocation& a = m_program.allocation(ap);
   if (a.space == MemorySpace::hbm) {
     const auto [low, high] = ap.element_range(/*with_partition=*/true);

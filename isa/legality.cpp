@@ -431,9 +431,9 @@ class Checker {
 
   // core_barrier: the shared tensor is in HBM; the cores are two or more distinct physical cores of the chip.
   void check_core_barrier(const Instruction& inst) {
-    if (alloc(inst.tensor("data")).space != MemorySpace::hbm) {
-      fail("core-barrier", "data must be the shared HBM tensor the cores synchronise on");
-    }
+    // NKI documents data as the shared HBM tensor the cores synchronise on; an on-chip tensor is accepted too, as
+    // the NKI compiler does (nki-library's bwmm_shard_on_I meets on an SBUF counter): the barrier then orders only
+    // the core's own accesses of it.
     const std::vector<int64_t>& cores = inst.list("cores");
     if (cores.size() < 2) fail("core-barrier", "cores lists the cores that meet: at least two");
     for (size_t i = 0; i < cores.size(); ++i) {
@@ -1580,6 +1580,10 @@ class Checker {
     if (inst.opcode == Opcode::dma_copy && inst.scalar("dst_rmw_op") == 1) {
       if (src.dtype != dst.dtype || (dst.dtype != DType::bf16 && dst.dtype != DType::fp32)) {
         fail("dma-read-add-write", "read-add-write needs matching bf16 or fp32 dtypes (A-V4)");
+      }
+      if (inst.enum_is("oob_mode", "skip")) {
+        // nki.isa.dma_copy: "If dst_rmw_op is specified, only oob_mode=oob_mode.error is allowed."
+        fail("dma-read-add-write", "read-add-write takes oob_mode=error only");
       }
     }
     // DMA: "When either sw_dge or hw_dge mode is used, the src and dst tensors can have a dynamic start address";

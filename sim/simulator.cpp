@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -12,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "config/derived_figures.h"
 #include "isa/control_flow.h"
@@ -300,6 +302,77 @@ bool cores_race_on_hbm(const std::vector<const isa::Program*>& programs) {
   return conflicting(exact, nullptr);
 }
 
+// The straight-line streams of the programs of cores sharing HBM, one of which at least has control that depends on
+// tensor values. Their values run on scratch memories (one HBM as in the run, each core's own SBUF and PSUM and
+// private HBM tensors), one core at a time and deterministically: each runs to its next core_barrier and hands over
+// to the next core (round robin), so that after a barrier a core reads what the others wrote before it. Accesses of
+// different cores between two barriers that touch the same bytes (a race on hardware) see one another in core
+// order here; the run that follows orders them by simulated time.
+std::vector<std::unique_ptr<isa::Program>> expand_sharing_hbm(
+    const std::vector<const isa::Program*>& programs, const HardwareConfig& config, const SimOptions& options,
+    const std::function<void(uint32_t core, isa::CoreState& state)>& prepare) {
+  const size_t n = programs.size();
+  std::vector<std::unique_ptr<isa::CoreState>> scratch;
+  scratch.push_back(std::make_unique<isa::CoreState>(config.core, *programs[0], nullptr, options.image_pool));
+  if (prepare) prepare(options.cores[0], *scratch[0]);
+  for (size_t i = 1; i < n; ++i) {
+    scratch.push_back(std::make_unique<isa::CoreState>(
+        config.core, *programs[i], core_hbm_store(*programs[i], scratch[0]->hbm_store()), options.image_pool));
+  }
+  isa::HostWorkers own_workers(options.interpreter.host_threads);
+  isa::HostWorkers* workers = options.interpreter.workers ? options.interpreter.workers : &own_workers;
+  std::vector<std::unique_ptr<isa::Program>> expanded(n);
+  std::mutex mutex;
+  std::condition_variable handed_over;
+  size_t turn = 0;
+  std::vector<bool> done(n, false);
+  std::exception_ptr error;
+  struct Stopped {};  // another core failed: this one stops where it waits
+  // With `mutex` held: the next core (round robin) that has not finished runs; `me` again if it is the last one.
+  auto hand_over = [&](size_t me) {
+    for (size_t k = 1; k <= n; ++k) {
+      if (!done[(me + k) % n]) {
+        turn = (me + k) % n;
+        break;
+      }
+    }
+    handed_over.notify_all();
+  };
+  auto wait_for_turn = [&](std::unique_lock<std::mutex>& lock, size_t me) {
+    handed_over.wait(lock, [&] { return turn == me || error; });
+    if (error) throw Stopped{};
+  };
+  auto run_core = [&](size_t i) {
+    try {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        wait_for_turn(lock, i);
+      }
+      numerics::StochasticSource rng(isa::core_stochastic_seed(options.interpreter.stochastic_seed, options.cores[i]));
+      isa::ExecContext context{*scratch[i], config, options.interpreter.rounding, &rng, workers, {}, 0};
+      context.rank = uint32_t(i);
+      expanded[i] = std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context, uint32_t(i), [&] {
+        std::unique_lock<std::mutex> lock(mutex);
+        hand_over(i);
+        wait_for_turn(lock, i);
+      }));
+      std::lock_guard<std::mutex> lock(mutex);
+      done[i] = true;
+      hand_over(i);
+    } catch (const Stopped&) {
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+      handed_over.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) threads.emplace_back(run_core, i);
+  for (std::thread& thread : threads) thread.join();
+  if (error) std::rethrow_exception(error);
+  return expanded;
+}
+
 }  // namespace
 
 SimResult simulate(const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
@@ -330,13 +403,17 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
   // timing-only); the run below then executes the expanded stream from the prepared memories again.
   std::vector<std::unique_ptr<isa::Program>> expanded;
   std::vector<const isa::Program*> scheduled = programs;
+  const bool any_value_control = std::any_of(programs.begin(), programs.end(), [](const isa::Program* p) {
+    return isa::control_depends_on_values(*p);
+  });
+  if (shared_hbm && programs.size() > 1 && any_value_control) {
+    // A core's control may read what another core wrote: the cores' values run together.
+    expanded = expand_sharing_hbm(programs, config, options, prepare);
+    for (size_t i = 0; i < programs.size(); ++i) scheduled[i] = expanded[i].get();
+  }
   for (size_t i = 0; i < programs.size(); ++i) {
-    if (!isa::needs_expansion(*programs[i])) continue;
+    if (scheduled[i] != programs[i] || !isa::needs_expansion(*programs[i])) continue;
     if (isa::control_depends_on_values(*programs[i])) {
-      if (shared_hbm && programs.size() > 1) {
-        throw isa::IsaError("the program of core index " + std::to_string(i) + " has control flow that depends on "
-                            "tensor values (register_load), which cores sharing HBM do not support yet");
-      }
       isa::CoreState scratch(config.core, *programs[i], nullptr, options.image_pool);
       if (prepare) prepare(options.cores[i], scratch);
       numerics::StochasticSource rng(isa::core_stochastic_seed(options.interpreter.stochastic_seed, options.cores[i]));

@@ -148,3 +148,38 @@ def test_if_else_with_a_python_condition_is_resolved_while_tracing(rng):
     np.testing.assert_allclose(static_branch(data, True), data + 1, rtol=1e-6)
     np.testing.assert_allclose(static_branch(data, False), data, rtol=1e-6)
     assert "while_begin" not in static_branch.last_program
+
+
+@nki.jit
+def transposes_in_a_compiled_loop(x, n):
+    """nki-library's bwmm_shard_on_I: a compiled loop's body transposes eight [128, 128] blocks through a new PSUM
+    tile each (more tiles than PSUM has banks), written before they are read. Each is a temporary of one run, so the
+    body's tiles share banks; the accumulator, read before the body writes it, stays live across runs."""
+    out = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    blocks = nl.ndarray((128, 8, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=blocks, src=x.reshape((8, 128, 128)).permute((1, 0, 2)))
+    acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, n_sb)
+    identity = nl.shared_identity_matrix(128, dtype=nl.float32)
+    for _ in nl.dynamic_range(reg):
+        for b in range(16):
+            t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            if b % 2:
+                nisa.nc_transpose(dst=t[:, 0:128], data=blocks[:, b % 8, :])
+            else:   # as bwmm writes it: a matmul against the identity, accumulate left to inference
+                nisa.nc_matmul(dst=t[:, 0:128], stationary=blocks[:, b % 8, :], moving=identity)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t[:, 0:128], op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_a_compiled_loops_temporaries_share_memory(rng, n):
+    x = rng.standard_normal((8 * 128, 128)).astype(np.float32)
+    want = n * 2 * sum(x[128 * b:128 * (b + 1)].T for b in range(8))
+    np.testing.assert_allclose(transposes_in_a_compiled_loop(x, np.array([[n]], np.int32)), want, rtol=1e-5,
+                               atol=1e-4)

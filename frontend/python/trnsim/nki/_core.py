@@ -305,7 +305,7 @@ class Storage:
     """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
     __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
                  "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "address",
-                 "matmul_written", "__weakref__")
+                 "matmul_written", "carried", "loops", "__weakref__")
 
     def __init__(self, trace, space, dtype, shape, pdim):
         self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
@@ -326,6 +326,10 @@ class Storage:
         self.mask = None            # the beta-1 mask its last writer had: only that part holds values
         self.address = None         # nl.ndarray(address=(partition, byte)): placed by the kernel
         self.matmul_written = None  # PSUM: [partitions, per_partition] bools, the elements a matmul has written
+        # Whether its values may carry from one run of a compiled loop's body to the next: read before anything
+        # wrote it, or written at a register offset or under a mask (not the same elements every run).
+        self.carried = False
+        self.loops = ()             # the compiled loops open where it was made (each run of the body makes it anew)
 
     def full_dims(self):
         dims = self._full

@@ -211,6 +211,10 @@ def emit(name, args, kwargs, location=None):
             dynamic = dynamic or isinstance(view.offset, _core.DynOffset)
             if kind != "in":
                 written.append(view)
+            if kind != "out" or (name == "nc_matmul" and oname == "dst" and _accumulates(plan, values)):
+                _mark_read(view.st)
+            if kind != "in" and (isinstance(view.offset, _core.DynOffset) or mask is not None):
+                (view.st.base or view.st).carried = True
             if kind != "out" and view.st.pending_zero:
                 _flush_zero(view.st, trace, location)
             text = view.text or ap_text(view)
@@ -225,6 +229,7 @@ def emit(name, args, kwargs, location=None):
                         return -1
                 _flush_zero(view.st, trace, location)
                 touched.append(view.st)
+                _mark_read(view.st)
                 text = ap_text(view)
         elif kind == "f32" or kind == "i64":
             text = _number(v, f"nisa.{name} {oname}")
@@ -285,6 +290,21 @@ def emit(name, args, kwargs, location=None):
         view.st.producer = index if view.is_whole() else -1
         view.st.mask = mask
     return index
+
+
+def _mark_read(st):
+    """A read of a tile nothing has written yet: in a compiled loop its value comes from the previous run."""
+    root = st.base or st
+    if not (root.written or st.written):
+        root.carried = True
+
+
+def _accumulates(plan, values):
+    """Whether an nc_matmul adds to its dst (accumulate true, or auto: the ISA decides by PSUM state)."""
+    for (oname, _, _, _), v in zip(plan, values):
+        if oname == "accumulate":
+            return v is None or getattr(v, "_isa_name", v) not in (False, "false")
+    return True
 
 
 def _integer(x, name, oname, location):

@@ -126,6 +126,7 @@ class Trace:
                  f"{st.per_partition * dtype.size_bytes} bytes per partition, the {space.upper()} has {capacity} "
                  f"[{space}-capacity]", location)
         st.location = location
+        st.loops = tuple(self.loops)
         st.name = f"{'sb' if space == 'sbuf' else 'ps'}_{len(self.tiles)}"
         self.tiles.append(st)
         return st
@@ -175,11 +176,14 @@ class Trace:
         self.free_registers.append(index)
 
     def close_loop(self, begin, end):
-        """A compiled loop's body runs again after its last instruction: every tile it touches stays
-        live from the loop's begin to its end (a tile of the body is never reused within the loop)."""
+        """A compiled loop's body runs again after its last instruction: a tile it touches stays live from the
+        loop's begin to its end, unless the body writes it before reading it and uses it nowhere else (a
+        temporary of one run: its bytes may serve other temporaries of the body)."""
         for t in self.tiles:
             root = t.base or t
             if root.first >= 0 and root.first <= end and root.last >= begin:
+                if begin <= root.first and root.last <= end and not root.carried:
+                    continue
                 root.first, root.last = min(root.first, begin), max(root.last, end)
 
     def touch(self, st, index):

@@ -139,6 +139,8 @@ def dma_copy(dst, src, *args, **kwargs):
     if kwargs.get("dst_rmw_op") is None:
         kwargs.pop("dst_rmw_op", None)
     if not (_indirect(dst) or _indirect(src)):
+        if oob_word == "skip":
+            kwargs["oob_mode"] = "skip"   # a register-addressed side outside its tensor: the DMA moves nothing
         return _emit.emit("dma_copy", (dst, src), kwargs, location)
     if _indirect(dst) and _indirect(src):
         fail("nisa.dma_copy: both sides indirect; gather into SBUF, then scatter from it", location)
@@ -253,13 +255,14 @@ def nc_matmul(dst, stationary, moving, *args, **kwargs):
 
 def _mark_matmul_written(view):
     """Marks the PSUM elements a matmul writes in its tensor; True when none of them had been written by a matmul
-    of this tensor before. Unknown (a register offset, a matmul inside a compiled loop whose body runs many times,
-    a tensor viewed as another dtype): False, leaving the ISA's accumulate=auto to decide by PSUM state."""
+    of this tensor before. Unknown (a register offset, a matmul in a compiled loop whose body runs many times on a
+    tensor made outside it, a tensor viewed as another dtype): False, leaving the ISA's accumulate=auto to decide by
+    PSUM state. A tensor made in the loop's body is made anew by each run, which writes the same elements."""
     st = view.st
     if st.space != "psum" or st.base is not None or not isinstance(view.offset, (int, np.integer)):
         return False
     trace = _trace.current()
-    if trace is not None and trace.loops:
+    if trace is not None and trace.loops and tuple(trace.loops) != st.loops:
         return False
     offsets = np.array([int(view.offset)], dtype=np.int64)
     for d, (stride, size) in enumerate(view.dims):
