@@ -216,3 +216,23 @@ def test_timing_only_reports_the_same_error():
         nisa.activation(y, nl.exp, nl.load(a), engine=nisa.engine.vector)  # wrong-engine
         return None
     raises_at(exp_on_vector, "wrong-engine", "[engine]", np.zeros((128, 8), np.float32))
+
+
+@nki.jit
+def many_instructions(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    for _ in range(100):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)  # trace-size
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_trace_beyond_the_bound_is_an_error_not_an_oom(monkeypatch):
+    x = np.zeros((128, 16), np.float32)
+    monkeypatch.setenv("TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS", "50")
+    message = raises_at(many_instructions, "trace-size", "[trace-size]", x)
+    assert "traces more than 50 instructions" in message and "TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS" in message
+    monkeypatch.setenv("TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS", "1000")
+    np.testing.assert_array_equal(many_instructions(x), x + 100)

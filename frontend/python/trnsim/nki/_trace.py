@@ -1,5 +1,6 @@
 """The program a kernel call traces: HBM tensors, on-chip tiles and the instruction stream, turned
 into ``.tasm`` text whose every instruction line maps back to the kernel's ``file.py:line``."""
+import os
 import re
 import threading
 
@@ -53,6 +54,20 @@ class Target:
         self.hardware_dge = int(leaves.get("core.dma.hardware_dge_per_core", 0)) > 0
 
 
+# A bound on the instructions one trace records, so that a kernel far beyond what the host can hold (a sweep's
+# "invalid" size) is an error, not the OOM killer: a traced instruction holds about 4 KiB of host memory through
+# tracing and simulation (measured: the 166k-instruction tiled matmul of examples/nki), so the default is ~8 GiB.
+DEFAULT_MAX_TRACED_INSTRUCTIONS = 1 << 21
+
+
+def max_traced_instructions():
+    text = os.environ.get("TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS", "")
+    try:
+        return int(text) if text else DEFAULT_MAX_TRACED_INSTRUCTIONS
+    except ValueError:
+        fail(f"TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS={text!r} is not an integer")
+
+
 class Trace:
     def __init__(self, name, target, program_id=(), num_programs=()):
         self.name = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "kernel"
@@ -70,6 +85,7 @@ class Trace:
         self.registers = 0         # registers handed out (nisa.register_alloc); the ISA has 64 per core
         self.free_registers = []   # registers whose VirtualRegister died where no open loop reads them again
         self.loops = []            # instruction indices of the open compiled loops' begins
+        self.max_instructions = max_traced_instructions()
 
     # -- context
     def __enter__(self):
@@ -273,6 +289,11 @@ class Trace:
 
     # -- instructions
     def emit(self, text, location):
+        if len(self.body) >= self.max_instructions:
+            fail(f"kernel {self.name} traces more than {self.max_instructions:,} instructions (about "
+                 f"{self.max_instructions * 4 / (1 << 20):.0f} GiB of host memory to trace and simulate); this is a "
+                 f"bound of trnsim's, not of the hardware: set TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS to raise it "
+                 f"[trace-size]", location)
         self.body.append(text)
         self.locs.append(location)
         return len(self.body) - 1
