@@ -85,3 +85,28 @@ def test_jit_mode_benchmark(rng):
     # One kernel execution: the launch cost (config chip.kernel_launch_ns) and the body.
     independent = trnsim.run_program(scale.last_program, timing_only=True, config="trn2").execution_ns
     assert scale.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(independent / 1e3)
+
+
+@nki.jit
+def summed_over_programs(x, op):
+    """Each program of an LNC launch holds its row block; nl.all_reduce gives every program the reduction of all
+    of them, which each stores at its own rows."""
+    pid = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    rows = x.shape[0] // 2
+    t = nl.load(x[pid * rows:(pid + 1) * rows, :])
+    total = nl.all_reduce(t, op=op, program_axes=0)
+    nl.store(out[pid * rows:(pid + 1) * rows, :], value=total)
+    return out
+
+
+@pytest.mark.parametrize("op, reduce", [(np.add, np.add), (np.maximum, np.maximum)])
+def test_all_reduce_over_the_programs_of_an_lnc_launch(monkeypatch, rng, op, reduce):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    x = rng.standard_normal((256, 96)).astype(np.float32)
+    want = reduce(x[:128], x[128:])
+    np.testing.assert_allclose(summed_over_programs[nl.nc(2)](x, op), np.concatenate([want, want]), rtol=1e-6)
+    # Programs that run one after another cannot meet.
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(trnsim.nki.KernelError, match="run one after another"):
+        summed_over_programs[2](x, op)

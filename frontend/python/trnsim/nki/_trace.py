@@ -52,6 +52,7 @@ class Target:
         self.dma_transpose = leaves.get("core.dma.transpose_supported") == "true"
         self.hbm_stacks = int(leaves["hbm.stacks"])
         self.hardware_dge = int(leaves.get("core.dma.hardware_dge_per_core", 0)) > 0
+        self.lnc = int(leaves.get("chip.default_logical_core_size", 1))
 
 
 # A bound on the instructions one trace records, so that a kernel far beyond what the host can hold (a sweep's

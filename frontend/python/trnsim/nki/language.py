@@ -580,6 +580,45 @@ def num_programs(axis=None, axes=None):
     return n[axis] if axis < len(n) else 1
 
 
+def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False, **_):
+    """Beta 1: ``x`` reduced with ``op`` over the SPMD programs along ``program_axes``, the result in every program.
+    The programs must run together, i.e. an LNC launch ``kernel[lnc]`` (its programs share HBM): each writes its
+    tile to its slot of a shared HBM scratch tensor, they meet at a core_barrier, and each reduces the slots in
+    program order (the same order in every program, so all get the same bits) in an fp32 accumulator on the Vector
+    engine. Programs of another grid run one after another here and cannot reduce across one another."""
+    from . import isa as nisa
+    location = user_location()
+    trace = _trace.current()
+    axes = tuple(program_axes) if isinstance(program_axes, (tuple, list)) else (program_axes,)
+    grid = trace.num_programs
+    if mask is not None:
+        fail("nl.all_reduce: mask= is not supported", location)
+    if axes != (0,) or len(grid) != 1:
+        fail(f"nl.all_reduce: program_axes={program_axes!r} over a grid {list(grid)}: trnsim reduces over axis 0 of "
+             f"a one-axis LNC launch", location)
+    if grid[0] != trace.target.lnc or grid[0] < 2:
+        fail(f"nl.all_reduce: the {grid[0]} programs of this grid run one after another here; only the programs of "
+             f"an LNC launch kernel[{trace.target.lnc}] run together (sharing HBM) and can reduce across one another",
+             location)
+    view = _emit.as_view(x, "nl.all_reduce x")
+    if view.st.space != "sbuf":
+        fail("nl.all_reduce: x is an SBUF tile", location)
+    n, pid = grid[0], trace.program_id[0]
+    shape = tuple(view.shape)
+    slots = trace.hbm_tensor((n,) + shape, view.st.dtype, name="all_reduce").full_view()
+    nisa.dma_copy(dst=slots[pid], src=view)
+    nisa.core_barrier(slots, tuple(range(n)))
+    acc = ndarray(shape, float32, buffer=sbuf)
+    nisa.dma_copy(dst=acc, src=slots[0])
+    part = ndarray(shape, float32, buffer=sbuf)
+    for j in range(1, n):
+        nisa.dma_copy(dst=part, src=slots[j])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=op)
+    out = ndarray(shape, dtype or view.st.dtype, buffer=sbuf)
+    nisa.tensor_copy(dst=out, src=acc)
+    return out
+
+
 class nc:
     """Beta 1: ``kernel[nl.nc(2)](...)`` launches on 2 NeuronCores (an LNC grid)."""
 
@@ -1329,7 +1368,8 @@ MISSING = [
     "Tensor.ap(vector_offset=) of an on-chip tensor (HBM indirect DMA, any indirect_dim, works)",
     "Tensor.indirect: tensor indirection of compute-engine operands (trn3 column gather/scatter by a uint16 index "
     "tile; HBM row gathers by an index tile, table[idx_tile, :], work)",
-    "nl.all_reduce (nki.collectives.all_reduce works)",
+    "nl.all_reduce across programs that run one after another (an SPMD grid that is not an LNC launch; "
+    "kernel[lnc] works)",
 ]
 
 
