@@ -12,10 +12,10 @@
 #include "isa/text_form.h"
 #include "sim/simulator.h"
 
+#include "core_pair.h"
+
 namespace trnsim::sim {
 namespace {
-
-HardwareConfig trn2() { return load_config("trn2", {}).hardware; }
 
 std::vector<float> input_values() {
   std::vector<float> v(128 * 256);
@@ -24,19 +24,7 @@ std::vector<float> input_values() {
 }
 
 SimResult run_pair(const isa::Program& a, const isa::Program& b, bool timing_only = false) {
-  HardwareConfig hw = trn2();
-  isa::check_program(a, hw);
-  isa::check_program(b, hw);
-  SimOptions options;
-  options.cores = {0, 1};
-  options.timing_only = timing_only;
-  std::vector<const isa::Program*> programs{&a, &b};
-  return simulate(programs, hw, "test", options, [&](uint32_t, isa::CoreState& state) {
-    std::vector<float> v = input_values();
-    std::vector<uint8_t> bytes(v.size() * 4);
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    state.hbm(uint32_t(a.find_allocation("in"))) = bytes;
-  }, /*shared_hbm=*/true);
+  return testing_support::run_core_pair(a, b, input_values(), timing_only);
 }
 
 std::vector<float> output(const SimResult& r, const isa::Program& p) {
