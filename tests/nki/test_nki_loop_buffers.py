@@ -54,3 +54,38 @@ def test_a_tile_that_fits_only_once_keeps_one_buffer(rng, monkeypatch):
     np.testing.assert_allclose(kernel(x), np.exp(x), rtol=1e-5)
     addresses = _addresses(kernel.last_program, "fp32[128, 30720]")
     assert len(addresses) == 3 and len(set(addresses)) == 1, addresses
+
+
+@nki.jit
+def fragmenting(x):
+    """Tiles a (2 units), b (2), c (4) fill SBUF (a unit is an eighth of it); c dies, then a, so by age the next
+    2-unit tile d lands in c's old bytes and the 4-unit tile e then finds two 2-unit holes around the live b. Packed
+    by best fit (d into a's bytes) it fits, as nki-library's bwmm_shard_on_block needs."""
+    unit = x.shape[1]
+    out = nl.ndarray((128, 5 * unit), dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 2 * unit), dtype=x.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 2 * unit), dtype=x.dtype, buffer=nl.sbuf)
+    c = nl.ndarray((128, 4 * unit), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=a, value=1.0)
+    nisa.memset(dst=b, value=2.0)
+    nisa.memset(dst=c, value=3.0)
+    nisa.tensor_tensor(dst=a[:, 0:unit], data1=a[:, 0:unit], data2=c[:, 0:unit], op=nl.add)    # c's last use
+    nisa.tensor_tensor(dst=b[:, 0:unit], data1=b[:, 0:unit], data2=a[:, 0:unit], op=nl.add)    # a's last use
+    d = nl.ndarray((128, 2 * unit), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=x.reshape((128, unit)).ap([[unit, 128], [0, 2], [1, unit]]))
+    e = nl.ndarray((128, 4 * unit), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=e, value=5.0)
+    nisa.dma_copy(dst=out[:, 0:unit], src=b[:, 0:unit])
+    nisa.dma_copy(dst=out[:, unit:2 * unit], src=d[:, 0:unit])
+    nisa.dma_copy(dst=out[:, 2 * unit:5 * unit], src=e[:, 0:3 * unit])
+    return out
+
+
+def test_a_kernel_that_fits_only_packed_tightly_gets_a_best_fit_placement(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    unit = 229376 // 4 // 8   # fp32 elements in an eighth of a trn2 SBUF partition
+    x = np.arange(128 * unit, dtype=np.float32).reshape(128, unit)
+    got = fragmenting(x)
+    np.testing.assert_array_equal(got[:, :unit], 6.0)          # b + (a + c) = 2 + 4
+    np.testing.assert_array_equal(got[:, unit:2 * unit], x)
+    np.testing.assert_array_equal(got[:, 2 * unit:], 5.0)

@@ -1121,8 +1121,10 @@ class LruAllocator:
     the range freed longest ago that fits (never-used memory counts as freed at the start). Ranges
     sit in a heap by age; adjacent ones merge only when nothing fits (merging keeps the newer age)."""
 
-    def __init__(self, capacity_bytes, align_bytes):
-        self.capacity, self.align = capacity_bytes, align_bytes
+    def __init__(self, capacity_bytes, align_bytes, best_fit=False):
+        """``best_fit``: take the smallest free range that fits instead (adjacent ranges merged first), which
+        fragments least; the tracer's last resort for a kernel that does not fit by age."""
+        self.capacity, self.align, self.best_fit = capacity_bytes, align_bytes, best_fit
         self.free = {0: (capacity_bytes, -1)}       # start -> (end, freed_at)
         self.heap = [(-1, 0, capacity_bytes)]       # (freed_at, start, end), stale entries skipped
         self.in_use = 0
@@ -1133,6 +1135,8 @@ class LruAllocator:
     def take(self, size, avoid=None):
         """``avoid`` = (start, end): bytes to take only when nothing else fits (the previous tile of
         the same allocation site, so that a loop's tiles alternate between buffers)."""
+        if self.best_fit:
+            return self._take_best_fit(size)
         start = self._take(size, avoid)
         if start is None and self._coalesce():
             start = self._take(size, avoid)
@@ -1177,6 +1181,19 @@ class LruAllocator:
             heapq.heappush(heap, (t, start + size, b))
         self.in_use += size
         return start
+
+    def _take_best_fit(self, size):
+        self._coalesce()
+        fits = [(b - a, a) for a, (b, _) in self.free.items() if b - a >= size]
+        if not fits:
+            return None
+        _, a = min(fits)
+        b, t = self.free.pop(a)
+        if a + size < b:
+            self.free[a + size] = (b, t)
+            heapq.heappush(self.heap, (t, a + size, b))
+        self.in_use += size
+        return a
 
     def take_at(self, start, size):
         """The range [start, start + size) if it is free (an ``address=`` placement), else None."""

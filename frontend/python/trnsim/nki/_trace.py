@@ -213,16 +213,22 @@ class Trace:
         """Addresses from live ranges, in program order: at each instruction the tiles it touches
         first are placed, then those it touches last are freed. A kernel that only fits when a loop's
         tiles share one buffer gets that placement instead (as the NKI compiler would)."""
-        try:
-            return self._allocate(alternate_buffers=True)
-        except KernelError:
-            for t in self.tiles:
-                t.region = None
-            return self._allocate(alternate_buffers=False)
+        # Last resort, for a kernel that fits only when packed tightly: best fit, which fragments least (the
+        # age order above spreads a loop's tiles to keep them independent, at the cost of fragmentation).
+        attempts = [dict(alternate_buffers=True), dict(alternate_buffers=False),
+                    dict(alternate_buffers=False, best_fit=True)]
+        for i, attempt in enumerate(attempts):
+            try:
+                return self._allocate(**attempt)
+            except KernelError:
+                if i == len(attempts) - 1:
+                    raise
+                for t in self.tiles:
+                    t.region = None
 
-    def _allocate(self, alternate_buffers):
-        allocators = {"sbuf": LruAllocator(self.target.sbuf_bytes, _core.SBUF_ALIGN_BYTES),
-                      "psum": LruAllocator(self.target.psum_bytes, self.target.psum_bank_bytes)}
+    def _allocate(self, alternate_buffers, best_fit=False):
+        allocators = {"sbuf": LruAllocator(self.target.sbuf_bytes, _core.SBUF_ALIGN_BYTES, best_fit),
+                      "psum": LruAllocator(self.target.psum_bytes, self.target.psum_bank_bytes, best_fit)}
         roots = [t for t in self.tiles if t.base is None and t.first >= 0]
         starts, ends = {}, {}
         for t in roots:
