@@ -121,13 +121,18 @@ py::dict outputs_of(const trnsim::isa::Program& program, const trnsim::isa::Core
         a.dtype == trnsim::DType::mxfp4_e2m1) {
       continue;  // packed MX tensors have no NumPy form (as `trnsim run --output` refuses them)
     }
-    const std::vector<uint8_t>& bytes = state.hbm(uint32_t(i));
-    bool native = native_numpy_dtype(a.dtype);
-    std::vector<uint8_t> data = native ? bytes : cli::tensor_bytes_to_npy(bytes, a.dtype, a.shape).data;
+    // One copy of an output (a writable bytearray NumPy views in place): outputs can be most of a run's memory.
+    const trnsim::isa::HbmBuffer& buffer = state.hbm(uint32_t(i));
+    const bool native = native_numpy_dtype(a.dtype);
     std::vector<uint64_t> shape(a.shape.begin(), a.shape.end());
-    outputs[py::str(a.name)] = py::make_tuple(std::string(trnsim::dtype_name(a.dtype)), shape,
-                                              py::bytes(reinterpret_cast<const char*>(data.data()), data.size()),
-                                              !native);
+    py::bytearray data;
+    if (native) {
+      data = py::bytearray(reinterpret_cast<const char*>(buffer.data()), buffer.size());
+    } else {
+      const std::vector<uint8_t> widened = cli::tensor_bytes_to_npy(buffer, a.dtype, a.shape).data;
+      data = py::bytearray(reinterpret_cast<const char*>(widened.data()), widened.size());
+    }
+    outputs[py::str(a.name)] = py::make_tuple(std::string(trnsim::dtype_name(a.dtype)), shape, data, !native);
   }
   return outputs;
 }

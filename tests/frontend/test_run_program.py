@@ -88,6 +88,16 @@ def test_bf16_outputs_come_back_as_bfloat16(tmp_path):
     np.testing.assert_allclose(y.astype(np.float32), softmax(x), rtol=2 ** -8)
 
 
+def test_outputs_are_writable_arrays_of_their_own():
+    """Outputs come back as one copy each (a writable view of their own buffer), not shared between runs."""
+    x = np.random.default_rng(7).standard_normal((128, 512)).astype(np.float32)
+    first = trnsim.run_program(SOFTMAX, {"x": x}).outputs["y"]
+    second = trnsim.run_program(SOFTMAX, {"x": x}).outputs["y"]
+    assert first.flags.writeable and first.shape == (128, 512) and first.dtype == np.float32
+    first[:] = 0.0
+    np.testing.assert_allclose(second, softmax(x), rtol=1e-5)
+
+
 def test_trace_and_overrides(tmp_path):
     trace = tmp_path / "t.json"
     slow = trnsim.run_program(SOFTMAX, timing_only=True, trace=trace, overrides={"core.dma.fixed_latency_ns": 500})

@@ -99,7 +99,7 @@ def run_program(program, inputs=None, config="trn2", overrides=None, timing_only
     outputs = {}
     for name, (dtype, shape, data, as_float32) in raw["outputs"].items():
         np_dtype = np.dtype(np.float32) if as_float32 else _NUMPY_DTYPES[dtype]
-        outputs[name] = np.frombuffer(data, dtype=np_dtype).reshape(shape).copy()
+        outputs[name] = np.frombuffer(data, dtype=np_dtype).reshape(shape)   # a writable view of its bytearray
     return RunResult(outputs, json.loads(raw["stats_json"]), raw["name"], raw["config_hash"])
 
 
@@ -107,7 +107,7 @@ def _outputs(raw_outputs):
     outputs = {}
     for name, (dtype, shape, data, as_float32) in raw_outputs.items():
         np_dtype = np.dtype(np.float32) if as_float32 else _NUMPY_DTYPES[dtype]
-        outputs[name] = np.frombuffer(data, dtype=np_dtype).reshape(shape).copy()
+        outputs[name] = np.frombuffer(data, dtype=np_dtype).reshape(shape)   # a writable view of its bytearray
     return outputs
 
 
