@@ -217,13 +217,14 @@ bool cores_race_on_hbm(const std::vector<const isa::Program*>& programs) {
   auto for_each_access = [](const isa::Program& program, auto&& visit) {
     for (const isa::Instruction& inst : program.instructions) {
       const isa::InstructionSpec& spec = inst.spec();
-      for (size_t i = 0; i < spec.operands.size() && i < inst.tensors.size(); ++i) {
-        const isa::AccessPattern& ap = inst.tensors[i];
+      for (const isa::OperandSpec& operand : spec.operands) {
+        if (operand.tensor_slot < 0 || size_t(operand.tensor_slot) >= inst.tensors.size()) continue;
+        const isa::AccessPattern& ap = inst.tensors[size_t(operand.tensor_slot)];
         if (!ap.present() || ap.space != isa::MemorySpace::hbm) continue;
         // Each core has its own copy of a private tensor.
         if (program.allocation(ap).role == isa::AllocationRole::private_to_core) continue;
-        if (spec.operands[i].name == "dst" && inst.has("dst_rmw_op") && inst.enum_is("dst_rmw_op", "add")) continue;
-        const isa::OperandKind kind = spec.operands[i].kind;
+        if (operand.name == "dst" && inst.has("dst_rmw_op") && inst.enum_is("dst_rmw_op", "add")) continue;
+        const isa::OperandKind kind = operand.kind;
         visit(ap, kind != isa::OperandKind::tensor_out,
               kind == isa::OperandKind::tensor_out || kind == isa::OperandKind::tensor_inout);
       }
