@@ -110,3 +110,33 @@ def test_all_reduce_over_the_programs_of_an_lnc_launch(monkeypatch, rng, op, red
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
     with pytest.raises(trnsim.nki.KernelError, match="run one after another"):
         summed_over_programs[2](x, op)
+
+
+@nki.jit
+def published_sample_idioms(a, b, s, n):
+    """Idioms of AWS's nki-samples reference kernels (beta 1): ``t.reshape(shape=...)``, a Tensor-engine transpose
+    result (PSUM) passed straight to nc_matmul, one element loaded as ``t[i, j]``, a mask that ands index bounds
+    with a Python condition, ``nl.finfo``."""
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    flat = b.reshape(shape=(128, 128))
+    bt = nisa.nc_transpose(nl.load(flat))                  # in PSUM
+    at = nl.load(a)
+    prod = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+    prod[...] = nisa.nc_matmul(bt, at)                     # = b.T.T @ a = b @ a
+    one = nl.load(s[0, 1])                                 # [1, 1]
+    scaled = nl.multiply(prod, nl.finfo(nl.bfloat16).max / nl.finfo(nl.bfloat16).max)
+    i_p, i_f = nl.mgrid[0:128, 0:128]
+    nl.store(out[i_p, i_f], value=scaled, mask=(i_f < n) & (one.shape[0] == 1))
+    nl.store(out[i_p, i_f], value=scaled * 0.0, mask=(i_f >= n) & True)
+    nl.store(out[i_p, i_f], value=scaled * 2.0, mask=(i_f < 1) & False)
+    return out
+
+
+def test_published_sample_idioms(rng):
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((2, 64, 128)).astype(np.float32)
+    s = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = nki.simulate_kernel(published_sample_idioms, a, b, s, 96)
+    want = b.reshape(128, 128) @ a
+    want[:, 96:] = 0.0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

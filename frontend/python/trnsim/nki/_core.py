@@ -269,6 +269,10 @@ class Mask:
         self.affine = affine
 
     def __and__(self, other):
+        if isinstance(other, (bool, np.bool_)):
+            # A Python condition beside index bounds (published kernels write ``(i_f < n) & (tile * 128 < s)``):
+            # True keeps this mask, False keeps nothing (the instruction is not emitted).
+            return self if other else False
         if self.bounds is None or other.bounds is None:
             fail("masks combine with & only when each compares one nl.arange with an integer")
         merged = dict(self.bounds)
@@ -277,6 +281,8 @@ class Mask:
                 fail("a mask bounds each index once")
             merged[v] = b
         return Mask(merged)
+
+    __rand__ = __and__
 
     def range_of(self, var):
         """(first, count) of var's values the mask keeps."""
@@ -442,7 +448,14 @@ class View:
         return language.negative(self)
 
     # -- tensor views (NKI 0.5+)
-    def reshape(self, *shape):
+    def reshape(self, *shape, **kwargs):
+        """``t.reshape(a, b)``, ``t.reshape((a, b))`` or beta 1's ``t.reshape(shape=(a, b))``."""
+        if "shape" in kwargs:
+            if shape:
+                fail("reshape: give the shape once, positionally or as shape=")
+            shape = (kwargs.pop("shape"),)
+        if kwargs:
+            fail(f"reshape: unexpected argument(s) {', '.join(sorted(kwargs))}")
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
         return reshape_view(self, shape)
 

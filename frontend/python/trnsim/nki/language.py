@@ -1010,11 +1010,13 @@ def broadcast_to(x, shape, location=None):
 # ---- loads, stores, assignment
 
 def _hbm_2d(v):
-    """A 1-d HBM view as the tile it loads into / stores from: a contiguous vector is a [1, F] row;
+    """A 0-d or 1-d HBM view as the tile it loads into / stores from: one element is [1, 1], a contiguous vector a [1, F] row;
     a strided one that fits the partitions (a column ``A[c0:c1, j]`` of a matrix, the per-partition
     scale or bias the samples load this way) is a [P, 1] column."""
     if v.ndim > 1:
         return v
+    if v.ndim == 0:
+        return View(v.st, v.offset, [[0, 1], [1, 1]], None, 0)   # one element (t[b, h]): a [1, 1] tile
     stride, n = v.dims[0]
     if stride not in (0, 1) and n <= _trace.current().target.pmax:
         return View(v.st, v.offset, [[stride, n], [1, 1]], None, 0)
@@ -1080,6 +1082,8 @@ def load_transpose2d(src, mask=None, dtype=None, **kw):
 
 def store(dst, value, mask=None, **kw):
     location = user_location()
+    if isinstance(mask, (bool, np.bool_)) and not mask:
+        return   # a Python condition that is false: nothing is stored
     if isinstance(dst, _core.IndirectRows):
         # Rows picked by an SBUF index tile: the DMA's scatter.
         vv = _operand(value, "nl.store value")
@@ -1353,6 +1357,23 @@ def shared_identity_matrix(n, dtype=None, **_):
         _emit.emit("dma_copy", (tile, const), {}, location)
         trace.identity_tiles[d.nki_name] = tile
     return tile[0:n, 0:n]
+
+
+def finfo(dtype):
+    """Machine limits of a float dtype (``nl.finfo(nl.bfloat16).min``), as NumPy / ml_dtypes give them."""
+    d = as_dtype(dtype)
+    if d.numpy is None or not d.is_float:
+        raise TypeError(f"nl.finfo: {d.nki_name} is not a float dtype with a host type")
+    import ml_dtypes
+    info = ml_dtypes.finfo(d.numpy)
+
+    class _Finfo:
+        """The limits as Python floats (usable wherever a kernel passes a number)."""
+    limits = _Finfo()
+    limits.bits, limits.dtype = int(info.bits), dtype
+    for name in ("min", "max", "eps", "tiny", "smallest_normal", "resolution"):
+        setattr(limits, name, float(getattr(info, name)))
+    return limits
 
 
 def static_cast(array, dtype):

@@ -92,6 +92,9 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
         s, m = _core.apply_mask(s, mask), _core.apply_mask(m, mask)
         if s is None or m is None:
             fail("nisa.nc_matmul: the mask keeps nothing of an operand", location)
+    # Beta 1 lets an operand be a PSUM result (a Tensor-engine transpose's, as published flash-attention backward
+    # kernels pass it): the Tensor engine reads SBUF, so the compiler copies it there first (Vector).
+    s, m = _staged_in_sbuf(s, location), _staged_in_sbuf(m, location)
     kwargs = {"is_stationary_onezero": is_stationary_onezero, "is_moving_onezero": is_moving_onezero,
               "is_transpose": is_transpose}
     if tile_position:
@@ -99,6 +102,15 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
     if perf_mode is not None:
         kwargs["perf_mode"] = perf_mode
     return language.LazyMatmul(s, m, kwargs, location)
+
+
+def _staged_in_sbuf(view, location, mask=None):
+    """``view`` itself when it is not in PSUM, else an SBUF copy of it (tensor_copy on the Vector engine)."""
+    if view.st.space != "psum":
+        return view
+    staged = language._result_tile(language._tile_shape(view), view.dtype, location)
+    _emit.emit("tensor_copy", (staged, view), {"mask": mask}, location)
+    return staged
 
 
 def nc_transpose(data, mask=None, dtype=None, engine=None, **_):
@@ -144,11 +156,8 @@ def affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None, **_
         fail("nisa.affine_select takes a comparison of nl.arange / nl.mgrid expressions as pred", location)
     expr, op = pred.affine
     src = _emit.as_view(on_true_tile, "on_true_tile")
-    if src.st.space == "psum":
-        # GpSimd does not reach PSUM: the tile (a matmul result) is copied to SBUF first (Vector).
-        staged = language._result_tile(language._tile_shape(src), src.dtype, location)
-        _emit.emit("tensor_copy", (staged, src), {"mask": mask}, location)
-        src = staged
+    # GpSimd does not reach PSUM: a tile there (a matmul result) is copied to SBUF first (Vector).
+    src = _staged_in_sbuf(src, location, mask)
     shape = language._tile_shape(src)
     multiplier, pattern = 0, []
     free_axes = {}
