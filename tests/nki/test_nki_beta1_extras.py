@@ -140,3 +140,25 @@ def test_published_sample_idioms(rng):
     want = b.reshape(128, 128) @ a
     want[:, 96:] = 0.0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def broadcast_binaries(a, b, s):
+    """NumPy broadcasting in nl binary ops (nki-samples' pooling compares a [P, H, 1, 1] max with [P, H, 3, 3]
+    windows; its attention adds a [1, 1] tile to a [P, 1] one)."""
+    out = nl.ndarray((128, 4, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    eq = nl.equal(nl.load(a), nl.load(b), dtype=nl.float32)          # [128, 4, 1] vs [128, 4, 3]
+    nl.store(out, value=eq)
+    plane = nl.add(nl.zeros((128, 1), dtype=nl.float32), nl.load(s[0, 2]), dtype=nl.float32)
+    nl.store(col, value=plane)
+    return out, col
+
+
+def test_numpy_broadcasting_in_binary_ops(rng):
+    a = rng.integers(0, 3, size=(128, 4, 1)).astype(np.float32)
+    b = rng.integers(0, 3, size=(128, 4, 3)).astype(np.float32)
+    s = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out, col = nki.simulate_kernel(broadcast_binaries, a, b, s)
+    np.testing.assert_array_equal(out, (a == b).astype(np.float32))
+    np.testing.assert_array_equal(col, np.full((128, 1), 2.0, np.float32))

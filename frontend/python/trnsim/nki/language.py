@@ -736,6 +736,14 @@ def binary(x, y, op, dtype=None, mask=None, location=None, **_):
         _emit.emit("tensor_scalar", (out, xv, op, y), {"mask": mask}, location)
         return out
     yv = _operand(y, f"nl.{op}")
+    if xv.ndim == yv.ndim and xv.shape != yv.shape:
+        # NumPy broadcasting of size-1 dims, as the compiler lowers it: along free dims a stride-0 view, across
+        # partitions a [1, F] tile computed onto P partitions (broadcast_to).
+        target = tuple(_builtins.max(a, b) for a, b in zip(xv.shape, yv.shape))
+        if (_builtins.all(a in (1, t) for a, t in zip(xv.shape, target))
+                and _builtins.all(b in (1, t) for b, t in zip(yv.shape, target))):
+            xv = xv if xv.shape == target else broadcast_to(xv, target, location)
+            yv = yv if yv.shape == target else broadcast_to(yv, target, location)
     if _prod(xv.shape) != _prod(yv.shape):
         fail(f"nl.{op}: shapes {list(xv.shape)} and {list(yv.shape)} do not match (engines broadcast only a "
              f"[P, 1] column or a number; broadcast across partitions with a DMA of .broadcast(...))", location)
