@@ -162,3 +162,18 @@ def test_numpy_broadcasting_in_binary_ops(rng):
     out, col = nki.simulate_kernel(broadcast_binaries, a, b, s)
     np.testing.assert_array_equal(out, (a == b).astype(np.float32))
     np.testing.assert_array_equal(col, np.full((128, 1), 2.0, np.float32))
+
+
+@nki.jit
+def partition_sum(x):
+    """Beta 1's value-returning nisa.tensor_partition_reduce (nki-samples' flash-attention backward sums its sink
+    gradients this way)."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.tensor_partition_reduce(np.add, nl.load(x)))
+    return out
+
+
+def test_value_returning_partition_reduce(rng):
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_allclose(nki.simulate_kernel(partition_sum, x), x.sum(axis=0, keepdims=True), rtol=1e-5,
+                               atol=1e-5)

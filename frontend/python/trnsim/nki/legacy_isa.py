@@ -49,6 +49,7 @@ _OUT = {
     "select_reduce": (("predicate", "on_true"), "same", None, "sbuf"),
     "range_select": (("on_true_tile",), "same", None, "sbuf"),
     "tensor_copy_predicated": (("src", "predicate"), "same", None, "sbuf"),
+    "tensor_partition_reduce": (("op", "data"), "partitions", None, "sbuf"),
 }
 
 
@@ -62,6 +63,8 @@ def _make(name):
             shape = _shape_same(src)
         elif rule == "reduce":
             shape = _shape_reduce(src, kwargs, args)
+        elif rule == "partitions":   # reduced over its partitions: one partition, the free dims kept
+            shape = (1,) + tuple(n for d, n in enumerate(src.shape) if d != src.pdim)
         else:
             shape = (src.shape[src.pdim],) + rule
         d = dtype or out_dtype or language._out_dtype(None, src)
