@@ -140,6 +140,9 @@ def test_published_sample_idioms(rng):
     want = b.reshape(128, 128) @ a
     want[:, 96:] = 0.0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    # nl.finfo gives the dtype's limits as Python floats (the kernel above only divides max by itself).
+    assert nl.finfo(nl.bfloat16).max == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) == 3.3895313892515355e38
+    assert nl.finfo(nl.float16).min == -65504.0 and nl.finfo(nl.bfloat16).bits == 16
 
 
 @nki.jit
