@@ -308,6 +308,7 @@ struct DmaConfig {
   double start_latency_ns = 0;
   double fixed_latency_ns = 0;
   double descriptor_processing_ns = 0;
+  uint32_t min_chunk_bytes = 1;
   uint32_t hardware_dge_per_core = 0;
   double hardware_dge_instruction_ns = 0;
   double software_dge_cycles_per_descriptor = 0;
@@ -329,10 +330,15 @@ struct DmaConfig {
     v.field("fixed_latency_ns", fixed_latency_ns,
             info("start-up time of a transfer on each engine it uses; the engine is busy for it", 0, 1e9));
     v.field("descriptor_processing_ns", descriptor_processing_ns,
-            info("time an engine needs per descriptor element (a chunk contiguous on both sides): an engine's share "
-                 "of a transfer takes max(its elements x this, its bytes / bandwidth), so small elements bound "
-                 "throughput",
+            info("time an engine needs per descriptor (a run contiguous on the transfer's less fragmented side; at "
+                 "least one per SBUF partition row): an engine's share of a transfer takes max(its descriptors x "
+                 "this, its data time), so short rows bound throughput",
                  0, 1e9));
+    v.field("min_chunk_bytes", min_chunk_bytes,
+            info("bytes of engine time a chunk (a piece contiguous on both sides) takes at least: the data time of "
+                 "an engine's share is max(bytes, chunks x this) / bandwidth, so fragmented "
+                 "(strided, transposing) patterns move at a fraction of the rate",
+                 1, 1 << 20));
     v.field("hardware_dge_per_core", hardware_dge_per_core, info("hardware descriptor-generation engines", 0, 64));
     v.field("hardware_dge_instruction_ns", hardware_dge_instruction_ns,
             info("time a hardware DGE is busy with one DMA instruction (dge_mode=hwdge)", 0, 1e9));

@@ -474,8 +474,14 @@ PartitionRange absolute_partitions(const Program& program, const AccessPattern& 
 
 }  // namespace
 
+double DmaCost::data_ns_per_engine() const {
+  const double engines_used = std::max<uint32_t>(1, engines);
+  const double element_floor_bytes = double(chunks) * min_chunk_bytes / engines_used;
+  return std::max(bytes_per_engine(), element_floor_bytes) / bytes_per_ns_per_engine;
+}
+
 double DmaCost::engine_ns() const {
-  return fixed_latency_ns + std::max(descriptor_ns, bytes_per_engine() / bytes_per_ns_per_engine);
+  return fixed_latency_ns + std::max(descriptor_ns, data_ns_per_engine());
 }
 
 double DmaCost::hbm_channel_efficiency() const {
@@ -646,17 +652,27 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
     cost.engines = std::min(last, engine_count - 1) - cost.first_engine + 1;
   }
 
-  // Descriptors: one per chunk contiguous on both sides. With equal-length runs L_src and L_dst
-  // over T elements, chunk boundaries are the union of both sides' run boundaries:
+  // Chunks: the pieces contiguous on both sides. With equal-length runs L_src and L_dst over T
+  // elements, chunk boundaries are the union of both sides' run boundaries:
   // T/L_src + T/L_dst - T/lcm(L_src, L_dst). A transpose reorders elements, so its sides' runs do
-  // not line up; it takes the larger run count.
+  // not line up; it takes the larger run count. Each chunk takes at least min_chunk_bytes of
+  // engine time, so 2-byte strided elements move at a small fraction of the rate.
+  // Descriptors: one per run of the less fragmented side (a descriptor walks the other side's
+  // strided chunks), and at least one per SBUF partition row (a descriptor does not span
+  // partitions). For rows contiguous on both sides (the DMA overview's figure) the two counts agree.
   const uint64_t src_run = run_length(src, src_space), dst_run = run_length(dst, dst_space);
   const uint64_t src_runs = src.elements() / src_run, dst_runs = dst.elements() / dst_run;
   if (inst.opcode == Opcode::dma_copy && src.elements() == dst.elements() && src.elements() > 0) {
-    cost.descriptors = src_runs + dst_runs - src.elements() / std::lcm(src_run, dst_run);
+    cost.chunks = src_runs + dst_runs - src.elements() / std::lcm(src_run, dst_run);
   } else {
-    cost.descriptors = std::max(src_runs, dst_runs);
+    cost.chunks = std::max(src_runs, dst_runs);
   }
+  uint64_t partition_rows = 0;
+  for (const AccessPattern* ap : {&src, &dst}) {
+    if (space(program, *ap) != MemorySpace::hbm) partition_rows = std::max<uint64_t>(partition_rows, ap->partitions());
+  }
+  cost.descriptors = std::min(cost.chunks, std::max(std::min(src_runs, dst_runs), partition_rows));
+  cost.min_chunk_bytes = std::max<uint32_t>(1, dma.min_chunk_bytes);
 
   double efficiency = 1;
   if (inst.opcode == Opcode::dma_transpose) {
@@ -679,6 +695,7 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
     // descriptors are priced by its efficiency above, the gather's one software-DGE descriptor per row below.
     cost.bytes = dst.elements() * dtype_size_bytes(dst.dtype);
     cost.descriptors = inst.tensor("indices").partitions();
+    cost.chunks = 0;
   } else if (indirect) {
     // Indirect DMA: the HBM table operand names all V rows but only the SBUF side's rows move (dst
     // of a gather, src of a scatter): one descriptor per row at least (trainium.md §7: indirect DMA
@@ -688,6 +705,9 @@ DmaCost dma_cost(const isa::Instruction& inst, const isa::Program& program, cons
     const uint64_t rows = moved.partitions();
     cost.bytes = moved.elements() * dtype_size_bytes(moved.dtype);
     cost.descriptors = std::max<uint64_t>(rows, moved.elements() / std::max<uint64_t>(1, gather ? dst_run : src_run));
+    cost.chunks = cost.descriptors;
+  } else if (inst.opcode == Opcode::dma_transpose) {
+    cost.chunks = 0;  // the block transposer, priced by its efficiency (below)
   }
   // Each engine used handles at least one element of the transfer. A DMA transpose is not a list of
   // row elements: the engines write [128 partitions, 16 elements] blocks cooperatively and reach up

@@ -40,7 +40,9 @@ struct DmaCost {
   uint64_t bytes = 0;             // bytes moved (read or written, not both)
   uint32_t first_engine = 0;      // engines used: [first_engine, first_engine + engines)
   uint32_t engines = 1;
-  uint64_t descriptors = 0;       // descriptor elements (contiguous chunks), all engines together
+  uint64_t descriptors = 0;       // descriptors (contiguous runs of the less fragmented side), all engines together
+  uint64_t chunks = 0;            // chunks contiguous on both sides, all engines together
+  uint32_t min_chunk_bytes = 1;   // engine time a chunk takes at least, in bytes
   double bytes_per_ns_per_engine = 0;  // per-engine rate after efficiency (transpose, read-add-write)
   double start_latency_ns = 0;    // trigger -> engines start (not engine time; hidden in a busy queue)
   double fixed_latency_ns = 0;    // per transfer, on each engine (engine time)
@@ -56,8 +58,10 @@ struct DmaCost {
 
   // Bytes one engine moves.
   double bytes_per_engine() const { return double(bytes) / std::max<uint32_t>(1, engines); }
-  // Time each engine is busy with the transfer: fixed + max(descriptors, bytes / rate).
+  // Time each engine is busy with the transfer: fixed + max(descriptors, data), data =
+  // max(bytes, chunks x min_chunk_bytes) / rate.
   double engine_ns() const;
+  double data_ns_per_engine() const;
   // Share of the stack's bandwidth the transfer can use: its bytes over engines x bytes on its busiest
   // channel (1 when hashed or spread evenly).
   double hbm_channel_efficiency() const;

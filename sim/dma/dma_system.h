@@ -2,8 +2,9 @@
 // when its inputs are ready, reaches its engines after the start latency (descriptor setup,
 // synchronization, semaphore-to-start) and goes to one queue ID across the engines that serve its
 // partitions. Each engine is busy with its share for the transfer's start-up plus the larger of
-// its descriptor processing and its bytes over its bandwidth (DmaCost::engine_ns), so descriptor
-// processing bounds throughput. Within a queue an engine takes transfers in order (the next one
+// its descriptor processing and its data time (its bytes, or its chunks at min_chunk_bytes each,
+// over its bandwidth; DmaCost::engine_ns), so descriptor processing and fragmented access patterns
+// bound throughput. Within a queue an engine takes transfers in order (the next one
 // starts when the engine is done with the previous one, while that one's data may still be in
 // flight); across queues config dma.queue_arbitration decides (round_robin / qos: an engine's time
 // is shared by the queues, a transfer using what earlier ones leave; fifo: strict issue order).

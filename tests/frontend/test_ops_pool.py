@@ -115,10 +115,10 @@ def test_resnet_stem_maxpool_module(dtype):
     check(dxn, dx, dtype, 4)
     assert trnsim.fallback_report() == {}
     (fwd,) = [r for r in trnsim.op_log("kernel") if r["op"] == "max_pool2d_with_indices"]
-    # Each image row lands in its own row of the padded SBUF plane: one descriptor element of 2 x 28 bytes
-    # per image row, far under the ~2 KiB an element needs to stop bounding the DMA engines
-    # (core.dma.descriptor_processing_ns; trainium.md §7), so the loads are the bottleneck.
-    assert fwd["ns"] > 0 and fwd["bottleneck"] == "dma"
+    # Each image row lands in its own row of the padded SBUF plane: chunks of 2 x 28 bytes (under
+    # core.dma.min_chunk_bytes, so each takes one 64-byte beat), walked by one descriptor per partition;
+    # the windows' compute on the Vector / GpSimd engines is the bottleneck, not the loads.
+    assert fwd["ns"] > 0 and fwd["bottleneck"] in ("vector", "gpsimd")
 
 
 def test_pool_values_equal_on_one_and_two_cores():

@@ -154,14 +154,13 @@ def test_resnet_stem_pool_splits_across_cores_and_uses_both_engines():
     shape = ["input=8x64x56x56", "kernel=3", "stride=2", "padding=1", "dtype=bf16"]
     one, two = bench("max_pool2d", *shape), bench("max_pool2d", *shape, "cores=2")
     assert two["total_ns"] < 0.6 * one["total_ns"], (one["total_ns"], two["total_ns"])
-    # The padded planes are loaded one image row (56 x 2 B) per descriptor element, which binds the DMA
-    # engines (core.dma.descriptor_processing_ns per element; trainium.md §7: small elements are
-    # overhead-bound); the Vector / GpSimd split still shares the windows evenly between the two engines.
-    assert one["core0.dma_busy"] > 0.8, one
-    assert 0.7 < one["core0.vector_busy"] / one["core0.gpsimd_busy"] < 1.4, one
-    back = bench("max_pool2d", *shape, "backward=1")
-    assert back["core0.dma_busy"] > 0.8, back
-    assert 0.7 < back["core0.vector_busy"] / back["core0.gpsimd_busy"] < 1.4, back
+    # Each channel plane loads with one descriptor per partition that walks the padded SBUF rows (56 x 2 B
+    # chunks, above core.dma.min_chunk_bytes), so the DMA engines are not the bound: the windows' compute
+    # is, split evenly between the Vector and GpSimd engines.
+    for run in (one, bench("max_pool2d", *shape, "backward=1")):
+        assert run["core0.dma_busy"] < 0.5, run
+        assert run["core0.vector_busy"] > 0.6 and run["core0.gpsimd_busy"] > 0.6, run
+        assert 0.7 < run["core0.vector_busy"] / run["core0.gpsimd_busy"] < 1.4, run
 
 
 # Planes whose backward does not fit SBUF whole (224x224 and larger): bands of output rows, the rows

@@ -659,21 +659,50 @@ TEST_P(CostModelTest, DmaSpreadsOverTheEnginesOfItsPartitions) {
   EXPECT_EQ(k.dma().descriptors, 1u);  // both sides one contiguous run
 }
 
-TEST_P(CostModelTest, DmaDescriptorsAreTheChunksContiguousOnBothSides) {
+TEST_P(CostModelTest, DmaChunksAreContiguousOnBothSidesAndDescriptorsWalkTheStridedSide) {
   uint32_t a = b().hbm("A", DType::bf16, {64, 128}, isa::AllocationRole::input);
   uint32_t s = b().sbuf("s", DType::bf16, {64, 64});
-  // Every other HBM element: each element is its own run (64 x 64), the SBUF rows add no breaks.
+  // Every other HBM element: each element is its own chunk (64 x 64); one descriptor per SBUF row
+  // walks the strided HBM side.
   b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a, {Slice::all(),
                                                                                    Slice::range(0, 128, 2)}));
-  EXPECT_EQ(k.dma().descriptors, 64u * 64);
+  EXPECT_EQ(k.dma().chunks, 64u * 64);
+  EXPECT_EQ(k.dma().descriptors, 64u);
   // HBM rows of 64 out of 128: 64 runs on both sides.
   b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a, {Slice::all(),
                                                                                    Slice::range(0, 64)}));
+  EXPECT_EQ(k.dma().chunks, 64u);
   EXPECT_EQ(k.dma().descriptors, 64u);
-  // A contiguous HBM block [32, 128] into SBUF rows of 64 split in two: runs of 64 on the SBUF side.
+  // A contiguous HBM block [32, 128] into SBUF rows of 64 split in two: chunks of 64 on the SBUF
+  // side, at least one descriptor per SBUF partition row (64).
   uint32_t s2 = b().sbuf("s2", DType::bf16, {64, 2, 32});
   b().emit(Opcode::dma_copy).tensor("dst", b().view(s2)).tensor("src", b().view(a, {Slice::range(0, 32)}));
+  EXPECT_EQ(k.dma().chunks, 64u);
   EXPECT_EQ(k.dma().descriptors, 64u);
+  // A whole contiguous tensor into 64 SBUF rows: one HBM run, still one descriptor per partition row.
+  uint32_t c = b().hbm("C", DType::bf16, {64, 64}, isa::AllocationRole::input);
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(c));
+  EXPECT_EQ(k.dma().chunks, 64u);
+  EXPECT_EQ(k.dma().descriptors, 64u);
+}
+
+TEST_P(CostModelTest, DmaStridedChunksTakeAtLeastTheMinimumChunkBytesOfEngineTime) {
+  const DmaConfig& dma = hw().core.dma;
+  ASSERT_EQ(dma.min_chunk_bytes, 64u);  // configs: assumed, one 64-byte beat
+  uint32_t a = b().hbm("A", DType::bf16, {128, 256}, isa::AllocationRole::input);
+  uint32_t s = b().sbuf("s", DType::bf16, {128, 128});
+  // Every other element of 128 rows: 128 x 128 two-byte chunks over 16 engines, each chunk one
+  // 64-byte beat: 1024 x 64 B per engine, against 8 descriptors per engine.
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a, {Slice::all(),
+                                                                                   Slice::range(0, 256, 2)}));
+  const double per_engine_bytes = 128.0 * 128 * 64 / 16;
+  const double data_ns = per_engine_bytes / dma.bandwidth_per_engine_gbps;
+  EXPECT_DOUBLE_EQ(k.dma().data_ns_per_engine(), data_ns);
+  EXPECT_DOUBLE_EQ(k.dma().engine_ns(), dma.fixed_latency_ns + std::max(8 * dma.descriptor_processing_ns, data_ns));
+  // Contiguous rows of 256 B: chunks above the floor cost their bytes, descriptors bound the engine.
+  b().emit(Opcode::dma_copy).tensor("dst", b().view(s)).tensor("src", b().view(a, {Slice::all(), Slice::range(0, 128)}));
+  EXPECT_DOUBLE_EQ(k.dma().data_ns_per_engine(), 8.0 * 256 / dma.bandwidth_per_engine_gbps);
+  EXPECT_DOUBLE_EQ(k.dma().engine_ns(), dma.fixed_latency_ns + 8 * dma.descriptor_processing_ns);
 }
 
 TEST_P(CostModelTest, DmaHardwareDgeAddsItsInstructionTime) {
