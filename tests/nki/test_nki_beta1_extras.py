@@ -180,3 +180,32 @@ def test_value_returning_partition_reduce(rng):
     x = rng.standard_normal((128, 8)).astype(np.float32)
     np.testing.assert_allclose(nki.simulate_kernel(partition_sum, x), x.sum(axis=0, keepdims=True), rtol=1e-5,
                                atol=1e-5)
+
+
+@nki.jit
+def row_tiles_under_a_condition(xT, w):
+    """nki-samples' fused RMSNorm-QKV idiom: rows in pairs of 128-row tiles, the second loaded, multiplied and
+    stored under ``mask=(tile * 128 < rows)``, which is a false Python condition (with indices past the end)
+    when there are only 128 rows."""
+    k, rows = xT.shape
+    n = w.shape[1]
+    out = nl.ndarray((rows, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    ik, im = nl.mgrid[0:k, 0:128]
+    jk, jn = nl.mgrid[0:k, 0:n]
+    ip, iq = nl.mgrid[0:128, 0:n]
+    weights = nl.load(w[jk, jn])
+    for pair in nl.affine_range((rows + 255) // 256):
+        for half in nl.affine_range(2):
+            tile = pair * 2 + half
+            xt = nl.load(xT[ik, tile * 128 + im], mask=(tile * 128 < rows))
+            res = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.psum)
+            res[...] = nisa.nc_matmul(xt, weights, mask=(tile * 128 < rows))
+            nl.store(out[tile * 128 + ip, iq], value=nl.copy(res), mask=(tile * 128 < rows))
+    return out
+
+
+def test_a_false_condition_mask_skips_loads_matmuls_and_stores_past_the_end(rng):
+    xT = rng.standard_normal((64, 128)).astype(np.float32)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    np.testing.assert_allclose(nki.simulate_kernel(row_tiles_under_a_condition, xT, w), xT.T @ w, rtol=1e-4,
+                               atol=1e-4)

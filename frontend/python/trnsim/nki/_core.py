@@ -1016,10 +1016,14 @@ def _check_masked(view, mask):
 def apply_mask(view, mask):
     """The part of ``view`` an instruction with ``mask=`` touches."""
     if isinstance(mask, (bool, np.bool_)):
-        # A Python condition as the mask (the samples' ``mask=diagonal`` of tile indices): all or nothing.
+        # A Python condition as the mask (the samples' ``mask=diagonal`` of tile indices): all or nothing. A false
+        # one touches nothing, so its indices may lie outside the tensor (nki-samples' fused RMSNorm-QKV loads the
+        # second of two row tiles under ``mask=(tile * 128 < seqlen)``).
+        if not mask:
+            return None
         if type(view) is _UncheckedView:
             _check_masked(view, None)
-        return view if mask else None
+        return view
     if type(view) is _UncheckedView:
         _check_masked(view, mask)
     if mask is None:

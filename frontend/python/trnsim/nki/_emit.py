@@ -43,9 +43,10 @@ def op_name(op, what):
 
 
 def ap_text(v):
-    if v.text is None:
-        v.text = _ap_text(v)
-    return v.text
+    cached = v.text
+    if cached is None or cached[0] is not v.st.name:   # a renamed tile (Trace.rename) prints its new name
+        cached = v.text = (v.st.name, _ap_text(v))
+    return cached[1]
 
 
 def _ap_text(v):
@@ -192,6 +193,8 @@ def emit(name, args, kwargs, location=None):
                     if not st.written:
                         st.mask = False
             return -1
+    if not trace.loops:
+        _rename_overwritten(trace, plan, values, name, mask)
     parts = []
     written = []
     touched = []
@@ -217,7 +220,7 @@ def emit(name, args, kwargs, location=None):
                 (view.st.base or view.st).carried = True
             if kind != "out" and view.st.pending_zero:
                 _flush_zero(view.st, trace, location)
-            text = view.text or ap_text(view)
+            text = ap_text(view)
         elif kind == "in|f32":
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
                 text = _number(v, f"nisa.{name} {oname}")
@@ -290,6 +293,48 @@ def emit(name, args, kwargs, location=None):
         view.st.producer = index if view.is_whole() else -1
         view.st.mask = mask
     return index
+
+
+def _rename_overwritten(trace, plan, values, name, mask):
+    """By default neuronx-cc allocates the traced kernel (nki-compile-config: "neuronx-cc makes both decisions after
+    NKI traces the kernel"), so a write of a whole SBUF tile that reads none of it starts a new value with a
+    placement of its own: a kernel reusing one tile for a loop's loads does not wait for the previous load's
+    readers. Such a write goes to a fresh tile here (Trace.rename); earlier instructions keep the old one."""
+    target = slot = None
+    for i, ((oname, kind, _, _), v) in enumerate(zip(plan, values)):
+        if v is None or kind not in ("in", "out", "inout", "in|f32"):
+            continue
+        if type(v) is not View:
+            if kind == "in|f32" and isinstance(v, (int, float, np.integer, np.floating)):
+                continue
+            return   # a lazy result or wrapper: what it reads is not known before it is materialised
+        if kind == "out" and not (name == "nc_matmul" and oname == "dst"):
+            if target is not None:
+                return   # two outputs: leave both
+            target, slot = v, i
+    if target is None:
+        return
+    st = target.st
+    if (st.base is not None or st.space != "sbuf" or st.address is not None or st.first < 0 or st.loops
+            or st in trace.aliased):
+        return
+    written = target if mask is None else _core.apply_mask(target, mask)
+    if written is None or not _covers_all(written):
+        return   # a part of it: the rest keeps its values
+    for i, v in enumerate(values):
+        if i != slot and type(v) is View and (v.st.base or v.st) is st:
+            return   # it reads (or also writes) the tile
+    trace.rename(st)
+
+
+def _covers_all(view):
+    """Whether ``view`` is every element of its tile once (size-1 dims, such as an indexed block dim, aside)."""
+    st = view.st
+    if type(view.offset) is not int or view.offset != 0 or view.pstart != 0 or view.dims[view.pdim][1] != st.partitions:
+        return False
+    free = merge_dims([d for i, d in enumerate(view.dims) if i != view.pdim and d[1] != 1])
+    full = merge_dims([d for i, d in enumerate(st.full_dims()) if i != st.pdim and d[1] != 1])
+    return free == full
 
 
 def _mark_read(st):

@@ -86,6 +86,8 @@ class Trace:
         self.registers = 0         # registers handed out (nisa.register_alloc); the ISA has 64 per core
         self.free_registers = []   # registers whose VirtualRegister died where no open loop reads them again
         self.loops = []            # instruction indices of the open compiled loops' begins
+        self.aliased = set()       # tiles seen through view(dtype): never renamed (their aliases keep the name)
+        self.renamed = 0           # whole-tile overwrites given a fresh tile (rename)
         self.max_instructions = max_traced_instructions()
 
     # -- context
@@ -148,6 +150,21 @@ class Trace:
         self.tiles.append(st)
         return st
 
+    def rename(self, st):
+        """Tile ``st`` gets a new name and starts a new live range; the instructions already emitted keep its old
+        name, now a tile of its own (placed separately by allocate())."""
+        old = _core.Storage.__new__(_core.Storage)
+        for slot in _core.Storage.__slots__:
+            if slot != "__weakref__":
+                setattr(old, slot, getattr(st, slot))
+        new_name = f"{'sb' if st.space == 'sbuf' else 'ps'}_{len(self.tiles)}"
+        self.tiles.append(old)
+        st.name = new_name
+        st.first = st.last = st.producer = -1
+        st.region = st.mask = st.matmul_written = None
+        st.written = st.pending_zero = False
+        self.renamed += 1
+
     def alias(self, st, dtype):
         """The same bytes seen as another dtype (``t.view(dtype)``): the last dim scales by the size ratio."""
         root = st.base or st
@@ -162,6 +179,7 @@ class Trace:
             shape[last] = shape[last] * st.dtype.size_bytes // dtype.size_bytes
         alias = Storage(self, st.space, dtype, shape, st.pdim)
         alias.base = root
+        self.aliased.add(root)
         alias.location = user_location()
         if st.space == "hbm":
             # The same allocation: its access patterns name the tensor and read it as this dtype

@@ -1053,7 +1053,9 @@ def load(src, mask=None, dtype=None, **kw):
     shape = sv.shape
     t = _trace.current().tile(shape, sv.dtype, "sbuf", 0, location).full_view()
     t.vars = sv.vars
-    _emit.emit("dma_copy", (_core.apply_mask(t, mask), _core.apply_mask(sv, mask)), {}, location)
+    # The mask goes with the instruction: a false one (a Python condition) loads nothing, and the result keeps
+    # the mask, so assigning it is skipped too.
+    _emit.emit("dma_copy", (t, sv), {"mask": mask}, location)
     if dtype is not None and as_dtype(dtype) is not sv.dtype:
         out = _result_tile(shape, dtype, location)
         _emit.emit("tensor_copy", (out, t), {"mask": mask}, location)

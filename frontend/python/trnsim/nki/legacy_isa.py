@@ -91,6 +91,9 @@ def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero
     """stationary[K, M].T @ moving[K, N] -> a PSUM result; ``psum[...] += nisa.nc_matmul(...)`` accumulates."""
     location = user_location()
     s, m = _emit.as_view(stationary, "stationary"), _emit.as_view(moving, "moving")
+    if isinstance(mask, (bool, np.bool_)) and not mask:
+        # A false Python condition: no matmul; where the result is assigned nothing is written either.
+        return language.LazyMatmul(s, m, {"is_transpose": is_transpose, "mask": False}, location)
     if mask is not None:
         s, m = _core.apply_mask(s, mask), _core.apply_mask(m, mask)
         if s is None or m is None:
