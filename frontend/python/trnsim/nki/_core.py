@@ -311,7 +311,7 @@ class Storage:
     """One tensor: a kernel argument or ``nl.ndarray`` in HBM, or a tile in SBUF / PSUM."""
     __slots__ = ("trace", "space", "dtype", "shape", "pdim", "partitions", "per_partition", "name", "region",
                  "pending_zero", "producer", "written", "base", "first", "last", "location", "_full", "mask", "address",
-                 "matmul_written", "carried", "loops", "__weakref__")
+                 "matmul_written", "carried", "loops", "blocks", "block_of", "tied", "__weakref__")
 
     def __init__(self, trace, space, dtype, shape, pdim):
         self.trace, self.space, self.dtype, self.shape, self.pdim = trace, space, dtype, tuple(shape), pdim
@@ -336,6 +336,12 @@ class Storage:
         # wrote it, or written at a register offset or under a mask (not the same elements every run).
         self.carried = False
         self.loops = ()             # the compiled loops open where it was made (each run of the body makes it anew)
+        # Beta 1's leading block dims ([B, par_dim(P), F...]): the compiler allocates each block on its own, so an
+        # access within one block goes to that block's own tile (blocks: index -> tile; block_of: (tile, index));
+        # a block is placed inside its tile only when an instruction touches several blocks at once (tied).
+        self.blocks = None
+        self.block_of = None
+        self.tied = False
 
     def full_dims(self):
         dims = self._full
@@ -877,7 +883,7 @@ def index_view(view, key):
             if not isinstance(k, (int, np.integer)) and not is_register(k):
                 kept += 1
         new_pdim = kept
-    return View(view.st, offset, dims, new_pdim, pstart)
+    return block_local(View(view.st, offset, dims, new_pdim, pstart))
 
 
 class TableView(View):
@@ -990,8 +996,31 @@ def _index_expressions(view, key):
     if unchecked:
         out = _UncheckedView(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out)
         out.checks = unchecked
-        return out
-    return View(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out)
+        return block_local(out)
+    return block_local(View(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out))
+
+
+def block_local(view):
+    """``view`` on the tile of the one block it lies in, when its tile has leading block dims (Storage.blocks)."""
+    st = view.st
+    if st.blocks is None or st.address is not None or type(view.offset) is not int:
+        return view
+    per_block = st.per_partition // _prod(st.shape[:st.pdim])
+    lo = hi = view.offset
+    for i, (stride, size) in enumerate(view.dims):
+        if i != view.pdim and size > 1:
+            if stride >= 0:
+                hi += stride * (size - 1)
+            else:
+                lo += stride * (size - 1)
+    b = lo // per_block
+    if lo < 0 or hi // per_block != b:
+        return view
+    child = st.trace.block_tile(st, b)
+    out = type(view)(child, view.offset - b * per_block, view.dims, view.pdim, view.pstart, view.vars)
+    if type(view) is _UncheckedView:
+        out.checks = view.checks
+    return out
 
 
 class _UncheckedView(View):

@@ -206,7 +206,7 @@ def emit(name, args, kwargs, location=None):
             continue
         if kind == "in" or kind == "out" or kind == "inout":
             view = v if type(v) is View else as_view(v, f"nisa.{name} {oname}")
-            if mask is not None:
+            if mask is not None or type(view) is _core._UncheckedView:   # an unmasked overreach is an error here
                 view = _core.apply_mask(view, mask)
                 if view is None:
                     return -1   # the mask keeps nothing
@@ -316,7 +316,7 @@ def _rename_overwritten(trace, plan, values, name, mask):
         return
     st = target.st
     if (st.base is not None or st.space != "sbuf" or st.address is not None or st.first < 0 or st.loops
-            or st in trace.aliased):
+            or st in trace.aliased or st.blocks is not None):
         return
     written = target if mask is None else _core.apply_mask(target, mask)
     if written is None or not _covers_all(written):

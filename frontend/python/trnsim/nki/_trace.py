@@ -148,7 +148,21 @@ class Trace:
         st.loops = tuple(self.loops)
         st.name = f"{'sb' if space == 'sbuf' else 'ps'}_{len(self.tiles)}"
         self.tiles.append(st)
+        if space == "sbuf" and pdim > 0 and _core._prod(shape[:pdim]) > 1:
+            st.blocks = {}
         return st
+
+    def block_tile(self, st, index):
+        """Block ``index`` of tile ``st`` (leading block dims) as a tile of its own, made on first use."""
+        child = st.blocks.get(index)
+        if child is None:
+            child = Storage(self, st.space, st.dtype, st.shape[st.pdim:], 0)
+            child.location, child.loops = st.location, st.loops
+            child.name = f"sb_{len(self.tiles)}"
+            child.block_of = (st, index)
+            self.tiles.append(child)
+            st.blocks[index] = child
+        return child
 
     def rename(self, st):
         """Tile ``st`` gets a new name and starts a new live range; the instructions already emitted keep its old
@@ -233,6 +247,7 @@ class Trace:
         tiles share one buffer gets that placement instead (as the NKI compiler would)."""
         # Last resort, for a kernel that fits only when packed tightly: best fit, which fragments least (the
         # age order above spreads a loop's tiles to keep them independent, at the cost of fragmentation).
+        self._tie_blocks()
         attempts = [dict(alternate_buffers=True), dict(alternate_buffers=False),
                     dict(alternate_buffers=False, best_fit=True)]
         for i, attempt in enumerate(attempts):
@@ -244,10 +259,27 @@ class Trace:
                 for t in self.tiles:
                     t.region = None
 
+    def _tie_blocks(self):
+        """A tile that an instruction touched as a whole (several blocks at once) keeps its blocks inside it: each
+        block's tiles are placed at the block's bytes, and the tile lives as long as any of them."""
+        for t in self.tiles:
+            if t.block_of is not None and t.block_of[0].first >= 0:
+                parent = t.block_of[0]
+                t.tied = True
+                if t.first >= 0:
+                    parent.first, parent.last = min(parent.first, t.first), max(parent.last, t.last)
+
+    def _place_tied_blocks(self):
+        for t in self.tiles:
+            if t.tied and t.first >= 0:
+                parent, index = t.block_of
+                size = t.per_partition * t.dtype.size_bytes
+                t.region = (parent.region[0] + index * size, size)
+
     def _allocate(self, alternate_buffers, best_fit=False):
         allocators = {"sbuf": LruAllocator(self.target.sbuf_bytes, _core.SBUF_ALIGN_BYTES, best_fit),
                       "psum": LruAllocator(self.target.psum_bytes, self.target.psum_bank_bytes, best_fit)}
-        roots = [t for t in self.tiles if t.base is None and t.first >= 0]
+        roots = [t for t in self.tiles if t.base is None and t.first >= 0 and not t.tied]
         starts, ends = {}, {}
         for t in roots:
             starts.setdefault(t.first, []).append(t)
@@ -282,6 +314,7 @@ class Trace:
             for t in ends.get(i, ()):
                 allocators[t.space].release(t.region[0], t.region[1], i)
                 live.discard(t)
+        self._place_tied_blocks()
         decls = []
         for t in self.tiles:
             root = t.base or t
