@@ -233,3 +233,26 @@ def test_a_scalar_offset_along_an_on_chip_partition_dim_is_refused(rng):
         return out
     with pytest.raises(KernelError, match="partition dim: a scalar offset moves along the free dims only"):
         bad(rand(rng, 8, 8), np.array([[1]], dtype=np.int32))
+
+
+@nki.jit
+def load_or_keep(table, k):
+    """A tile first loaded with rows 0..3, then reloaded whole from rows 2k..2k+3 with oob_mode=skip: past the
+    table the second load moves nothing and the first rows remain (as nki-library's blockwise MoE skips a block's
+    weights), so that whole write must not get a tile of its own."""
+    out = nl.ndarray((4, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+    k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=k_sb, src=k)
+    i = nisa.scalar_load(k_sb) * 2
+    d = table.shape[1]
+    tile = nl.ndarray((4, d), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=table[0:4, :])
+    nisa.dma_copy(dst=tile, src=table.ap([[d, 4], [1, d]], offset=0, scalar_offset=i), oob_mode=nisa.oob_mode.skip)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+def test_a_skipped_whole_load_keeps_the_earlier_values(rng):
+    table = rand(rng, 16, 32)
+    np.testing.assert_array_equal(load_or_keep(table, np.array([[3]], dtype=np.int32)), table[6:10])
+    np.testing.assert_array_equal(load_or_keep(table, np.array([[7]], dtype=np.int32)), table[0:4])

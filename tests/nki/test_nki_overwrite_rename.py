@@ -84,3 +84,15 @@ def test_a_write_that_reads_the_tile_keeps_it(rng, monkeypatch):
     running = _window_sums(accumulate)
     cumulative = np.cumsum(x.reshape(ROWS, WINDOWS, COLUMNS), axis=1).sum(axis=2)
     np.testing.assert_allclose(running(x), cumulative, rtol=1e-4, atol=1e-3)
+
+
+def test_a_read_add_write_dma_keeps_the_tile(rng, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+
+    def add_into(tile, window):
+        nisa.dma_copy(dst=tile, src=window, dst_rmw_op=nl.add)   # tile += window: reads the tile
+
+    x = rng.standard_normal((ROWS, WINDOWS * COLUMNS)).astype(np.float32)
+    running = _window_sums(add_into)
+    cumulative = np.cumsum(x.reshape(ROWS, WINDOWS, COLUMNS), axis=1).sum(axis=2)
+    np.testing.assert_allclose(running(x), cumulative, rtol=1e-4, atol=1e-3)

@@ -295,11 +295,27 @@ def emit(name, args, kwargs, location=None):
     return index
 
 
+# Instructions whose dst is every element it names, computed from the inputs alone (not a predicated copy, a
+# read-add-write, a partial reduce into an accumulator, or a DMA that may skip).
+_WHOLE_WRITES = frozenset({"dma_copy", "dma_transpose", "tensor_copy", "activation", "tensor_tensor", "tensor_scalar",
+                           "memset", "iota", "tensor_reduce"})
+
+
+def names_of(plan):
+    return {o[0]: i for i, o in enumerate(plan)}
+
+
 def _rename_overwritten(trace, plan, values, name, mask):
     """By default neuronx-cc allocates the traced kernel (nki-compile-config: "neuronx-cc makes both decisions after
     NKI traces the kernel"), so a write of a whole SBUF tile that reads none of it starts a new value with a
     placement of its own: a kernel reusing one tile for a loop's loads does not wait for the previous load's
     readers. Such a write goes to a fresh tile here (Trace.rename); earlier instructions keep the old one."""
+    if name not in _WHOLE_WRITES:
+        return
+    for extra in ("dst_rmw_op", "oob_mode", "indices"):
+        i = names_of(plan).get(extra)
+        if i is not None and values[i] is not None:
+            return   # dst += src, or a DMA that may skip (out of bounds): the old values may remain
     target = slot = None
     for i, ((oname, kind, _, _), v) in enumerate(zip(plan, values)):
         if v is None or kind not in ("in", "out", "inout", "in|f32"):
@@ -308,7 +324,9 @@ def _rename_overwritten(trace, plan, values, name, mask):
             if kind == "in|f32" and isinstance(v, (int, float, np.integer, np.floating)):
                 continue
             return   # a lazy result or wrapper: what it reads is not known before it is materialised
-        if kind == "out" and not (name == "nc_matmul" and oname == "dst"):
+        if not isinstance(v.offset, int):
+            return   # addressed by a register at run time
+        if kind == "out":
             if target is not None:
                 return   # two outputs: leave both
             target, slot = v, i
