@@ -194,7 +194,7 @@ def emit(name, args, kwargs, location=None):
                         st.mask = False
             return -1
     if not trace.loops:
-        _rename_overwritten(trace, plan, values, name, mask)
+        _rename_overwritten(trace, plan, values, names, name, mask)
     parts = []
     written = []
     touched = []
@@ -301,11 +301,7 @@ _WHOLE_WRITES = frozenset({"dma_copy", "dma_transpose", "tensor_copy", "activati
                            "memset", "iota", "tensor_reduce"})
 
 
-def names_of(plan):
-    return {o[0]: i for i, o in enumerate(plan)}
-
-
-def _rename_overwritten(trace, plan, values, name, mask):
+def _rename_overwritten(trace, plan, values, names, name, mask):
     """By default neuronx-cc allocates the traced kernel (nki-compile-config: "neuronx-cc makes both decisions after
     NKI traces the kernel"), so a write of a whole SBUF tile that reads none of it starts a new value with a
     placement of its own: a kernel reusing one tile for a loop's loads does not wait for the previous load's
@@ -313,7 +309,7 @@ def _rename_overwritten(trace, plan, values, name, mask):
     if name not in _WHOLE_WRITES:
         return
     for extra in ("dst_rmw_op", "oob_mode", "indices"):
-        i = names_of(plan).get(extra)
+        i = names.get(extra)
         if i is not None and values[i] is not None:
             return   # dst += src, or a DMA that may skip (out of bounds): the old values may remain
     target = slot = None
