@@ -87,7 +87,6 @@ class Trace:
         self.free_registers = []   # registers whose VirtualRegister died where no open loop reads them again
         self.loops = []            # instruction indices of the open compiled loops' begins
         self.aliased = set()       # tiles seen through view(dtype): never renamed (their aliases keep the name)
-        self.renamed = 0           # whole-tile overwrites given a fresh tile (rename)
         self.max_instructions = max_traced_instructions()
 
     # -- context
@@ -177,7 +176,6 @@ class Trace:
         st.first = st.last = st.producer = -1
         st.region = st.mask = st.matmul_written = None
         st.written = st.pending_zero = False
-        self.renamed += 1
 
     def alias(self, st, dtype):
         """The same bytes seen as another dtype (``t.view(dtype)``): the last dim scales by the size ratio."""
