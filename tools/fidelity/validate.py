@@ -19,6 +19,9 @@ simulated vs published with the error and the band the project holds it to.
   16-chip torus. Reported, not banded: the doc does not say which instance ran them (r = 16 may be 16 chips or 4
   chips x 4 logical cores), so they cannot calibrate the model yet; r = 2 is mapped to two neighbouring chips.
 
+- S (with ``--nki-samples PATH``): the latencies AWS's nki-samples performance tests carry, measured on hardware,
+  beside trnsim's for the same kernels run unmodified (tools/clients/nki_samples/run.py). Reported, not banded.
+
 All runs are timing-only. ``--check`` exits 1 when a figure is outside its band. The golden test tier
 runs this table (tests/golden/test_fidelity.py).
 """
@@ -52,7 +55,7 @@ V8_PUBLISHED_NS = 1416.0
 V9_PUBLISHED_CYCLES = 264.0
 
 BANDS = {"V1": ("relative", 0.15), "V1-ratio": ("relative", 0.15), "V2": ("points", 10.0),
-         "V8": ("relative", 0.02), "V9": ("relative", 0.02), "C": ("report", None)}
+         "V8": ("relative", 0.02), "V9": ("relative", 0.02), "C": ("report", None), "S": ("report", None)}
 # collectives.md §4: (ranks, bytes, published us, what it measured).
 C_PUBLISHED_US = [
     (2, 1 << 10, 58.0, "r2 all-reduce 1K (floor)"),
@@ -202,13 +205,41 @@ def collectives():
     return rows
 
 
-CASES = {"V1": v1, "V2": v2, "V8": v8, "V9": v9, "C": collectives}
+def nki_samples(checkout, deps=None, target="trn2"):
+    """S: nki-samples' performance tests (tools/clients/nki_samples/run.py) on a checkout of that repository: each
+    kernel's latency beside the one its test carries. Reported, not banded: nothing is fitted to them, and the
+    suite does not say which instance measured each figure."""
+    import subprocess
+    import tempfile
+    runner = os.path.join(REPO, "tools", "clients", "nki_samples", "run.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        command = [sys.executable, runner, "--checkout", checkout, "--target", target, "--json", out]
+        if deps:
+            command += ["--deps", deps]
+        subprocess.run(command, check=False, capture_output=True)
+        with open(out) as f:
+            found = json.load(f)
+    rows = []
+    for r in found:
+        published = r["published_us"]
+        if published and published < 1e7:   # flash_attn_fwd's parameters are not latencies (run.py)
+            test = r["test"].split("::")[-1].replace("test_", "", 1).replace("_perf[", "[")
+            rows.append(Row("S", test[:40], target, float(published), r["simulated_us"], "us", "S"))
+    return rows
 
 
-def table(only=None):
+CASES = {"V1": v1, "V2": v2, "V8": v8, "V9": v9, "C": collectives, "S": None}
+
+
+def table(only=None, samples=None, samples_deps=None):
     rows = []
     for case, run in CASES.items():
         if only and case not in only:
+            continue
+        if case == "S":
+            if samples:
+                rows.extend(nki_samples(samples, samples_deps))
             continue
         rows.extend(run())
     return rows
@@ -216,7 +247,10 @@ def table(only=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated cases (V1,V2,V8,V9,C)")
+    parser.add_argument("--only", help="comma-separated cases (V1,V2,V8,V9,C,S)")
+    parser.add_argument("--nki-samples", metavar="PATH",
+                        help="a checkout of aws-neuron/nki-samples: adds case S (its published kernel latencies)")
+    parser.add_argument("--nki-samples-deps", metavar="PATH", help="where run.py installs that suite's test packages")
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when a figure is outside its band")
     args = parser.parse_args(argv)
@@ -224,7 +258,9 @@ def main(argv=None):
     unknown = (only or set()) - set(CASES)
     if unknown:
         parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: one of {', '.join(CASES)}")
-    rows = table(only)
+    if only and "S" in only and not args.nki_samples:
+        parser.error("case S needs --nki-samples PATH (a checkout of aws-neuron/nki-samples)")
+    rows = table(only, args.nki_samples, args.nki_samples_deps)
     print(f"{'case':<9} {'workload':<40} {'cfg':<5} {'published':>10} {'simulated':>10} {'unit':<6} {'error':>9} "
           f"{'band':>6}")
     for row in rows:
