@@ -245,10 +245,15 @@ class Trace:
         tiles share one buffer gets that placement instead (as the NKI compiler would)."""
         # Last resort, for a kernel that fits only when packed tightly: best fit, which fragments least (the
         # age order above spreads a loop's tiles to keep them independent, at the cost of fragmentation).
-        self._tie_blocks()
+        # Blocks placed apart fragment memory more; a kernel that does not fit so keeps each tile's blocks inside
+        # it (one allocation, as before blocks were split) before it gives up multi-buffering.
+        ranges = {t: (t.first, t.last) for t in self.tiles if t.blocks}
         attempts = [dict(alternate_buffers=True), dict(alternate_buffers=False),
                     dict(alternate_buffers=False, best_fit=True)]
+        if any(t.blocks for t in ranges):
+            attempts.insert(0, dict(alternate_buffers=True, blocks_apart=True))
         for i, attempt in enumerate(attempts):
+            self._tie_blocks(ranges, everywhere=not attempt.pop("blocks_apart", False))
             try:
                 return self._allocate(**attempt)
             except KernelError:
@@ -257,15 +262,22 @@ class Trace:
                 for t in self.tiles:
                     t.region = None
 
-    def _tie_blocks(self):
-        """A tile that an instruction touched as a whole (several blocks at once) keeps its blocks inside it: each
-        block's tiles are placed at the block's bytes, and the tile lives as long as any of them."""
+    def _tie_blocks(self, ranges, everywhere):
+        """A tile that an instruction touched as a whole (several blocks at once), or every tile with blocks when
+        ``everywhere``, keeps its blocks inside it: each block's tiles are placed at the block's bytes, and the tile
+        lives as long as any of them. ``ranges``: each such tile's own live range."""
+        for t, (first, last) in ranges.items():
+            t.first, t.last = first, last
         for t in self.tiles:
-            if t.block_of is not None and t.block_of[0].first >= 0:
-                parent = t.block_of[0]
+            t.tied = False
+            if t.block_of is None:
+                continue
+            parent = t.block_of[0]
+            if everywhere or ranges[parent][0] >= 0:
                 t.tied = True
                 if t.first >= 0:
-                    parent.first, parent.last = min(parent.first, t.first), max(parent.last, t.last)
+                    parent.first = t.first if parent.first < 0 else min(parent.first, t.first)
+                    parent.last = max(parent.last, t.last)
 
     def _place_tied_blocks(self):
         for t in self.tiles:
