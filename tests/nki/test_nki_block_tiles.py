@@ -84,3 +84,30 @@ def test_block_tiles_overlap_where_one_tile_would_serialise(rng):
     apart = trnsim.run_program(program, timing_only=True, config="trn2").latency_ns
     together = trnsim.run_program(one_address, timing_only=True, config="trn2").latency_ns
     assert apart < 0.8 * together, (apart, together)
+
+
+def test_blocks_that_do_not_fit_apart_fall_back_inside_their_tile(rng, monkeypatch):
+    """When placing blocks apart does not fit (forced here: that attempt fails), every tile keeps its blocks
+    inside it, as one allocation, before the allocator gives up multi-buffering; the values stay right."""
+    from trnsim.nki import _trace
+    from trnsim.nki._core import KernelError
+    tried = []
+    allocate = _trace.Trace._allocate
+
+    def first_attempt_fails(self, alternate_buffers, best_fit=False):
+        apart = any(t.block_of is not None and not t.tied for t in self.tiles)
+        tried.append(apart)
+        if apart:
+            raise KernelError("forced: blocks apart do not fit")
+        return allocate(self, alternate_buffers, best_fit)
+
+    monkeypatch.setattr(_trace.Trace, "_allocate", first_attempt_fails)
+    kernel = nki.jit(per_block_scale.fn)   # a fresh kernel: not one already traced (and cached) by another test
+    x = rng.standard_normal((BLOCKS * 128, F)).astype(np.float32)
+    expected = x * np.repeat(np.arange(1, BLOCKS + 1, dtype=np.float32), 128)[:, None]
+    np.testing.assert_allclose(nki.simulate_kernel(kernel, x), expected, rtol=1e-6)
+    assert tried[:2] == [True, False], tried
+    decls = _decls(kernel.last_program)
+    (whole,) = [start for shape, start in decls.values() if shape == f"fp32[128, {BLOCKS * F}]"]
+    blocks = {start for shape, start in decls.values() if shape == f"fp32[128, {F}]"}
+    assert {whole + b * F * 4 for b in range(BLOCKS)} <= blocks, (whole, blocks)
