@@ -217,7 +217,11 @@ def nki_samples(checkout, deps=None, target="trn2"):
         command = [sys.executable, runner, "--checkout", checkout, "--target", target, "--json", out]
         if deps:
             command += ["--deps", deps]
-        subprocess.run(command, check=False, capture_output=True)
+        # The suite's own failures (kernels trnsim cannot run yet) still leave the rows of those that ran.
+        run = subprocess.run(command, check=False, capture_output=True, text=True)
+        if not os.path.exists(out):
+            raise SystemExit(f"case S: {runner} wrote no rows (exit {run.returncode}):\n"
+                             + "\n".join((run.stderr or run.stdout).splitlines()[-15:]))
         with open(out) as f:
             found = json.load(f)
     rows = []

@@ -343,6 +343,10 @@ class Storage:
         self.block_of = None
         self.tied = False
 
+    def block_count(self):
+        """Blocks of a tile with leading block dims ([B..., par_dim(P), F...]): the product of the dims before P."""
+        return _prod(self.shape[:self.pdim]) if self.pdim else 1
+
     def full_dims(self):
         dims = self._full
         if dims is None:
@@ -1005,7 +1009,7 @@ def block_local(view):
     st = view.st
     if st.blocks is None or st.address is not None or type(view.offset) is not int:
         return view
-    per_block = st.per_partition // _prod(st.shape[:st.pdim])
+    per_block = st.per_partition // st.block_count()
     lo = hi = view.offset
     for i, (stride, size) in enumerate(view.dims):
         if i != view.pdim and size > 1:

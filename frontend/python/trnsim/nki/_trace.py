@@ -145,11 +145,14 @@ class Trace:
                  f"[{space}-capacity]", location)
         st.location = location
         st.loops = tuple(self.loops)
-        st.name = f"{'sb' if space == 'sbuf' else 'ps'}_{len(self.tiles)}"
+        st.name = self._next_tile_name(space)
         self.tiles.append(st)
-        if space == "sbuf" and pdim > 0 and _core._prod(shape[:pdim]) > 1:
+        if space == "sbuf" and st.block_count() > 1:
             st.blocks = {}
         return st
+
+    def _next_tile_name(self, space):
+        return f"{'sb' if space == 'sbuf' else 'ps'}_{len(self.tiles)}"
 
     def block_tile(self, st, index):
         """Block ``index`` of tile ``st`` (leading block dims) as a tile of its own, made on first use."""
@@ -157,7 +160,7 @@ class Trace:
         if child is None:
             child = Storage(self, st.space, st.dtype, st.shape[st.pdim:], 0)
             child.location, child.loops = st.location, st.loops
-            child.name = f"sb_{len(self.tiles)}"
+            child.name = self._next_tile_name(st.space)
             child.block_of = (st, index)
             self.tiles.append(child)
             st.blocks[index] = child
@@ -170,7 +173,7 @@ class Trace:
         for slot in _core.Storage.__slots__:
             if slot != "__weakref__":
                 setattr(old, slot, getattr(st, slot))
-        new_name = f"{'sb' if st.space == 'sbuf' else 'ps'}_{len(self.tiles)}"
+        new_name = self._next_tile_name(st.space)
         self.tiles.append(old)
         st.name = new_name
         st.first = st.last = st.producer = -1

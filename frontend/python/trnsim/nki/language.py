@@ -351,7 +351,7 @@ def full(shape, fill_value, dtype, buffer=None, name=None, **kw):
         fail("nl.zeros/full in HBM: fill a tile and store it")
     if t.st.blocks is not None and t.st.address is None:
         # One memset per block, as the compiler fills a tile with block dims: the blocks stay tiles of their own.
-        for b in range(_prod(t.st.shape[:t.st.pdim])):
+        for b in range(t.st.block_count()):
             _emit.emit("memset", (_trace.current().block_tile(t.st, b).full_view(), float(fill_value)), {}, location)
         return t
     _emit.emit("memset", (t, float(fill_value)), {}, location)
