@@ -58,8 +58,8 @@ demo: build
 	@echo
 	@echo "All-reduce across the shipped multi-chip systems, every algorithm (plots: $(BUILD_DIR)/demo/collectives_*.png):"
 	@mkdir -p $(BUILD_DIR)/demo
-	@for s in trn2-16 trn2-64 trn3-64 trn3-144; do $(BUILD_DIR)/bin/trnsim bench collective --system $$s --op all_reduce \
-	  --sizes 1K:1G:32 --algorithm auto,mesh,recursive,ring,hierarchical --force \
+	@for s in trn2-16 trn2-32 trn2-64 trn3-64 trn3-144; do $(BUILD_DIR)/bin/trnsim bench collective --system $$s --op all_reduce \
+	  --sizes 1K:1G:32 --algorithm auto,mesh,recursive,ring,kangaring,hierarchical --force \
 	  --csv $(BUILD_DIR)/demo/collectives_$$s.csv --plot $(BUILD_DIR)/demo/collectives_$$s.png; done
 	@echo
 	@echo "A decoder-only transformer in plain PyTorch trained on the device 'neuron', trn2 vs trn3 (examples/transformer_demo.py):"

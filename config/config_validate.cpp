@@ -185,10 +185,14 @@ void validate_hardware_config(const HardwareConfig& config, const detail::Locati
         check.require(system.chips == 1, path + ".chips", "a single-chip system has 1 chip");
         break;
       case Topology::torus: {
-        uint64_t product = 1;
+        // Several tori joined by switch levels (servers over EFA): the dimensions give one torus's chips.
+        uint64_t product = 1, tori = 1;
         for (uint32_t d : system.torus_dimensions) product *= d;
-        check.require(!system.torus_dimensions.empty() && product == system.chips, path + ".torus_dimensions",
-                      "the dimensions multiply to " + str(product) + ", not the " + str(system.chips) + " chips");
+        for (const SwitchLevelConfig& level : system.switch_levels) tori *= level.chips_per_group;
+        check.require(!system.torus_dimensions.empty() && product * tori == system.chips, path + ".torus_dimensions",
+                      "the dimensions multiply to " + str(product) +
+                          (tori > 1 ? " chips per torus, times " + str(tori) + " tori (switch_levels)," : ",") +
+                          " not the " + str(system.chips) + " chips");
         check.require(system.bandwidth_per_chip_gbps_by_dimension.size() == system.torus_dimensions.size(),
                       path + ".bandwidth_per_chip_gbps_by_dimension", "needs one bandwidth per torus dimension");
         break;
@@ -205,8 +209,8 @@ void validate_hardware_config(const HardwareConfig& config, const detail::Locati
       check.require(system.torus_dimensions.empty() && system.bandwidth_per_chip_gbps_by_dimension.empty(),
                     path + ".torus_dimensions", "only a torus has dimensions; leave the list empty");
     }
-    if (system.topology != Topology::switched) {
-      check.require(system.switch_levels.empty(), path + ".switch_levels", "only a switched system has levels");
+    if (system.topology == Topology::single) {
+      check.require(system.switch_levels.empty(), path + ".switch_levels", "a single chip has no switch levels");
     }
   }
 }

@@ -447,7 +447,10 @@ struct SwitchLevelConfig {
   double latency_ns = 0;
   template <class V>
   void visit(V& v) {
-    v.field("chips_per_group", chips_per_group, info("groups of the level below joined by one switch", 1, 1 << 20));
+    v.field("chips_per_group", chips_per_group,
+            info("groups of the level below joined by one switch (chips at a switched fabric's first level; tori at "
+                 "a torus system's first level)",
+                 1, 1 << 20));
     v.field("bandwidth_per_chip_gbps", bandwidth_per_chip_gbps,
             info("per-chip bandwidth into this level, each direction (a chip's port, shared by its transfers)", 0.001,
                  1e6));
@@ -473,7 +476,9 @@ struct SystemConfig {
             info("per-chip bandwidth along each torus dimension, each direction, split over the dimension's two "
                  "neighbours (torus only)",
                  0.001, 1e6));
-    v.field("switch_levels", switch_levels, info("switch hierarchy from the innermost level out (switched only)"));
+    v.field("switch_levels", switch_levels,
+            info("switch hierarchy from the innermost level out (switched fabric; or, on a torus system, the network "
+                 "joining its tori, e.g. servers over EFA)"));
   }
 };
 

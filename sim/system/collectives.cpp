@@ -58,8 +58,9 @@ CollectiveSimulator::CollectiveSimulator(const HardwareConfig& config, const std
 
 CollectiveAlgorithm CollectiveSimulator::choose(CollectiveOp op, uint64_t bytes, uint32_t group_size) const {
   if (op == CollectiveOp::permute || op == CollectiveOp::send_recv) return CollectiveAlgorithm::mesh;
-  if (op == CollectiveOp::all_reduce && m_topology.kind() == Topology::switched &&
-      m_topology.group_sizes().size() > 1 && group_size == ranks() && m_topology.group_sizes()[0] > 1) {
+  // More than one tier: a switched fabric of two levels or more, or tori joined by switch levels.
+  const size_t tiers = m_topology.group_sizes().size() + (m_topology.kind() == Topology::torus ? 1 : 0);
+  if (op == CollectiveOp::all_reduce && tiers > 1 && group_size == ranks() && m_topology.inner_group_chips() > 1) {
     return CollectiveAlgorithm::hierarchical;
   }
   if (bytes <= m_config.collectives.mesh_max_bytes) return CollectiveAlgorithm::mesh;
@@ -67,21 +68,30 @@ CollectiveAlgorithm CollectiveSimulator::choose(CollectiveOp op, uint64_t bytes,
   if (bytes <= m_config.collectives.recursive_max_bytes && power_of_two(group_size)) {
     return CollectiveAlgorithm::recursive;
   }
+  // KangaRing on trn2 and later for the whole system's reductions and gathers; the flat ring on trn1 and for
+  // other groups (collectives.md §2).
+  if (m_config.generation != Generation::trn1 && group_size == ranks() && op != CollectiveOp::all_to_all) {
+    return CollectiveAlgorithm::kangaring;
+  }
   return CollectiveAlgorithm::ring;
 }
 
 std::vector<std::vector<uint32_t>> CollectiveSimulator::rings_of(const std::vector<uint32_t>& members,
-                                                                  bool whole_system) const {
+                                                                  bool topology_rings, size_t cycles) const {
   const uint32_t n = uint32_t(members.size());
   std::vector<std::vector<uint32_t>> orders;  // each a sequence of positions in `members`
-  if (whole_system && m_topology.kind() == Topology::torus) {
-    std::vector<uint32_t> position(ranks());
-    for (uint32_t p = 0; p < n; ++p) position[members[p]] = p;
-    for (const std::vector<uint32_t>& chips : m_topology.ring_orders()) {
+  // Members on every chip, the same number on each: the topology's cycles can carry them.
+  std::vector<std::vector<uint32_t>> on_chip(m_topology.chips());
+  for (uint32_t p = 0; p < n; ++p) on_chip[members[p] / m_ranks_per_chip].push_back(p);
+  bool every_chip = n % m_topology.chips() == 0;
+  for (const auto& positions : on_chip) every_chip = every_chip && positions.size() == n / m_topology.chips();
+  if (topology_rings && every_chip && m_topology.kind() == Topology::torus) {
+    // One cycle: the snake (the order the whole system's members take); more: the link-disjoint ones.
+    const std::vector<std::vector<uint32_t>> snake = {m_topology.ring_order()};
+    const auto& cycles_of = cycles > 1 ? m_topology.ring_orders() : snake;
+    for (size_t c = 0; c < std::min(cycles, cycles_of.size()); ++c) {
       std::vector<uint32_t> order;
-      for (uint32_t chip : chips) {
-        for (uint32_t r = 0; r < m_ranks_per_chip; ++r) order.push_back(position[chip * m_ranks_per_chip + r]);
-      }
+      for (uint32_t chip : cycles_of[c]) order.insert(order.end(), on_chip[chip].begin(), on_chip[chip].end());
       orders.push_back(std::move(order));
     }
   } else {
@@ -157,6 +167,7 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
           break;
         case CollectiveAlgorithm::automatic:
         case CollectiveAlgorithm::ring:
+        case CollectiveAlgorithm::kangaring:  // run_kangaring builds its parts from rings; here a plain ring
         case CollectiveAlgorithm::hierarchical:
           if (scatter) ring_pass(chunk, true);
           if (gather) ring_pass(chunk, false);
@@ -188,7 +199,7 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
 }
 
 double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns,
-                                     bool reduces) {
+                                     bool reduces, uint32_t copies) {
   const double rate_share = reduces ? m_config.core.dma.read_add_write_efficiency : 1.0;
   const uint32_t from_chip = from_rank / m_ranks_per_chip, to_chip = to_rank / m_ranks_per_chip;
   std::vector<double>& cores = m_cc_core_free_ns[from_chip];
@@ -206,6 +217,12 @@ double CollectiveSimulator::transfer(uint32_t from_rank, uint32_t to_rank, doubl
       m_run_bytes[link] += bytes;
     }
   }
+  if (copies > 1) {
+    // DMA duplication: the other copies are written into the receiving chip's HBM as the bytes arrive.
+    const double extra = bytes * double(copies - 1);
+    end = std::max(end, m_local[to_chip]->reserve(start, extra, m_local[to_chip]->capacity()));
+    m_run_bytes[m_links.size() + to_chip] += extra;
+  }
   *core = end;
   return end + m_topology.route_latency_ns(from_chip, to_chip);
 }
@@ -221,7 +238,7 @@ uint64_t CollectiveSimulator::run_steps(const std::vector<Step>& steps, const st
     for (const Transfer& t : step) active[t.from] = active[t.to] = 1;
     for (size_t i = 0; i < members.size(); ++i) begin[i] = ready[members[i]] + (active[i] ? step_ns : 0);
     for (const Transfer& t : step) {
-      const double arrival = transfer(members[t.from], members[t.to], t.bytes, begin[t.from], t.reduces);
+      const double arrival = transfer(members[t.from], members[t.to], t.bytes, begin[t.from], t.reduces, t.copies);
       double& done = ready[members[t.to]];
       done = std::max({done, arrival, begin[t.to]});
       ++transfers;
@@ -231,6 +248,64 @@ uint64_t CollectiveSimulator::run_steps(const std::vector<Step>& steps, const st
     }
   }
   return transfers;
+}
+
+uint64_t CollectiveSimulator::run_kangaring(CollectiveOp op, double bytes, std::vector<double>& ready,
+                                            CollectiveTiming& timing) {
+  const uint32_t k = m_ranks_per_chip, chips = m_topology.chips();
+  // The ranks of each chip, and rank j of every chip in the topology's ring order.
+  std::vector<std::vector<uint32_t>> on_chip(chips), across(k);
+  for (uint32_t chip : m_topology.ring_order()) {
+    for (uint32_t r = 0; r < k; ++r) {
+      on_chip[chip].push_back(chip * k + r);
+      across[r].push_back(chip * k + r);
+    }
+  }
+  uint64_t steps = 0;
+  auto on_chips = [&](CollectiveOp part_op, double part_bytes) {  // a mesh among each chip's ranks
+    if (k < 2) return;
+    uint64_t longest = 0;
+    for (const std::vector<uint32_t>& members : on_chip) {
+      const std::vector<Step> plan_of = plan(part_op, CollectiveAlgorithm::mesh, part_bytes, k, rings_of(members, false));
+      timing.transfers += run_steps(plan_of, members, ready);
+      longest = std::max<uint64_t>(longest, plan_of.size());
+    }
+    steps += longest;
+  };
+  auto over_chips = [&](CollectiveOp part_op, double part_bytes) {  // rank j's ring over the chips, every cycle
+    uint64_t longest = 0;
+    for (const std::vector<uint32_t>& members : across) {
+      std::vector<Step> plan_of = plan(part_op, CollectiveAlgorithm::ring, part_bytes, chips,
+                                       rings_of(members, true, m_topology.ring_orders().size()));
+      for (Step& step : plan_of) {
+        for (Transfer& t : step) {
+          if (!t.reduces) t.copies = k;  // gathered chunks land in every rank of the chip
+        }
+      }
+      timing.transfers += run_steps(plan_of, members, ready);
+      longest = std::max<uint64_t>(longest, plan_of.size());
+    }
+    steps += longest;
+  };
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      on_chips(CollectiveOp::reduce_scatter, bytes);
+      over_chips(CollectiveOp::all_reduce, bytes / k);
+      break;
+    case CollectiveOp::reduce_scatter:
+      on_chips(CollectiveOp::reduce_scatter, bytes);
+      over_chips(CollectiveOp::reduce_scatter, bytes / k);
+      break;
+    case CollectiveOp::all_gather:
+      on_chips(CollectiveOp::all_gather, bytes / chips);  // the chip's own ranks' parts
+      over_chips(CollectiveOp::all_gather, bytes / k);
+      break;
+    case CollectiveOp::all_to_all:
+    case CollectiveOp::permute:
+    case CollectiveOp::send_recv:
+      throw std::logic_error("internal: KangaRing runs reductions and gathers only");
+  }
+  return steps;
 }
 
 CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
@@ -259,15 +334,28 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   std::vector<double> ready(ranks(), request.start_ns);
   m_run_bytes.assign(m_links.size() + m_local.size(), 0.0);
   const double bytes = double(request.bytes);
-  const std::vector<uint32_t>& groups = m_topology.group_sizes();
-  if (timing.algorithm == CollectiveAlgorithm::hierarchical && request.op == CollectiveOp::all_reduce &&
-      !groups.empty() && n == ranks()) {
-    // Groups of the first switch level (in chip order); position j of every group forms a cross-group ring.
-    const uint32_t g = groups[0] * m_ranks_per_chip, count = n / g;
+  const bool whole = n == ranks();
+  if (timing.algorithm == CollectiveAlgorithm::kangaring &&
+      (!whole || request.op == CollectiveOp::all_to_all || request.op == CollectiveOp::permute ||
+       request.op == CollectiveOp::send_recv)) {
+    timing.algorithm = CollectiveAlgorithm::ring;
+  }
+  if (timing.algorithm == CollectiveAlgorithm::kangaring) {
+    timing.steps = run_kangaring(request.op, bytes, ready, timing);
+  } else if (timing.algorithm == CollectiveAlgorithm::hierarchical && request.op == CollectiveOp::all_reduce &&
+             !m_topology.group_sizes().empty() && whole) {
+    // Innermost groups (a first-level switch's chips, or a torus; in the topology's ring order, so a torus's
+    // group runs round its snake); position j of every group forms a cross-group ring.
+    const uint32_t g = m_topology.inner_group_chips() * m_ranks_per_chip, count = n / g;
     std::vector<std::vector<uint32_t>> inner(count), across(g);
-    for (uint32_t rank = 0; rank < n; ++rank) {
-      inner[rank / g].push_back(rank);
-      across[rank % g].push_back(rank);
+    for (uint32_t chip : m_topology.ring_order()) {
+      for (uint32_t r = 0; r < m_ranks_per_chip; ++r) {
+        const uint32_t rank = chip * m_ranks_per_chip + r;
+        inner[rank / g].push_back(rank);
+      }
+    }
+    for (const std::vector<uint32_t>& group : inner) {
+      for (uint32_t j = 0; j < g; ++j) across[j].push_back(group[j]);
     }
     auto part = [&](CollectiveOp op, double part_bytes, const std::vector<std::vector<uint32_t>>& subgroups) {
       uint64_t steps = 0;

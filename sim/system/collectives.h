@@ -13,13 +13,20 @@
 //   ring       n - 1 steps of S / n around the ranks (larger messages; the fallback where recursive needs a
 //              power of two); on a torus the data is split over both directions of the topology's ring (one
 //              Hamiltonian cycle both ways: half the links of a 2-D torus, where KangaRing uses all);
-//   hierarchical (all-reduce on a switched fabric of more than one level): reduce-scatter inside each first-level
-//              group, all-reduce of the group's share across groups, all-gather inside the group, each part by size.
+//   kangaring  (above recursive; trn2 and later) the ranks of a chip act as one ring position: they reduce-scatter
+//              among themselves on the chip, rank j of every chip runs a ring over the chips for its 1 / k of the
+//              data (on every link-disjoint Hamiltonian cycle of the torus, both ways: all of a 2-D torus's links),
+//              and each arriving all-gather chunk is written to all k ranks of the chip from one read (DMA
+//              duplication; the extra writes go through the chip's HBM). O(chips) steps, not O(ranks).
+//   hierarchical (all-reduce on a system of more than one tier: a switched fabric of two levels or more, or tori
+//              joined by switch levels such as servers over EFA): reduce-scatter inside each innermost group
+//              (first-level switch or torus), all-reduce of the group's share across groups, all-gather inside the
+//              group, each part by size.
 // A reducing step's transfer (the receiver adds what arrives into its own data) moves at most
 // core.dma.read_add_write_efficiency of its links' rate: before v4 the DMA's read-add-write runs through the
 // collective compute engines at 50 % of copy throughput, on v4 at the full rate (A-V4; that the reduction streams
-// with the transfer is assumed). Not modelled yet: KangaRing's DMA duplication (it runs as the ring), the second
-// Hamiltonian cycle of a 2-D torus, EFA between servers.
+// with the transfer is assumed). KangaRing's pairing is generalised to all k ranks of a chip (the doc pairs the two
+// of a trn1 chip; a trn2 chip at LNC = 2 has four), assumed.
 #pragma once
 
 #include <array>
@@ -37,7 +44,7 @@
 namespace trnsim::sim {
 
 enum class CollectiveOp : uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv };
-enum class CollectiveAlgorithm : uint8_t { automatic, mesh, recursive, ring, hierarchical };
+enum class CollectiveAlgorithm : uint8_t { automatic, mesh, recursive, ring, kangaring, hierarchical };
 }  // namespace trnsim::sim
 
 namespace trnsim {
@@ -48,7 +55,8 @@ struct EnumNames<sim::CollectiveOp> {
 };
 template <>
 struct EnumNames<sim::CollectiveAlgorithm> {
-  static constexpr std::array<std::string_view, 5> names = {"auto", "mesh", "recursive", "ring", "hierarchical"};
+  static constexpr std::array<std::string_view, 6> names = {"auto", "mesh", "recursive", "ring", "kangaring",
+                                                            "hierarchical"};
 };
 }  // namespace trnsim
 
@@ -105,18 +113,24 @@ class CollectiveSimulator {
     uint32_t from, to;  // positions in the group
     double bytes;
     bool reduces = false;  // the receiver adds the bytes into its own (a reduce-scatter step)
+    uint32_t copies = 1;   // ranks of the receiving chip written from one read (KangaRing's DMA duplication)
   };
   using Step = std::vector<Transfer>;
   // `rings`: for each ring the successor of every position (a ring pass splits its data over them).
   std::vector<Step> plan(CollectiveOp op, CollectiveAlgorithm algorithm, double bytes, uint32_t n,
                          const std::vector<std::vector<uint32_t>>& rings) const;
-  // The rings among `members`: on a torus both directions of each of the topology's ring orders (when the group is
-  // every rank) or of the group's own order; elsewhere the group's order one way.
-  std::vector<std::vector<uint32_t>> rings_of(const std::vector<uint32_t>& members, bool whole_system) const;
+  // The rings among `members`: on a torus both directions of the first `cycles` of the topology's ring orders (when
+  // `topology_rings` and the members are every chip's ranks) or of the group's own order; elsewhere the group's
+  // order one way.
+  std::vector<std::vector<uint32_t>> rings_of(const std::vector<uint32_t>& members, bool topology_rings,
+                                              size_t cycles = 1) const;
+  // KangaRing over every rank (see the top of this file); returns the steps on the critical path.
+  uint64_t run_kangaring(CollectiveOp op, double bytes, std::vector<double>& ready, CollectiveTiming& timing);
   // Runs steps among `members` (ranks) from their ready times; returns the count of transfers.
   uint64_t run_steps(const std::vector<Step>& steps, const std::vector<uint32_t>& members, std::vector<double>& ready);
   // One rank-to-rank transfer that may start at `start_ns`: its arrival.
-  double transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns, bool reduces);
+  double transfer(uint32_t from_rank, uint32_t to_rank, double bytes, double start_ns, bool reduces,
+                  uint32_t copies = 1);
 
   const HardwareConfig& m_config;
   SystemTopology m_topology;

@@ -79,6 +79,68 @@ TEST(SystemTopology, TorusRoutesTakeTheShorterWayAndTheSnakeRingStepsOneHop) {
   for (size_t i = 0; i < ring.size(); ++i) EXPECT_EQ(t.route(ring[i], ring[(i + 1) % ring.size()]).size(), 1u) << i;
 }
 
+// collectives.md §2: the 16-chip 2-D torus has two Hamiltonian cycles that share no link; both ways round both,
+// every one of the 64 links carries exactly one ring.
+TEST(SystemTopology, TheTwoDTorusHasTwoLinkDisjointHamiltonianCycles) {
+  HardwareConfig hw = trn("trn2");
+  SystemTopology t(hw, "trn2-48xlarge");
+  ASSERT_EQ(t.ring_orders().size(), 2u);
+  std::multiset<uint32_t> used;
+  for (const std::vector<uint32_t>& cycle : t.ring_orders()) {
+    ASSERT_EQ(std::set<uint32_t>(cycle.begin(), cycle.end()).size(), 16u);
+    for (size_t i = 0; i < cycle.size(); ++i) {
+      const uint32_t a = cycle[i], b = cycle[(i + 1) % cycle.size()];
+      ASSERT_EQ(t.route(a, b).size(), 1u) << a << " -> " << b;
+      used.insert(t.route(a, b)[0]);
+      used.insert(t.route(b, a)[0]);
+    }
+  }
+  EXPECT_EQ(used.size(), t.links().size());
+  EXPECT_EQ(std::set<uint32_t>(used.begin(), used.end()).size(), t.links().size());
+  // The snake (the order of the whole system's ranks) stays the first ring order's alternative, not one of them.
+  EXPECT_EQ(t.ring_order().size(), 16u);
+  // Other sizes: a 3 x 5 torus too; a 3-D torus keeps its one snake.
+  EXPECT_EQ(SystemTopology::disjoint_hamiltonian_cycles(3, 5).size(), 2u);
+  EXPECT_EQ(SystemTopology(hw, "trn2-ultraserver").ring_orders().size(), 1u);
+}
+
+// Two servers, each a 4 x 4 torus, joined by EFA: a chip reaches the other server through its own EFA port up and
+// the receiver's port down, at the EFA latency; inside a server the torus routes are unchanged.
+TEST(SystemTopology, ToriJoinedByEfaRouteThroughTheChipsPorts) {
+  HardwareConfig hw = trn("trn2");
+  SystemTopology two(hw, "trn2-48xlarge-x2"), one(hw, "trn2-48xlarge");
+  const SwitchLevelConfig& efa = hw.systems.at("trn2-48xlarge-x2").switch_levels.at(0);
+  ASSERT_EQ(two.chips(), 32u);
+  EXPECT_EQ(two.links().size(), 32u * 4 + 32u * 2);
+  EXPECT_EQ(two.inner_group_chips(), 16u);
+  for (uint32_t a : {0u, 5u, 17u}) {
+    for (uint32_t b : {3u, 16u, 30u}) {
+      const bool across = a / 16 != b / 16;
+      if (!across) {
+        EXPECT_EQ(two.route(a, b).size(), one.route(a % 16, b % 16).size());
+        EXPECT_DOUBLE_EQ(two.route_latency_ns(a, b), one.route_latency_ns(a % 16, b % 16));
+        continue;
+      }
+      ASSERT_EQ(two.route(a, b).size(), 2u);
+      const SystemLink& up = two.links()[two.route(a, b)[0]];
+      const SystemLink& down = two.links()[two.route(a, b)[1]];
+      EXPECT_EQ(up.from_chip, a);
+      EXPECT_EQ(down.to_chip, b);
+      EXPECT_DOUBLE_EQ(up.bytes_per_ns, efa.bandwidth_per_chip_gbps);
+      EXPECT_DOUBLE_EQ(two.route_latency_ns(a, b), efa.latency_ns);
+    }
+  }
+  // The rings run round one server's torus, then the other's.
+  for (uint32_t i = 0; i < 16; ++i) EXPECT_LT(two.ring_order()[i], 16u);
+  // Validation counts the tori: 16 chips per torus x 2 servers.
+  try {
+    load_config("trn2", {"systems.trn2-48xlarge-x2.chips=16"});
+    ADD_FAILURE() << "16 chips for two 4 x 4 tori was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("times 2 tori"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SystemTopology, SwitchedRoutesClimbToTheFirstSharedLevel) {
   HardwareConfig hw = trn("trn3");
   SystemTopology t(hw, "trn3-ultraserver-gen2");
@@ -161,7 +223,6 @@ TEST(Collectives, RecursiveAllReduceHalvesThenDoubles) {
 TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
   HardwareConfig hw = trn("trn2");
   CollectiveSimulator whole(hw, "trn2-48xlarge");
-  ASSERT_EQ(whole.topology().ring_orders().size(), 1u);
   CollectiveRequest request;
   request.op = CollectiveOp::all_reduce;
   request.bytes = uint64_t(1) << 30;
@@ -177,13 +238,101 @@ TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
   EXPECT_NEAR(t.latency_ns, expected, 1e-6 * t.latency_ns);
 }
 
+// KangaRing with one rank per chip: a ring pass over both link-disjoint cycles, both ways, a quarter of each chunk
+// on each, every link used by one ring (the flat ring above uses half the links for half chunks).
+TEST(Collectives, KangaRingRunsOnBothCyclesBothWays) {
+  HardwareConfig hw = trn("trn2");
+  CollectiveSimulator whole(hw, "trn2-48xlarge");
+  CollectiveRequest request;
+  request.op = CollectiveOp::all_reduce;
+  request.bytes = uint64_t(1) << 30;
+  request.algorithm = CollectiveAlgorithm::kangaring;
+  const CollectiveTiming t = whole.run(request);
+  EXPECT_EQ(t.algorithm, CollectiveAlgorithm::kangaring);
+  EXPECT_EQ(t.steps, 30u);
+  EXPECT_EQ(t.transfers, 30u * 16 * 4);
+  const double link = hw.systems.at("trn2-48xlarge").bandwidth_per_chip_gbps_by_dimension[0] / 2;
+  const double fixed = hw.collectives.step_latency_ns + hw.neuronlink.latency_ns,
+               quarter_chunk = double(request.bytes) / 16 / 4;
+  const double expected = 15 * (fixed + quarter_chunk / (hw.core.dma.read_add_write_efficiency * link)) +
+                          15 * (fixed + quarter_chunk / link);
+  EXPECT_NEAR(t.latency_ns, expected, 1e-6 * t.latency_ns);
+  // A group smaller than the system runs the flat ring instead.
+  request.ranks = {0, 1, 2, 3};
+  EXPECT_EQ(CollectiveSimulator(hw, "trn2-48xlarge").run(request).algorithm, CollectiveAlgorithm::ring);
+}
+
+// With four ranks per chip (LNC = 2 on trn2) KangaRing takes the chip as one ring position: one on-chip step, then
+// 2 (chips - 1) ring steps, where the flat ring over 64 ranks takes 2 x 63; every gathered chunk is written to the
+// chip's four ranks from one read, so each chip's HBM path carries three extra copies of what arrives.
+TEST(Collectives, KangaRingTakesAChipsRanksAsOneRingPosition) {
+  HardwareConfig hw = trn("trn2");
+  const uint64_t bytes = uint64_t(1) << 30;
+  auto timed = [&](CollectiveAlgorithm algorithm, CollectiveOp op) {
+    CollectiveSimulator s(hw, "trn2-48xlarge", 4);
+    CollectiveRequest request;
+    request.op = op;
+    request.bytes = bytes;
+    request.algorithm = algorithm;
+    return s.run(request);
+  };
+  const CollectiveTiming kanga = timed(CollectiveAlgorithm::kangaring, CollectiveOp::all_reduce);
+  const CollectiveTiming flat = timed(CollectiveAlgorithm::ring, CollectiveOp::all_reduce);
+  EXPECT_EQ(kanga.steps, 1u + 30u);
+  EXPECT_EQ(flat.steps, 2u * 63);
+  EXPECT_LT(kanga.latency_ns, flat.latency_ns);
+  // The on-chip reduce-scatter alone (each rank sends 3 quarters of S to its chip peers, the chip's path at half the
+  // HBM rate, adding at read_add_write_efficiency) bounds it from below, plus the ring passes' fixed costs.
+  const double local_rate = hw.hbm.bandwidth_gbps / 2 * hw.core.dma.read_add_write_efficiency;
+  const double fixed = hw.collectives.step_latency_ns + hw.neuronlink.latency_ns;
+  EXPECT_GT(kanga.latency_ns, 4 * 3 * (double(bytes) / 4) / local_rate + 30 * fixed);
+  // Reduce-scatter and all-gather: one on-chip step and chips - 1 ring steps each.
+  EXPECT_EQ(timed(CollectiveAlgorithm::kangaring, CollectiveOp::reduce_scatter).steps, 1u + 15u);
+  EXPECT_EQ(timed(CollectiveAlgorithm::kangaring, CollectiveOp::all_gather).steps, 1u + 15u);
+}
+
+// Two servers over EFA: reduce-scatter round each server's torus, all-reduce of each chip's sixteenth with its peer
+// in the other server over EFA, all-gather round the torus; worked out by hand from the rates and latencies.
+TEST(Collectives, HierarchicalAllReduceAcrossServersOverEfa) {
+  HardwareConfig hw = trn("trn2");
+  CollectiveSimulator s(hw, "trn2-48xlarge-x2");
+  const uint64_t bytes = uint64_t(1) << 30;
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, bytes, 32), CollectiveAlgorithm::hierarchical);
+  CollectiveRequest request;
+  request.op = CollectiveOp::all_reduce;
+  request.bytes = bytes;
+  const CollectiveTiming t = s.run(request);
+  ASSERT_EQ(t.algorithm, CollectiveAlgorithm::hierarchical);
+  const SystemConfig& system = hw.systems.at("trn2-48xlarge-x2");
+  const double link = system.bandwidth_per_chip_gbps_by_dimension[0] / 2, efa = system.switch_levels[0].bandwidth_per_chip_gbps;
+  const double eff = hw.core.dma.read_add_write_efficiency, step = hw.collectives.step_latency_ns;
+  const double torus_fixed = step + hw.neuronlink.latency_ns, efa_fixed = step + system.switch_levels[0].latency_ns;
+  const double half_chunk = double(bytes) / 16 / 2;  // the torus ring: S / 16 per step, half each way round
+  // Across: 64 MiB between two ranks (above recursive_max_bytes: a ring of two, one step each way of 32 MiB).
+  const double share = double(bytes) / 16, across_chunk = share / 2;
+  ASSERT_GT(share, double(hw.collectives.recursive_max_bytes));
+  const double expected = 15 * (torus_fixed + half_chunk / (eff * link)) +
+                          (efa_fixed + across_chunk / (eff * efa)) + (efa_fixed + across_chunk / efa) +
+                          15 * (torus_fixed + half_chunk / link);
+  EXPECT_NEAR(t.latency_ns, expected, 1e-6 * expected);
+  EXPECT_EQ(t.steps, 15u + 2u + 15u);
+}
+
 TEST(Collectives, TheAlgorithmFollowsTheMessageSize) {
   HardwareConfig hw = trn("trn2");
   CollectiveSimulator s(hw, "trn2-48xlarge");
   const CollectivesConfig& c = hw.collectives;
   EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.mesh_max_bytes, 16), CollectiveAlgorithm::mesh);
   EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.mesh_max_bytes + 1, 16), CollectiveAlgorithm::recursive);
-  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.recursive_max_bytes + 1, 16), CollectiveAlgorithm::ring);
+  // Above recursive on trn2: KangaRing for the whole system, the flat ring for a smaller group.
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.recursive_max_bytes + 1, 16), CollectiveAlgorithm::kangaring);
+  EXPECT_EQ(s.choose(CollectiveOp::all_gather, c.recursive_max_bytes + 1, 16), CollectiveAlgorithm::kangaring);
+  EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.recursive_max_bytes + 1, 8), CollectiveAlgorithm::ring);
+  // trn1's runtime keeps the flat ring (collectives.md §2).
+  HardwareConfig trn1 = trn("trn1");
+  trn1.systems["trn1-torus"] = torus({4, 4}, {100, 100});
+  EXPECT_EQ(CollectiveSimulator(trn1, "trn1-torus").choose(CollectiveOp::all_reduce, c.recursive_max_bytes + 1, 16),
+            CollectiveAlgorithm::ring);
   EXPECT_EQ(s.choose(CollectiveOp::all_reduce, c.mesh_max_bytes + 1, 12), CollectiveAlgorithm::ring);
   EXPECT_EQ(s.choose(CollectiveOp::all_to_all, uint64_t(1) << 30, 16), CollectiveAlgorithm::mesh);
   // Two switch levels: reduce-scatter in the server, all-reduce across servers, all-gather in the server.

@@ -286,8 +286,9 @@ TEST(ConfigErrors, NonFiniteNumbersAreRejectedInEveryNumericKey) {
     float_keys += is_float;
     for (const char* bad : {"nan", "NaN", "inf", "-inf"}) {
       std::string error = load_error("trn2", {path + "=" + bad});
-      EXPECT_THAT(error, HasSubstr(path + ": expected " + (is_float ? "a finite number" : "an integer") + ", got '" +
-                                   bad + "'"))
+      // The message names the key as the config writes it (switch_levels[0].latency_ns).
+      EXPECT_THAT(error, HasSubstr(leaf.path + ": expected " + (is_float ? "a finite number" : "an integer") +
+                                   ", got '" + bad + "'"))
           << path;
     }
   }

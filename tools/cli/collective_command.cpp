@@ -30,6 +30,7 @@ struct CollectiveOptions {
 // Shorthands for the shipped systems: the config they are in and their name there.
 const std::map<std::string, std::pair<std::string, std::string>> kSystems = {
     {"trn2-16", {"trn2", "trn2-48xlarge"}},
+    {"trn2-32", {"trn2", "trn2-48xlarge-x2"}},
     {"trn2-64", {"trn2", "trn2-ultraserver"}},
     {"trn3-64", {"trn3", "trn3-ultraserver-gen1"}},
     {"trn3-144", {"trn3", "trn3-ultraserver-gen2"}},
@@ -190,14 +191,14 @@ void add_collective_bench(CLI::App& bench, int& exit_code) {
   CLI::App* c = bench.add_subcommand(
       "collective", "A collective across a multi-chip system: latency, algbw and busbw per size and algorithm");
   c->add_option("--system", o->system,
-                "trn2-16, trn2-64, trn3-64, trn3-144, or a system of --config (default: its default_system)");
+                "trn2-16, trn2-32 (two servers over EFA), trn2-64, trn3-64, trn3-144, or a system of --config (default: its default_system)");
   c->add_option("--config", o->config, "Hardware config file or name (default: the --system's, else trn2)");
   c->add_option("--set", o->overrides, "Override a config value (repeatable)");
   c->add_option("--op", o->op, "all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv");
   c->add_option("--sizes", o->sizes, "FROM:TO[:FACTOR] or a comma list (bytes; K, M, G = KiB, MiB, GiB)");
   c->add_option("--group", o->group, "Ranks taking part, e.g. 0-15 or 0,4,8,12 (default: all)");
   c->add_option("--ranks-per-chip", o->ranks_per_chip, "Ranks (logical cores) per chip")->check(CLI::Range(1, 64));
-  c->add_option("--algorithm", o->algorithms, "auto, mesh, recursive, ring, hierarchical, or a comma list");
+  c->add_option("--algorithm", o->algorithms, "auto, mesh, recursive, ring, kangaring, hierarchical, or a comma list");
   c->add_option("--csv", o->csv, "Write the points as CSV");
   c->add_option("--plot", o->plot, "Draw busbw against size per algorithm as a PNG");
   c->add_flag("--force", o->force, "Overwrite existing --csv / --plot files");
