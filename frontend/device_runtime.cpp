@@ -1,6 +1,7 @@
 #include "frontend/device_runtime.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -156,7 +157,8 @@ bool overlaps(const PendingCollective& pending, const std::vector<MemoryRange>* 
 }  // namespace
 
 void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
-                                   const std::vector<std::pair<std::string, std::string>>& trace_args) {
+                                   const std::vector<std::pair<std::string, std::string>>& trace_args,
+                                   const std::vector<std::pair<std::string, double>>& link_bytes) {
   std::lock_guard<std::mutex> lock(m_mutex);
   DeviceState& device = m_devices[record.device];
   const double end_ns = record.start_ns + record.ns;
@@ -177,6 +179,12 @@ void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<Mem
                                                               {"simulated_ns", std::to_string(record.ns)}};
     args.insert(args.end(), trace_args.begin(), trace_args.end());
     m_timeline->slice(process, track, record.start_ns - device.timeline_origin_ns, record.ns, record.op, args);
+    if (record.ns > 0) {
+      for (const auto& [link, bytes] : link_bytes) {
+        device.link_traffic[link].push_back({record.start_ns - device.timeline_origin_ns,
+                                             end_ns - device.timeline_origin_ns, bytes / record.ns});
+      }
+    }
   }
 }
 
@@ -324,15 +332,37 @@ void DeviceRuntime::set_timeline_enabled(bool enabled) {
 void DeviceRuntime::reset_timeline() {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_timeline.reset();
-  for (auto& [index, state] : m_devices) state.timeline_origin_ns = state.default_clock();
+  for (auto& [index, state] : m_devices) {
+    state.timeline_origin_ns = state.default_clock();
+    state.link_traffic.clear();
+  }
 }
 
 size_t DeviceRuntime::write_timeline(const std::string& path) const {
   std::lock_guard<std::mutex> lock(m_mutex);
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error("trnsim: cannot write the trace to '" + path + "'");
-  sim::TraceWriter empty;
-  const sim::TraceWriter& timeline = m_timeline ? *m_timeline : empty;
+  sim::TraceWriter timeline = m_timeline ? *m_timeline : sim::TraceWriter();
+  // Each device's link traffic as counters: GB/s (= bytes/ns) on each link, the sum over the collectives in
+  // flight, stepping at every start and end.
+  for (const auto& [index, device] : m_devices) {
+    if (device.link_traffic.empty()) continue;
+    const int process = timeline.find_or_add_process("neuron:" + std::to_string(index), index * 100);
+    for (const auto& [link, spans] : device.link_traffic) {
+      std::vector<std::pair<double, double>> steps;  // (time, change of the rate)
+      for (const DeviceState::LinkTraffic& span : spans) {
+        steps.emplace_back(span.start_ns, span.bytes_per_ns);
+        steps.emplace_back(span.end_ns, -span.bytes_per_ns);
+      }
+      std::sort(steps.begin(), steps.end());
+      double rate = 0;
+      for (size_t i = 0; i < steps.size(); ++i) {
+        rate += steps[i].second;
+        if (i + 1 < steps.size() && steps[i + 1].first == steps[i].first) continue;
+        timeline.counter(process, "link " + link + " GB/s", steps[i].first, std::abs(rate) < 1e-9 ? 0.0 : rate);
+      }
+    }
+  }
   timeline.write(out);
   if (!out) throw std::runtime_error("trnsim: writing the trace to '" + path + "' failed");
   return timeline.slice_count();

@@ -62,6 +62,11 @@ struct DeviceState {
   int current_stream = 0;
   std::map<int, double> stream_clocks;
   std::vector<std::pair<double, double>> busy;
+  // Link traffic of the collectives drawn on the timeline: per link, [start, end) and bytes per ns over it.
+  struct LinkTraffic {
+    double start_ns, end_ns, bytes_per_ns;
+  };
+  std::map<std::string, std::vector<LinkTraffic>> link_traffic;
   double default_clock() const;
   double earliest_clock() const;  // of every stream
 };
@@ -115,9 +120,11 @@ class DeviceRuntime {
   // A collective of the device's rank (kind "collective"; record.start_ns / ns: when it ran on the collective
   // engines, concurrently with the device's compute): logged and drawn on the device's "collectives" track, not
   // on its clock. Until it ends, work touching `buffers` waits for it (commit).
-  // `trace_args` go on its trace slice (the busiest link and its utilisation).
+  // `trace_args` go on its trace slice (the busiest link and its utilisation); `link_bytes` become the
+  // device's per-link traffic counters in the timeline (GB/s, summed over the collectives in flight).
   void add_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
-                      const std::vector<std::pair<std::string, std::string>>& trace_args = {});
+                      const std::vector<std::pair<std::string, std::string>>& trace_args = {},
+                      const std::vector<std::pair<std::string, double>>& link_bytes = {});
   // Work.wait(): the device's later work follows a collective that ends at `end_ns` (a "wait" record when it
   // ends after the clock).
   void wait_until(int device, double end_ns, const std::string& op);

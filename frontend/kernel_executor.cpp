@@ -381,8 +381,9 @@ void reset_timing_cache_stats() {
 
 // Before any config is set there is nothing on the clocks, the log or the timeline.
 void record_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
-                       const std::vector<std::pair<std::string, std::string>>& trace_args) {
-  current_runtime()->add_collective(record, buffers, trace_args);
+                       const std::vector<std::pair<std::string, std::string>>& trace_args,
+                       const std::vector<std::pair<std::string, double>>& link_bytes) {
+  current_runtime()->add_collective(record, buffers, trace_args, link_bytes);
 }
 
 void wait_for_collective(int device, double end_ns, const std::string& op) {

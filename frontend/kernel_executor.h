@@ -120,7 +120,8 @@ OpRecord record_estimate(int device, uint64_t bytes_read, uint64_t bytes_written
 // trnsim.distributed: a collective the device's rank took part in (DeviceRuntime::add_collective), and a
 // Work.wait() on it (DeviceRuntime::wait_until).
 void record_collective(const OpRecord& record, const std::vector<MemoryRange>& buffers,
-                       const std::vector<std::pair<std::string, std::string>>& trace_args = {});
+                       const std::vector<std::pair<std::string, std::string>>& trace_args,
+                       const std::vector<std::pair<std::string, double>>& link_bytes = {});
 void wait_for_collective(int device, double end_ns, const std::string& op);
 
 double simulated_ns(int device);  // device < 0: all devices together

@@ -256,6 +256,7 @@ class CollectiveSystem {
     d["busiest_link"] = t.busiest_link;
     d["busiest_link_bytes"] = t.busiest_link_bytes;
     d["busiest_link_utilisation"] = t.busiest_link_utilisation;
+    d["link_bytes"] = t.link_bytes;
     return d;
   }
   uint32_t ranks() const { return m_simulator.ranks(); }
@@ -446,7 +447,8 @@ PYBIND11_MODULE(_C, m) {
                                 const std::vector<std::vector<int64_t>>& shapes, uint64_t bytes, double start_ns,
                                 double latency_ns, const std::string& algorithm,
                                 const std::vector<std::pair<uintptr_t, uint64_t>>& buffers,
-                                const std::vector<std::pair<std::string, std::string>>& trace_args) {
+                                const std::vector<std::pair<std::string, std::string>>& trace_args,
+                                const std::vector<std::pair<std::string, double>>& link_bytes) {
     fe::OpRecord r;
     r.op = op;
     r.kind = "collective";
@@ -459,12 +461,14 @@ PYBIND11_MODULE(_C, m) {
     r.bottleneck = algorithm;
     std::vector<fe::MemoryRange> ranges;
     for (const auto& [ptr, size] : buffers) ranges.push_back({reinterpret_cast<const void*>(ptr), size});
-    fe::record_collective(r, ranges, trace_args);
+    fe::record_collective(r, ranges, trace_args, link_bytes);
   }, py::arg("device"), py::arg("op"), py::arg("dtype"), py::arg("shapes"), py::arg("bytes"), py::arg("start_ns"),
      py::arg("latency_ns"), py::arg("algorithm"), py::arg("buffers"),
      py::arg("trace_args") = std::vector<std::pair<std::string, std::string>>{},
+     py::arg("link_bytes") = std::vector<std::pair<std::string, double>>{},
      "A collective of this rank on its device's collective engines (beside its clock); later work touching "
-     "`buffers` [(data_ptr, bytes)] waits for its end.");
+     "`buffers` [(data_ptr, bytes)] waits for its end. `link_bytes` [(link, bytes)]: the traffic it put on "
+     "the links the trace draws for this rank (GB/s counters over its span).");
   fe::bind_distributed_backend(m);
   // Streams (torch.neuron.Stream, frontend/python/trnsim/device.py): DeviceRuntime keeps a clock per stream.
   m.def("set_stream", [](int device, int stream) { fe::current_runtime()->set_stream(device, stream); },

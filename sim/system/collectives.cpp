@@ -397,6 +397,12 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   timing.latency_ns = end - request.start_ns;
   timing.algbw_gbps = timing.latency_ns > 0 ? bytes / timing.latency_ns : 0;
   timing.busbw_gbps = timing.algbw_gbps * bus_bandwidth_factor(request.op, n);
+  for (size_t index = 0; index < m_run_bytes.size(); ++index) {
+    if (m_run_bytes[index] <= 0) continue;
+    timing.link_bytes.emplace_back(index < m_links.size() ? m_topology.links()[index].name
+                                                          : "chip" + std::to_string(index - m_links.size()) + " HBM (on-chip)",
+                                   m_run_bytes[index]);
+  }
   const auto busiest = std::max_element(m_run_bytes.begin(), m_run_bytes.end());
   if (busiest != m_run_bytes.end() && *busiest > 0) {
     const size_t index = size_t(busiest - m_run_bytes.begin());

@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/enum_names.h"
@@ -94,6 +95,9 @@ struct CollectiveTiming {
   std::string busiest_link;
   double busiest_link_bytes = 0;
   double busiest_link_utilisation = 0;
+  // Every link (and chip's on-chip path) this collective used, with the bytes it put there, in link order: what a
+  // trace draws as per-link traffic over the collective's span.
+  std::vector<std::pair<std::string, double>> link_bytes;
 };
 
 class CollectiveSimulator {

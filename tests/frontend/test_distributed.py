@@ -308,7 +308,8 @@ def _timing_body(rank, world):
     tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     collective_slices = [e for e in events if e.get("ph") == "X" and tracks.get((e["pid"], e["tid"])) == "collectives"]
     wait_tracks = sorted({n for n in tracks.values() if n.startswith("waits")})
-    return {"arrive": arrive, "after_issue": after_issue, "after_compute": after_compute, "after_wait": after_wait,
+    link_counters = [e for e in events if e.get("ph") == "C" and e["name"].startswith("link ")]
+    return {"link_counters": link_counters, "arrive": arrive, "after_issue": after_issue, "after_compute": after_compute, "after_wait": after_wait,
             "before_read": before_read, "value": t.cpu()[0].item(), "doubled": doubled.cpu()[0].item(),
             "tripled": tripled.cpu()[0].item(), "default_before": default_before,
             "log": log, "b": float(b.cpu().sum()), "e": float(e.cpu().sum()),
@@ -356,6 +357,22 @@ def test_collective_time_starts_at_the_last_arrival_and_overlaps_compute(tmp_pat
         assert slice_["args"]["busiest_link"] == "chip0 HBM (on-chip)"
         assert 0 < float(slice_["args"]["busiest_link_utilisation"]) <= 1
         assert slice_["args"]["group"] == "[0, 1]"
+        # The links of the rank's chip as GB/s counters over the collective's span: the model's bytes on each
+        # link over the slice's duration (longer than alone: the 64 MiB all-reduce before it shares the chip's
+        # path), back to zero at its end.
+        traffic = dict(model.run("all_reduce", 1 << 20, [0, 1], 0.0)["link_bytes"])
+        span_ns = slice_["dur"] * 1e3
+        assert traffic and all(name.startswith("chip0 ") for name in traffic)
+        counters = {}
+        for e in res["link_counters"]:
+            counters.setdefault(e["name"], []).append((e["ts"], e["args"]["value"]))
+        assert sorted(counters) == sorted(f"link {name} GB/s" for name in traffic)
+        for name, bytes_ in traffic.items():
+            (start, rate), (end, zero) = sorted(counters[f"link {name} GB/s"])
+            # (the trace prints times to the nanosecond: the slice's duration is rounded)
+            assert rate == pytest.approx(bytes_ / span_ns, rel=1e-4)
+            assert zero == 0 and (end - start) * 1e3 == pytest.approx(span_ns, rel=1e-4)  # ts in us
+            assert start == pytest.approx(slice_["ts"], abs=1e-3)
     assert any(res["wait_tracks"] == ["waits (default stream)"] for res in results)
     # The early rank waits for the straggler: its exposed communication is longer.
     exposed = [sum(r["ns"] for r in res["log"] if r["kind"] == "wait") for res in results]

@@ -433,6 +433,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         name, per_chip = _choose_system(world)
         self._system = _system_model(name, per_chip)
         self.system_name = name
+        # The links this rank's trace draws: its chip's (its outgoing NeuronLinks, switch / EFA ports, on-chip path).
+        self._link_prefix = f"chip{self._global_ranks[rank] // per_chip} "
         # What c10d's C++ reaches through the dispatcher (functional collectives) comes back here.
         backend = _C.forwarding_backend(self, rank, size)
         for device in ("neuron", "cpu"):
@@ -510,7 +512,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 self._system.run(sim_op, int(nbytes), group, float(start_ns), "auto", [group[p] for p in pairs])
             t = self._system.run(sim_op, int(nbytes), self._global_ranks, float(start_ns), "auto",
                                  [self._global_ranks[p] for p in pairs])
-            timing = (t["latency_ns"], t["algorithm"], _link_args(t))
+            timing = (t["latency_ns"], t["algorithm"], _link_args(t), t["link_bytes"])
             if key is not None:
                 self._store.set(f"{key}/time", pickle.dumps(timing))
             return timing
@@ -536,11 +538,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 _mark_without_values(outputs or inputs)
             if device is not None and all(m[1]["device"] for m in members):
                 start_ns = max(m[0] for m in members)
-                latency_ns, algorithm, link_args = self._time(key, sim_op, nbytes, start_ns, pairs)
+                latency_ns, algorithm, link_args, link_bytes = self._time(key, sim_op, nbytes, start_ns, pairs)
                 end_ns = start_ns + latency_ns
                 _C.record_collective(device, kind, _dtype_name((inputs or outputs)[0]), [list(t.shape) for t in inputs],
                                      int(nbytes), start_ns, latency_ns, algorithm, _buffers(tensors),
-                                     link_args + [("group", str(self._global_ranks))])
+                                     link_args + [("group", str(self._global_ranks))], self._own_links(link_bytes))
             else:
                 device = None
         finally:
@@ -732,11 +734,16 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _p2p_time(self, src, dst, nbytes, start_ns):
         t = self._system.run("send_recv", int(nbytes), [self._global_ranks[src], self._global_ranks[dst]],
                              float(start_ns), "auto", [self._global_ranks[src], self._global_ranks[dst]])
-        return t["latency_ns"], t["algorithm"], _link_args(t)
+        return t["latency_ns"], t["algorithm"], _link_args(t), t["link_bytes"]
 
-    def _record_p2p(self, kind, device, tensors, start_ns, latency_ns, algorithm, link_args):
+    def _own_links(self, link_bytes):
+        """The (link, bytes) of a collective's traffic on this rank's chip."""
+        return [(name, b) for name, b in link_bytes if name.startswith(self._link_prefix)]
+
+    def _record_p2p(self, kind, device, tensors, start_ns, latency_ns, algorithm, link_args, link_bytes):
         _C.record_collective(device, kind, _dtype_name(tensors[0]), [list(t.shape) for t in tensors],
-                             _nbytes(tensors), start_ns, latency_ns, algorithm, _buffers(tensors), link_args)
+                             _nbytes(tensors), start_ns, latency_ns, algorithm, _buffers(tensors), link_args,
+                             self._own_links(link_bytes))
 
     def send(self, tensors, dst, tag=0):
         # The sender does not wait for the receiver: it is timed as if the receiver were ready when it sends
@@ -753,8 +760,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._store.set(self._inbox_key(dst, tag, k), f"{self._rank}:{n}")
         end_ns = 0.0
         if device is not None:
-            latency_ns, algorithm, link_args = self._p2p_time(self._rank, dst, _nbytes(tensors), arrival_ns)
-            self._record_p2p("send", device, tensors, arrival_ns, latency_ns, algorithm, link_args)
+            latency_ns, algorithm, link_args, link_bytes = self._p2p_time(self._rank, dst, _nbytes(tensors), arrival_ns)
+            self._record_p2p("send", device, tensors, arrival_ns, latency_ns, algorithm, link_args, link_bytes)
             end_ns = arrival_ns + latency_ns
         return _Work(tensors, device, end_ns, "send")
 
@@ -773,8 +780,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         end_ns = 0.0
         if device is not None:
             start_ns = max(arrival_ns, sent_ns)
-            latency_ns, algorithm, link_args = self._p2p_time(src, self._rank, _nbytes(tensors), start_ns)
-            self._record_p2p("recv", device, tensors, start_ns, latency_ns, algorithm, link_args)
+            latency_ns, algorithm, link_args, link_bytes = self._p2p_time(src, self._rank, _nbytes(tensors), start_ns)
+            self._record_p2p("recv", device, tensors, start_ns, latency_ns, algorithm, link_args, link_bytes)
             end_ns = start_ns + latency_ns
         work = _Work(tensors, device, end_ns, "recv")
         work._src = src
