@@ -229,7 +229,7 @@ class CollectiveSystem {
                     ranks_per_chip) {}
 
   py::dict run(const std::string& op, uint64_t bytes, const std::vector<uint32_t>& ranks, double start_ns,
-               const std::string& algorithm, const std::vector<int64_t>& pairs) {
+               const std::string& algorithm, const std::vector<int64_t>& pairs, int64_t root) {
     namespace sim = trnsim::sim;
     sim::CollectiveRequest request;
     request.op = sim::parse_collective_op(op);
@@ -237,6 +237,7 @@ class CollectiveSystem {
     request.algorithm = sim::parse_collective_algorithm(algorithm);
     request.ranks = ranks;
     request.pairs = pairs;
+    request.root = root;
     request.start_ns = start_ns;
     for (uint32_t r : ranks) {
       if (r >= m_simulator.ranks())
@@ -428,7 +429,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<CollectiveSystem>(m, "CollectiveSystem")
       .def(py::init<const std::string&, uint32_t>(), py::arg("system"), py::arg("ranks_per_chip"))
       .def("run", &CollectiveSystem::run, py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("start_ns"),
-           py::arg("algorithm") = "auto", py::arg("pairs") = std::vector<int64_t>{})
+           py::arg("algorithm") = "auto", py::arg("pairs") = std::vector<int64_t>{}, py::arg("root") = -1)
       .def_property_readonly("ranks", &CollectiveSystem::ranks)
       .def_property_readonly("chips", &CollectiveSystem::chips)
       .def_property_readonly("name", &CollectiveSystem::name);

@@ -40,7 +40,9 @@ double bus_bandwidth_factor(CollectiveOp op, uint32_t ranks) {
     case CollectiveOp::reduce_scatter:
     case CollectiveOp::all_to_all: return (r - 1) / r;
     case CollectiveOp::permute:
-    case CollectiveOp::send_recv: return 1;
+    case CollectiveOp::send_recv:
+    case CollectiveOp::broadcast:
+    case CollectiveOp::reduce: return 1;
   }
   return 1;
 }
@@ -68,9 +70,11 @@ CollectiveAlgorithm CollectiveSimulator::choose(CollectiveOp op, uint64_t bytes,
   if (bytes <= m_config.collectives.recursive_max_bytes && power_of_two(group_size)) {
     return CollectiveAlgorithm::recursive;
   }
-  // KangaRing on trn2 and later for the whole system's reductions and gathers; the flat ring on trn1 and for
-  // other groups (collectives.md §2).
-  if (m_config.generation != Generation::trn1 && group_size == ranks() && op != CollectiveOp::all_to_all) {
+  // KangaRing on trn2 and later for the whole system's reductions and gathers; the flat ring on trn1, for other
+  // groups and for the rooted collectives' ring part (collectives.md §2).
+  const bool kangaring_op =
+      op == CollectiveOp::all_reduce || op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter;
+  if (m_config.generation != Generation::trn1 && group_size == ranks() && kangaring_op) {
     return CollectiveAlgorithm::kangaring;
   }
   return CollectiveAlgorithm::ring;
@@ -115,7 +119,8 @@ std::vector<std::vector<uint32_t>> CollectiveSimulator::rings_of(const std::vect
 
 std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op, CollectiveAlgorithm algorithm,
                                                                  double bytes, uint32_t n,
-                                                                 const std::vector<std::vector<uint32_t>>& rings) const {
+                                                                 const std::vector<std::vector<uint32_t>>& rings,
+                                                                 uint32_t root) const {
   std::vector<Step> steps;
   if (n < 2) return steps;
   const double chunk = bytes / n;
@@ -194,6 +199,29 @@ std::vector<CollectiveSimulator::Step> CollectiveSimulator::plan(CollectiveOp op
       break;
     }
     case CollectiveOp::send_recv: steps.push_back({{0, 1, bytes}}); break;
+    case CollectiveOp::broadcast:
+    case CollectiveOp::reduce: {
+      const bool broadcast = op == CollectiveOp::broadcast;
+      // Mesh: the whole message between the root and each peer in one step. Otherwise the root's part is the
+      // scatter (broadcast, first) or the gather (reduce, last) of S / n per peer around the ring part.
+      const double per_peer = algorithm == CollectiveAlgorithm::mesh ? bytes : chunk;
+      Step rooted;
+      for (uint32_t k = 1; k < n; ++k) {
+        const uint32_t peer = (root + k) % n;
+        rooted.push_back(broadcast ? Transfer{root, peer, per_peer} : Transfer{peer, root, per_peer, true});
+      }
+      if (algorithm == CollectiveAlgorithm::mesh) {
+        steps.push_back(std::move(rooted));
+        break;
+      }
+      if (broadcast) steps.push_back(rooted);
+      for (Step& step : plan(broadcast ? CollectiveOp::all_gather : CollectiveOp::reduce_scatter, algorithm, bytes, n,
+                             rings)) {
+        steps.push_back(std::move(step));
+      }
+      if (!broadcast) steps.push_back(std::move(rooted));
+      break;
+    }
   }
   return steps;
 }
@@ -303,6 +331,8 @@ uint64_t CollectiveSimulator::run_kangaring(CollectiveOp op, double bytes, std::
     case CollectiveOp::all_to_all:
     case CollectiveOp::permute:
     case CollectiveOp::send_recv:
+    case CollectiveOp::broadcast:
+    case CollectiveOp::reduce:
       throw std::logic_error("internal: KangaRing runs reductions and gathers only");
   }
   return steps;
@@ -336,9 +366,17 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   const double bytes = double(request.bytes);
   const bool whole = n == ranks();
   if (timing.algorithm == CollectiveAlgorithm::kangaring &&
-      (!whole || request.op == CollectiveOp::all_to_all || request.op == CollectiveOp::permute ||
-       request.op == CollectiveOp::send_recv)) {
+      (!whole || (request.op != CollectiveOp::all_reduce && request.op != CollectiveOp::all_gather &&
+                  request.op != CollectiveOp::reduce_scatter))) {
     timing.algorithm = CollectiveAlgorithm::ring;
+  }
+  uint32_t root = 0;  // the root's position in the group
+  if (request.root >= 0) {
+    auto it = std::find(members.begin(), members.end(), uint32_t(request.root));
+    if (it == members.end()) {
+      throw std::invalid_argument("root rank " + std::to_string(request.root) + " is not in the group");
+    }
+    root = uint32_t(it - members.begin());
   }
   if (timing.algorithm == CollectiveAlgorithm::kangaring) {
     timing.steps = run_kangaring(request.op, bytes, ready, timing);
@@ -374,7 +412,8 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
     part(CollectiveOp::all_gather, bytes, inner);
   } else {
     if (timing.algorithm == CollectiveAlgorithm::hierarchical) timing.algorithm = CollectiveAlgorithm::ring;
-    std::vector<Step> steps = plan(request.op, timing.algorithm, bytes, n, rings_of(members, request.ranks.empty()));
+    std::vector<Step> steps =
+        plan(request.op, timing.algorithm, bytes, n, rings_of(members, request.ranks.empty()), root);
     if (request.op == CollectiveOp::permute && !request.pairs.empty()) {
       // The pairs given: one step, each source to its target.
       auto position = [&](int64_t rank) {

@@ -22,6 +22,10 @@
 //              joined by switch levels such as servers over EFA): reduce-scatter inside each innermost group
 //              (first-level switch or torus), all-reduce of the group's share across groups, all-gather inside the
 //              group, each part by size.
+// Broadcast and reduce (torch.distributed's rooted collectives): small messages go straight between the root and
+// every peer (mesh); larger ones as scatter + all-gather (broadcast) and reduce-scatter + gather (reduce), the
+// bandwidth-optimal forms (van de Geijn; the all-gather / reduce-scatter part by size as above, as a ring where the
+// runtime would pick KangaRing). Neuron does not document its own; assumed.
 // A reducing step's transfer (the receiver adds what arrives into its own data) moves at most
 // core.dma.read_add_write_efficiency of its links' rate: before v4 the DMA's read-add-write runs through the
 // collective compute engines at 50 % of copy throughput, on v4 at the full rate (A-V4; that the reduction streams
@@ -44,15 +48,25 @@
 
 namespace trnsim::sim {
 
-enum class CollectiveOp : uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv };
+enum class CollectiveOp : uint8_t {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  permute,
+  send_recv,
+  broadcast,
+  reduce
+};
 enum class CollectiveAlgorithm : uint8_t { automatic, mesh, recursive, ring, kangaring, hierarchical };
 }  // namespace trnsim::sim
 
 namespace trnsim {
 template <>
 struct EnumNames<sim::CollectiveOp> {
-  static constexpr std::array<std::string_view, 6> names = {"all_reduce", "all_gather", "reduce_scatter",
-                                                            "all_to_all", "permute",    "send_recv"};
+  static constexpr std::array<std::string_view, 8> names = {"all_reduce", "all_gather", "reduce_scatter",
+                                                            "all_to_all", "permute",    "send_recv",
+                                                            "broadcast",  "reduce"};
 };
 template <>
 struct EnumNames<sim::CollectiveAlgorithm> {
@@ -68,7 +82,7 @@ const char* collective_algorithm_name(CollectiveAlgorithm algorithm);
 CollectiveOp parse_collective_op(const std::string& name);                 // std::invalid_argument listing the names
 CollectiveAlgorithm parse_collective_algorithm(const std::string& name);   // "auto" is automatic
 // nccl-tests / nccom-test busbw factor for r ranks: all-reduce 2(r-1)/r; all-gather, reduce-scatter, all-to-all
-// (r-1)/r; permute and send/recv 1 (collectives.md §1).
+// (r-1)/r; permute, send/recv, broadcast and reduce 1 (collectives.md §1; nccl-tests PERFORMANCE.md).
 double bus_bandwidth_factor(CollectiveOp op, uint32_t ranks);
 
 struct CollectiveRequest {
@@ -79,6 +93,7 @@ struct CollectiveRequest {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;
   std::vector<uint32_t> ranks;  // the group, in ring order (empty: every rank of the system)
   std::vector<int64_t> pairs;   // permute: source, target, source, target, ... ranks (empty: each to the next)
+  int64_t root = -1;            // broadcast / reduce: the root rank (-1: the group's first)
   double start_ns = 0;          // when every member is ready
 };
 
@@ -122,7 +137,7 @@ class CollectiveSimulator {
   using Step = std::vector<Transfer>;
   // `rings`: for each ring the successor of every position (a ring pass splits its data over them).
   std::vector<Step> plan(CollectiveOp op, CollectiveAlgorithm algorithm, double bytes, uint32_t n,
-                         const std::vector<std::vector<uint32_t>>& rings) const;
+                         const std::vector<std::vector<uint32_t>>& rings, uint32_t root = 0) const;
   // The rings among `members`: on a torus both directions of the first `cycles` of the topology's ring orders (when
   // `topology_rings` and the members are every chip's ranks) or of the group's own order; elsewhere the group's
   // order one way.

@@ -199,6 +199,52 @@ TEST(Collectives, MeshAllGatherIsBoundByEachChipsPort) {
             1.5 * many);
 }
 
+// Broadcast on a switch of 8: a small message goes from the root to each peer at once (the root's port carries
+// 7 copies); a large one is scattered (7 pieces of S / 8 through the root's port) and then all-gathered round the
+// ring (7 steps of S / 8): 7 S / 8 through each port twice instead of 7 S through the root's. Reduce is its mirror:
+// reduce-scatter (adding, at read_add_write_efficiency) then the gather of S / 8 pieces into the root.
+TEST(Collectives, BroadcastAndReduceScatterThroughTheRingWhenLarge) {
+  HardwareConfig hw = trn("trn3");
+  hw.systems["switch8"] = switched({{8, 400}}, {700});
+  const double step = hw.collectives.step_latency_ns, hop = 700, port = 400;
+  auto timed = [&](CollectiveOp op, double bytes, int64_t root) {
+    CollectiveSimulator s(hw, "switch8");
+    CollectiveRequest request;
+    request.op = op;
+    request.bytes = uint64_t(bytes);
+    request.root = root;
+    return s.run(request);
+  };
+  const double small = 64 << 10;
+  const CollectiveTiming direct = timed(CollectiveOp::broadcast, small, 3);
+  EXPECT_EQ(direct.algorithm, CollectiveAlgorithm::mesh);
+  EXPECT_EQ(direct.steps, 1u);
+  EXPECT_NEAR(direct.latency_ns, step + 7 * small / port + hop, 1e-6);
+  EXPECT_NEAR(timed(CollectiveOp::reduce, small, 0).latency_ns,
+              step + 7 * small / (hw.core.dma.read_add_write_efficiency * port) + hop, 1e-6);
+  // Large (above recursive_max_bytes; 8 ranks: a ring, one way round a switch's chip order).
+  const double big = 256.0 * (1 << 20), piece = big / 8;
+  ASSERT_GT(big, double(hw.collectives.recursive_max_bytes));
+  const CollectiveTiming b = timed(CollectiveOp::broadcast, big, 0);
+  EXPECT_EQ(b.algorithm, CollectiveAlgorithm::ring);
+  EXPECT_EQ(b.steps, 1u + 7u);
+  EXPECT_NEAR(b.latency_ns, (step + 7 * piece / port + hop) + 7 * (step + piece / port + hop), 1e-6 * b.latency_ns);
+  EXPECT_NEAR(b.busbw_gbps, big / b.latency_ns, 1e-9);  // factor 1
+  const double eff = hw.core.dma.read_add_write_efficiency;
+  ASSERT_DOUBLE_EQ(eff, 1.0);  // trn3: the DMA adds at the copy rate (A-V4)
+  const CollectiveTiming r = timed(CollectiveOp::reduce, big, 5);
+  EXPECT_EQ(r.steps, 7u + 1u);
+  EXPECT_NEAR(r.latency_ns, 7 * (step + piece / port + hop) + (step + 7 * piece / port + hop), 1e-6 * r.latency_ns);
+  // A root outside the group is an error naming it.
+  CollectiveSimulator s(hw, "switch8");
+  CollectiveRequest outside;
+  outside.op = CollectiveOp::broadcast;
+  outside.bytes = 1024;
+  outside.ranks = {0, 1};
+  outside.root = 5;
+  EXPECT_THROW(s.run(outside), std::invalid_argument);
+}
+
 // Recursive halving then doubling on a switch of 16 chips: log2(16) = 4 steps each way, S / 2, S / 4, ... out and
 // back, one transfer per port per step.
 TEST(Collectives, RecursiveAllReduceHalvesThenDoubles) {

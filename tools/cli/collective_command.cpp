@@ -194,7 +194,9 @@ void add_collective_bench(CLI::App& bench, int& exit_code) {
                 "trn2-16, trn2-32 (two servers over EFA), trn2-64, trn3-64, trn3-144, or a system of --config (default: its default_system)");
   c->add_option("--config", o->config, "Hardware config file or name (default: the --system's, else trn2)");
   c->add_option("--set", o->overrides, "Override a config value (repeatable)");
-  c->add_option("--op", o->op, "all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv");
+  c->add_option("--op", o->op,
+                "all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv, broadcast, reduce (root: the "
+                "group's first rank)");
   c->add_option("--sizes", o->sizes, "FROM:TO[:FACTOR] or a comma list (bytes; K, M, G = KiB, MiB, GiB)");
   c->add_option("--group", o->group, "Ranks taking part, e.g. 0-15 or 0,4,8,12 (default: all)");
   c->add_option("--ranks-per-chip", o->ranks_per_chip, "Ranks (logical cores) per chip")->check(CLI::Range(1, 64));

@@ -500,7 +500,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         else:
             self._store.wait([f"{key}/all"])
 
-    def _time(self, key, sim_op, nbytes, start_ns, pairs=()):
+    def _time(self, key, sim_op, nbytes, start_ns, pairs=(), root=None):
         """(latency ns, algorithm, trace args) of the collective on the system model, from the group's first
         member."""
         if self._symmetric or self._rank == 0:
@@ -509,16 +509,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
             # the links they share (booked one after another, the last finishes when the shared links have
             # carried them all: the fair-share end for equal transfers).
             for group in self._family[1:]:
-                self._system.run(sim_op, int(nbytes), group, float(start_ns), "auto", [group[p] for p in pairs])
+                self._system.run(sim_op, int(nbytes), group, float(start_ns), "auto", [group[p] for p in pairs],
+                                 -1 if root is None else group[root])
             t = self._system.run(sim_op, int(nbytes), self._global_ranks, float(start_ns), "auto",
-                                 [self._global_ranks[p] for p in pairs])
+                                 [self._global_ranks[p] for p in pairs],
+                                 -1 if root is None else self._global_ranks[root])
             timing = (t["latency_ns"], t["algorithm"], _link_args(t), t["link_bytes"])
             if key is not None:
                 self._store.set(f"{key}/time", pickle.dumps(timing))
             return timing
         return pickle.loads(self._store.get(f"{key}/time"))
 
-    def _collective(self, kind, sim_op, inputs, outputs, nbytes, compute, meta=None, pairs=()):
+    def _collective(self, kind, sim_op, inputs, outputs, nbytes, compute, meta=None, pairs=(), root=None):
         """Runs one collective: exchange, values (`compute(members)` writes the outputs), time, record."""
         tensors = inputs + outputs
         device = self._device_of(tensors)
@@ -538,7 +540,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 _mark_without_values(outputs or inputs)
             if device is not None and all(m[1]["device"] for m in members):
                 start_ns = max(m[0] for m in members)
-                latency_ns, algorithm, link_args, link_bytes = self._time(key, sim_op, nbytes, start_ns, pairs)
+                latency_ns, algorithm, link_args, link_bytes = self._time(key, sim_op, nbytes, start_ns, pairs, root)
                 end_ns = start_ns + latency_ns
                 _C.record_collective(device, kind, _dtype_name((inputs or outputs)[0]), [list(t.shape) for t in inputs],
                                      int(nbytes), start_ns, latency_ns, algorithm, _buffers(tensors),
@@ -577,7 +579,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             if self._rank == root:
                 for i, t in enumerate(tensors):
                     _write(t, _reduce(self._parts(members, i), op, t.dtype))
-        return self._collective("reduce", "all_reduce", list(tensors), [], _nbytes(tensors), compute)
+        return self._collective("reduce", "reduce", list(tensors), [], _nbytes(tensors), compute, root=root)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         # output_tensors[i][r] receives member r's input_tensors[i]
@@ -668,8 +670,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             if self._rank != root:
                 for i, t in enumerate(tensors):
                     _write(t, self._parts(members[root:root + 1], i)[0])
-        pairs = [p for r in range(self._size) if r != root for p in (root, r)]
-        return self._collective("broadcast", "permute", list(tensors), [], _nbytes(tensors), compute, pairs=pairs)
+        return self._collective("broadcast", "broadcast", list(tensors), [], _nbytes(tensors), compute, root=root)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
