@@ -265,22 +265,27 @@ TEST(Collectives, RecursiveAllReduceHalvesThenDoubles) {
             CollectiveAlgorithm::ring);
 }
 
-// On the 4 x 4 torus the ring pass runs both ways round the snake: two of a chip's four links at once.
-TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
-  HardwareConfig hw = trn("trn2");
+// A 1 GiB all-reduce over the whole 4 x 4 torus, and its time by hand when each step splits S / 16 over `rings`
+// rings that never share a link: 15 reduce-scatter steps (adding at read_add_write_efficiency) and 15 all-gather
+// steps, each one hop.
+std::pair<CollectiveTiming, double> torus_all_reduce(const HardwareConfig& hw, CollectiveAlgorithm algorithm,
+                                                     double rings) {
   CollectiveSimulator whole(hw, "trn2-48xlarge");
   CollectiveRequest request;
   request.op = CollectiveOp::all_reduce;
   request.bytes = uint64_t(1) << 30;
-  request.algorithm = CollectiveAlgorithm::ring;
-  const CollectiveTiming t = whole.run(request);
-  EXPECT_EQ(t.transfers, 30u * 16 * 2);
-  // Each step: half of S / 16 each way over one 256 GB/s link (no link carries two transfers); the reduce-scatter
-  // half at read_add_write_efficiency of it.
+  request.algorithm = algorithm;
   const double link = hw.systems.at("trn2-48xlarge").bandwidth_per_chip_gbps_by_dimension[0] / 2;
-  const double fixed = hw.collectives.step_latency_ns + hw.neuronlink.latency_ns, half_chunk = double(request.bytes) / 16 / 2;
-  const double expected = 15 * (fixed + half_chunk / (hw.core.dma.read_add_write_efficiency * link)) +
-                          15 * (fixed + half_chunk / link);
+  const double fixed = hw.collectives.step_latency_ns + hw.neuronlink.latency_ns,
+               share = double(request.bytes) / 16 / rings;
+  return {whole.run(request), 15 * (fixed + share / (hw.core.dma.read_add_write_efficiency * link)) +
+                                  15 * (fixed + share / link)};
+}
+
+// On the 4 x 4 torus the ring pass runs both ways round the snake: two of a chip's four links at once.
+TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
+  const auto [t, expected] = torus_all_reduce(trn("trn2"), CollectiveAlgorithm::ring, 2);
+  EXPECT_EQ(t.transfers, 30u * 16 * 2);
   EXPECT_NEAR(t.latency_ns, expected, 1e-6 * t.latency_ns);
 }
 
@@ -288,22 +293,16 @@ TEST(Collectives, TheTorusRingRunsBothWaysRoundTheSnake) {
 // on each, every link used by one ring (the flat ring above uses half the links for half chunks).
 TEST(Collectives, KangaRingRunsOnBothCyclesBothWays) {
   HardwareConfig hw = trn("trn2");
-  CollectiveSimulator whole(hw, "trn2-48xlarge");
+  const auto [t, expected] = torus_all_reduce(hw, CollectiveAlgorithm::kangaring, 4);
+  EXPECT_EQ(t.algorithm, CollectiveAlgorithm::kangaring);
+  EXPECT_EQ(t.steps, 30u);
+  EXPECT_EQ(t.transfers, 30u * 16 * 4);
+  EXPECT_NEAR(t.latency_ns, expected, 1e-6 * t.latency_ns);
+  // A group smaller than the system runs the flat ring instead.
   CollectiveRequest request;
   request.op = CollectiveOp::all_reduce;
   request.bytes = uint64_t(1) << 30;
   request.algorithm = CollectiveAlgorithm::kangaring;
-  const CollectiveTiming t = whole.run(request);
-  EXPECT_EQ(t.algorithm, CollectiveAlgorithm::kangaring);
-  EXPECT_EQ(t.steps, 30u);
-  EXPECT_EQ(t.transfers, 30u * 16 * 4);
-  const double link = hw.systems.at("trn2-48xlarge").bandwidth_per_chip_gbps_by_dimension[0] / 2;
-  const double fixed = hw.collectives.step_latency_ns + hw.neuronlink.latency_ns,
-               quarter_chunk = double(request.bytes) / 16 / 4;
-  const double expected = 15 * (fixed + quarter_chunk / (hw.core.dma.read_add_write_efficiency * link)) +
-                          15 * (fixed + quarter_chunk / link);
-  EXPECT_NEAR(t.latency_ns, expected, 1e-6 * t.latency_ns);
-  // A group smaller than the system runs the flat ring instead.
   request.ranks = {0, 1, 2, 3};
   EXPECT_EQ(CollectiveSimulator(hw, "trn2-48xlarge").run(request).algorithm, CollectiveAlgorithm::ring);
 }
@@ -445,6 +444,10 @@ TEST(Collectives, NamesAndFactors) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::all_reduce, 16), 2.0 * 15 / 16);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::all_gather, 16), 15.0 / 16);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::permute, 16), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::broadcast, 16), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::reduce, 16), 1.0);
+  EXPECT_EQ(parse_collective_algorithm("kangaring"), CollectiveAlgorithm::kangaring);
+  EXPECT_EQ(parse_collective_op("broadcast"), CollectiveOp::broadcast);
 }
 
 }  // namespace
