@@ -209,3 +209,89 @@ def test_a_false_condition_mask_skips_loads_matmuls_and_stores_past_the_end(rng)
     w = rng.standard_normal((64, 96)).astype(np.float32)
     np.testing.assert_allclose(nki.simulate_kernel(row_tiles_under_a_condition, xT, w), xT.T @ w, rtol=1e-4,
                                atol=1e-4)
+
+
+@nki.jit
+def floor_and_ceil(x):
+    down = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    up = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(down, value=nl.floor(t))
+    nl.store(up, value=nl.ceil(t, dtype=nl.int32))
+    return down, up
+
+
+def test_floor_and_ceil_match_numpy(rng):
+    """nki-samples' resize_nearest takes nl.floor of scaled indices (as int32)."""
+    x = (rng.standard_normal((128, 64)) * 50).astype(np.float32)
+    x[0, :9] = [3.7, -3.2, -4.0, 5.0, -0.5, 0.5, -0.0, 2.0**24 + 2, -(2.0**23) - 0.5]
+    down, up = nki.simulate_kernel(floor_and_ceil, x)
+    np.testing.assert_array_equal(down, np.floor(x))
+    np.testing.assert_array_equal(up, np.ceil(x).astype(np.int32))
+
+
+@nki.jit
+def window_iota(out_shape):
+    """nki-samples' select_and_scatter: ``nisa.iota(3 * window.y + window.z)`` over a 4-axis mgrid is a tile of the
+    whole grid's shape (mgrid is dense), constant along the axes the expression leaves out."""
+    p, w = out_shape.shape[0], out_shape.shape[1]
+    out = nl.ndarray((p, w, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    window = nl.mgrid[0:p, 0:w, 0:3, 0:3]
+    idx = nisa.iota(3 * window.y + window.z, dtype=nl.uint32)
+    nl.store(out, value=nl.copy(idx, dtype=nl.float32))
+    return out
+
+
+def test_iota_of_some_mgrid_vars_spans_the_whole_grid():
+    got = nki.simulate_kernel(window_iota, np.zeros((16, 5), np.float32))
+    assert got.shape == (16, 5, 3, 3)
+    np.testing.assert_array_equal(got, np.broadcast_to(np.arange(9, dtype=np.float32).reshape(3, 3), (16, 5, 3, 3)))
+
+
+@nki.jit
+def partial_last_tile(x):
+    """nki-samples' adaptive_avg_pool2d: the last 128-row tile of a 288-row tensor is sliced 256:384 and loaded
+    under ``mask=(i_p < rows)``; the slice past the end is legal because the mask keeps the access inside."""
+    rows, cols = x.shape
+    out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range((rows + 127) // 128):
+        i_p = nl.arange(128)[:, None] + t * 128
+        tile = nl.ndarray((128, cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(src=x[t * 128:(t + 1) * 128, 0:cols], dst=tile, mask=(i_p < rows))
+        nl.store(out[t * 128:(t + 1) * 128, 0:cols], value=tile, mask=(i_p < rows))
+    return out
+
+
+@nki.jit
+def unmasked_overhang(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(x[160:288, :]))
+    return out
+
+
+def test_a_slice_past_the_end_is_legal_only_under_a_mask_that_keeps_it_inside(rng):
+    x = rng.standard_normal((288, 24)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(partial_last_tile, x), x)
+    with pytest.raises(Exception, match=r"slice 160:288 exceeds dim 0 of size 288|slice 160:288"):
+        nki.simulate_kernel(unmasked_overhang, x[:200])
+
+
+@nki.jit
+def gather_from_a_batch_under_a_mask(data, count):
+    """nki-samples' resize_nearest: ``data[b, idx_tile, i_f]`` (a leading integer picks the table, the index tile
+    its rows), loaded under ``mask=(i_p < count)`` on a partial tile: the mask keeps as many index rows as rows."""
+    _, rows, cols = data.shape
+    n = count.shape[0]
+    out = nl.ndarray((n, cols), dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(cols)[None, :]
+    idx = nisa.iota(i_p * 3, dtype=nl.int32)
+    rows_tile = nl.load(data[1, idx, i_f], mask=(i_p < n))
+    nl.store(out[i_p, i_f], value=rows_tile, mask=(i_p < n))
+    return out
+
+
+def test_indirect_rows_after_a_leading_index_and_under_a_mask(rng):
+    data = rng.standard_normal((2, 400, 16)).astype(np.float32)
+    got = nki.simulate_kernel(gather_from_a_batch_under_a_mask, data, np.zeros(66, np.float32))
+    np.testing.assert_array_equal(got, data[1, 0:198:3])

@@ -172,11 +172,13 @@ def fail(message, location=None):
 # index expressions (the beta-1 API's nl.arange / nl.mgrid) and masks
 
 class IndexVar:
-    """One ``nl.arange(n)``: ``size`` values 0..n-1 on result axis ``axis`` of an index tile."""
-    __slots__ = ("size", "axis", "ndim")
+    """One ``nl.arange(n)``: ``size`` values 0..n-1 on result axis ``axis`` of an index tile. ``grid``: for an
+    ``nl.mgrid`` var, the sizes of its whole grid (mgrid's arrays are dense, as NumPy's: each has the grid's
+    shape, so an expression of some of its vars still spans the others); None for ``nl.arange``."""
+    __slots__ = ("size", "axis", "ndim", "grid")
 
-    def __init__(self, size, axis, ndim):
-        self.size, self.axis, self.ndim = size, axis, ndim
+    def __init__(self, size, axis, ndim, grid=None):
+        self.size, self.axis, self.ndim, self.grid = size, axis, ndim, grid
 
 
 class IndexExpr:
@@ -817,6 +819,14 @@ def index_view(view, key):
         key = (key,)
     if key and isinstance(key[0], View) and view.st.space == "hbm":
         return _indirect_rows(view, key)
+    if view.st.space == "hbm":
+        # Leading integers, then a tile of row indices (nki-samples' resize_nearest: ``data[b, idx_tile, i_f]``):
+        # the integers pick the table, the tile its rows.
+        lead = 0
+        while lead < len(key) and isinstance(key[lead], (int, np.integer)) and not isinstance(key[lead], bool):
+            lead += 1
+        if 0 < lead < len(key) and isinstance(key[lead], View):
+            return index_view(index_view(view, key[:lead]), key[lead:])
     for k in key:
         if type(k) is IndexExpr:
             return _index_expressions(view, key)
@@ -831,6 +841,7 @@ def index_view(view, key):
         fail(f"{len(key)} indices for a tensor of {view.ndim} dims {list(view.shape)}")
     offset, pstart, pdim = view.offset, view.pstart, view.pdim
     dims, vars_out = [], []
+    overhang = []  # slices past their dim's end: (output dim, start, size, message), legal only under a mask
     for d, (stride, size) in enumerate(view.dims):
         k = key[d] if d < len(key) else slice(None)
         if isinstance(k, DynSlice) and is_register(k.start):
@@ -854,7 +865,13 @@ def index_view(view, key):
                 fail(f"slice bound {k.stop!r} is not an integer")
             count = max(0, (stop - start + (step - (1 if step > 0 else -1))) // step)
             if k.stop is not None and (k.stop > size if isinstance(k.stop, (int, np.integer)) and k.stop >= 0 else False):
-                fail(f"slice {start}:{k.stop} exceeds dim {d} of size {size} (tensor {list(view.shape)})")
+                message = f"slice {start}:{k.stop} exceeds dim {d} of size {size} (tensor {list(view.shape)})"
+                if step != 1 or not 0 <= start < size:
+                    fail(message)
+                # A partial last tile (nki-samples' adaptive_avg_pool2d loads rows 256:384 of 288 under
+                # ``mask=(i_p < N * C)``): the whole slice, legal only where a mask keeps it inside (apply_mask).
+                count = int(k.stop) - start
+                overhang.append((len(dims), start, size, message))
             if count == 0:
                 fail(f"slice {k.start}:{k.stop} of dim {d} (size {size}) is empty")
             if d == pdim:
@@ -887,6 +904,10 @@ def index_view(view, key):
             if not isinstance(k, (int, np.integer)) and not is_register(k):
                 kept += 1
         new_pdim = kept
+    if overhang:
+        out = _UncheckedView(view.st, offset, dims, new_pdim, pstart)
+        out.checks, out.overhang = [], overhang
+        return block_local(out)
     return block_local(View(view.st, offset, dims, new_pdim, pstart))
 
 
@@ -999,7 +1020,7 @@ def _index_expressions(view, key):
         dims, vars_out = [[1, 1]], [None]
     if unchecked:
         out = _UncheckedView(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out)
-        out.checks = unchecked
+        out.checks, out.overhang = unchecked, []
         return block_local(out)
     return block_local(View(view.st, offset, dims, pdim if view.pdim is not None else None, pstart, vars_out))
 
@@ -1023,17 +1044,20 @@ def block_local(view):
     child = st.trace.block_tile(st, b)
     out = type(view)(child, view.offset - b * per_block, view.dims, view.pdim, view.pstart, view.vars)
     if type(view) is _UncheckedView:
-        out.checks = view.checks
+        out.checks, out.overhang = view.checks, view.overhang
     return out
 
 
 class _UncheckedView(View):
-    """An index expression that reaches past its tensor (beta 1's partial last tile): legal only
+    """An index expression or a slice that reaches past its tensor (a partial last tile): legal only
     under a ``mask=`` that keeps every index in range (checked by apply_mask)."""
-    __slots__ = ("checks",)
+    __slots__ = ("checks", "overhang")
 
 
 def _check_masked(view, mask):
+    if mask is None:
+        for _, start, size, message in view.overhang:
+            fail(message)
     for expr, size, message in view.checks:
         lo = hi = expr.const
         for v, c in expr.terms.items():
@@ -1063,6 +1087,7 @@ def apply_mask(view, mask):
         return view
     dims = [list(d) for d in view.dims]
     offset, pstart = view.offset, view.pstart
+    firsts = [0] * len(dims)
     for d, (stride, size) in enumerate(view.dims):
         var = view.vars[d] if view.vars else None
         if var is None:
@@ -1078,6 +1103,10 @@ def apply_mask(view, mask):
         else:
             offset += stride * first
         dims[d][1] = count
+        firsts[d] = first
+    for d, start, size, message in getattr(view, "overhang", ()):
+        if start + firsts[d] + dims[d][1] > size:
+            fail(message + " under its mask")
     return View(view.st, offset, dims, view.pdim, pstart, view.vars)
 
 

@@ -398,11 +398,12 @@ class _MGrid:
         if not isinstance(key, tuple):
             key = (key,)
         out = []
-        for axis, k in enumerate(key):
-            start = k.start or 0
+        for k in key:
             if k.step not in (None, 1):
                 fail("nl.mgrid with a step is not supported")
-            out.append(IndexExpr(int(start), {IndexVar(int(k.stop) - int(start), axis, len(key)): 1}))
+        grid = tuple(int(k.stop) - int(k.start or 0) for k in key)
+        for axis, k in enumerate(key):
+            out.append(IndexExpr(int(k.start or 0), {IndexVar(grid[axis], axis, len(key), grid): 1}))
         return _MGridResult(out)
 
 
@@ -770,6 +771,26 @@ for _n in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power
 fmod = globals()["mod"]
 
 
+def _rounding(name, toward_minus):
+    """nl.floor / nl.ceil from the Vector engine's fmod and compare (no rounding ALU operator is documented):
+    t = x - fmod(x, 1) truncates; floor = t - (x < t), ceil = t + (x > t). Exact for every float (fmod is exact,
+    |x| >= 2^23 is integral); the result is cast to ``dtype`` (default: x's)."""
+    def fn(x, dtype=None, mask=None, **kw):
+        location = user_location()
+        xv = _operand(x, f"nl.{name}")
+        f32 = as_dtype("float32")
+        fraction = binary(xv, 1.0, "mod", dtype=f32, mask=mask, location=location)
+        truncated = binary(xv, fraction, "subtract", dtype=f32, mask=mask, location=location)
+        beyond = binary(xv, truncated, "less" if toward_minus else "greater", dtype=f32, mask=mask, location=location)
+        return binary(truncated, beyond, "subtract" if toward_minus else "add", dtype=_out_dtype(dtype, xv), mask=mask,
+                      location=location)
+    return _Op(name, fn, f"nl.{name}(x, dtype=None, mask=None): fmod, subtract, compare and add on Vector")
+
+
+floor = _rounding("floor", True)
+ceil = _rounding("ceil", False)
+
+
 def activation_op(x, func, dtype=None, mask=None, bias=None, scale=1.0, location=None):
     location = location or user_location()
     xv = _operand(x, f"nl.{func}")
@@ -1045,7 +1066,11 @@ def load(src, mask=None, dtype=None, **kw):
             fail("nl.load of indirect rows: a table view of rows and columns", location)
         t = _trace.current().tile((iv.shape[iv.pdim],) + tuple(tv.shape[1:]), tv.dtype, "sbuf", 0,
                                   location).full_view()
-        _emit.emit("dma_gather", (_core.apply_mask(t, mask), tv, iv), {}, location)
+        dst = _core.apply_mask(t, mask)
+        if dst is None:
+            return t
+        # The mask keeps the same partitions of the index tile as of the rows (a partial last tile).
+        _emit.emit("dma_gather", (dst, tv, iv if mask is None else _core.apply_mask(iv, mask)), {}, location)
         if dtype is not None and as_dtype(dtype) is not tv.dtype:
             out = _result_tile(t.shape, dtype, location)
             _emit.emit("tensor_copy", (out, t), {"mask": mask}, location)

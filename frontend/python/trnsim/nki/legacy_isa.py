@@ -139,14 +139,25 @@ def iota(expr, dtype, mask=None, **_):
     if not isinstance(expr, IndexExpr):
         fail("nisa.iota takes an nl.arange / nl.mgrid expression", location)
     vars_ = sorted(expr.terms, key=lambda v: v.axis)
-    part = next((v for v in vars_ if v.axis == 0), None)
-    free = [v for v in vars_ if v is not part]
-    shape = (part.size if part else 1,) + tuple(v.size for v in free)
-    t = _trace.current().tile(shape if len(shape) > 1 else shape + (1,), _core.as_dtype(dtype), "sbuf", 0,
-                              location).full_view()
-    pattern = [[expr.terms[v], v.size] for v in free] or [[0, 1]]
-    _emit.emit("iota", (t, pattern), {"offset": expr.const,
-                                      "channel_multiplier": expr.terms[part] if part else 0, "mask": mask}, location)
+    grids = {v.grid for v in vars_}
+    if vars_ and len(grids) == 1 and None not in grids:
+        # Vars of one nl.mgrid: the tile has the whole grid's shape (mgrid is dense, as NumPy's), constant along
+        # the axes the expression leaves out (nki-samples' select_and_scatter: ``nisa.iota(3 * window.y +
+        # window.z)`` over ``mgrid[0:p, 0:w, 0:3, 0:3]`` is a [p, w, 3, 3] tile).
+        grid = grids.pop()
+        coeff = {v.axis: c for v, c in expr.terms.items()}
+        shape = grid if len(grid) > 1 else grid + (1,)
+        pattern = [[coeff.get(axis, 0), size] for axis, size in enumerate(grid) if axis > 0] or [[0, 1]]
+        multiplier = coeff.get(0, 0)
+    else:
+        part = next((v for v in vars_ if v.axis == 0), None)
+        free = [v for v in vars_ if v is not part]
+        shape = (part.size if part else 1,) + tuple(v.size for v in free)
+        shape = shape if len(shape) > 1 else shape + (1,)
+        pattern = [[expr.terms[v], v.size] for v in free] or [[0, 1]]
+        multiplier = expr.terms[part] if part else 0
+    t = _trace.current().tile(shape, _core.as_dtype(dtype), "sbuf", 0, location).full_view()
+    _emit.emit("iota", (t, pattern), {"offset": expr.const, "channel_multiplier": multiplier, "mask": mask}, location)
     return t
 
 
