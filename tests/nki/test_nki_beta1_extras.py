@@ -295,3 +295,62 @@ def test_indirect_rows_after_a_leading_index_and_under_a_mask(rng):
     data = rng.standard_normal((2, 400, 16)).astype(np.float32)
     got = nki.simulate_kernel(gather_from_a_batch_under_a_mask, data, np.zeros(66, np.float32))
     np.testing.assert_array_equal(got, data[1, 0:198:3])
+
+
+@nki.jit
+def psum_blocks_beyond_the_psum(a, b):
+    """nki-samples' allocated attention: a [2, 8, 128, 512] fp32 PSUM tile (16 one-bank blocks, twice the PSUM's 8
+    banks), used a block at a time: its blocks are placed as they live, so it fits."""
+    out = nl.ndarray((16, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((2, 8, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    at = nl.load(a)
+    bt = nl.load(b)
+    for i in nl.affine_range(2):
+        for j in nl.affine_range(8):
+            acc[i, j, :, :] = nisa.nc_matmul(at, bt)
+            nl.store(out[i * 8 + j], value=nl.multiply(acc[i, j, :, :], float(i * 8 + j + 1)))
+    return out
+
+
+def test_a_psum_tile_of_more_blocks_than_banks_is_placed_block_by_block(rng):
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    got = nki.simulate_kernel(psum_blocks_beyond_the_psum, a, b)
+    product = a.T @ b
+    for k in range(16):
+        np.testing.assert_allclose(got[k], product * (k + 1), rtol=2e-5, atol=2e-3)
+
+
+@nki.jit
+def scaled_rows_and_their_max(x):
+    """Beta 1's value-returning nisa.tensor_scalar_reduce with dtype= (allocated attention's softmax)."""
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    peak = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    y = nisa.tensor_scalar_reduce(data=nl.load(x), op0=np.multiply, operand0=2.0, reduce_op=np.max, reduce_res=r,
+                                  dtype=nl.bfloat16)
+    nl.store(out, value=y)
+    nl.store(peak, value=r)
+    return out, peak
+
+
+def test_value_returning_tensor_scalar_reduce_with_a_dtype(rng):
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    out, peak = nki.simulate_kernel(scaled_rows_and_their_max, x)
+    np.testing.assert_array_equal(out, (2 * x).astype(ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(peak, (2 * x).max(axis=1, keepdims=True))
+
+
+@nki.jit
+def column_broadcast(s):
+    """``t[i_p, 0]`` is one element per partition; broadcast_to((P, F)) repeats it along the free dim."""
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    t = nl.load(s)
+    nl.store(out, value=nl.copy(t[i_p, 0].broadcast_to((128, 64))))
+    return out
+
+
+def test_broadcast_of_a_partition_narrowed_tile(rng):
+    s = rng.standard_normal((128, 3)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(column_broadcast, s), np.repeat(s[:, :1], 64, axis=1))

@@ -1012,6 +1012,10 @@ def broadcast_to(x, shape, location=None):
     location = location or user_location()
     xv = _operand(x, "broadcast_to")
     shape = tuple(int(s) for s in (shape.shape if hasattr(shape, "shape") else shape))
+    if xv.ndim == 1 and xv.pdim == 0 and len(shape) > 1 and xv.st.space != "hbm":
+        # An on-chip tile narrowed to its partitions (``s[grp, i_p, 0]``) is one element per partition: [P, 1]
+        # (nki-samples' allocated attention broadcasts its softmax sums so).
+        xv = View(xv.st, xv.offset, xv.dims + [[1, 1]] * (len(shape) - 1), 0, xv.pstart)
     if len(shape) != xv.ndim:
         fail(f"broadcast_to{list(shape)} of a {xv.ndim}-d tensor {list(xv.shape)}", location)
     v = xv

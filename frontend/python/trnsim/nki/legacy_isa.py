@@ -37,6 +37,7 @@ _OUT = {
     "activation_reduce": (("op", "data"), "same", None, "sbuf"),
     "tensor_tensor": (("data1", "data2"), "same", None, "sbuf"),
     "tensor_scalar": (("data",), "same", None, "sbuf"),
+    "tensor_scalar_reduce": (("data",), "same", None, "sbuf"),
     "scalar_tensor_tensor": (("data",), "same", None, "sbuf"),
     "tensor_copy": (("src",), "same", None, "sbuf"),
     "tensor_reduce": (("op", "data"), "reduce", None, "sbuf"),
