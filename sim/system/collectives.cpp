@@ -84,12 +84,18 @@ std::vector<std::vector<uint32_t>> CollectiveSimulator::rings_of(const std::vect
                                                                   bool topology_rings, size_t cycles) const {
   const uint32_t n = uint32_t(members.size());
   std::vector<std::vector<uint32_t>> orders;  // each a sequence of positions in `members`
-  // Members on every chip, the same number on each: the topology's cycles can carry them.
+  // Members on whole chips, the same number on each chip they use: the topology's cycles can carry them, in the
+  // cycles' order of those chips (every chip: the whole cycle; one torus of several: that torus's own cycle).
   std::vector<std::vector<uint32_t>> on_chip(m_topology.chips());
   for (uint32_t p = 0; p < n; ++p) on_chip[members[p] / m_ranks_per_chip].push_back(p);
-  bool every_chip = n % m_topology.chips() == 0;
-  for (const auto& positions : on_chip) every_chip = every_chip && positions.size() == n / m_topology.chips();
-  if (topology_rings && every_chip && m_topology.kind() == Topology::torus) {
+  size_t per_chip = 0;
+  bool whole_chips = n > 0;
+  for (const auto& positions : on_chip) {
+    if (positions.empty()) continue;
+    if (per_chip == 0) per_chip = positions.size();
+    whole_chips = whole_chips && positions.size() == per_chip;
+  }
+  if (topology_rings && whole_chips && m_topology.kind() == Topology::torus) {
     // One cycle: the snake (the order the whole system's members take); more: the link-disjoint ones.
     const std::vector<std::vector<uint32_t>> snake = {m_topology.ring_order()};
     const auto& cycles_of = cycles > 1 ? m_topology.ring_orders() : snake;
@@ -395,21 +401,25 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
     for (const std::vector<uint32_t>& group : inner) {
       for (uint32_t j = 0; j < g; ++j) across[j].push_back(group[j]);
     }
-    auto part = [&](CollectiveOp op, double part_bytes, const std::vector<std::vector<uint32_t>>& subgroups) {
+    // Inside a torus the ring parts run on all its disjoint cycles both ways (collectives.md §2: the intra-node
+    // stage of a large hierarchical collective is KangaRing, which uses every link); across groups, the group order.
+    auto part = [&](CollectiveOp op, double part_bytes, const std::vector<std::vector<uint32_t>>& subgroups,
+                    bool inside) {
       uint64_t steps = 0;
       for (const auto& members_of : subgroups) {
         const uint32_t size = uint32_t(members_of.size());
         // A part's group is smaller than the system, so choose() never makes it hierarchical again.
         const CollectiveAlgorithm algorithm = choose(op, uint64_t(part_bytes), size);
-        const std::vector<Step> steps_of = plan(op, algorithm, part_bytes, size, rings_of(members_of, false));
+        const std::vector<Step> steps_of =
+            plan(op, algorithm, part_bytes, size, rings_of(members_of, inside, m_topology.ring_orders().size()));
         timing.transfers += run_steps(steps_of, members_of, ready);
         steps = std::max<uint64_t>(steps, steps_of.size());
       }
       timing.steps += steps;
     };
-    part(CollectiveOp::reduce_scatter, bytes, inner);
-    part(CollectiveOp::all_reduce, bytes / g, across);
-    part(CollectiveOp::all_gather, bytes, inner);
+    part(CollectiveOp::reduce_scatter, bytes, inner, true);
+    part(CollectiveOp::all_reduce, bytes / g, across, false);
+    part(CollectiveOp::all_gather, bytes, inner, true);
   } else {
     if (timing.algorithm == CollectiveAlgorithm::hierarchical) timing.algorithm = CollectiveAlgorithm::ring;
     std::vector<Step> steps =

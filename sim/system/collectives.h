@@ -20,7 +20,8 @@
 //              duplication; the extra writes go through the chip's HBM). O(chips) steps, not O(ranks).
 //   hierarchical (all-reduce on a system of more than one tier: a switched fabric of two levels or more, or tori
 //              joined by switch levels such as servers over EFA): reduce-scatter inside each innermost group
-//              (first-level switch or torus), all-reduce of the group's share across groups, all-gather inside the
+//              (first-level switch or torus; a torus's ring parts on all its disjoint cycles both ways, as
+//              KangaRing's intra-node stage), all-reduce of the group's share across groups, all-gather inside the
 //              group, each part by size.
 // Broadcast and reduce (torch.distributed's rooted collectives): small messages go straight between the root and
 // every peer (mesh); larger ones as scatter + all-gather (broadcast) and reduce-scatter + gather (reduce), the
@@ -138,9 +139,9 @@ class CollectiveSimulator {
   // `rings`: for each ring the successor of every position (a ring pass splits its data over them).
   std::vector<Step> plan(CollectiveOp op, CollectiveAlgorithm algorithm, double bytes, uint32_t n,
                          const std::vector<std::vector<uint32_t>>& rings, uint32_t root = 0) const;
-  // The rings among `members`: on a torus both directions of the first `cycles` of the topology's ring orders (when
-  // `topology_rings` and the members are every chip's ranks) or of the group's own order; elsewhere the group's
-  // order one way.
+  // The rings among `members`: on a torus both directions of the first `cycles` of the topology's ring orders,
+  // through the chips the members use (when `topology_rings` and the members are whole chips, as many ranks on
+  // each), or of the group's own order; elsewhere the group's order one way.
   std::vector<std::vector<uint32_t>> rings_of(const std::vector<uint32_t>& members, bool topology_rings,
                                               size_t cycles = 1) const;
   // KangaRing over every rank (see the top of this file); returns the steps on the critical path.

@@ -336,8 +336,9 @@ TEST(Collectives, KangaRingTakesAChipsRanksAsOneRingPosition) {
   EXPECT_EQ(timed(CollectiveAlgorithm::kangaring, CollectiveOp::all_gather).steps, 1u + 15u);
 }
 
-// Two servers over EFA: reduce-scatter round each server's torus, all-reduce of each chip's sixteenth with its peer
-// in the other server over EFA, all-gather round the torus; worked out by hand from the rates and latencies.
+// Two servers over EFA: reduce-scatter round each server's torus (on both of its disjoint cycles, both ways, as
+// KangaRing's intra-node stage), all-reduce of each chip's sixteenth with its peer in the other server over EFA,
+// all-gather round the torus; worked out by hand from the rates and latencies.
 TEST(Collectives, HierarchicalAllReduceAcrossServersOverEfa) {
   HardwareConfig hw = trn("trn2");
   CollectiveSimulator s(hw, "trn2-48xlarge-x2");
@@ -352,13 +353,13 @@ TEST(Collectives, HierarchicalAllReduceAcrossServersOverEfa) {
   const double link = system.bandwidth_per_chip_gbps_by_dimension[0] / 2, efa = system.switch_levels[0].bandwidth_per_chip_gbps;
   const double eff = hw.core.dma.read_add_write_efficiency, step = hw.collectives.step_latency_ns;
   const double torus_fixed = step + hw.neuronlink.latency_ns, efa_fixed = step + system.switch_levels[0].latency_ns;
-  const double half_chunk = double(bytes) / 16 / 2;  // the torus ring: S / 16 per step, half each way round
+  const double quarter_chunk = double(bytes) / 16 / 4;  // the torus rings: S / 16 per step over 4 disjoint rings
   // Across: 64 MiB between two ranks (above recursive_max_bytes: a ring of two, one step each way of 32 MiB).
   const double share = double(bytes) / 16, across_chunk = share / 2;
   ASSERT_GT(share, double(hw.collectives.recursive_max_bytes));
-  const double expected = 15 * (torus_fixed + half_chunk / (eff * link)) +
+  const double expected = 15 * (torus_fixed + quarter_chunk / (eff * link)) +
                           (efa_fixed + across_chunk / (eff * efa)) + (efa_fixed + across_chunk / efa) +
-                          15 * (torus_fixed + half_chunk / link);
+                          15 * (torus_fixed + quarter_chunk / link);
   EXPECT_NEAR(t.latency_ns, expected, 1e-6 * expected);
   EXPECT_EQ(t.steps, 15u + 2u + 15u);
 }
