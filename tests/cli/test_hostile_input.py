@@ -230,8 +230,26 @@ def test_bench_checks_its_files_like_run(run_trnsim, tmp_path):
     (["--group", "0,16"], "rank 16 is not in the system (16 ranks)"),
     (["--group", "0,3,0"], "rank 0 is in the group twice"),
     (["--algorithm", "fast"], "no collective algorithm 'fast'"),
+    (["--op", "broadcast", "--group", "0-3", "--root", "7"], "root rank 7 is not in the group"),
+    (["--op", "broadcast", "--root", "-2"], "--root: -2 is not a rank"),
     (["--system", "nope", "--config", "trn2"], "config trn2 has no system 'nope' (it has: single-chip"),
 ])
 def test_bench_collective_bad_arguments(run_trnsim, args, message):
     system = [] if "--system" in args else ["--system", "trn2-16"]
     assert_clean_error(run_trnsim("bench", "collective", *system, *args), message)
+
+
+def test_bench_collective_broadcast_takes_its_root(run_trnsim):
+    """--root picks the broadcast's root. The 4 x 4 torus looks the same from every chip, so a direct broadcast
+    (mesh) from chip 0 or chip 5 costs about the same (not exactly: the CC-cores take the root's sends in the
+    group's order, which starts elsewhere)."""
+    def time_us(*extra):
+        out = run_trnsim("bench", "collective", "--system", "trn2-16", "--op", "broadcast", "--sizes", "64K", *extra)
+        assert out.returncode == 0, out.stderr
+        row = out.stdout.strip().splitlines()[-1].split()
+        assert row[0] == "64K" and row[1] == "mesh"
+        return float(row[2])
+    first, other = time_us(), time_us("--root", "5")
+    assert first > 0 and other > 0 and abs(first - other) < 0.2 * first
+    # A root inside a smaller group: the time depends on the group's links, still one mesh step.
+    assert time_us("--group", "0,1,4,5", "--root", "5") > 0

@@ -22,6 +22,7 @@ namespace {
 
 struct CollectiveOptions {
   std::string system, config, op = "all_reduce", sizes = "1K:1G", group, algorithms = "auto", csv, plot;
+  int64_t root = -1;  // broadcast / reduce: the root rank (-1: the group's first)
   std::vector<std::string> overrides;
   uint32_t ranks_per_chip = 1;
   bool force = false;
@@ -133,6 +134,7 @@ void bench_collective(const CollectiveOptions& o) {
   }
   const std::vector<uint64_t> sizes = parse_sizes(o.sizes);
   const std::vector<uint32_t> group = o.group.empty() ? std::vector<uint32_t>{} : parse_group(o.group);
+  if (o.root < -1) throw std::invalid_argument("--root: " + std::to_string(o.root) + " is not a rank");
   std::string csv_path = o.csv;
   if (!o.plot.empty() && csv_path.empty()) csv_path = o.plot + ".csv";  // the plot is drawn from it
   check_destinations({{"--csv", csv_path}, {"--plot", o.plot}}, o.force);
@@ -148,6 +150,7 @@ void bench_collective(const CollectiveOptions& o) {
       request.bytes = bytes;
       request.algorithm = asked;
       request.ranks = group;
+      request.root = o.root;
       const sim::CollectiveTiming t = simulator.run(request);
       if (!header) {
         std::cout << sim::collective_op_name(op) << " on " << config.hardware.name << " " << system << " ("
@@ -195,8 +198,8 @@ void add_collective_bench(CLI::App& bench, int& exit_code) {
   c->add_option("--config", o->config, "Hardware config file or name (default: the --system's, else trn2)");
   c->add_option("--set", o->overrides, "Override a config value (repeatable)");
   c->add_option("--op", o->op,
-                "all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv, broadcast, reduce (root: the "
-                "group's first rank)");
+                "all_reduce, all_gather, reduce_scatter, all_to_all, permute, send_recv, broadcast, reduce");
+  c->add_option("--root", o->root, "broadcast / reduce: the root rank (default: the group's first)");
   c->add_option("--sizes", o->sizes, "FROM:TO[:FACTOR] or a comma list (bytes; K, M, G = KiB, MiB, GiB)");
   c->add_option("--group", o->group, "Ranks taking part, e.g. 0-15 or 0,4,8,12 (default: all)");
   c->add_option("--ranks-per-chip", o->ranks_per_chip, "Ranks (logical cores) per chip")->check(CLI::Range(1, 64));
