@@ -16,6 +16,11 @@ std::string known_names() {
 
 bool power_of_two(uint32_t n) { return n && (n & (n - 1)) == 0; }
 
+// The collectives KangaRing runs (the reductions and gathers of the whole system).
+bool kangaring_runs(CollectiveOp op) {
+  return op == CollectiveOp::all_reduce || op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter;
+}
+
 }  // namespace
 
 const char* collective_op_name(CollectiveOp op) { return enum_name(op).data(); }
@@ -72,9 +77,7 @@ CollectiveAlgorithm CollectiveSimulator::choose(CollectiveOp op, uint64_t bytes,
   }
   // KangaRing on trn2 and later for the whole system's reductions and gathers; the flat ring on trn1, for other
   // groups and for the rooted collectives' ring part (collectives.md §2).
-  const bool kangaring_op =
-      op == CollectiveOp::all_reduce || op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter;
-  if (m_config.generation != Generation::trn1 && group_size == ranks() && kangaring_op) {
+  if (m_config.generation != Generation::trn1 && group_size == ranks() && kangaring_runs(op)) {
     return CollectiveAlgorithm::kangaring;
   }
   return CollectiveAlgorithm::ring;
@@ -371,13 +374,15 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   m_run_bytes.assign(m_links.size() + m_local.size(), 0.0);
   const double bytes = double(request.bytes);
   const bool whole = n == ranks();
-  if (timing.algorithm == CollectiveAlgorithm::kangaring &&
-      (!whole || (request.op != CollectiveOp::all_reduce && request.op != CollectiveOp::all_gather &&
-                  request.op != CollectiveOp::reduce_scatter))) {
+  if (timing.algorithm == CollectiveAlgorithm::kangaring && (!whole || !kangaring_runs(request.op))) {
     timing.algorithm = CollectiveAlgorithm::ring;
   }
   uint32_t root = 0;  // the root's position in the group
   if (request.root >= 0) {
+    if (request.op != CollectiveOp::broadcast && request.op != CollectiveOp::reduce) {
+      throw std::invalid_argument(std::string("a root is for broadcast and reduce, not ") +
+                                  collective_op_name(request.op));
+    }
     auto it = std::find(members.begin(), members.end(), uint32_t(request.root));
     if (it == members.end()) {
       throw std::invalid_argument("root rank " + std::to_string(request.root) + " is not in the group");
@@ -446,19 +451,20 @@ CollectiveTiming CollectiveSimulator::run(const CollectiveRequest& request) {
   timing.latency_ns = end - request.start_ns;
   timing.algbw_gbps = timing.latency_ns > 0 ? bytes / timing.latency_ns : 0;
   timing.busbw_gbps = timing.algbw_gbps * bus_bandwidth_factor(request.op, n);
+  // Link index i < links: the topology's link; above: chip (i - links)'s on-chip path.
+  auto link_name = [&](size_t index) {
+    return index < m_links.size() ? m_topology.links()[index].name
+                                  : "chip" + std::to_string(index - m_links.size()) + " HBM (on-chip)";
+  };
   for (size_t index = 0; index < m_run_bytes.size(); ++index) {
-    if (m_run_bytes[index] <= 0) continue;
-    timing.link_bytes.emplace_back(index < m_links.size() ? m_topology.links()[index].name
-                                                          : "chip" + std::to_string(index - m_links.size()) + " HBM (on-chip)",
-                                   m_run_bytes[index]);
+    if (m_run_bytes[index] > 0) timing.link_bytes.emplace_back(link_name(index), m_run_bytes[index]);
   }
   const auto busiest = std::max_element(m_run_bytes.begin(), m_run_bytes.end());
   if (busiest != m_run_bytes.end() && *busiest > 0) {
     const size_t index = size_t(busiest - m_run_bytes.begin());
     const bool local = index >= m_links.size();
     const BandwidthCalendar& calendar = local ? *m_local[index - m_links.size()] : *m_links[index];
-    timing.busiest_link = local ? "chip" + std::to_string(index - m_links.size()) + " HBM (on-chip)"
-                                : m_topology.links()[index].name;
+    timing.busiest_link = link_name(index);
     timing.busiest_link_bytes = *busiest;
     timing.busiest_link_utilisation =
         timing.latency_ns > 0 ? std::min(1.0, *busiest / (calendar.capacity() * timing.latency_ns)) : 0.0;

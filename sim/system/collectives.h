@@ -94,7 +94,7 @@ struct CollectiveRequest {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::automatic;
   std::vector<uint32_t> ranks;  // the group, in ring order (empty: every rank of the system)
   std::vector<int64_t> pairs;   // permute: source, target, source, target, ... ranks (empty: each to the next)
-  int64_t root = -1;            // broadcast / reduce: the root rank (-1: the group's first)
+  int64_t root = -1;            // broadcast / reduce: the root rank (-1: the group's first); other ops take none
   double start_ns = 0;          // when every member is ready
 };
 

@@ -231,6 +231,14 @@ size_t SystemTopology::shared_level(uint32_t from, uint32_t to) const {
   return m_group_sizes.size() - 1;  // validation: the levels' groups multiply to the chips
 }
 
+std::vector<uint32_t> SystemTopology::level_route(uint32_t from, uint32_t to) const {
+  std::vector<uint32_t> route;
+  const size_t top = shared_level(from, to);
+  for (size_t l = 0; l <= top; ++l) route.push_back(m_up[l * m_chips + from]);
+  for (size_t l = top + 1; l-- > 0;) route.push_back(m_down[l * m_chips + to]);
+  return route;
+}
+
 std::vector<uint32_t> SystemTopology::compute_route(uint32_t from, uint32_t to) const {
   std::vector<uint32_t> route;
   if (from == to) return route;
@@ -238,9 +246,7 @@ std::vector<uint32_t> SystemTopology::compute_route(uint32_t from, uint32_t to) 
     case Topology::single: break;
     case Topology::torus: {
       if (!same_torus(from, to)) {
-        const size_t top = shared_level(from, to);
-        for (size_t l = 0; l <= top; ++l) route.push_back(m_up[l * m_chips + from]);
-        for (size_t l = top + 1; l-- > 0;) route.push_back(m_down[l * m_chips + to]);
+        route = level_route(from, to);
         break;
       }
       const size_t dims = m_dims.size();
@@ -259,12 +265,7 @@ std::vector<uint32_t> SystemTopology::compute_route(uint32_t from, uint32_t to) 
       }
       break;
     }
-    case Topology::switched: {
-      const size_t top = shared_level(from, to);
-      for (size_t l = 0; l <= top; ++l) route.push_back(m_up[l * m_chips + from]);
-      for (size_t l = top + 1; l-- > 0;) route.push_back(m_down[l * m_chips + to]);
-      break;
-    }
+    case Topology::switched: route = level_route(from, to); break;
   }
   return route;
 }

@@ -58,6 +58,8 @@ class SystemTopology {
   void build_levels(const SystemConfig& system);
   bool same_torus(uint32_t a, uint32_t b) const;
   std::vector<uint32_t> compute_route(uint32_t from, uint32_t to) const;
+  // Up through the sender's ports to the first level whose group holds both chips, then down the receiver's.
+  std::vector<uint32_t> level_route(uint32_t from, uint32_t to) const;
   // The first switch level (0 = innermost) whose group holds both chips (not both in one torus).
   size_t shared_level(uint32_t from, uint32_t to) const;
 

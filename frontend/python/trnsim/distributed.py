@@ -501,8 +501,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._store.wait([f"{key}/all"])
 
     def _time(self, key, sim_op, nbytes, start_ns, pairs=(), root=None):
-        """(latency ns, algorithm, trace args) of the collective on the system model, from the group's first
-        member."""
+        """(latency ns, algorithm, trace args, link bytes) of the collective on the system model, from the group's
+        first member."""
         if self._symmetric or self._rank == 0:
             # A symmetric program runs the same collective on every group of the family at once (DeviceMesh's
             # groups of one dimension): they are booked first, this group last, so it meets their traffic on

@@ -1055,9 +1055,8 @@ class _UncheckedView(View):
 
 
 def _check_masked(view, mask):
-    if mask is None:
-        for _, start, size, message in view.overhang:
-            fail(message)
+    if mask is None and view.overhang:
+        fail(view.overhang[0][3])
     for expr, size, message in view.checks:
         lo = hi = expr.const
         for v, c in expr.terms.items():

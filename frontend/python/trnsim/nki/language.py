@@ -773,8 +773,9 @@ fmod = globals()["mod"]
 
 def _rounding(name, toward_minus):
     """nl.floor / nl.ceil from the Vector engine's fmod and compare (no rounding ALU operator is documented):
-    t = x - fmod(x, 1) truncates; floor = t - (x < t), ceil = t + (x > t). Exact for every float (fmod is exact,
-    |x| >= 2^23 is integral); the result is cast to ``dtype`` (default: x's)."""
+    t = x - fmod(x, 1) truncates; floor = t - (x < t), ceil = t + (x > t). Exact for every finite float (fmod is
+    exact, |x| >= 2^23 is integral); an infinity or NaN gives NaN (fmod(inf, 1) is NaN). The result is cast to
+    ``dtype`` (default: x's)."""
     def fn(x, dtype=None, mask=None, **kw):
         location = user_location()
         xv = _operand(x, f"nl.{name}")

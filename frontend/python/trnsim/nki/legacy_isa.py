@@ -147,16 +147,17 @@ def iota(expr, dtype, mask=None, **_):
         # window.z)`` over ``mgrid[0:p, 0:w, 0:3, 0:3]`` is a [p, w, 3, 3] tile).
         grid = grids.pop()
         coeff = {v.axis: c for v, c in expr.terms.items()}
-        shape = grid if len(grid) > 1 else grid + (1,)
+        shape = grid
         pattern = [[coeff.get(axis, 0), size] for axis, size in enumerate(grid) if axis > 0] or [[0, 1]]
         multiplier = coeff.get(0, 0)
     else:
         part = next((v for v in vars_ if v.axis == 0), None)
         free = [v for v in vars_ if v is not part]
         shape = (part.size if part else 1,) + tuple(v.size for v in free)
-        shape = shape if len(shape) > 1 else shape + (1,)
         pattern = [[expr.terms[v], v.size] for v in free] or [[0, 1]]
         multiplier = expr.terms[part] if part else 0
+    if len(shape) == 1:
+        shape += (1,)   # a partition index alone: one element per partition, [P, 1]
     t = _trace.current().tile(shape, _core.as_dtype(dtype), "sbuf", 0, location).full_view()
     _emit.emit("iota", (t, pattern), {"offset": expr.const, "channel_multiplier": multiplier, "mask": mask}, location)
     return t
