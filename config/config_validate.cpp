@@ -126,9 +126,12 @@ void validate_hardware_config(const HardwareConfig& config, const detail::Locati
                   str(size) + " elements of " + std::string(dtype_name(dtype)) + " exceed a PSUM partition");
   }
 
-  check_compute_engine(check, core.vector, "core.vector", core.sbuf.partitions);
-  check_compute_engine(check, core.scalar, "core.scalar", core.sbuf.partitions);
-  check_compute_engine(check, core.gpsimd, "core.gpsimd", core.sbuf.partitions);
+  for (size_t i = 0; i < kQueuedEngineCount; ++i) {
+    const Engine engine = static_cast<Engine>(i);
+    if (const ComputeEngineConfig* rules = compute_engine_config(core, engine)) {
+      check_compute_engine(check, *rules, "core." + std::string(enum_name(engine)), core.sbuf.partitions);
+    }
+  }
   check.require(core.gpsimd.lanes % core.gpsimd.processors == 0, "core.gpsimd.processors",
                 "must divide the lanes (" + str(core.gpsimd.lanes) + ")");
 
@@ -141,7 +144,7 @@ void validate_hardware_config(const HardwareConfig& config, const detail::Locati
   for (size_t i = 0; i < access.conflicts.size(); ++i) {
     const MemoryConflictConfig& conflict = access.conflicts[i];
     std::string path = "core.memory_access.conflicts[" + str(i) + "]";
-    const auto& allowed = conflict.memory == OnChipMemory::sbuf ? access.sbuf_engines : access.psum_engines;
+    const auto& allowed = access.engines_reaching(conflict.memory);
     check.require(conflict.engines.size() >= 2, path + ".engines", "a conflict needs at least two engines");
     for (size_t j = 0; j < conflict.engines.size(); ++j) {
       check.require(contains(allowed, conflict.engines[j]), path + ".engines[" + str(j) + "]",

@@ -8,11 +8,14 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "config/dtype.h"
 #include "config/enum_names.h"
+#include "config/units.h"
 
 namespace trnsim {
 
@@ -24,18 +27,6 @@ struct EnumNames<Generation> {
 // NeuronCore version of a generation: trn1 = NC-v2, trn2 = NC-v3, trn3 = NC-v4.
 inline uint32_t neuron_core_version(Generation g) { return static_cast<uint32_t>(g) + 2; }
 
-// Units of a NeuronCore that move or compute data; "dma" stands for the core's DMA engines.
-enum class Engine : uint8_t { tensor, vector, scalar, gpsimd, sync, dma };
-template <>
-struct EnumNames<Engine> {
-  static constexpr std::array<std::string_view, 6> names = {"tensor", "vector", "scalar", "gpsimd", "sync", "dma"};
-};
-
-enum class OnChipMemory : uint8_t { sbuf, psum };
-template <>
-struct EnumNames<OnChipMemory> {
-  static constexpr std::array<std::string_view, 2> names = {"sbuf", "psum"};
-};
 
 // Granularity at which two engines' accesses serialise: the whole memory or one PSUM bank.
 enum class ConflictScope : uint8_t { memory, bank };
@@ -290,14 +281,27 @@ struct MemoryConflictConfig {
 };
 
 struct MemoryAccessConfig {
-  std::vector<Engine> sbuf_engines;
-  std::vector<Engine> psum_engines;
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) std::vector<Engine> name##_engines;
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
   std::vector<MemoryConflictConfig> conflicts;
   template <class V>
   void visit(V& v) {
-    v.field("sbuf_engines", sbuf_engines, info("engines that may read or write SBUF"));
-    v.field("psum_engines", psum_engines, info("engines that may read or write PSUM"));
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) \
+  v.field(#name "_engines", name##_engines, info("engines that may read or write the " doc));
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
     v.field("conflicts", conflicts, info("engine pairs whose accesses to one memory serialise"));
+  }
+  const std::vector<Engine>& engines_reaching(OnChipMemory memory) const {
+    switch (memory) {
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) \
+  case OnChipMemory::name:                           \
+    return name##_engines;
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
+    }
+    throw std::logic_error("internal: unregistered on-chip memory");
   }
 };
 
@@ -361,28 +365,78 @@ struct DmaConfig {
 };
 
 struct CoreConfig {
-  TensorEngineConfig tensor;
-  VectorEngineConfig vector;
-  ScalarEngineConfig scalar;
-  GpSimdEngineConfig gpsimd;
-  SyncEngineConfig sync;
-  SbufConfig sbuf;
-  PsumConfig psum;
+#define TRNSIM_ENGINE(name, config_struct, trace_row, doc) config_struct name;
+#include "config/engine_units.def"
+#undef TRNSIM_ENGINE
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) config_struct name;
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
   MemoryAccessConfig memory_access;
   DmaConfig dma;
   template <class V>
   void visit(V& v) {
-    v.field("tensor", tensor, info("Tensor engine (PE array)"));
-    v.field("vector", vector, info("Vector engine (DVE)"));
-    v.field("scalar", scalar, info("Scalar engine (ACT)"));
-    v.field("gpsimd", gpsimd, info("GpSimd engine (POOL)"));
-    v.field("sync", sync, info("Sync engine (SP)"));
-    v.field("sbuf", sbuf, info("state buffer"));
-    v.field("psum", psum, info("partial-sum buffer"));
+#define TRNSIM_ENGINE(name, config_struct, trace_row, doc) v.field(#name, name, info(doc));
+#include "config/engine_units.def"
+#undef TRNSIM_ENGINE
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) v.field(#name, name, info(doc));
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
     v.field("memory_access", memory_access, info("which engines reach which on-chip memory"));
     v.field("dma", dma, info("DMA engines and queues of one core"));
   }
 };
+
+// Calls f with the typed config of a queued engine (TensorEngineConfig, VectorEngineConfig, ...) and returns what it
+// returns: the one switch over engines. Per-engine behaviour is an overload of f on the config struct, so a newly
+// registered engine that lacks one does not compile. The DMA engines have no such config: a logic_error.
+template <class F>
+decltype(auto) with_engine_config(const CoreConfig& core, Engine engine, F&& f) {
+  switch (engine) {
+#define TRNSIM_ENGINE(name, config_struct, trace_row, doc) \
+  case Engine::name:                                       \
+    return f(core.name);
+#include "config/engine_units.def"
+#undef TRNSIM_ENGINE
+    case Engine::dma: break;
+  }
+  throw std::logic_error("internal: the DMA engines have no engine config");
+}
+
+// Calls f(engine, config) for every queued engine, in registration order.
+template <class F>
+void for_each_engine_config(const CoreConfig& core, F&& f) {
+#define TRNSIM_ENGINE(name, config_struct, trace_row, doc) f(Engine::name, core.name);
+#include "config/engine_units.def"
+#undef TRNSIM_ENGINE
+}
+
+// The typed config of an on-chip memory, as with_engine_config.
+template <class F>
+decltype(auto) with_onchip_memory_config(const CoreConfig& core, OnChipMemory memory, F&& f) {
+  switch (memory) {
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) \
+  case OnChipMemory::name:                           \
+    return f(core.name);
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
+  }
+  throw std::logic_error("internal: unregistered on-chip memory");
+}
+// The rules of a compute engine (lanes over partitions, dtype widths): every registered engine whose config is a
+// ComputeEngineConfig (Vector, Scalar, GpSimd); nullptr for the others.
+inline const ComputeEngineConfig* compute_engine_config(const CoreConfig& core, Engine engine) {
+  if (engine == Engine::dma) return nullptr;
+  return with_engine_config(core, engine, [](const auto& config) -> const ComputeEngineConfig* {
+    if constexpr (std::is_base_of_v<ComputeEngineConfig, std::decay_t<decltype(config)>>) return &config;
+    return nullptr;
+  });
+}
+inline uint32_t onchip_partitions(const CoreConfig& core, OnChipMemory memory) {
+  return with_onchip_memory_config(core, memory, [](const auto& config) { return config.partitions; });
+}
+inline uint64_t onchip_bytes_per_partition(const CoreConfig& core, OnChipMemory memory) {
+  return with_onchip_memory_config(core, memory, [](const auto& config) { return config.bytes_per_partition; });
+}
 
 struct HbmConfig {
   uint32_t stacks = 0;

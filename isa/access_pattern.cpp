@@ -1,15 +1,34 @@
 #include "isa/access_pattern.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace trnsim::isa {
 
 const char* memory_space_name(MemorySpace space) {
   switch (space) {
     case MemorySpace::none: return "none";
     case MemorySpace::hbm: return "hbm";
-    case MemorySpace::sbuf: return "sbuf";
-    case MemorySpace::psum: return "psum";
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) \
+  case MemorySpace::name:                            \
+    return #name;
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
   }
   return "?";
+}
+
+std::optional<MemorySpace> parse_memory_space(std::string_view name) {
+  if (name == "hbm") return MemorySpace::hbm;
+  if (auto memory = parse_enum<OnChipMemory>(name)) {
+    return static_cast<MemorySpace>(kFirstOnChipSpace + static_cast<size_t>(*memory));
+  }
+  return std::nullopt;
+}
+
+OnChipMemory on_chip_memory(MemorySpace space) {
+  if (!is_on_chip(space)) throw std::logic_error(std::string("internal: ") + memory_space_name(space) + " is not on chip");
+  return static_cast<OnChipMemory>(static_cast<size_t>(space) - kFirstOnChipSpace);
 }
 
 uint64_t AccessPattern::free_elements() const {

@@ -9,14 +9,31 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "config/dtype.h"
+#include "config/units.h"
 
 namespace trnsim::isa {
 
-enum class MemorySpace : uint8_t { none, hbm, sbuf, psum };
+// Where an operand lives: HBM or one of the core's registered on-chip memories (config/onchip_memory_units.def,
+// same names and order).
+enum class MemorySpace : uint8_t {
+  none,
+  hbm,
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) name,
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
+};
+constexpr size_t kFirstOnChipSpace = static_cast<size_t>(MemorySpace::hbm) + 1;
 const char* memory_space_name(MemorySpace space);
+// "hbm" or a registered on-chip memory's name; nullopt otherwise (none is not a space one can name).
+std::optional<MemorySpace> parse_memory_space(std::string_view name);
+inline bool is_on_chip(MemorySpace space) { return static_cast<size_t>(space) >= kFirstOnChipSpace; }
+// The on-chip memory of an SBUF/PSUM/... space (logic_error for none and hbm).
+OnChipMemory on_chip_memory(MemorySpace space);
 
 struct ApDim {
   int64_t stride = 0;  // in elements

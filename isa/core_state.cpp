@@ -21,10 +21,12 @@ CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared
                      MemoryImagePool* image_pool)
     : m_core(core),
       m_program(program),
-      m_sbuf(memory_image(image_pool, core.sbuf.partitions, core.sbuf.bytes_per_partition)),
-      m_psum(memory_image(image_pool, core.psum.partitions, core.psum.bytes_per_partition)),
       m_hbm(shared_hbm ? std::move(shared_hbm) : std::make_shared<HbmStore>(program.allocations.size())),
       m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
+  for (size_t m = 0; m < kOnChipMemoryCount; ++m) {
+    const auto memory = static_cast<OnChipMemory>(m);
+    m_onchip[m] = memory_image(image_pool, onchip_partitions(core, memory), onchip_bytes_per_partition(core, memory));
+  }
   // A program sharing another's HBM may declare more on-chip tensors: the store is indexed by allocation.
   if (m_hbm->size() < program.allocations.size()) m_hbm->resize(program.allocations.size());
   for (size_t i = 0; i < program.allocations.size(); ++i) {
@@ -104,8 +106,8 @@ void CoreState::check_bounds(const AccessPattern& ap) const {
     }
     return;
   }
-  const auto& memory = a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
-  uint32_t partitions = a.space == MemorySpace::sbuf ? m_core.sbuf.partitions : m_core.psum.partitions;
+  const uint64_t memory = onchip_bytes_per_partition(m_core, on_chip_memory(a.space));
+  const uint32_t partitions = onchip_partitions(m_core, on_chip_memory(a.space));
   int64_t first_byte = 0, end_byte = 0;
   onchip_span(ap, first_byte, end_byte);
   if (first_byte < 0 || uint64_t(end_byte) > memory ||
@@ -122,7 +124,7 @@ void CoreState::mark_written(const AccessPattern& ap) {
   if (a.space == MemorySpace::hbm) return;
   int64_t first_byte = 0, end_byte = 0;
   onchip_span(ap, first_byte, end_byte);  // within bounds: checked before
-  MemoryImage& memory = a.space == MemorySpace::sbuf ? *m_sbuf : *m_psum;
+  MemoryImage& memory = *m_onchip[static_cast<size_t>(on_chip_memory(a.space))];
   memory.mark_written(a.base_partition + ap.start_partition, ap.partitions(), uint64_t(first_byte), uint64_t(end_byte));
 }
 
@@ -133,9 +135,8 @@ uint8_t* CoreState::base_pointer(const AccessPattern& ap, uint32_t partition_ind
     auto& buffer = (*m_hbm)[ap.allocation];
     return buffer.data() + (ap.offset + int64_t(partition_index) * ap.partition.stride) * esize;
   }
-  const MemoryImage& memory = a.space == MemorySpace::sbuf ? *m_sbuf : *m_psum;
-  uint64_t bytes_per_partition =
-      a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
+  const MemoryImage& memory = *m_onchip[static_cast<size_t>(on_chip_memory(a.space))];
+  const uint64_t bytes_per_partition = onchip_bytes_per_partition(m_core, on_chip_memory(a.space));
   uint64_t partition = a.base_partition + ap.start_partition + partition_index;
   return memory.data() + partition * bytes_per_partition + a.base_byte + ap.offset * esize;
 }
@@ -320,8 +321,7 @@ float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_element
   const Allocation& a = m_program.allocation(ap);
   if (ap.dtype != DType::fp32 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return nullptr;
   check_bounds(ap);
-  uint64_t bytes_per_partition =
-      a.space == MemorySpace::sbuf ? m_core.sbuf.bytes_per_partition : m_core.psum.bytes_per_partition;
+  const uint64_t bytes_per_partition = onchip_bytes_per_partition(m_core, on_chip_memory(a.space));
   if (bytes_per_partition % 4 != 0 || a.base_byte % 4 != 0) return nullptr;
   mark_written(ap);
   row_stride_elements = static_cast<int64_t>(bytes_per_partition / 4);

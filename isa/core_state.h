@@ -133,8 +133,8 @@ class CoreState {
   // The on-chip bytes [first_byte, end_byte) per partition that `ap` reaches (not HBM).
   void onchip_span(const AccessPattern& ap, int64_t& first_byte, int64_t& end_byte) const;
 
-  std::shared_ptr<MemoryImage> m_sbuf;
-  std::shared_ptr<MemoryImage> m_psum;
+  // One image per registered on-chip memory (config/onchip_memory_units.def), indexed by OnChipMemory.
+  std::array<std::shared_ptr<MemoryImage>, kOnChipMemoryCount> m_onchip;
   std::shared_ptr<HbmStore> m_hbm;  // by allocation index; empty for on-chip allocations
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
   std::vector<uint64_t> m_versions;                  // by allocation

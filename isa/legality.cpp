@@ -150,14 +150,14 @@ class Checker {
       }
       return;
     }
-    const MemoryAccessConfig& access = m_config.core.memory_access;
-    const auto& engines = a.space == MemorySpace::sbuf ? access.sbuf_engines : access.psum_engines;
+    const OnChipMemory memory = on_chip_memory(a.space);
+    const auto& engines = m_config.core.memory_access.engines_reaching(memory);
     const bool sequencer = (is_register_access(inst) || moves_between_cores(inst)) && a.space == MemorySpace::sbuf;
     if (!sequencer && std::find(engines.begin(), engines.end(), inst.engine) == engines.end()) {
       fail("engine-memory", what + ": the " + std::string(enum_name(inst.engine)) + " engine cannot access " +
                                 memory_space_name(a.space));
     }
-    uint32_t partitions = a.space == MemorySpace::sbuf ? m_config.core.sbuf.partitions : m_config.core.psum.partitions;
+    uint32_t partitions = onchip_partitions(m_config.core, memory);
     uint32_t count = ap.partitions();
     uint32_t start = a.base_partition + ap.start_partition;
     if (count == 0 || count > partitions) {
@@ -182,14 +182,14 @@ class Checker {
     const auto [low, high] = ap.element_range(/*with_partition=*/false);
     uint32_t esize = dtype_size_bytes(ap.dtype);
     int64_t first_byte = int64_t(a.base_byte) + low * esize, end_byte = int64_t(a.base_byte) + (high + 1) * esize;
-    uint64_t limit = a.space == MemorySpace::sbuf ? m_config.core.sbuf.bytes_per_partition
-                                                   : m_config.core.psum.bytes_per_partition;
+    uint64_t limit = onchip_bytes_per_partition(m_config.core, memory);
     if (first_byte < 0 || uint64_t(end_byte) > limit) {
       fail("memory-bounds", what + ": bytes " + std::to_string(first_byte) + ".." + std::to_string(end_byte - 1) +
                                 " of each partition fall outside " + memory_space_name(a.space) + " (0.." +
                                 std::to_string(limit - 1) + ")");
     }
-    if (!sequencer && (inst.engine == Engine::vector || inst.engine == Engine::scalar || inst.engine == Engine::gpsimd)) {
+    const ComputeEngineConfig* compute_rules = sequencer ? nullptr : compute_engine_config(m_config.core, inst.engine);
+    if (compute_rules) {
       if (ap.free_elements() > kMaxFreeElements) {
         fail("free-size", what + ": " + std::to_string(ap.free_elements()) + " elements per partition; the " +
                               std::string(enum_name(inst.engine)) + " engine takes at most " +
@@ -201,27 +201,12 @@ class Checker {
                               std::string(enum_name(inst.engine)) + " engine takes at most " +
                               std::to_string(kMaxFreeSpanPsum) + " from psum");
       }
-      const ComputeEngineConfig& engine = compute_engine(inst.engine);
-      if (!engine.elements_per_cycle_by_dtype.count(ap.dtype) && !is_quantize_mx_output(inst, name)) {
+      if (!compute_rules->elements_per_cycle_by_dtype.count(ap.dtype) && !is_quantize_mx_output(inst, name)) {
         fail("engine-dtype", what + ": the " + std::string(enum_name(inst.engine)) + " engine of " +
                                  std::string(enum_name(m_config.generation)) + " does not handle " +
                                  std::string(dtype_name(ap.dtype)));
       }
     }
-  }
-
-  const ComputeEngineConfig& compute_engine(Engine engine) const {
-    switch (engine) {
-      case Engine::scalar: return m_config.core.scalar;
-      case Engine::gpsimd: return m_config.core.gpsimd;
-      case Engine::vector: return m_config.core.vector;
-      case Engine::tensor:
-      case Engine::sync:
-      case Engine::dma: break;
-    }
-    // Exhaustive above (no default:): an engine without the compute engines' rules is an internal error, not the
-    // Vector engine's rules.
-    throw std::logic_error("internal: " + std::string(enum_name(engine)) + " has no compute-engine config");
   }
 
   void check_instruction(const Instruction& inst) {

@@ -222,7 +222,8 @@ class Cursor {
 };
 
 std::vector<std::string> opcode_and_keyword_names() {
-  std::vector<std::string> names = {"kernel", "target", "hbm", "sbuf", "psum"};
+  std::vector<std::string> names = {"kernel", "target", "hbm"};
+  for (std::string_view memory : EnumNames<OnChipMemory>::names) names.emplace_back(memory);
   for (const InstructionSpec& spec : all_instruction_specs()) names.push_back(spec.name);
   return names;
 }
@@ -287,7 +288,7 @@ class TasmParser {
       c.expect_end("the target");
       program().generation = *generation;
       m_seen_target = m_seen_any = true;
-    } else if (word == "hbm" || word == "sbuf" || word == "psum") {
+    } else if (parse_memory_space(word)) {
       parse_declaration(c, word, line_number);
       m_seen_body = m_seen_any = true;
     } else {
@@ -298,7 +299,7 @@ class TasmParser {
 
   void parse_declaration(Cursor& c, std::string_view space_word, uint32_t line_number) {
     Allocation a;
-    a.space = space_word == "hbm" ? MemorySpace::hbm : space_word == "sbuf" ? MemorySpace::sbuf : MemorySpace::psum;
+    a.space = *parse_memory_space(space_word);
     a.declared_line = line_number;
     c.skip_ws();
     size_t name_pos = c.pos();

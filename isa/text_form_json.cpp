@@ -89,12 +89,8 @@ void read_allocation(const JsonReader& r, const Json& object, ProgramBuilder& bu
   std::string name_error = allocation_name_error(a.name);
   if (!name_error.empty()) r.fail(name_error + " and cannot name a tensor");
   std::string space = r.string(object, "space");
-  if (space == "hbm") {
-    a.space = MemorySpace::hbm;
-  } else if (space == "sbuf") {
-    a.space = MemorySpace::sbuf;
-  } else if (space == "psum") {
-    a.space = MemorySpace::psum;
+  if (auto parsed_space = parse_memory_space(space)) {
+    a.space = *parsed_space;
   } else {
     r.fail("unknown space '" + space + "'");
   }

@@ -141,8 +141,10 @@ const AccessPattern& copy_input(const Instruction& inst) {
 
 // ---- Tensor engine (§6) ----
 
-void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
-  const TensorEngineConfig& pe = config.core.tensor;
+// One engine_cost overload per registered engine (config/engine_units.def), on its config struct: compute_cost
+// dispatches through with_engine_config, so an engine registered without its cost does not compile.
+void engine_cost(const TensorEngineConfig& pe, const Instruction& inst, const Program&, const HardwareConfig&,
+                 ComputeCost& cost) {
   const double min_ii = pe.min_initiation_interval_cycles;
   auto rate_of = [&](DType d) {
     auto it = pe.rate_factor_by_dtype.find(d);
@@ -215,8 +217,8 @@ void tensor_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
 
 // ---- Vector engine (§5.2 ISA-COST, §1.2 perf modes) ----
 
-void vector_cost(const Instruction& inst, const Program& program, const HardwareConfig& config, ComputeCost& cost) {
-  const VectorEngineConfig& dve = config.core.vector;
+void engine_cost(const VectorEngineConfig& dve, const Instruction& inst, const Program& program,
+                 const HardwareConfig& config, ComputeCost& cost) {
   const double min_ii = dve.min_initiation_interval_cycles;
   // quantize_mx streams its bf16/fp16 src; its packed outputs are not elements of the datapath (A-V4: 4 input
   // elements per partition per cycle).
@@ -328,8 +330,8 @@ void vector_cost(const Instruction& inst, const Program& program, const Hardware
 
 // ---- Scalar engine ----
 
-void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
-  const ScalarEngineConfig& act = config.core.scalar;
+void engine_cost(const ScalarEngineConfig& act, const Instruction& inst, const Program&, const HardwareConfig&,
+                 ComputeCost& cost) {
   const double min_ii = act.min_initiation_interval_cycles;
   const double rate = streaming_lane_rate(inst, act);
   const double n = double(cost.elements) * slowdown(rate);  // as on the Vector engine
@@ -366,8 +368,8 @@ void scalar_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
 
 // ---- GpSimd engine ----
 
-void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
-  const GpSimdEngineConfig& pool = config.core.gpsimd;
+void engine_cost(const GpSimdEngineConfig& pool, const Instruction& inst, const Program&, const HardwareConfig&,
+                 ComputeCost& cost) {
   // A width below the lanes stretches the per-element part of every formula below (as on the Vector engine); the
   // processors' start-up does not stream.
   const double slow = slowdown(streaming_lane_rate(inst, pool));
@@ -420,29 +422,29 @@ void gpsimd_cost(const Instruction& inst, const HardwareConfig& config, ComputeC
 // sem_signal / sem_wait / barrier issue cost. On Sync: the Sync engine's fixed cost. On another
 // engine's sequencer: that engine's MIN_II (the shortest instruction it can issue). The time spent
 // waiting for a semaphore is the timing model's, not part of this cost.
+// The shortest instruction an engine's sequencer issues, one overload per engine config struct.
+double shortest_issue_cycles(const TensorEngineConfig& engine) { return engine.min_initiation_interval_cycles; }
+double shortest_issue_cycles(const ComputeEngineConfig& engine) { return engine.min_initiation_interval_cycles; }
+double shortest_issue_cycles(const SyncEngineConfig& engine) { return engine.fixed_overhead_cycles; }
+
+// Only control instructions run on Sync (sync_cost); anything else costs the engine's fixed cost.
+void engine_cost(const SyncEngineConfig& sp, const Instruction&, const Program&, const HardwareConfig&,
+                 ComputeCost& cost) {
+  cost.occupancy_cycles = sp.fixed_overhead_cycles;
+}
+
 void sync_cost(const Instruction& inst, const HardwareConfig& config, ComputeCost& cost) {
-  const CoreConfig& core = config.core;
-  switch (inst.engine) {
-    case Engine::tensor: cost.occupancy_cycles = core.tensor.min_initiation_interval_cycles; break;
-    case Engine::vector: cost.occupancy_cycles = core.vector.min_initiation_interval_cycles; break;
-    case Engine::scalar: cost.occupancy_cycles = core.scalar.min_initiation_interval_cycles; break;
-    case Engine::gpsimd: cost.occupancy_cycles = core.gpsimd.min_initiation_interval_cycles; break;
-    case Engine::sync: cost.occupancy_cycles = core.sync.fixed_overhead_cycles; break;
-    case Engine::dma: throw std::logic_error("internal: " + inst.spec().name + " on the DMA engines has no sync cost");
+  if (inst.engine == Engine::dma) {
+    throw std::logic_error("internal: " + inst.spec().name + " on the DMA engines has no sync cost");
   }
+  cost.occupancy_cycles =
+      with_engine_config(config.core, inst.engine, [](const auto& engine) { return shortest_issue_cycles(engine); });
   cost.latency_cycles = 0;
 }
 
 double engine_clock_ghz(Engine engine, const CoreConfig& core) {
-  switch (engine) {
-    case Engine::tensor: return core.tensor.clock_ghz;
-    case Engine::vector: return core.vector.clock_ghz;
-    case Engine::scalar: return core.scalar.clock_ghz;
-    case Engine::gpsimd: return core.gpsimd.clock_ghz;
-    case Engine::sync: return core.sync.clock_ghz;
-    case Engine::dma: break;
-  }
-  throw std::logic_error("a DMA instruction has no compute cost; use dma_cost");
+  if (engine == Engine::dma) throw std::logic_error("a DMA instruction has no compute cost; use dma_cost");
+  return with_engine_config(core, engine, [](const auto& config) { return config.clock_ghz; });
 }
 
 // ---- DMA (§7) ----
@@ -607,16 +609,8 @@ ComputeCost compute_cost(const isa::Instruction& inst, const isa::Program& progr
       return cost;
     default: break;
   }
-  switch (inst.engine) {
-    case Engine::tensor: tensor_cost(inst, config, cost); break;
-    case Engine::vector: vector_cost(inst, program, config, cost); break;
-    case Engine::scalar: scalar_cost(inst, config, cost); break;
-    case Engine::gpsimd: gpsimd_cost(inst, config, cost); break;
-    case Engine::sync:  // only control instructions run on Sync; anything else costs its fixed cost
-      cost.occupancy_cycles = config.core.sync.fixed_overhead_cycles;
-      break;
-    case Engine::dma: break;  // excluded above
-  }
+  with_engine_config(config.core, inst.engine,
+                     [&](const auto& engine) { engine_cost(engine, inst, program, config, cost); });
   return cost;
 }
 

@@ -1,6 +1,8 @@
 #include "sim/stats.h"
 
+#include <cctype>
 #include <cstdio>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -34,11 +36,24 @@ std::string SimStats::to_json() const {
   j["achieved_tflops"] = achieved_tflops();
   j["mfu"] = mfu();
   j["dma"] = {{"bytes", dma_bytes}, {"hbm_bytes", hbm_bytes}, {"achieved_gbps", dma_achieved_gbps()}};
-  j["sbuf"] = {{"high_water_bytes", sbuf_high_water_bytes}};
-  j["psum"] = {{"high_water_bytes", psum_high_water_bytes}};
+  for (size_t m = 0; m < kOnChipMemoryCount; ++m) {
+    const auto memory = static_cast<OnChipMemory>(m);
+    j[std::string(enum_name(memory))] = {{"high_water_bytes", high_water_bytes(memory)}};
+  }
   j["host_seconds"] = host_seconds;
   j["instructions_per_host_second"] = instructions_per_host_second();
   return j.dump(2) + "\n";
+}
+
+uint64_t& SimStats::high_water_bytes(OnChipMemory memory) {
+  switch (memory) {
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) \
+  case OnChipMemory::name:                           \
+    return name##_high_water_bytes;
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
+  }
+  throw std::logic_error("internal: unregistered on-chip memory");
 }
 
 std::string SimStats::summary() const {
@@ -56,9 +71,16 @@ std::string SimStats::summary() const {
   std::snprintf(line, sizeof line, "  matmul: %.3f TFLOPS achieved (%s), MFU %.1f%% of %.1f TFLOPS\n",
                 achieved_tflops(), flops_dtype.empty() ? "-" : flops_dtype.c_str(), 100 * mfu(), peak_tflops);
   out << line;
-  std::snprintf(line, sizeof line, "  DMA: %.1f MB moved, %.1f GB/s; high water: SBUF %.1f KiB, PSUM %.1f KiB\n",
-                dma_bytes / 1e6, dma_achieved_gbps(), sbuf_high_water_bytes / 1024.0, psum_high_water_bytes / 1024.0);
+  std::snprintf(line, sizeof line, "  DMA: %.1f MB moved, %.1f GB/s; high water:", dma_bytes / 1e6, dma_achieved_gbps());
   out << line;
+  for (size_t m = 0; m < kOnChipMemoryCount; ++m) {
+    const auto memory = static_cast<OnChipMemory>(m);
+    std::string name(enum_name(memory));
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::snprintf(line, sizeof line, "%s %s %.1f KiB", m ? "," : "", name.c_str(), high_water_bytes(memory) / 1024.0);
+    out << line;
+  }
+  out << "\n";
   std::snprintf(line, sizeof line, "  simulator: %.3f s host, %.2f M instructions per host second\n", host_seconds,
                 instructions_per_host_second() / 1e6);
   out << line;

@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "config/units.h"
+
 namespace trnsim::sim {
 
 struct EngineStats {
@@ -27,8 +29,12 @@ struct SimStats {
   double peak_tflops = 0;  // of the cores used, for flops_dtype
   uint64_t dma_bytes = 0;
   uint64_t hbm_bytes = 0;
-  uint64_t sbuf_high_water_bytes = 0;  // per core, the largest
-  uint64_t psum_high_water_bytes = 0;
+  // Per registered on-chip memory (config/onchip_memory_units.def): <name>_high_water_bytes, per core, the largest.
+#define TRNSIM_ONCHIP_MEMORY(name, config_struct, doc) uint64_t name##_high_water_bytes = 0;
+#include "config/onchip_memory_units.def"
+#undef TRNSIM_ONCHIP_MEMORY
+  uint64_t& high_water_bytes(OnChipMemory memory);
+  uint64_t high_water_bytes(OnChipMemory memory) const { return const_cast<SimStats*>(this)->high_water_bytes(memory); }
   uint32_t cores = 1;
   double host_seconds = 0;
   uint64_t simulated_instructions = 0;

@@ -168,19 +168,21 @@ inline void for_each_run(const Walk& w, F&& f) {
 }  // namespace
 
 DependencyTracker::DependencyTracker(const HardwareConfig& config, const isa::Program& program)
-    : m_program(program),
-      m_sbuf_bytes(int64_t(config.core.sbuf.bytes_per_partition)),
-      m_psum_bytes(int64_t(config.core.psum.bytes_per_partition)),
-      m_sbuf_partitions(int64_t(config.core.sbuf.partitions)),
-      m_psum_partitions(int64_t(config.core.psum.partitions ? config.core.psum.partitions : config.core.sbuf.partitions)) {
+    : m_program(program) {
   for (const DTypeInfo& info : all_dtypes()) m_dtype_bytes[uint8_t(info.dtype)] = uint8_t((info.size_bits + 7) / 8);
   // One flat table, directly indexed: SBUF granules, then PSUM, then each HBM tensor's. Lookups
   // are the simulator's inner loop, so no hashing.
   auto blocks = [](int64_t lines) { return uint64_t((lines + kLines - 1) / kLines); };
-  m_sbuf_columns = (m_sbuf_bytes + kColumnBytes - 1) / kColumnBytes;
-  m_psum_columns = (m_psum_bytes + kColumnBytes - 1) / kColumnBytes;
-  m_psum_base = blocks(m_sbuf_partitions) * uint64_t(m_sbuf_columns);
-  uint64_t next = m_psum_base + blocks(m_psum_partitions) * uint64_t(m_psum_columns);
+  uint64_t next = 0;
+  for (size_t m = 0; m < kOnChipMemoryCount; ++m) {
+    OnChipLayout& layout = m_onchip[m];
+    const auto memory = static_cast<OnChipMemory>(m);
+    layout.bytes = int64_t(onchip_bytes_per_partition(config.core, memory));
+    layout.partitions = int64_t(onchip_partitions(config.core, memory));
+    layout.columns = (layout.bytes + kColumnBytes - 1) / kColumnBytes;
+    layout.base = next;
+    next += blocks(layout.partitions) * uint64_t(layout.columns);
+  }
   m_hbm_layout.assign(program.allocations.size(), HbmLayout{});
   // A flat HBM tensor (one row, or few) that the program reads partition by partition at a fixed
   // stride (an element-wise kernel's [128, n / 128] view of a flat tensor) is lined by that
@@ -333,15 +335,15 @@ void DependencyTracker::cut_pattern(const isa::AccessPattern& ap, std::vector<Fr
   if (a.space != isa::MemorySpace::hbm) {
     // SBUF/PSUM: every partition of the pattern touches the same bytes, so each granule holds the
     // pattern's partitions in it times its bytes in the granule's run.
-    const bool psum = a.space == isa::MemorySpace::psum;
+    const OnChipLayout& layout = m_onchip[static_cast<size_t>(isa::on_chip_memory(a.space))];
     if (!make_walk(ap, int64_t(a.base_byte), esize, false, w)) return;
     const int64_t p0 = int64_t(a.base_partition) + ap.start_partition;
-    const int64_t p1 = std::min(p0 + int64_t(ap.partitions()), psum ? m_psum_partitions : m_sbuf_partitions);
+    const int64_t p1 = std::min(p0 + int64_t(ap.partitions()), layout.partitions);
     if (p0 >= p1) return;
     const int64_t b0 = p0 / kLines, b1 = (p1 - 1) / kLines;
-    const int64_t columns = psum ? m_psum_columns : m_sbuf_columns;
-    const uint64_t granule = (psum ? m_psum_base : 0) + uint64_t(b0 * columns);
-    const int64_t limit = psum ? m_psum_bytes : m_sbuf_bytes;
+    const int64_t columns = layout.columns;
+    const uint64_t granule = layout.base + uint64_t(b0 * columns);
+    const int64_t limit = layout.bytes;
     const Lines lines = line_span(p0 - b0 * kLines, std::min(p1, (b0 + 1) * kLines) - b0 * kLines);
     for_each_run(w, [&](int64_t start, int64_t length) { emit_run(out, first, granule, lines, start, length, limit); });
     if (b1 == b0) return;

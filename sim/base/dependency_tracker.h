@@ -16,6 +16,7 @@
 // every byte keeps exactly its last writer and the reads since.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -110,13 +111,17 @@ class DependencyTracker {
   void record_write(uint64_t granule, const Lines& lines, const Bytes& bytes, double done_ns, int64_t index);
 
   const isa::Program& m_program;
-  int64_t m_sbuf_bytes, m_psum_bytes;
-  int64_t m_sbuf_partitions, m_psum_partitions;
-  int64_t m_sbuf_columns = 0, m_psum_columns = 0;  // granules per block of lines
-  uint64_t m_psum_base = 0;                          // PSUM's first granule
+  // Each registered on-chip memory's granules (config/onchip_memory_units.def), one after another from granule 0.
+  struct OnChipLayout {
+    int64_t bytes = 0;       // per partition
+    int64_t partitions = 0;
+    int64_t columns = 0;     // granules per block of lines
+    uint64_t base = 0;       // the memory's first granule
+  };
+  std::array<OnChipLayout, kOnChipMemoryCount> m_onchip{};
   std::vector<HbmLayout> m_hbm_layout;               // by allocation
   uint8_t m_dtype_bytes[256] = {};
-  std::vector<Granule> m_granules;  // SBUF, PSUM, then each HBM tensor's
+  std::vector<Granule> m_granules;  // the on-chip memories', then each HBM tensor's
   std::vector<Piece> m_pool;
   std::vector<std::vector<uint32_t>> m_free_blocks;  // by log2(capacity)
   mutable std::vector<Memo> m_memo;

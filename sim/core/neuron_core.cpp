@@ -12,19 +12,6 @@
 namespace trnsim::sim {
 namespace {
 
-// Profiler row names (PROF: the device trace has one row per engine, e.g. "TensorMatrix").
-const char* track_name(Engine kind) {
-  switch (kind) {
-    case Engine::tensor: return "TensorMatrix";
-    case Engine::vector: return "Vector";
-    case Engine::scalar: return "Scalar";
-    case Engine::gpsimd: return "GpSimd";
-    case Engine::sync: return "Sync";
-    case Engine::dma: return "DMA";
-  }
-  return "?";
-}
-
 // Whether an instruction reads or writes HBM the cores share (its tensor operands, not a core's private tensors; a
 // collective's or sendrecv's bytes are ordered by their rendezvous instead).
 bool touches_shared_hbm(const isa::Program& program, const isa::Instruction& inst) {
@@ -104,15 +91,8 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_trace(trace),
       m_state(state),
       m_options(options),
-      m_tensor("tensor", Engine::tensor),
-      m_vector("vector", Engine::vector),
-      m_scalar("scalar", Engine::scalar),
-      m_gpsimd("gpsimd", Engine::gpsimd),
-      m_sync("sync", Engine::sync),
       m_tensor_background("tensor_background", Engine::tensor),
       m_dma("dma", config.core.dma, config.hbm.stack_by_core.at(index), hbm),
-      m_sbuf("sbuf", trnsim::OnChipMemory::sbuf, config.core, program),
-      m_psum("psum", trnsim::OnChipMemory::psum, config.core, program),
       m_hbm(hbm),
       m_core_barrier(core_barrier),
       m_collectives(collectives),
@@ -130,6 +110,14 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
         isa::ExecContext{*m_state, config, options.interpreter.rounding, m_rng.get(), workers, {}, 0});
     m_exec->rank = options.rank;
   }
+  for (size_t i = 0; i < kQueuedEngineCount; ++i) {
+    const auto kind = static_cast<Engine>(i);
+    m_engines.push_back(std::make_unique<EngineModel>(std::string(enum_name(kind)).c_str(), kind));
+  }
+  for (size_t i = 0; i < kOnChipMemoryCount; ++i) {
+    const auto kind = static_cast<trnsim::OnChipMemory>(i);
+    m_memories.push_back(std::make_unique<OnChipMemory>(std::string(enum_name(kind)).c_str(), kind, config.core, program));
+  }
   if (m_trace) m_trace_process = m_trace->add_process("core " + std::to_string(index), static_cast<int>(index));
   const uint32_t granularity = std::max(1u, config.core.tensor.tile_granularity_rows);
   m_pe_cell_rows = std::max(1u, config.core.tensor.pe_rows / granularity);
@@ -145,23 +133,20 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
 }
 
 EngineModel& NeuronCore::engine(Engine kind) {
-  switch (kind) {
-    case Engine::tensor: return m_tensor;
-    case Engine::vector: return m_vector;
-    case Engine::scalar: return m_scalar;
-    case Engine::gpsimd: return m_gpsimd;
-    case Engine::sync: return m_sync;
-    case Engine::dma: break;  // the DMA system books its own queues (step())
-  }
-  // Exhaustive above (no default:), so a new engine kind is a compiler warning here, not the Sync queue.
-  throw std::logic_error("internal: no engine queue for " + std::string(enum_name(kind)));
+  // The DMA system books its own queues (step()); every other engine has one queue here.
+  if (kind == Engine::dma) throw std::logic_error("internal: no engine queue for " + std::string(enum_name(kind)));
+  return *m_engines[static_cast<size_t>(kind)];
+}
+
+OnChipMemory* NeuronCore::memory_of(isa::MemorySpace space) {
+  return isa::is_on_chip(space) ? m_memories[static_cast<size_t>(isa::on_chip_memory(space))].get() : nullptr;
 }
 
 int NeuronCore::trace_track(Engine kind, uint32_t queue) {
   auto key = std::make_pair(static_cast<int>(kind), kind == Engine::dma ? queue : 0u);
   auto it = m_tracks.find(key);
   if (it != m_tracks.end()) return it->second;
-  std::string name = kind == Engine::dma ? "qSyncIO" + std::to_string(queue) : track_name(kind);
+  std::string name = kind == Engine::dma ? "qSyncIO" + std::to_string(queue) : std::string(engine_trace_row(kind));
   if (kind == Engine::tensor && queue == 1) name = "TensorMatrixBackground";  // the background-transpose lane
   int order = kind == Engine::dma ? 10 + static_cast<int>(queue) : static_cast<int>(kind);
   int track = m_trace->add_track(m_trace_process, name, order);
@@ -338,7 +323,7 @@ void NeuronCore::step(size_t index) {
             }
             // GpSimd moves the tile itself: its copy is the instruction's time on the engine (issue included).
             const ComputeCost copy = compute_cost(transfer, m_program, m_config);
-            slot = m_gpsimd.schedule(start_ns, copy.occupancy_ns(), copy.latency_ns());
+            slot = engine(Engine::gpsimd).schedule(start_ns, copy.occupancy_ns(), copy.latency_ns());
             engine_booked = true;
             return slot.done_ns;
           });
@@ -348,15 +333,13 @@ void NeuronCore::step(size_t index) {
     }
     case isa::Opcode::barrier: {
       double all_done = ready;
-      for (EngineModel* e : {&m_tensor, &m_tensor_background, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
-        all_done = std::max(all_done, e->last_done_ns());
-      }
+      all_done = std::max(all_done, m_tensor_background.last_done_ns());
+      for (const auto& e : m_engines) all_done = std::max(all_done, e->last_done_ns());
       all_done = std::max(all_done, m_dma.last_done_ns());
       ComputeCost cost = compute_cost(inst, m_program, m_config);
-      slot = m_sync.schedule(all_done, cost.occupancy_ns(), cost.latency_ns());
-      for (EngineModel* e : {&m_tensor, &m_tensor_background, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
-        e->hold_until(slot.done_ns);
-      }
+      slot = engine(Engine::sync).schedule(all_done, cost.occupancy_ns(), cost.latency_ns());
+      m_tensor_background.hold_until(slot.done_ns);
+      for (const auto& e : m_engines) e->hold_until(slot.done_ns);
       break;
     }
     default:
@@ -366,7 +349,7 @@ void NeuronCore::step(size_t index) {
         if (cost.gpsimd_ns > 0) {
           // Software DGE: the GpSimd engine builds the descriptors, in its program order, before the
           // transfer can be triggered (it is busy meanwhile; nothing else waits on it).
-          Slot dge = m_gpsimd.schedule(ready, cost.gpsimd_ns, 0);
+          Slot dge = engine(Engine::gpsimd).schedule(ready, cost.gpsimd_ns, 0);
           ready = dge.done_ns;
           if (m_trace) {
             m_trace->slice(m_trace_process, trace_track(Engine::gpsimd, 0), dge.start_ns, dge.end_ns - dge.start_ns,
@@ -381,10 +364,7 @@ void NeuronCore::step(size_t index) {
         double conflict = 0;
         for (const auto* list : {&reads, &writes}) {
           for (const isa::AccessPattern* ap : *list) {
-            const OnChipMemory* memory = ap->space == isa::MemorySpace::psum ? &m_psum
-                                         : ap->space == isa::MemorySpace::sbuf ? &m_sbuf
-                                                                                : nullptr;
-            if (memory) conflict = std::max(conflict, memory->conflict_ready(kind, *ap, performance_mode));
+            if (const OnChipMemory* memory = memory_of(ap->space)) conflict = std::max(conflict, memory->conflict_ready(kind, *ap, performance_mode));
           }
         }
         const double start_after = std::max(ready, conflict);
@@ -404,14 +384,15 @@ void NeuronCore::step(size_t index) {
           }
           double start = std::max(start_after, m_tensor_issue_ns);
           for (size_t cell : cells) start = std::max(start, m_pe_cell_free_ns.at(cell));
-          slot = m_tensor.schedule_beside(start, cost.occupancy_ns(), cost.latency_ns());
+          slot = engine(Engine::tensor).schedule_beside(start, cost.occupancy_ns(), cost.latency_ns());
           for (size_t cell : cells) m_pe_cell_free_ns[cell] = slot.end_ns;
         } else if (kind == Engine::tensor && m_config.core.tensor.background_transpose) {
           // In program order on either lane; a transpose takes the lane that frees first (the main one on a tie).
           const double issue = std::max(start_after, m_tensor_issue_ns);
-          EngineModel& lane = is_pe_transpose(inst) && m_tensor_background.free_at_ns() < m_tensor.free_at_ns()
+          EngineModel& main_lane = engine(Engine::tensor);
+          EngineModel& lane = is_pe_transpose(inst) && m_tensor_background.free_at_ns() < main_lane.free_at_ns()
                                   ? m_tensor_background
-                                  : m_tensor;
+                                  : main_lane;
           if (&lane == &m_tensor_background) queue = 1;
           slot = lane.schedule(issue, cost.occupancy_ns(), cost.latency_ns());
         } else {
@@ -436,8 +417,7 @@ void NeuronCore::step(size_t index) {
   }
   for (const auto* list : {&reads, &writes}) {
     for (const isa::AccessPattern* ap : *list) {
-      if (ap->space == isa::MemorySpace::psum) m_psum.record(kind, *ap, performance_mode, slot.start_ns, slot.end_ns);
-      if (ap->space == isa::MemorySpace::sbuf) m_sbuf.record(kind, *ap, performance_mode, slot.start_ns, slot.end_ns);
+      if (OnChipMemory* memory = memory_of(ap->space)) memory->record(kind, *ap, performance_mode, slot.start_ns, slot.end_ns);
     }
   }
   m_tracker.record(static_cast<int64_t>(index), slot.done_ns, reads, writes);
@@ -494,7 +474,7 @@ uint64_t NeuronCore::flops(DType& dtype) const {
 
 void NeuronCore::add_stats(SimStats& stats) const {
   std::string prefix = "core" + std::to_string(m_index) + ".";
-  for (const EngineModel* e : {&m_tensor, &m_vector, &m_scalar, &m_gpsimd, &m_sync}) {
+  for (const auto& e : m_engines) {
     stats.engines[prefix + std::string(enum_name(e->engine_kind()))] = e->stats();
   }
   // The background-transpose lane is part of the Tensor engine (its busy time may then exceed the elapsed time).
@@ -514,8 +494,10 @@ void NeuronCore::add_stats(SimStats& stats) const {
     stats.flops += core_flops;
     stats.flops_dtype = std::string(dtype_name(dtype));
   }
-  stats.sbuf_high_water_bytes = std::max(stats.sbuf_high_water_bytes, m_sbuf.high_water_bytes());
-  stats.psum_high_water_bytes = std::max(stats.psum_high_water_bytes, m_psum.high_water_bytes());
+  for (size_t m = 0; m < m_memories.size(); ++m) {
+    uint64_t& high_water = stats.high_water_bytes(static_cast<trnsim::OnChipMemory>(m));
+    high_water = std::max(high_water, m_memories[m]->high_water_bytes());
+  }
 }
 
 }  // namespace trnsim::sim

@@ -73,6 +73,7 @@ class NeuronCore : public sc_core::sc_module {
   void run_program();
   void step(size_t index);
   EngineModel& engine(Engine kind);
+  OnChipMemory* memory_of(isa::MemorySpace space);  // nullptr for HBM
   int trace_track(Engine kind, uint32_t queue);
 
   uint32_t m_index;
@@ -82,7 +83,8 @@ class NeuronCore : public sc_core::sc_module {
   isa::CoreState* m_state;
   CoreRunOptions m_options;
 
-  EngineModel m_tensor, m_vector, m_scalar, m_gpsimd, m_sync;
+  // One in-order queue per registered engine (config/engine_units.def), indexed by Engine.
+  std::vector<std::unique_ptr<EngineModel>> m_engines;
   // tensor.background_transpose (A-V4): a second, transpose-only lane of the Tensor engine, so a PE transpose runs
   // concurrently with another matmul or transpose. Both lanes issue in program order (m_tensor_issue_ns: the start
   // of the last Tensor instruction); unused without the feature.
@@ -93,7 +95,8 @@ class NeuronCore : public sc_core::sc_module {
   std::vector<double> m_pe_cell_free_ns;
   uint32_t m_pe_cell_rows = 1, m_pe_cell_columns = 1;
   DmaSystem m_dma;
-  OnChipMemory m_sbuf, m_psum;
+  // One module per registered on-chip memory (config/onchip_memory_units.def), indexed by trnsim::OnChipMemory.
+  std::vector<std::unique_ptr<OnChipMemory>> m_memories;
   Hbm& m_hbm;
   CoreBarrier& m_core_barrier;
   CollectiveRendezvous& m_collectives;
