@@ -167,6 +167,75 @@ void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse) {
   }
 }
 
+namespace {
+
+// The loops of the three-operand forms, one per way out may coincide with an operand, so each promises the compiler
+// what holds (restrict) and vectorises without run-time overlap checks.
+template <AluOp kOp>
+void alu_rows_distinct(float* __restrict out, const float* __restrict x, const float* __restrict y, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = alu_value(kOp, x[i], y[i]);
+}
+template <AluOp kOp>
+void alu_rows_out_is_x(float* __restrict out, const float* __restrict y, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = alu_value(kOp, out[i], y[i]);
+}
+template <AluOp kOp>
+void alu_rows_out_is_y(float* __restrict out, const float* __restrict x, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = alu_value(kOp, x[i], out[i]);
+}
+template <AluOp kOp>
+void alu_rows_all_same(float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = alu_value(kOp, out[i], out[i]);
+}
+template <AluOp kOp>
+void alu_rows(float* out, const float* x, const float* y, size_t n) {
+  if (out == x && out == y) {
+    alu_rows_all_same<kOp>(out, n);
+  } else if (out == x) {
+    alu_rows_out_is_x<kOp>(out, y, n);
+  } else if (out == y) {
+    alu_rows_out_is_y<kOp>(out, x, n);
+  } else {
+    alu_rows_distinct<kOp>(out, x, y, n);
+  }
+}
+template <AluOp kOp, bool kReverse>
+void alu_scalar_distinct(float* __restrict out, const float* __restrict x, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) out[i] = kReverse ? alu_value(kOp, s, x[i]) : alu_value(kOp, x[i], s);
+}
+template <AluOp kOp, bool kReverse>
+void alu_scalar(float* out, const float* x, size_t n, float s) {
+  if (out == x) {
+    for (size_t i = 0; i < n; ++i) out[i] = kReverse ? alu_value(kOp, s, out[i]) : alu_value(kOp, out[i], s);
+  } else {
+    alu_scalar_distinct<kOp, kReverse>(out, x, n, s);
+  }
+}
+
+}  // namespace
+
+void apply_alu_rows(AluOp op, float* out, const float* x, const float* y, size_t n) {
+  switch (op) {
+#define TRN_X(name)                               \
+  case AluOp::name:                               \
+    alu_rows<AluOp::name>(out, x, y, n);          \
+    return;
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+  }
+}
+
+void apply_alu_scalar(AluOp op, float* out, const float* x, size_t n, float s, bool reverse) {
+  switch (op) {
+#define TRN_X(name)                                                                                   \
+  case AluOp::name:                                                                                   \
+    reverse ? alu_scalar<AluOp::name, true>(out, x, n, s) : alu_scalar<AluOp::name, false>(out, x, n, s); \
+    return;
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+  }
+}
+
 float fold_alu(AluOp op, const float* values, size_t count, size_t stride) {
   if (count == 0) return reduction_identity(op);
   float acc = values[0];

@@ -52,6 +52,10 @@ float apply_alu(AluOp op, float a, float b);
 void apply_alu_rows(AluOp op, float* x, const float* y, size_t n);
 // ... and x[i] = x[i] op s, or s op x[i] when `reverse`.
 void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse);
+// out[i] = x[i] op y[i] and out[i] = x[i] op s (s op x[i] when `reverse`): out either is an operand (the same
+// address) or shares no element with it; x and y may be anything.
+void apply_alu_rows(AluOp op, float* out, const float* x, const float* y, size_t n);
+void apply_alu_scalar(AluOp op, float* out, const float* x, size_t n, float s, bool reverse);
 // Left fold from the first element, ((v[0] op v[s]) op v[2s]) ..., over `count` values (the identity for none):
 // the order a lane streams its elements; for subtract x0 - x1 - x2 ..., like numpy's subtract.reduce.
 float fold_alu(AluOp op, const float* values, size_t count, size_t stride = 1);

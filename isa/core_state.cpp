@@ -4,28 +4,108 @@
 #include <cstring>
 #include <new>
 
+#include "isa/control_flow.h"
 #include "isa/isa_error.h"
 
 namespace trnsim::isa {
 
 namespace {
 
-std::shared_ptr<MemoryImage> memory_image(MemoryImagePool* pool, uint32_t partitions, uint64_t bytes_per_partition) {
-  return pool ? pool->acquire(partitions, bytes_per_partition)
+std::shared_ptr<MemoryImage> memory_image(MemoryImagePool* pool, uint32_t partitions, uint64_t bytes_per_partition,
+                                          bool zeroed) {
+  return pool ? pool->acquire(partitions, bytes_per_partition, zeroed)
               : std::make_shared<MemoryImage>(partitions, bytes_per_partition);
+}
+
+// Instructions that write every element of each output operand, reading none of it first. The others' outputs
+// count as reads too (a matmul accumulating in PSUM, a predicated copy, a DMA adding to its destination or
+// skipping an out-of-bounds address).
+bool writes_outputs_whole(const Instruction& inst) {
+  switch (inst.opcode) {
+    case Opcode::activation:
+    case Opcode::activation_reduce:
+    case Opcode::activate2:
+    case Opcode::tensor_tensor:
+    case Opcode::tensor_scalar:
+    case Opcode::scalar_tensor_tensor:
+    case Opcode::tensor_reduce:
+    case Opcode::tensor_copy:
+    case Opcode::reciprocal:
+    case Opcode::memset:
+    case Opcode::iota:
+      return true;
+    case Opcode::dma_copy:
+      return inst.enum_is("dst_rmw_op", "none") && inst.enum_is("oob_mode", "error");
+    default:
+      return false;
+  }
 }
 
 }  // namespace
 
+bool reads_only_own_writes(const Program& program) {
+  // Beyond these, the look costs more than it is worth (and zeroing is always right).
+  constexpr size_t kMaxInstructions = size_t{1} << 14;
+  constexpr size_t kMaxWrites = 512;
+  if (program.instructions.size() > kMaxInstructions || needs_expansion(program)) return false;
+  struct Box {
+    OnChipMemory memory;
+    uint32_t first_partition, end_partition;
+    int64_t first_byte, end_byte;
+  };
+  auto box_of = [&](const AccessPattern& ap) {
+    const Allocation& a = program.allocation(ap);
+    const auto [low, high] = ap.element_range(/*with_partition=*/false);
+    const int64_t esize = dtype_size_bytes(ap.dtype);
+    const uint32_t first = a.base_partition + ap.start_partition;
+    return Box{on_chip_memory(a.space), first, first + ap.partitions(), int64_t(a.base_byte) + low * esize,
+               int64_t(a.base_byte) + (high + 1) * esize};
+  };
+  std::vector<Box> written;
+  std::vector<Box> outputs;
+  for (const Instruction& inst : program.instructions) {
+    const bool whole = writes_outputs_whole(inst);
+    outputs.clear();
+    for (const OperandSpec& o : inst.spec().operands) {
+      if (o.tensor_slot < 0) continue;
+      const AccessPattern& ap = inst.tensors[size_t(o.tensor_slot)];
+      if (!ap.present() || !is_on_chip(ap.space) || ap.elements() == 0) continue;
+      if (ap.dynamic()) return false;
+      const Box box = box_of(ap);
+      if (o.kind == OperandKind::tensor_out && whole && ap.free_contiguous()) {
+        outputs.push_back(box);
+        continue;
+      }
+      const bool covered = std::any_of(written.begin(), written.end(), [&](const Box& w) {
+        return w.memory == box.memory && w.first_partition <= box.first_partition &&
+               box.end_partition <= w.end_partition && w.first_byte <= box.first_byte && box.end_byte <= w.end_byte;
+      });
+      if (!covered) return false;
+    }
+    for (const Box& box : outputs) {
+      if (written.size() < kMaxWrites) written.push_back(box);
+    }
+  }
+  return true;
+}
+
+void CoreState::prepare_for(const Program& program) {
+  if (!m_onchip_may_hold_stale || &program == &m_program) return;
+  for (auto& image : m_onchip) image->clear();
+  m_onchip_may_hold_stale = false;
+}
+
 CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm,
-                     MemoryImagePool* image_pool)
+                     MemoryImagePool* image_pool, bool only_program_sees_onchip)
     : m_core(core),
       m_program(program),
       m_hbm(shared_hbm ? std::move(shared_hbm) : std::make_shared<HbmStore>(program.allocations.size())),
       m_psum_accumulating(size_t(core.psum.partitions) * core.psum.banks, 0) {
+  m_onchip_may_hold_stale = image_pool && only_program_sees_onchip && reads_only_own_writes(program);
   for (size_t m = 0; m < kOnChipMemoryCount; ++m) {
     const auto memory = static_cast<OnChipMemory>(m);
-    m_onchip[m] = memory_image(image_pool, onchip_partitions(core, memory), onchip_bytes_per_partition(core, memory));
+    m_onchip[m] = memory_image(image_pool, onchip_partitions(core, memory), onchip_bytes_per_partition(core, memory),
+                               !m_onchip_may_hold_stale);
   }
   // A program sharing another's HBM may declare more on-chip tensors: the store is indexed by allocation.
   if (m_hbm->size() < program.allocations.size()) m_hbm->resize(program.allocations.size());
@@ -253,7 +333,7 @@ void CoreState::psum_banks(const AccessPattern& ap, uint32_t& first_partition, u
   last_bank = std::min<uint64_t>((a.base_byte + uint64_t(high + 1) * esize - 1) / bank_bytes, m_core.psum.banks - 1);
 }
 
-void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src) {
+void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src, HostWorkers* workers) {
   check_bounds(src);
   check_bounds(dst);
   mark_written(dst);
@@ -269,7 +349,20 @@ void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src
   if (!overlapping && src.partitions() == dst.partitions() && src.free_contiguous() && dst.free_contiguous() &&
       src.free_elements() == dst.free_elements()) {
     const size_t row_bytes = size_t(src.free_elements()) * esize;
-    for (uint32_t p = 0; p < src.partitions(); ++p) std::memcpy(base_pointer(dst, p), base_pointer(src, p), row_bytes);
+    const uint32_t partitions = src.partitions();
+    auto copy_rows = [&](uint32_t first, uint32_t end) {
+      for (uint32_t p = first; p < end; ++p) std::memcpy(base_pointer(dst, p), base_pointer(src, p), row_bytes);
+    };
+    // Host tuning, assumed: below ~1 MiB waking a thread costs about what it saves.
+    constexpr size_t kBytesWorthThreads = size_t{1} << 20;
+    const unsigned threads = workers ? workers->size() : 1;
+    if (threads < 2 || partitions < 2 || row_bytes * partitions < kBytesWorthThreads) {
+      copy_rows(0, partitions);
+    } else {
+      workers->run([&](unsigned index) {
+        copy_rows(uint32_t(uint64_t(partitions) * index / threads), uint32_t(uint64_t(partitions) * (index + 1) / threads));
+      });
+    }
     return;
   }
   std::vector<uint8_t> staging(src.elements() * esize);  // src and dst may overlap
@@ -326,6 +419,27 @@ float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_element
   mark_written(ap);
   row_stride_elements = static_cast<int64_t>(bytes_per_partition / 4);
   return reinterpret_cast<float*>(base_pointer(ap, 0));
+}
+
+bool CoreState::fp32_rows_in_place(const AccessPattern& ap, bool for_write, Fp32Rows& rows) {
+  const Allocation& a = m_program.allocation(ap);
+  if (ap.dtype != DType::fp32 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return false;
+  const OnChipMemory memory = on_chip_memory(a.space);
+  const uint64_t bytes_per_partition = onchip_bytes_per_partition(m_core, memory);
+  if (bytes_per_partition % 4 != 0 || a.base_byte % 4 != 0) return false;
+  check_bounds(ap);
+  if (for_write) {
+    bump_version(ap.allocation);
+    mark_written(ap);
+  }
+  rows.data = reinterpret_cast<float*>(base_pointer(ap, 0));
+  rows.row_stride = int64_t(bytes_per_partition / 4);
+  rows.memory = memory;
+  rows.first_partition = a.base_partition + ap.start_partition;
+  rows.partitions = ap.partitions();
+  rows.first_byte = a.base_byte + uint64_t(ap.offset) * 4;
+  rows.row_bytes = ap.free_elements() * 4;
+  return true;
 }
 
 }  // namespace trnsim::isa

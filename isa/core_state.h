@@ -10,6 +10,7 @@
 
 #include "config/hardware_config.h"
 #include "isa/hbm_buffer.h"
+#include "isa/host_workers.h"
 #include "isa/numerics/float_format.h"
 #include "isa/memory_image.h"
 #include "isa/program.h"
@@ -39,14 +40,21 @@ struct Tile {
 
 using HbmStore = std::vector<HbmBuffer>;  // by allocation index; empty for on-chip allocations
 
+// Whether `program` writes every on-chip byte it reads before reading it, as far as a cheap static look can tell
+// (straight-line code; a read inside one earlier contiguous write of an instruction known to write its outputs
+// whole). Then memories left over from an earlier simulation are invisible to it and need not be zeroed.
+bool reads_only_own_writes(const Program& program);
+
 class CoreState {
  public:
   // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations, or one the caller
   // prepared (buffers already sized or bound to host memory are kept; the others are zero-filled).
   // `image_pool` (optional) lends recycled SBUF/PSUM images (all zero, like fresh ones); without it each state
   // maps its own.
+  // `only_program_sees_onchip`: nothing but `program` (prepare_for) reads this state's SBUF/PSUM, so recycled images
+  // need no zeroing where the program reads only what it wrote (reads_only_own_writes); the PyTorch device's case.
   CoreState(const CoreConfig& core, const Program& program, std::shared_ptr<HbmStore> shared_hbm = nullptr,
-            MemoryImagePool* image_pool = nullptr);
+            MemoryImagePool* image_pool = nullptr, bool only_program_sees_onchip = false);
 
   // fp32 copy of the elements `ap` names; throws IsaError if any lies outside its memory.
   // MX x4 dtypes are unpacked: the tile is [partitions, 4 * free_elements], the four values of the slot at free
@@ -63,7 +71,8 @@ class CoreState {
 
   // Copies the elements of `src` to `dst` byte for byte (same dtype, same element count, in
   // row-major order of each side): what a DMA without a cast does.
-  void copy_elements(const AccessPattern& dst, const AccessPattern& src);
+  // `workers` (optional) share the rows of a large copy.
+  void copy_elements(const AccessPattern& dst, const AccessPattern& src, HostWorkers* workers = nullptr);
 
   // Raw bytes of an HBM allocation (inputs are loaded and outputs read here).
   HbmBuffer& hbm(uint32_t allocation) {
@@ -86,11 +95,31 @@ class CoreState {
   // partitions in elements; nullptr otherwise. Bounds are checked.
   float* fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements);
 
+  // An fp32 operand with contiguous free dims in SBUF/PSUM seen in place (the element-wise hot paths compute there
+  // instead of through read()/write()'s tile copies): partition p's elements start at data + p * row_stride.
+  // Where it lies (memory, absolute first partition, first byte within a partition) lets callers tell operands that
+  // coincide from ones that partly overlap.
+  struct Fp32Rows {
+    float* data = nullptr;
+    int64_t row_stride = 0;  // elements
+    OnChipMemory memory{};
+    uint32_t first_partition = 0;
+    uint32_t partitions = 0;
+    uint64_t first_byte = 0;
+    uint64_t row_bytes = 0;
+  };
+  // False (nothing changed) where `ap` is not such an operand. `for_write` records the write as write() does
+  // (version, written range); PSUM accumulation marks are the caller's, as with read()/write(). Bounds are checked.
+  bool fp32_rows_in_place(const AccessPattern& ap, bool for_write, Fp32Rows& rows);
+
   // Changes whenever bytes of the allocation (or of one aliasing it) may have changed; lets
   // callers keep fp32 copies of operands that are read again and again (matmul tiles).
   uint64_t version(uint32_t allocation) const { return m_versions[allocation]; }
 
   const Program& program() const { return m_program; }
+  // Called before `program` runs on this state: where the state's recycled memories were left unzeroed because
+  // its own program reads only what it wrote (reads_only_own_writes), another program gets them zeroed now.
+  void prepare_for(const Program& program);
   const CoreConfig& core() const { return m_core; }
 
   // The absolute partition (= compute lane) of the first partition of an SBUF/PSUM access.
@@ -135,6 +164,7 @@ class CoreState {
 
   // One image per registered on-chip memory (config/onchip_memory_units.def), indexed by OnChipMemory.
   std::array<std::shared_ptr<MemoryImage>, kOnChipMemoryCount> m_onchip;
+  bool m_onchip_may_hold_stale = false;  // recycled images not zeroed (see prepare_for)
   std::shared_ptr<HbmStore> m_hbm;  // by allocation index; empty for on-chip allocations
   std::vector<uint8_t> m_psum_accumulating;  // one flag per (partition, bank)
   std::vector<uint64_t> m_versions;                  // by allocation

@@ -65,6 +65,7 @@ void execute_instruction(const Instruction& inst, ExecContext& context) {
 
 void interpret(const Program& program, CoreState& state, const HardwareConfig& config,
                const InterpreterOptions& options) {
+  state.prepare_for(program);
   numerics::StochasticSource rng(options.stochastic_seed);
   std::unique_ptr<HostWorkers> own_workers;
   if (!options.workers) own_workers = std::make_unique<HostWorkers>(options.host_threads);

@@ -48,7 +48,7 @@ MemoryImagePool::MemoryImagePool(size_t max_idle_images) : m_idle(std::make_shar
   m_idle->max_images = max_idle_images;
 }
 
-std::shared_ptr<MemoryImage> MemoryImagePool::acquire(uint32_t partitions, uint64_t bytes_per_partition) {
+std::shared_ptr<MemoryImage> MemoryImagePool::acquire(uint32_t partitions, uint64_t bytes_per_partition, bool zeroed) {
   std::unique_ptr<MemoryImage> image;
   {
     std::lock_guard<std::mutex> lock(m_idle->mutex);
@@ -62,13 +62,15 @@ std::shared_ptr<MemoryImage> MemoryImagePool::acquire(uint32_t partitions, uint6
     }
   }
   if (!image) image = std::make_unique<MemoryImage>(partitions, bytes_per_partition);
-  // Cleared on the way back, so the next user finds zeros; a pool gone by then means the image is just freed.
+  // Zeroed where written when a user needs zeros: an image keeps recording what was written across users, so
+  // skipping the clear for one user leaves it to the next that needs it.
+  if (zeroed) image->clear();
+  // A pool gone by the time the image comes back means the image is just freed.
   std::weak_ptr<Idle> idle = m_idle;
   return std::shared_ptr<MemoryImage>(image.release(), [idle](MemoryImage* memory) {
     std::unique_ptr<MemoryImage> owned(memory);
     std::shared_ptr<Idle> pool = idle.lock();
     if (!pool) return;
-    owned->clear();
     std::lock_guard<std::mutex> lock(pool->mutex);
     if (pool->images.size() < pool->max_images) pool->images.push_back(std::move(owned));
   });

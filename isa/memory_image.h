@@ -2,7 +2,8 @@
 // A fresh image is zero pages the OS maps on first touch, so a core's 24 MiB of SBUF costs only what a kernel
 // writes. The PyTorch device simulates every op afresh, and mapping fresh pages each time made page faults most
 // of a small op's host time; a recycled image keeps its pages and is zeroed again where it was written, so a
-// simulation still starts from all-zero memories.
+// simulation still starts from all-zero memories (or, for a program shown to read only what it wrote itself,
+// from whatever it cannot see).
 #pragma once
 
 #include <cstddef>
@@ -38,13 +39,14 @@ class MemoryImage {
   std::vector<uint64_t> m_written_low, m_written_high;
 };
 
-// Idle images by shape, handed out cleared. Thread-safe; an image still in use when the pool goes away is freed
-// by its last user.
+// Idle images by shape. Thread-safe; an image still in use when the pool goes away is freed by its last user.
 class MemoryImagePool {
  public:
   // At most `max_idle_images` idle images are kept (each holds the pages its users wrote).
   explicit MemoryImagePool(size_t max_idle_images = 8);
-  std::shared_ptr<MemoryImage> acquire(uint32_t partitions, uint64_t bytes_per_partition);
+  // An image reading zero everywhere, or with `zeroed` false one that may still hold what its last users wrote
+  // (for a program that reads only what it wrote itself: zeroing a large image costs as much as copying it).
+  std::shared_ptr<MemoryImage> acquire(uint32_t partitions, uint64_t bytes_per_partition, bool zeroed = true);
 
  private:
   struct Idle {

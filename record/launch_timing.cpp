@@ -56,7 +56,9 @@ std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
   std::vector<std::unique_ptr<isa::CoreState>> states;
   for (uint32_t core = 0; core < programs.size(); ++core) {
     std::shared_ptr<isa::HbmStore> store = core > 0 ? states.front()->hbm_store() : host.hbm_store;
-    states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[core], store, host.image_pool));
+    // Only the programs see SBUF/PSUM: the device reads its results from HBM.
+    states.push_back(std::make_unique<isa::CoreState>(config.core, *programs[core], store, host.image_pool,
+                                                      /*only_program_sees_onchip=*/true));
     if (core == 0 && prepare) prepare(core, *states.back());
   }
   for (uint32_t core = 0; core < programs.size(); ++core) {

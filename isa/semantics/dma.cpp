@@ -22,7 +22,7 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
   if (!add && src.dtype == dst.dtype) {
     // Without a cast a DMA moves bytes: exact for every dtype (32-bit integers beyond 2^24, NaN
     // payloads, packed MX slots), and no conversion work.
-    ctx.state.copy_elements(dst, src);
+    ctx.state.copy_elements(dst, src, ctx.workers);
     ctx.state.set_psum_accumulating(dst, false);
     return;
   }

@@ -6,6 +6,7 @@
 
 #include "isa/alu.h"
 #include "isa/isa_error.h"
+#include "isa/semantics/in_place.h"
 #include "isa/semantics/lane_accumulators.h"
 #include "isa/semantics/semantics.h"
 
@@ -28,16 +29,17 @@ float* scalar_lane_accumulators(ExecContext& ctx, const AccessPattern& ap) {
 // engine's accumulating instructions).
 void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand command, bool has_res) {
   const AccessPattern& dst = inst.tensor("dst");
-  Tile data = ctx.read(inst.tensor("data"));
-  if (dst.partitions() != data.partitions || dst.free_elements() != data.free) {
+  const AccessPattern& data_ap = inst.tensor("data");
+  if (dst.partitions() != data_ap.partitions() || dst.free_elements() != data_ap.free_elements() * values_per_element(data_ap.dtype)) {
     throw IsaError("dst is " + shape_text(dst.partitions(), dst.free_elements()) + " but data is " +
-                   shape_text(data.partitions, data.free));
+                   shape_text(data_ap.partitions(), data_ap.free_elements() * values_per_element(data_ap.dtype)));
   }
   auto func = static_cast<ActivationFunc>(static_cast<int>(inst.scalar("op")));
   float alpha = inst.spec().find("alpha") ? static_cast<float>(inst.scalar("alpha")) : 0.0f;
-  std::vector<float> scale = ctx.per_partition(inst, "scale", data.partitions);
-  std::vector<float> bias = ctx.per_partition(inst, "bias", data.partitions);
-  if (scale.empty()) scale.assign(data.partitions, 1.0f);
+  const uint32_t partitions = data_ap.partitions();
+  std::vector<float> scale = ctx.per_partition(inst, "scale", partitions);
+  std::vector<float> bias = ctx.per_partition(inst, "bias", partitions);
+  if (scale.empty()) scale.assign(partitions, 1.0f);
   // An absent bias adds nothing (not even +0.0, which would turn a -0.0 product into +0.0).
   bool has_bias = !bias.empty();
 
@@ -52,13 +54,28 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
   }
   if (has_res) {
     const AccessPattern& res = inst.tensor("reduce_res");
-    if (res.partitions() != data.partitions || res.free_elements() != 1) {
-      throw IsaError("reduce_res must be " + shape_text(data.partitions, 1) + ", got " +
+    if (res.partitions() != partitions || res.free_elements() != 1) {
+      throw IsaError("reduce_res must be " + shape_text(partitions, 1) + ", got " +
                      shape_text(res.partitions(), res.free_elements()));
     }
   }
-  float* acc = uses_registers || has_res ? scalar_lane_accumulators(ctx, inst.tensor("data")) : nullptr;
+  float* acc = uses_registers || has_res ? scalar_lane_accumulators(ctx, data_ap) : nullptr;
 
+  InPlaceRows rows;
+  if (elementwise_in_place(ctx, dst, {&data_ap}, rows)) {
+    const uint64_t free = dst.free_elements();
+    for_row_ranges(ctx, partitions, dst.elements(), [&](uint32_t first, uint32_t end) {
+      for (uint32_t p = first; p < end; ++p) {
+        float* o = rows.dst.data + p * rows.dst.row_stride;
+        apply_activation_rows(func, rows.src[0].data + p * rows.src[0].row_stride, o, free, scale[p],
+                              has_bias ? &bias[p] : nullptr, alpha);
+        if (uses_registers) acc[p] = accumulate_row(command, reduce_op, acc[p], o, free);
+      }
+    });
+    if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, partitions));
+    return;
+  }
+  Tile data = ctx.read(data_ap);
   Tile out(data.partitions, data.free);
   for_row_ranges(ctx, data.partitions, data.values.size(), [&](uint32_t first, uint32_t end) {
     for (uint32_t p = first; p < end; ++p) {

@@ -11,6 +11,7 @@
 #include "isa/isa_error.h"
 #include "isa/semantics/bit_alias.h"
 #include "isa/semantics/lane_accumulators.h"
+#include "isa/semantics/in_place.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -186,6 +187,17 @@ void exec_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
     write_int_bits(ctx, dst, x);
     return;
   }
+  InPlaceRows rows;
+  if (elementwise_in_place(ctx, dst, {&a, &b}, rows)) {
+    const uint64_t free = dst.free_elements();
+    for_row_ranges(ctx, dst.partitions(), dst.elements(), [&](uint32_t first, uint32_t end) {
+      for (uint32_t p = first; p < end; ++p) {
+        apply_alu_rows(op, rows.dst.data + p * rows.dst.row_stride, rows.src[0].data + p * rows.src[0].row_stride,
+                       rows.src[1].data + p * rows.src[1].row_stride, free);
+      }
+    });
+    return;
+  }
   Tile x = ctx.read(a);
   Tile y = ctx.read(b);
   for_row_ranges(ctx, x.partitions, x.values.size(), [&](uint32_t first, uint32_t end) {
@@ -226,10 +238,21 @@ void exec_tensor_scalar(const Instruction& inst, ExecContext& ctx) {
     write_int_bits(ctx, dst, x);
     return;
   }
-  Tile x = ctx.read(data);
   std::vector<float> s0 = ctx.per_partition(inst, "operand0", partitions);
   std::vector<float> s1 = ctx.per_partition(inst, "operand1", partitions);
   if (s1.empty()) s1.assign(partitions, 0.0f);
+  InPlaceRows rows;
+  if (elementwise_in_place(ctx, dst, {&data}, rows)) {
+    for_row_ranges(ctx, partitions, data.elements(), [&](uint32_t first, uint32_t end) {
+      for (uint32_t p = first; p < end; ++p) {
+        float* out = rows.dst.data + p * rows.dst.row_stride;
+        apply_alu_scalar(op0, out, rows.src[0].data + p * rows.src[0].row_stride, free, s0[p], rev0);
+        if (has_op1) apply_alu_scalar(op1, out, free, s1[p], rev1);
+      }
+    });
+    return;
+  }
+  Tile x = ctx.read(data);
   // op1 applies to op0's fp32 result, so two passes over a row give the values of one fused pass.
   for_row_ranges(ctx, partitions, x.values.size(), [&](uint32_t first, uint32_t end) {
     for (uint32_t p = first; p < end; ++p) {

@@ -100,6 +100,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, uint32_t index, const Hardw
       m_slice_of(trace ? program.instructions.size() : 0, -1),
       m_opcode_counts(isa::kOpcodeCount, 0) {
   if (m_state && !m_options.timing_only) {
+    m_state->prepare_for(program);
     m_rng = std::make_unique<numerics::StochasticSource>(isa::core_stochastic_seed(options.interpreter.stochastic_seed, index));
     isa::HostWorkers* workers = options.interpreter.workers;
     if (!workers) {
