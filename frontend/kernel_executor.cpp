@@ -18,6 +18,7 @@
 #include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/legality.h"
+#include "isa/write_coverage.h"
 #include "isa/numerics/float_format.h"
 #include "record/launch_timing.h"
 
@@ -71,63 +72,6 @@ void mark_written(const isa::Program& program, std::vector<bool>& written) {
       if (ap.present() && ap.space == isa::MemorySpace::hbm && ap.allocation < written.size()) written[ap.allocation] = true;
     }
   }
-}
-
-// Whether the programs overwrite every element of HBM allocation `id` before anything could read it: no
-// instruction reads it, and plain (static, non-accumulating) dma_copy writes cover it. Then a bound output needs
-// no zeroing first. Conservative: control flow, dynamic addresses or too fragmented a cover answer false.
-bool fully_overwritten(const std::vector<const isa::Program*>& programs, uint32_t id) {
-  constexpr size_t kMaxRuns = size_t{1} << 16;  // beyond this, zeroing is cheaper than proving coverage
-  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end) in elements
-  for (const isa::Program* program : programs) {
-    if (isa::needs_expansion(*program)) return false;
-    for (const isa::Instruction& inst : program->instructions) {
-      const isa::InstructionSpec& spec = inst.spec();
-      for (const isa::OperandSpec& o : spec.operands) {
-        if (o.tensor_slot < 0) continue;
-        const isa::AccessPattern& ap = inst.tensors[o.tensor_slot];
-        if (!ap.present() || ap.space != isa::MemorySpace::hbm || ap.allocation != id) continue;
-        if (o.kind != isa::OperandKind::tensor_out) return false;  // read (in / inout) before or after a write
-        if (inst.opcode != isa::Opcode::dma_copy || !inst.enum_is("dst_rmw_op", "none") || ap.dynamic()) continue;
-        // The pattern's dims outermost first (HBM: the partition dim is the outermost), unit dims dropped.
-        std::vector<isa::ApDim> dims;
-        if (ap.partition.size != 1) dims.push_back(ap.partition);
-        for (int d = 0; d < ap.num_free_dims; ++d) {
-          if (ap.free[size_t(d)].size != 1) dims.push_back(ap.free[size_t(d)]);
-        }
-        if (ap.elements() == 0) continue;
-        for (const isa::ApDim& d : dims) {
-          if (d.stride <= 0) return false;
-        }
-        // Fold the innermost contiguous dims into one run length; the rest enumerate the runs' starts.
-        int64_t run = 1;
-        while (!dims.empty() && dims.back().stride == run) {
-          run *= dims.back().size;
-          dims.pop_back();
-        }
-        uint64_t starts = 1;
-        for (const isa::ApDim& d : dims) starts *= d.size;
-        if (runs.size() + starts > kMaxRuns) return false;
-        std::vector<uint32_t> index(dims.size(), 0);
-        for (uint64_t k = 0; k < starts; ++k) {
-          int64_t first = ap.offset;
-          for (size_t d = 0; d < dims.size(); ++d) first += int64_t(index[d]) * dims[d].stride;
-          runs.emplace_back(first, first + run);
-          for (size_t d = dims.size(); d-- > 0;) {
-            if (++index[d] < dims[d].size) break;
-            index[d] = 0;
-          }
-        }
-      }
-    }
-  }
-  std::sort(runs.begin(), runs.end());
-  int64_t covered = 0;
-  for (const auto& [first, end] : runs) {
-    if (first > covered) return false;
-    covered = std::max(covered, end);
-  }
-  return covered >= int64_t(programs.front()->allocations[id].total_elements());
 }
 
 // The launch's HBM buffers with the host buffers bound in place of copies where that is exact
@@ -197,7 +141,7 @@ Bindings bind_host_buffers(const std::vector<const isa::Program*>& programs, con
     if (!c) continue;
     if (!out.store) out.store = std::make_shared<isa::HbmStore>(n);
     const size_t bytes = size_t(c->end - c->begin);
-    if (zero[id] && !fully_overwritten(programs, uint32_t(id))) std::memset(c->begin, 0, bytes);
+    if (zero[id] && !isa::overwrites_whole(programs, uint32_t(id))) std::memset(c->begin, 0, bytes);
     (*out.store)[id].bind(c->begin, bytes);
     out.bound[id] = true;
   }

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <new>
 
-#include "isa/control_flow.h"
+#include "isa/write_coverage.h"
 #include "isa/isa_error.h"
 
 namespace trnsim::isa {
@@ -17,77 +17,7 @@ std::shared_ptr<MemoryImage> memory_image(MemoryImagePool* pool, uint32_t partit
               : std::make_shared<MemoryImage>(partitions, bytes_per_partition);
 }
 
-// Instructions that write every element of each output operand, reading none of it first. The others' outputs
-// count as reads too (a matmul accumulating in PSUM, a predicated copy, a DMA adding to its destination or
-// skipping an out-of-bounds address).
-bool writes_outputs_whole(const Instruction& inst) {
-  switch (inst.opcode) {
-    case Opcode::activation:
-    case Opcode::activation_reduce:
-    case Opcode::activate2:
-    case Opcode::tensor_tensor:
-    case Opcode::tensor_scalar:
-    case Opcode::scalar_tensor_tensor:
-    case Opcode::tensor_reduce:
-    case Opcode::tensor_copy:
-    case Opcode::reciprocal:
-    case Opcode::memset:
-    case Opcode::iota:
-      return true;
-    case Opcode::dma_copy:
-      return inst.enum_is("dst_rmw_op", "none") && inst.enum_is("oob_mode", "error");
-    default:
-      return false;
-  }
-}
-
 }  // namespace
-
-bool reads_only_own_writes(const Program& program) {
-  // Beyond these, the look costs more than it is worth (and zeroing is always right).
-  constexpr size_t kMaxInstructions = size_t{1} << 14;
-  constexpr size_t kMaxWrites = 512;
-  if (program.instructions.size() > kMaxInstructions || needs_expansion(program)) return false;
-  struct Box {
-    OnChipMemory memory;
-    uint32_t first_partition, end_partition;
-    int64_t first_byte, end_byte;
-  };
-  auto box_of = [&](const AccessPattern& ap) {
-    const Allocation& a = program.allocation(ap);
-    const auto [low, high] = ap.element_range(/*with_partition=*/false);
-    const int64_t esize = dtype_size_bytes(ap.dtype);
-    const uint32_t first = a.base_partition + ap.start_partition;
-    return Box{on_chip_memory(a.space), first, first + ap.partitions(), int64_t(a.base_byte) + low * esize,
-               int64_t(a.base_byte) + (high + 1) * esize};
-  };
-  std::vector<Box> written;
-  std::vector<Box> outputs;
-  for (const Instruction& inst : program.instructions) {
-    const bool whole = writes_outputs_whole(inst);
-    outputs.clear();
-    for (const OperandSpec& o : inst.spec().operands) {
-      if (o.tensor_slot < 0) continue;
-      const AccessPattern& ap = inst.tensors[size_t(o.tensor_slot)];
-      if (!ap.present() || !is_on_chip(ap.space) || ap.elements() == 0) continue;
-      if (ap.dynamic()) return false;
-      const Box box = box_of(ap);
-      if (o.kind == OperandKind::tensor_out && whole && ap.free_contiguous()) {
-        outputs.push_back(box);
-        continue;
-      }
-      const bool covered = std::any_of(written.begin(), written.end(), [&](const Box& w) {
-        return w.memory == box.memory && w.first_partition <= box.first_partition &&
-               box.end_partition <= w.end_partition && w.first_byte <= box.first_byte && box.end_byte <= w.end_byte;
-      });
-      if (!covered) return false;
-    }
-    for (const Box& box : outputs) {
-      if (written.size() < kMaxWrites) written.push_back(box);
-    }
-  }
-  return true;
-}
 
 void CoreState::prepare_for(const Program& program) {
   if (!m_onchip_may_hold_stale || &program == &m_program) return;

@@ -40,11 +40,6 @@ struct Tile {
 
 using HbmStore = std::vector<HbmBuffer>;  // by allocation index; empty for on-chip allocations
 
-// Whether `program` writes every on-chip byte it reads before reading it, as far as a cheap static look can tell
-// (straight-line code; a read inside one earlier contiguous write of an instruction known to write its outputs
-// whole). Then memories left over from an earlier simulation are invisible to it and need not be zeroed.
-bool reads_only_own_writes(const Program& program);
-
 class CoreState {
  public:
   // `shared_hbm` (optional) is another core's HBM store for the same HBM declarations, or one the caller

@@ -2,7 +2,7 @@
 // reading every source first: dst the same as a source, disjoint from it, or overlapping it in part (where the
 // general path must be taken). And the device's recycled memories left unzeroed for a program that reads only
 // what it wrote (isa::reads_only_own_writes): such a program gives the same values, and the next program that could
-// see stale bytes still finds zeros.
+// see stale bytes still finds zeros. And isa::overwrites_whole, which lets the device skip zeroing an output.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "isa/core_state.h"
 #include "isa/memory_image.h"
 #include "isa/text_form.h"
+#include "isa/write_coverage.h"
 #include "kernel_fixture.h"
 
 namespace trnsim::isa {
@@ -138,6 +139,30 @@ TEST(ReadsOnlyOwnWrites, TellsProgramsThatReadOnlyWhatTheyWroteFromOnesThatCould
   EXPECT_FALSE(reads_only_own_writes(parse("dma_copy dst=a, src=x, dst_rmw_op=add\n")));
   // The instruction reads its source before it writes: dst = src on the same unwritten tile reads old bytes.
   EXPECT_FALSE(reads_only_own_writes(parse("tensor_copy dst=a, src=a\n")));
+}
+
+TEST(OverwritesWhole, OnlyPlainWritesThatCoverEveryElementAndNoReadCount) {
+  const uint32_t y = 1;  // x, y, a, b, acc
+  auto whole = [&](std::initializer_list<const char*> bodies) {
+    std::vector<Program> programs;
+    for (const char* body : bodies) programs.push_back(parse(body));
+    std::vector<const Program*> raw;
+    for (const Program& p : programs) raw.push_back(&p);
+    return overwrites_whole(raw, y);
+  };
+  EXPECT_TRUE(whole({"dma_copy dst=y, src=a\n"}));
+  // Two halves, in either order, on one core or on two.
+  const char* top = "dma_copy dst=y{offset=0, ap=[[64, 64], [1, 64]]}, src=a{offset=0, ap=[[0, 64], [1, 64]]}\n";
+  const char* bottom = "dma_copy dst=y{offset=4096, ap=[[64, 64], [1, 64]]}, src=a{offset=0, ap=[[64, 64], [1, 64]]}\n";
+  EXPECT_TRUE(whole({(std::string(bottom) + top).c_str()}));
+  EXPECT_TRUE(whole({top, bottom}));
+  EXPECT_FALSE(whole({top}));
+  // Every other element, or all but the last element of each row.
+  EXPECT_FALSE(whole({"dma_copy dst=y{offset=0, ap=[[64, 128], [2, 32]]}, src=a{offset=0, ap=[[0, 128], [1, 32]]}\n"}));
+  EXPECT_FALSE(whole({"dma_copy dst=y{offset=0, ap=[[64, 128], [1, 63]]}, src=a{offset=0, ap=[[0, 128], [1, 63]]}\n"}));
+  // Read as well as written, or added to.
+  EXPECT_FALSE(whole({"dma_copy dst=y, src=a\ndma_copy dst=b, src=y\n"}));
+  EXPECT_FALSE(whole({"dma_copy dst=y, src=a, dst_rmw_op=add\n"}));
 }
 
 TEST(ReadsOnlyOwnWrites, ARecycledMemoryLeftUnzeroedIsZeroedForTheNextProgramThatCouldSeeIt) {
