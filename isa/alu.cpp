@@ -250,6 +250,51 @@ float fold_alu(AluOp op, const float* values, size_t count, size_t stride) {
   return acc;
 }
 
+namespace {
+
+template <AluOp kOp>
+void fold_rows(const float* values, size_t rows, size_t row_stride, size_t count, float* acc, bool from_first) {
+  constexpr size_t kInterleave = 8;
+  const size_t skip = from_first ? 1 : 0;
+  size_t r = 0;
+  for (; r + kInterleave <= rows; r += kInterleave) {
+    const float* row[kInterleave];
+    float a[kInterleave];
+    for (size_t j = 0; j < kInterleave; ++j) {
+      row[j] = values + (r + j) * row_stride;
+      a[j] = from_first ? row[j][0] : acc[r + j];
+    }
+    for (size_t i = skip; i < count; ++i) {
+      for (size_t j = 0; j < kInterleave; ++j) a[j] = alu_value(kOp, a[j], row[j][i]);
+    }
+    for (size_t j = 0; j < kInterleave; ++j) acc[r + j] = a[j];
+  }
+  for (; r < rows; ++r) {
+    const float* row = values + r * row_stride;
+    float a = from_first ? row[0] : acc[r];
+    for (size_t i = skip; i < count; ++i) a = alu_value(kOp, a, row[i]);
+    acc[r] = a;
+  }
+}
+
+}  // namespace
+
+void fold_alu_rows(AluOp op, const float* values, size_t rows, size_t row_stride, size_t count, float* acc,
+                   bool from_first) {
+  if (from_first && count == 0) {
+    std::fill(acc, acc + rows, reduction_identity(op));
+    return;
+  }
+  switch (op) {
+#define TRN_X(name)                                                           \
+  case AluOp::name:                                                           \
+    fold_rows<AluOp::name>(values, rows, row_stride, count, acc, from_first); \
+    return;
+    TRN_ALU_OPS(TRN_X)
+#undef TRN_X
+  }
+}
+
 float reduction_identity(AluOp op) {
   switch (op) {
     case AluOp::add:

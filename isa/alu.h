@@ -59,6 +59,11 @@ void apply_alu_scalar(AluOp op, float* out, const float* x, size_t n, float s, b
 // Left fold from the first element, ((v[0] op v[s]) op v[2s]) ..., over `count` values (the identity for none):
 // the order a lane streams its elements; for subtract x0 - x1 - x2 ..., like numpy's subtract.reduce.
 float fold_alu(AluOp op, const float* values, size_t count, size_t stride = 1);
+// The same fold over `rows` rows at once (row r at values + r * row_stride), each in its own order as fold_alu: with
+// `from_first` acc[r] = fold of row r; without, each row's elements fold onto acc[r] (a register that carries on).
+// Interleaving rows lets independent folds overlap (one fold is a chain of dependent operations).
+void fold_alu_rows(AluOp op, const float* values, size_t rows, size_t row_stride, size_t count, float* acc,
+                   bool from_first);
 // The identity element of a reduction operator (0 for add, -inf for maximum, ...).
 float reduction_identity(AluOp op);
 float apply_activation(ActivationFunc func, float x, float alpha = 0.0f);

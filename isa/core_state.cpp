@@ -49,10 +49,7 @@ CoreState::CoreState(const CoreConfig& core, const Program& program, std::shared
   // allocation it overlaps, so each write bumps the versions of the whole overlap set.
   m_vector_accumulators.assign(core.sbuf.partitions, 0.0f);
   m_scalar_accumulators.assign(core.sbuf.partitions, 0.0f);
-  m_vector_rng.resize(size_t(core.sbuf.partitions) * kVectorRngStatesPerLane);
-  m_gpsimd_rng.resize(size_t(core.sbuf.partitions) * kGpSimdRngStatesPerLane);
-  seed_rng(Engine::vector, kDefaultRngSeed);
-  seed_rng(Engine::gpsimd, kDefaultRngSeed);
+  // The PRNG states are seeded on first use (rng_states): seeding every lane's states costs more than a small op.
   m_versions.assign(program.allocations.size(), 0);
   m_overlaps.resize(program.allocations.size());
   for (size_t i = 0; i < program.allocations.size(); ++i) {
@@ -83,11 +80,17 @@ std::vector<XorwowState>& CoreState::rng_states(Engine engine) {
   if (engine != Engine::vector && engine != Engine::gpsimd) {
     throw IsaError(std::string("the ") + std::string(enum_name(engine)) + " engine has no random number generator");
   }
-  return engine == Engine::gpsimd ? m_gpsimd_rng : m_vector_rng;
+  std::vector<XorwowState>& states = engine == Engine::gpsimd ? m_gpsimd_rng : m_vector_rng;
+  if (states.empty()) seed_rng(engine, kDefaultRngSeed);
+  return states;
 }
 
 void CoreState::seed_rng(Engine engine, uint32_t seed) {
-  std::vector<XorwowState>& states = rng_states(engine);
+  if (engine != Engine::vector && engine != Engine::gpsimd) {
+    throw IsaError(std::string("the ") + std::string(enum_name(engine)) + " engine has no random number generator");
+  }
+  std::vector<XorwowState>& states = engine == Engine::gpsimd ? m_gpsimd_rng : m_vector_rng;
+  states.resize(size_t(m_core.sbuf.partitions) * rng_states_per_lane(engine));
   // Distinct streams for the two engines, so their default sequences differ.
   uint32_t first_stream = engine == Engine::gpsimd ? 0x80000000u : 0u;
   for (size_t i = 0; i < states.size(); ++i) states[i] = seed_xorwow(seed, first_stream + static_cast<uint32_t>(i));

@@ -25,6 +25,9 @@ bool writes_outputs_whole(const Instruction& inst) {
     case Opcode::reciprocal:
     case Opcode::memset:
     case Opcode::iota:
+    case Opcode::bn_stats:
+    case Opcode::bn_aggr:
+    case Opcode::nc_transpose:
       return true;
     case Opcode::dma_copy:
       return inst.enum_is("dst_rmw_op", "none") && inst.enum_is("oob_mode", "error");

@@ -66,10 +66,13 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
     const uint64_t free = dst.free_elements();
     for_row_ranges(ctx, partitions, dst.elements(), [&](uint32_t first, uint32_t end) {
       for (uint32_t p = first; p < end; ++p) {
-        float* o = rows.dst.data + p * rows.dst.row_stride;
-        apply_activation_rows(func, rows.src[0].data + p * rows.src[0].row_stride, o, free, scale[p],
-                              has_bias ? &bias[p] : nullptr, alpha);
-        if (uses_registers) acc[p] = accumulate_row(command, reduce_op, acc[p], o, free);
+        apply_activation_rows(func, rows.src[0].data + p * rows.src[0].row_stride,
+                              rows.dst.data + p * rows.dst.row_stride, free, scale[p], has_bias ? &bias[p] : nullptr,
+                              alpha);
+      }
+      if (uses_registers) {
+        accumulate_rows(command, reduce_op, acc + first, rows.dst.data + first * rows.dst.row_stride, end - first,
+                        size_t(rows.dst.row_stride), free);
       }
     });
     if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, partitions));
@@ -79,13 +82,11 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
   Tile out(data.partitions, data.free);
   for_row_ranges(ctx, data.partitions, data.values.size(), [&](uint32_t first, uint32_t end) {
     for (uint32_t p = first; p < end; ++p) {
-      const float* in = data.row(p);
-      float* o = out.row(p);
-      apply_activation_rows(func, in, o, data.free, scale[p], has_bias ? &bias[p] : nullptr, alpha);
-      // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the accumulator holding
-      // values dst.dtype cannot (FP32_MIN vs a bf16 -inf).
-      if (uses_registers) acc[p] = accumulate_row(command, reduce_op, acc[p], o, data.free);
+      apply_activation_rows(func, data.row(p), out.row(p), data.free, scale[p], has_bias ? &bias[p] : nullptr, alpha);
     }
+    // NKI's pseudo code reduces `output = op(...)`, and its range_select note relies on the accumulator holding
+    // values dst.dtype cannot (FP32_MIN vs a bf16 -inf).
+    if (uses_registers) accumulate_rows(command, reduce_op, acc + first, out.row(first), end - first, out.free, data.free);
   });
   ctx.write(dst, out);
   if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, data.partitions));

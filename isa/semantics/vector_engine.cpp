@@ -328,9 +328,10 @@ void exec_tensor_reduce(const Instruction& inst, ExecContext& ctx) {
   Tile in = ctx.read(data);
   Tile out(data.partitions(), outer);
   for_row_ranges(ctx, data.partitions(), in.values.size(), [&](uint32_t first, uint32_t end) {
-    for (size_t r = size_t(first) * outer; r < size_t(end) * outer; ++r) {
-      float acc = fold_alu(op, in.values.data() + r * inner, inner);
-      out.values[r] = negate ? -acc : acc;
+    const size_t r0 = size_t(first) * outer, rows = size_t(end - first) * outer;
+    fold_alu_rows(op, in.values.data() + r0 * inner, rows, inner, inner, out.values.data() + r0, /*from_first=*/true);
+    if (negate) {
+      for (size_t r = r0; r < r0 + rows; ++r) out.values[r] = -out.values[r];
     }
   });
   ctx.write(dst, out);
