@@ -317,6 +317,42 @@ void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src
   });
 }
 
+bool CoreState::cast_rows(const AccessPattern& dst, const AccessPattern& src, numerics::RoundingMode rounding,
+                          numerics::StochasticSource* rng, HostWorkers* workers) {
+  const bool overlapping = std::find(m_overlaps[src.allocation].begin(), m_overlaps[src.allocation].end(),
+                                     dst.allocation) != m_overlaps[src.allocation].end();
+  if (overlapping || values_per_element(src.dtype) != 1 || values_per_element(dst.dtype) != 1 ||
+      src.partitions() != dst.partitions() || !src.free_contiguous() || !dst.free_contiguous() ||
+      src.free_elements() != dst.free_elements() || src.elements() == 0) {
+    return false;
+  }
+  check_bounds(src);
+  check_bounds(dst);
+  mark_written(dst);
+  bump_version(dst.allocation);
+  const size_t n = size_t(src.free_elements());
+  const uint32_t partitions = src.partitions();
+  auto cast = [&](uint32_t first, uint32_t end) {
+    std::vector<float> row(n);
+    for (uint32_t p = first; p < end; ++p) {
+      numerics::convert_to_fp32(src.dtype, base_pointer(src, p), row.data(), n);
+      numerics::convert_from_fp32(dst.dtype, row.data(), base_pointer(dst, p), n, rounding, rng);
+    }
+  };
+  // Host tuning, assumed: as copy_elements. Stochastic rounding draws from one stream in element order: one thread.
+  constexpr size_t kElementsWorthThreads = size_t{1} << 17;
+  const unsigned threads = workers ? workers->size() : 1;
+  if (threads < 2 || partitions < 2 || n * partitions < kElementsWorthThreads ||
+      rounding == numerics::RoundingMode::stochastic) {
+    cast(0, partitions);
+  } else {
+    workers->run([&](unsigned index) {
+      cast(uint32_t(uint64_t(partitions) * index / threads), uint32_t(uint64_t(partitions) * (index + 1) / threads));
+    });
+  }
+  return true;
+}
+
 bool CoreState::psum_accumulating(const AccessPattern& ap) const {
   if (m_program.allocation(ap).space != MemorySpace::psum) return false;
   uint32_t first_partition = 0;
@@ -354,24 +390,23 @@ float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_element
   return reinterpret_cast<float*>(base_pointer(ap, 0));
 }
 
-bool CoreState::fp32_rows_in_place(const AccessPattern& ap, bool for_write, Fp32Rows& rows) {
+bool CoreState::rows_in_place(const AccessPattern& ap, bool for_write, Rows& rows) {
   const Allocation& a = m_program.allocation(ap);
-  if (ap.dtype != DType::fp32 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return false;
-  const OnChipMemory memory = on_chip_memory(a.space);
-  const uint64_t bytes_per_partition = onchip_bytes_per_partition(m_core, memory);
-  if (bytes_per_partition % 4 != 0 || a.base_byte % 4 != 0) return false;
+  if (values_per_element(ap.dtype) != 1 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return false;
   check_bounds(ap);
   if (for_write) {
     bump_version(ap.allocation);
     mark_written(ap);
   }
-  rows.data = reinterpret_cast<float*>(base_pointer(ap, 0));
-  rows.row_stride = int64_t(bytes_per_partition / 4);
+  const OnChipMemory memory = on_chip_memory(a.space);
+  rows.data = base_pointer(ap, 0);
+  rows.row_stride_bytes = int64_t(onchip_bytes_per_partition(m_core, memory));
+  rows.dtype = ap.dtype;
   rows.memory = memory;
   rows.first_partition = a.base_partition + ap.start_partition;
   rows.partitions = ap.partitions();
-  rows.first_byte = a.base_byte + uint64_t(ap.offset) * 4;
-  rows.row_bytes = ap.free_elements() * 4;
+  rows.first_byte = a.base_byte + uint64_t(ap.offset) * dtype_size_bytes(ap.dtype);
+  rows.row_bytes = ap.free_elements() * dtype_size_bytes(ap.dtype);
   return true;
 }
 

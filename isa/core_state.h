@@ -68,6 +68,10 @@ class CoreState {
   // row-major order of each side): what a DMA without a cast does.
   // `workers` (optional) share the rows of a large copy.
   void copy_elements(const AccessPattern& dst, const AccessPattern& src, HostWorkers* workers = nullptr);
+  // dst = src converted through fp32 (what write(dst, read(src)) gives), row by row without the fp32 tile where both
+  // sides are rows of one length in allocations sharing no bytes; false (nothing done) otherwise.
+  bool cast_rows(const AccessPattern& dst, const AccessPattern& src, numerics::RoundingMode rounding,
+                 numerics::StochasticSource* rng, HostWorkers* workers = nullptr);
 
   // Raw bytes of an HBM allocation (inputs are loaded and outputs read here).
   HbmBuffer& hbm(uint32_t allocation) {
@@ -90,22 +94,24 @@ class CoreState {
   // partitions in elements; nullptr otherwise. Bounds are checked.
   float* fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements);
 
-  // An fp32 operand with contiguous free dims in SBUF/PSUM seen in place (the element-wise hot paths compute there
-  // instead of through read()/write()'s tile copies): partition p's elements start at data + p * row_stride.
-  // Where it lies (memory, absolute first partition, first byte within a partition) lets callers tell operands that
-  // coincide from ones that partly overlap.
-  struct Fp32Rows {
-    float* data = nullptr;
-    int64_t row_stride = 0;  // elements
+  // An operand with contiguous free dims in SBUF/PSUM, one value per element (not the MX x4 dtypes), seen in place
+  // (the element-wise hot paths work there instead of through read()/write()'s whole-tile copies): partition p's
+  // elements start at data + p * row_stride_bytes. Where it lies (memory, absolute first partition, first byte
+  // within a partition) lets callers tell operands that coincide from ones that overlap.
+  struct Rows {
+    uint8_t* data = nullptr;
+    int64_t row_stride_bytes = 0;
+    DType dtype = DType::fp32;
     OnChipMemory memory{};
     uint32_t first_partition = 0;
     uint32_t partitions = 0;
     uint64_t first_byte = 0;
     uint64_t row_bytes = 0;
+    uint8_t* row(uint32_t p) const { return data + p * row_stride_bytes; }
   };
   // False (nothing changed) where `ap` is not such an operand. `for_write` records the write as write() does
   // (version, written range); PSUM accumulation marks are the caller's, as with read()/write(). Bounds are checked.
-  bool fp32_rows_in_place(const AccessPattern& ap, bool for_write, Fp32Rows& rows);
+  bool rows_in_place(const AccessPattern& ap, bool for_write, Rows& rows);
 
   // Changes whenever bytes of the allocation (or of one aliasing it) may have changed; lets
   // callers keep fp32 copies of operands that are read again and again (matmul tiles).

@@ -28,6 +28,10 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
   }
   // Casts go through fp32, as the DMA engines compute (A-V2). Element order is row-major over
   // (partition, free dims) on both sides; reshape accordingly.
+  if (!add && ctx.state.cast_rows(dst, src, ctx.rounding, ctx.rng, ctx.workers)) {
+    ctx.state.set_psum_accumulating(dst, false);
+    return;
+  }
   Tile values = ctx.state.read(src);
   values.partitions = dst.partitions();
   values.free = dst.free_elements();
@@ -36,6 +40,7 @@ void exec_dma_copy(const Instruction& inst, ExecContext& ctx) {
     for (size_t i = 0; i < values.values.size(); ++i) values.values[i] += previous.values[i];
   }
   ctx.state.write(dst, values, ctx.rounding, ctx.rng);
+  ctx.state.set_psum_accumulating(dst, false);  // a write ends an accumulation group, as the copy above
 }
 
 namespace {

@@ -7,37 +7,47 @@ bool ranges_meet(uint64_t first_a, uint64_t count_a, uint64_t first_b, uint64_t 
   return first_a < first_b + count_b && first_b < first_a + count_a;
 }
 
-// Identical (same elements in the same order) or disjoint; a partial overlap would let dst overwrite a source
-// element before it is read.
-bool identical_or_disjoint(const CoreState::Fp32Rows& a, const CoreState::Fp32Rows& b) {
-  if (a.memory != b.memory) return true;
-  if (a.first_partition == b.first_partition && a.first_byte == b.first_byte) return true;
-  return !ranges_meet(a.first_partition, a.partitions, b.first_partition, b.partitions) ||
+bool disjoint(const CoreState::Rows& a, const CoreState::Rows& b) {
+  return a.memory != b.memory || !ranges_meet(a.first_partition, a.partitions, b.first_partition, b.partitions) ||
          !ranges_meet(a.first_byte, a.row_bytes, b.first_byte, b.row_bytes);
+}
+
+bool same_elements(const CoreState::Rows& a, const CoreState::Rows& b) {
+  return a.memory == b.memory && a.first_partition == b.first_partition && a.first_byte == b.first_byte &&
+         a.dtype == b.dtype;
 }
 
 }  // namespace
 
-bool elementwise_in_place(ExecContext& ctx, const AccessPattern& dst,
-                          std::initializer_list<const AccessPattern*> sources, InPlaceRows& rows) {
-  if (sources.size() > rows.src.size()) return false;
-  size_t i = 0;
+bool ElementwiseRows::init(ExecContext& ctx, const AccessPattern& dst,
+                           std::initializer_list<const AccessPattern*> sources) {
+  m_sources = 0;
   for (const AccessPattern* source : sources) {
     if (!source->present()) continue;
-    CoreState::Fp32Rows& s = rows.src[i++];
-    if (!ctx.state.fp32_rows_in_place(*source, /*for_write=*/false, s)) return false;
+    if (m_sources == kMaxSources || !ctx.state.rows_in_place(*source, /*for_write=*/false, m_src[m_sources])) {
+      return false;
+    }
+    ++m_sources;
   }
-  CoreState::Fp32Rows probe;
-  if (!ctx.state.fp32_rows_in_place(dst, /*for_write=*/false, probe)) return false;
-  for (size_t k = 0; k < i; ++k) {
-    if (rows.src[k].partitions != probe.partitions || rows.src[k].row_bytes != probe.row_bytes) return false;
-    if (!identical_or_disjoint(probe, rows.src[k])) return false;
+  CoreState::Rows probe;
+  if (!ctx.state.rows_in_place(dst, /*for_write=*/false, probe)) return false;
+  m_free = dst.free_elements();
+  m_direct_out = direct_fp32(probe);
+  for (size_t k = 0; k < m_sources; ++k) {
+    const CoreState::Rows& s = m_src[k];
+    if (s.partitions != probe.partitions || s.row_bytes / dtype_size_bytes(s.dtype) != m_free) return false;
+    if (disjoint(probe, s)) continue;
+    if (same_elements(probe, s) && direct_fp32(s)) continue;  // element i read, then written
+    m_direct_out = false;
+    if (s.memory != probe.memory || s.first_partition != probe.first_partition) return false;
   }
   for (const AccessPattern* source : sources) {
     if (source->present()) ctx.state.set_psum_accumulating(*source, false);
   }
-  ctx.state.fp32_rows_in_place(dst, /*for_write=*/true, rows.dst);
+  ctx.state.rows_in_place(dst, /*for_write=*/true, m_dst);
   ctx.state.set_psum_accumulating(dst, false);
+  m_rounding = ctx.rounding;
+  m_rng = ctx.rng;
   return true;
 }
 

@@ -61,19 +61,12 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
   }
   float* acc = uses_registers || has_res ? scalar_lane_accumulators(ctx, data_ap) : nullptr;
 
-  InPlaceRows rows;
-  if (elementwise_in_place(ctx, dst, {&data_ap}, rows)) {
-    const uint64_t free = dst.free_elements();
-    for_row_ranges(ctx, partitions, dst.elements(), [&](uint32_t first, uint32_t end) {
-      for (uint32_t p = first; p < end; ++p) {
-        apply_activation_rows(func, rows.src[0].data + p * rows.src[0].row_stride,
-                              rows.dst.data + p * rows.dst.row_stride, free, scale[p], has_bias ? &bias[p] : nullptr,
-                              alpha);
-      }
-      if (uses_registers) {
-        accumulate_rows(command, reduce_op, acc + first, rows.dst.data + first * rows.dst.row_stride, end - first,
-                        size_t(rows.dst.row_stride), free);
-      }
+  ElementwiseRows rows;
+  if (rows.init(ctx, dst, {&data_ap})) {
+    rows.for_rows(ctx, [&](uint32_t p, float* out, const float* const* in, size_t n) {
+      apply_activation_rows(func, in[0], out, n, scale[p], has_bias ? &bias[p] : nullptr, alpha);
+      // NKI's pseudo code reduces `output = op(...)` in fp32, before dst's cast; each lane has its own register.
+      if (uses_registers) acc[p] = accumulate_row(command, reduce_op, acc[p], out, n);
     });
     if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, partitions));
     return;

@@ -187,14 +187,10 @@ void exec_tensor_tensor(const Instruction& inst, ExecContext& ctx) {
     write_int_bits(ctx, dst, x);
     return;
   }
-  InPlaceRows rows;
-  if (elementwise_in_place(ctx, dst, {&a, &b}, rows)) {
-    const uint64_t free = dst.free_elements();
-    for_row_ranges(ctx, dst.partitions(), dst.elements(), [&](uint32_t first, uint32_t end) {
-      for (uint32_t p = first; p < end; ++p) {
-        apply_alu_rows(op, rows.dst.data + p * rows.dst.row_stride, rows.src[0].data + p * rows.src[0].row_stride,
-                       rows.src[1].data + p * rows.src[1].row_stride, free);
-      }
+  ElementwiseRows rows;
+  if (rows.init(ctx, dst, {&a, &b})) {
+    rows.for_rows(ctx, [&](uint32_t, float* out, const float* const* in, size_t n) {
+      apply_alu_rows(op, out, in[0], in[1], n);
     });
     return;
   }
@@ -241,14 +237,11 @@ void exec_tensor_scalar(const Instruction& inst, ExecContext& ctx) {
   std::vector<float> s0 = ctx.per_partition(inst, "operand0", partitions);
   std::vector<float> s1 = ctx.per_partition(inst, "operand1", partitions);
   if (s1.empty()) s1.assign(partitions, 0.0f);
-  InPlaceRows rows;
-  if (elementwise_in_place(ctx, dst, {&data}, rows)) {
-    for_row_ranges(ctx, partitions, data.elements(), [&](uint32_t first, uint32_t end) {
-      for (uint32_t p = first; p < end; ++p) {
-        float* out = rows.dst.data + p * rows.dst.row_stride;
-        apply_alu_scalar(op0, out, rows.src[0].data + p * rows.src[0].row_stride, free, s0[p], rev0);
-        if (has_op1) apply_alu_scalar(op1, out, free, s1[p], rev1);
-      }
+  ElementwiseRows rows;
+  if (rows.init(ctx, dst, {&data})) {
+    rows.for_rows(ctx, [&](uint32_t p, float* out, const float* const* in, size_t n) {
+      apply_alu_scalar(op0, out, in[0], n, s0[p], rev0);
+      if (has_op1) apply_alu_scalar(op1, out, n, s1[p], rev1);
     });
     return;
   }
@@ -349,6 +342,13 @@ void exec_tensor_copy(const Instruction& inst, ExecContext& ctx) {
     Tile bits = ctx.read(s);
     ctx.state.write(d, bits);
     ctx.state.set_psum_accumulating(d, false);
+    return;
+  }
+  ElementwiseRows rows;
+  if (rows.init(ctx, dst, {&src})) {
+    rows.for_rows(ctx, [](uint32_t, float* out, const float* const* in, size_t n) {
+      if (out != in[0]) std::copy(in[0], in[0] + n, out);
+    });
     return;
   }
   Tile values = ctx.read(src);

@@ -115,6 +115,56 @@ TEST(InPlaceElementwise, DstEqualToTheSecondOperand) {
   }
 }
 
+float round_bf16(float v) {
+  uint16_t bits = 0;
+  numerics::convert_from_fp32(DType::bf16, &v, &bits, 1, numerics::RoundingMode::nearest_even);
+  float out = 0;
+  numerics::convert_to_fp32(DType::bf16, &bits, &out, 1);
+  return out;
+}
+
+// bf16 operands are converted a row at a time: a dst that starts on the source's first partition but elsewhere
+// in the row overwrites only row p after row p was read.
+TEST(InPlaceElementwise, Bf16RowsOverlappingWithinTheirOwnPartitionGiveTheValuesOfReadingFirst) {
+  for (uint32_t dst_column : {0u, 3u, 8u}) {
+    Kernel k;
+    uint32_t id = 0;
+    const AccessPattern a = k.tensor(DType::bf16, {kPartitions, kFree}, &id);
+    const AccessPattern b = k.tensor(DType::fp32, {kPartitions, kFree});
+    const AccessPattern src = part(a, 0, kPartitions, 2, 8);
+    const AccessPattern dst = part(a, 0, kPartitions, dst_column, 8);
+    k.emit(Opcode::tensor_tensor).tensor("dst", dst).tensor("data1", src).tensor("data2", part(b, 0, kPartitions, 0, 8))
+        .word("op", "multiply");
+    k.build();
+    const Tile x = k.set(a, ramp(0.37f, -3.0f)), y = k.set(b, ramp(-1.13f, 0.5f));
+    k.run();
+    std::vector<float> want = x.values;
+    for (uint32_t p = 0; p < kPartitions; ++p) {
+      for (uint32_t i = 0; i < 8; ++i) want[p * kFree + dst_column + i] = round_bf16(x.at(p, 2 + i) * y.at(p, i));
+    }
+    const Tile got = k.get(a);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got.values[i], want[i]) << "column " << dst_column << " element " << i;
+  }
+}
+
+// The DMA cast's row path gives the bits of the tile path, stochastic rounding's draws included.
+TEST(CastRows, MatchesWritingWhatWasReadWithTheSameRoundingDraws) {
+  Kernel k;
+  const AccessPattern a = k.tensor(DType::fp32, {kPartitions, kFree});
+  const AccessPattern b = k.tensor(DType::bf16, {kPartitions, kFree});
+  const AccessPattern c = k.tensor(DType::bf16, {kPartitions, kFree});
+  k.build();
+  k.set(a, ramp(0.0123f, -0.2f));
+  for (auto mode : {numerics::RoundingMode::nearest_even, numerics::RoundingMode::stochastic}) {
+    CoreState& state = k.state();
+    numerics::StochasticSource first(7), second(7);
+    ASSERT_TRUE(state.cast_rows(b, a, mode, &first));
+    state.write(c, state.read(a), mode, &second);
+    EXPECT_EQ(k.get_bits(part(b, 0, kPartitions, 0, kFree / 2)), k.get_bits(part(c, 0, kPartitions, 0, kFree / 2)));
+    EXPECT_EQ(first.next_u64(), second.next_u64());  // as many draws
+  }
+}
+
 Program parse(const std::string& body) {
   return parse_tasm("kernel k\ntarget trn2\nhbm x : fp32[128, 64] input\nhbm y : fp32[128, 64] output\n"
                     "sbuf a : fp32[128, 64]\nsbuf b : fp32[128, 64]\npsum acc : fp32[128, 64]\n" + body, "k.tasm");

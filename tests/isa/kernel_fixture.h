@@ -67,6 +67,7 @@ class Kernel {
   }
   void run() { interpret(*m_program, *m_state, config(m_target)); }
   Tile get(const AccessPattern& ap) const { return m_state->read(ap); }
+  CoreState& state() { return *m_state; }
 
  private:
   std::string m_target;
