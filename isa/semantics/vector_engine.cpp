@@ -318,8 +318,29 @@ void exec_tensor_reduce(const Instruction& inst, ExecContext& ctx) {
     write_int_bits(ctx, dst, out);
     return;
   }
-  Tile in = ctx.read(data);
   Tile out(data.partitions(), outer);
+  CoreState::Rows rows;
+  if (ctx.state.rows_in_place(data, /*for_write=*/false, rows) && direct_fp32(rows)) {
+    // fp32 rows folded where they lie (no tile copy): rows of partitions, or each partition's `outer` rows.
+    ctx.state.set_psum_accumulating(data, false);
+    const size_t row_stride = size_t(rows.row_stride_bytes) / sizeof(float);
+    const float* base = reinterpret_cast<const float*>(rows.data);
+    for_row_ranges(ctx, data.partitions(), data.elements(), [&](uint32_t first, uint32_t end) {
+      if (outer == 1) {
+        fold_alu_rows(op, base + first * row_stride, end - first, row_stride, inner, out.row(first), /*from_first=*/true);
+      } else {
+        for (uint32_t p = first; p < end; ++p) {
+          fold_alu_rows(op, base + p * row_stride, outer, inner, inner, out.row(p), /*from_first=*/true);
+        }
+      }
+      if (negate) {
+        for (float* v = out.row(first); v < out.row(end); ++v) *v = -*v;
+      }
+    });
+    ctx.write(dst, out);
+    return;
+  }
+  Tile in = ctx.read(data);
   for_row_ranges(ctx, data.partitions(), in.values.size(), [&](uint32_t first, uint32_t end) {
     const size_t r0 = size_t(first) * outer, rows = size_t(end - first) * outer;
     fold_alu_rows(op, in.values.data() + r0 * inner, rows, inner, inner, out.values.data() + r0, /*from_first=*/true);

@@ -165,6 +165,36 @@ TEST(CastRows, MatchesWritingWhatWasReadWithTheSameRoundingDraws) {
   }
 }
 
+// tensor_reduce folds fp32 rows where they lie: each row left to right from its first element, over the last axis
+// of a [P, 2, 8] tile (two rows per partition) and over a whole [P, 16] row, with negate.
+TEST(InPlaceElementwise, ReductionsOverRowsInPlaceFoldEachRowInItsOrder) {
+  Kernel k;
+  uint32_t id = 0;
+  const AccessPattern a = k.tensor(DType::fp32, {kPartitions, 2, 8}, &id);
+  const AccessPattern two = k.tensor(DType::fp32, {kPartitions, 2});
+  const AccessPattern one = k.tensor(DType::fp32, {kPartitions, 1});
+  const AccessPattern flat = k.tensor(DType::fp32, {kPartitions, kFree});
+  k.emit(Opcode::tensor_reduce).tensor("dst", two).word("op", "subtract").tensor("data", a).word("axis", "[2]");
+  k.emit(Opcode::tensor_reduce).tensor("dst", one).word("op", "add").tensor("data", flat).word("axis", "[1]")
+      .imm("negate", 1);
+  k.build();
+  std::vector<float> values = ramp(0.731f, -5.0f);
+  for (size_t i = 0; i < values.size(); i += 3) values[i] *= 1e7f;  // large and small terms: order shows
+  const Tile x = k.set(a, values), y = k.set(flat, values);
+  k.run();
+  const Tile got_two = k.get(two), got_one = k.get(one);
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    for (uint32_t o = 0; o < 2; ++o) {
+      float acc = x.values[p * kFree + o * 8];
+      for (uint32_t i = 1; i < 8; ++i) acc -= x.values[p * kFree + o * 8 + i];
+      EXPECT_EQ(got_two.at(p, o), acc) << p << ", " << o;
+    }
+    float sum = y.values[p * kFree];
+    for (uint32_t i = 1; i < kFree; ++i) sum += y.values[p * kFree + i];
+    EXPECT_EQ(got_one.at(p, 0), -sum) << p;
+  }
+}
+
 Program parse(const std::string& body) {
   return parse_tasm("kernel k\ntarget trn2\nhbm x : fp32[128, 64] input\nhbm y : fp32[128, 64] output\n"
                     "sbuf a : fp32[128, 64]\nsbuf b : fp32[128, 64]\npsum acc : fp32[128, 64]\n" + body, "k.tasm");
