@@ -510,26 +510,64 @@ void exec_bn_stats(const Instruction& inst, ExecContext& ctx) {
                    " elements per partition; bn_stats takes at most " + std::to_string(kMaxFree));
   }
   check_shape("dst", dst, data.partitions(), 6);
-  Tile in = ctx.read(data);
-  Tile out(in.partitions, 6);
-  for (uint32_t p = 0; p < in.partitions; ++p) {
-    const float* row = in.row(p);
-    for (uint64_t parity = 0; parity < 2; ++parity) {
-      uint64_t count = in.free > parity ? (in.free - parity + 1) / 2 : 0;
-      // fp32, two passes (mean, then squared deviations) in element order. An empty group (the
-      // odd elements of a 1-element row) reports count 0, mean 0, var*count 0 so that bn_aggr's
-      // count weighting ignores it.
-      float sum = 0.0f;
-      for (uint64_t i = parity; i < in.free; i += 2) sum += row[i];
-      float mean = count ? sum / static_cast<float>(count) : 0.0f;
-      float m2 = 0.0f;
-      for (uint64_t i = parity; i < in.free; i += 2) {
-        float d = row[i] - mean;
-        m2 += d * d;
+  const uint32_t partitions = data.partitions();
+  const uint64_t n = data.free_elements();
+  // fp32 rows where they lie, else an fp32 copy of the tile.
+  Tile in;
+  const float* base = nullptr;
+  size_t row_stride = 0;
+  CoreState::Rows rows;
+  if (ctx.state.rows_in_place(data, /*for_write=*/false, rows) && direct_fp32(rows)) {
+    ctx.state.set_psum_accumulating(data, false);
+    base = reinterpret_cast<const float*>(rows.data);
+    row_stride = size_t(rows.row_stride_bytes) / sizeof(float);
+  } else {
+    in = ctx.read(data);
+    base = in.values.data();
+    row_stride = size_t(n);
+  }
+  Tile out(partitions, 6);
+  // Per row and parity, fp32, two passes (mean, then squared deviations) in element order. An empty group (the odd
+  // elements of a 1-element row) reports count 0, mean 0, var*count 0 so that bn_aggr's count weighting ignores
+  // it. Four rows' two parities run as eight independent chains, each in its own order.
+  constexpr uint32_t kGroup = 4;
+  const float count[2] = {float((n + 1) / 2), float(n / 2)};
+  for (uint32_t p0 = 0; p0 < partitions; p0 += kGroup) {
+    const uint32_t group = std::min(kGroup, partitions - p0);
+    const float* row[kGroup];
+    for (uint32_t g = 0; g < kGroup; ++g) row[g] = base + size_t(p0 + std::min(g, group - 1)) * row_stride;
+    float sum[kGroup][2] = {}, mean[kGroup][2], m2[kGroup][2] = {};
+    for (uint64_t i = 0; i + 1 < n; i += 2) {
+      for (uint32_t g = 0; g < kGroup; ++g) {
+        sum[g][0] += row[g][i];
+        sum[g][1] += row[g][i + 1];
       }
-      out.at(p, parity * 3 + 0) = static_cast<float>(count);
-      out.at(p, parity * 3 + 1) = mean;
-      out.at(p, parity * 3 + 2) = m2;
+    }
+    if (n % 2) {
+      for (uint32_t g = 0; g < kGroup; ++g) sum[g][0] += row[g][n - 1];
+    }
+    for (uint32_t g = 0; g < kGroup; ++g) {
+      for (int parity = 0; parity < 2; ++parity) mean[g][parity] = count[parity] ? sum[g][parity] / count[parity] : 0.0f;
+    }
+    for (uint64_t i = 0; i + 1 < n; i += 2) {
+      for (uint32_t g = 0; g < kGroup; ++g) {
+        const float d0 = row[g][i] - mean[g][0], d1 = row[g][i + 1] - mean[g][1];
+        m2[g][0] += d0 * d0;
+        m2[g][1] += d1 * d1;
+      }
+    }
+    if (n % 2) {
+      for (uint32_t g = 0; g < kGroup; ++g) {
+        const float d = row[g][n - 1] - mean[g][0];
+        m2[g][0] += d * d;
+      }
+    }
+    for (uint32_t g = 0; g < group; ++g) {
+      for (int parity = 0; parity < 2; ++parity) {
+        out.at(p0 + g, parity * 3 + 0) = count[parity];
+        out.at(p0 + g, parity * 3 + 1) = mean[g][parity];
+        out.at(p0 + g, parity * 3 + 2) = m2[g][parity];
+      }
     }
   }
   ctx.write(dst, out);
