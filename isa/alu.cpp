@@ -141,32 +141,6 @@ namespace {
 
 float apply_alu(AluOp op, float a, float b) { return alu_value(op, a, b); }
 
-void apply_alu_rows(AluOp op, float* x, const float* y, size_t n) {
-  switch (op) {
-#define TRN_X(name)                                                           \
-  case AluOp::name:                                                           \
-    for (size_t i = 0; i < n; ++i) x[i] = alu_value(AluOp::name, x[i], y[i]); \
-    return;
-    TRN_ALU_OPS(TRN_X)
-#undef TRN_X
-  }
-}
-
-void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse) {
-  switch (op) {
-#define TRN_X(name)                                                                    \
-  case AluOp::name:                                                                    \
-    if (reverse) {                                                                     \
-      for (size_t i = 0; i < n; ++i) x[i] = alu_value(AluOp::name, s, x[i]);           \
-    } else {                                                                           \
-      for (size_t i = 0; i < n; ++i) x[i] = alu_value(AluOp::name, x[i], s);           \
-    }                                                                                  \
-    return;
-    TRN_ALU_OPS(TRN_X)
-#undef TRN_X
-  }
-}
-
 namespace {
 
 // The loops of the three-operand forms, one per way out may coincide with an operand, so each promises the compiler
@@ -235,6 +209,9 @@ void apply_alu_scalar(AluOp op, float* out, const float* x, size_t n, float s, b
 #undef TRN_X
   }
 }
+
+void apply_alu_rows(AluOp op, float* x, const float* y, size_t n) { apply_alu_rows(op, x, x, y, n); }
+void apply_alu_scalar(AluOp op, float* x, size_t n, float s, bool reverse) { apply_alu_scalar(op, x, x, n, s, reverse); }
 
 float fold_alu(AluOp op, const float* values, size_t count, size_t stride) {
   if (count == 0) return reduction_identity(op);

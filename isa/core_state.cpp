@@ -288,14 +288,7 @@ void CoreState::copy_elements(const AccessPattern& dst, const AccessPattern& src
     };
     // Host tuning, assumed: below ~1 MiB waking a thread costs about what it saves.
     constexpr size_t kBytesWorthThreads = size_t{1} << 20;
-    const unsigned threads = workers ? workers->size() : 1;
-    if (threads < 2 || partitions < 2 || row_bytes * partitions < kBytesWorthThreads) {
-      copy_rows(0, partitions);
-    } else {
-      workers->run([&](unsigned index) {
-        copy_rows(uint32_t(uint64_t(partitions) * index / threads), uint32_t(uint64_t(partitions) * (index + 1) / threads));
-      });
-    }
+    run_row_ranges(workers, partitions, row_bytes * partitions >= kBytesWorthThreads, copy_rows);
     return;
   }
   std::vector<uint8_t> staging(src.elements() * esize);  // src and dst may overlap
@@ -339,17 +332,10 @@ bool CoreState::cast_rows(const AccessPattern& dst, const AccessPattern& src, nu
       numerics::convert_from_fp32(dst.dtype, row.data(), base_pointer(dst, p), n, rounding, rng);
     }
   };
-  // Host tuning, assumed: as copy_elements. Stochastic rounding draws from one stream in element order: one thread.
+  // Host tuning, assumed: as for_row_ranges. Stochastic rounding draws from one stream in element order: one thread.
   constexpr size_t kElementsWorthThreads = size_t{1} << 17;
-  const unsigned threads = workers ? workers->size() : 1;
-  if (threads < 2 || partitions < 2 || n * partitions < kElementsWorthThreads ||
-      rounding == numerics::RoundingMode::stochastic) {
-    cast(0, partitions);
-  } else {
-    workers->run([&](unsigned index) {
-      cast(uint32_t(uint64_t(partitions) * index / threads), uint32_t(uint64_t(partitions) * (index + 1) / threads));
-    });
-  }
+  run_row_ranges(workers, partitions,
+                 n * partitions >= kElementsWorthThreads && rounding != numerics::RoundingMode::stochastic, cast);
   return true;
 }
 
@@ -380,14 +366,11 @@ void CoreState::set_psum_accumulating(const AccessPattern& ap, bool value) {
 
 float* CoreState::fp32_rows(const AccessPattern& ap, int64_t& row_stride_elements) {
   bump_version(ap.allocation);  // the caller writes through the pointer
-  const Allocation& a = m_program.allocation(ap);
-  if (ap.dtype != DType::fp32 || a.space == MemorySpace::hbm || !ap.free_contiguous()) return nullptr;
-  check_bounds(ap);
-  const uint64_t bytes_per_partition = onchip_bytes_per_partition(m_core, on_chip_memory(a.space));
-  if (bytes_per_partition % 4 != 0 || a.base_byte % 4 != 0) return nullptr;
-  mark_written(ap);
-  row_stride_elements = static_cast<int64_t>(bytes_per_partition / 4);
-  return reinterpret_cast<float*>(base_pointer(ap, 0));
+  Rows rows;
+  if (!rows_in_place(ap, /*for_write=*/false, rows) || !rows.fp32_aligned()) return nullptr;
+  rows_in_place(ap, /*for_write=*/true, rows);
+  row_stride_elements = rows.row_stride_bytes / int64_t(sizeof(float));
+  return reinterpret_cast<float*>(rows.data);
 }
 
 bool CoreState::rows_in_place(const AccessPattern& ap, bool for_write, Rows& rows) {

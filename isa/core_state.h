@@ -108,6 +108,10 @@ class CoreState {
     uint64_t first_byte = 0;
     uint64_t row_bytes = 0;
     uint8_t* row(uint32_t p) const { return data + p * row_stride_bytes; }
+    // fp32 rows usable as float arrays where they lie (4-byte aligned); others are converted.
+    bool fp32_aligned() const {
+      return dtype == DType::fp32 && reinterpret_cast<uintptr_t>(data) % 4 == 0 && row_stride_bytes % 4 == 0;
+    }
   };
   // False (nothing changed) where `ap` is not such an operand. `for_write` records the write as write() does
   // (version, written range); PSUM accumulation marks are the caller's, as with read()/write(). Bounds are checked.

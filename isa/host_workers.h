@@ -52,4 +52,21 @@ class HostWorkers {
   Crew* m_crew = nullptr;  // started on the first run that needs threads
 };
 
+// Calls rows(first, end) over [0, count), split into one contiguous range per thread of `workers` when `worth_threads`
+// (and there are threads and at least two rows), else once on the calling thread. Each range is [count * i / n,
+// count * (i + 1) / n), so which thread computes a row does not change what it computes.
+template <class Rows>
+void run_row_ranges(HostWorkers* workers, uint32_t count, bool worth_threads, Rows&& rows) {
+  const unsigned threads = workers ? workers->size() : 1;
+  if (!worth_threads || threads < 2 || count < 2) {
+    rows(uint32_t{0}, count);
+    return;
+  }
+  workers->run([&](unsigned index) {
+    const uint32_t first = uint32_t(uint64_t(count) * index / threads);
+    const uint32_t end = uint32_t(uint64_t(count) * (index + 1) / threads);
+    if (first < end) rows(first, end);
+  });
+}
+
 }  // namespace trnsim::isa

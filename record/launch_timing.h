@@ -41,7 +41,9 @@ sim::SimResult simulate_kernel(const std::vector<const isa::Program*>& programs,
 bool values_without_timing_model(const std::vector<const isa::Program*>& programs);
 
 // The values simulate_kernel computes, without the timing model: the states of cores 0..n-1 (sharing HBM) after
-// each ran its program in program order. Only for programs values_without_timing_model accepts.
+// each ran its program in program order. Only for programs values_without_timing_model accepts. The results are in
+// HBM: SBUF/PSUM hold what the programs wrote, and where a program reads only its own writes, the recycled images
+// may hold older bytes elsewhere (isa::CoreState's only_program_sees_onchip).
 std::vector<std::unique_ptr<isa::CoreState>> interpret_kernel(
     const std::vector<const isa::Program*>& programs, const HardwareConfig& config,
     const std::function<void(uint32_t core, isa::CoreState& state)>& prepare, const HostResources& host = {});

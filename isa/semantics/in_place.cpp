@@ -32,12 +32,12 @@ bool ElementwiseRows::init(ExecContext& ctx, const AccessPattern& dst,
   CoreState::Rows probe;
   if (!ctx.state.rows_in_place(dst, /*for_write=*/false, probe)) return false;
   m_free = dst.free_elements();
-  m_direct_out = direct_fp32(probe);
+  m_direct_out = probe.fp32_aligned();
   for (size_t k = 0; k < m_sources; ++k) {
     const CoreState::Rows& s = m_src[k];
     if (s.partitions != probe.partitions || s.row_bytes / dtype_size_bytes(s.dtype) != m_free) return false;
     if (disjoint(probe, s)) continue;
-    if (same_elements(probe, s) && direct_fp32(s)) continue;  // element i read, then written
+    if (same_elements(probe, s) && s.fp32_aligned()) continue;  // element i read, then written
     m_direct_out = false;
     if (s.memory != probe.memory || s.first_partition != probe.first_partition) return false;
   }
@@ -49,6 +49,14 @@ bool ElementwiseRows::init(ExecContext& ctx, const AccessPattern& dst,
   m_rounding = ctx.rounding;
   m_rng = ctx.rng;
   return true;
+}
+
+const float* fp32_rows_to_read(ExecContext& ctx, const AccessPattern& ap, size_t& row_stride) {
+  CoreState::Rows rows;
+  if (!ctx.state.rows_in_place(ap, /*for_write=*/false, rows) || !rows.fp32_aligned()) return nullptr;
+  ctx.state.set_psum_accumulating(ap, false);
+  row_stride = size_t(rows.row_stride_bytes) / sizeof(float);
+  return reinterpret_cast<const float*>(rows.data);
 }
 
 }  // namespace trnsim::isa

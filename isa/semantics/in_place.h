@@ -45,10 +45,10 @@ class ElementwiseRows {
   numerics::StochasticSource* m_rng = nullptr;
 };
 
-// fp32 rows used in place need 4-byte alignment; others are converted.
-inline bool direct_fp32(const CoreState::Rows& rows) {
-  return rows.dtype == DType::fp32 && reinterpret_cast<uintptr_t>(rows.data) % 4 == 0 && rows.row_stride_bytes % 4 == 0;
-}
+// An fp32 operand read where it lies, for instructions that only read it (reductions, statistics): the address of
+// partition 0's first element and the distance between partitions in elements, with the PSUM accumulation marks
+// cleared as read() clears them; nullptr (nothing changed) where the operand needs read().
+const float* fp32_rows_to_read(ExecContext& ctx, const AccessPattern& ap, size_t& row_stride);
 
 template <class Compute>
 void ElementwiseRows::rows(uint32_t first, uint32_t end, Compute&& compute) {
@@ -58,7 +58,7 @@ void ElementwiseRows::rows(uint32_t first, uint32_t end, Compute&& compute) {
   for (uint32_t p = first; p < end; ++p) {
     for (size_t k = 0; k < m_sources; ++k) {
       const CoreState::Rows& s = m_src[k];
-      if (direct_fp32(s)) {
+      if (s.fp32_aligned()) {
         in[k] = reinterpret_cast<const float*>(s.row(p));
       } else {
         float* converted = buffer.data() + k * n;

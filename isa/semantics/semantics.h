@@ -49,16 +49,7 @@ void for_row_ranges(ExecContext& ctx, uint32_t partitions, uint64_t elements, Ro
   // Host tuning, assumed (not measured per host): waking a thread costs a few microseconds, about what one pass
   // over 64 K values takes.
   constexpr uint64_t kElementsPerThread = 1 << 16;
-  const unsigned threads = ctx.workers ? ctx.workers->size() : 1;
-  if (threads < 2 || elements < 2 * kElementsPerThread || partitions < 2) {
-    rows(uint32_t{0}, partitions);
-    return;
-  }
-  ctx.workers->run([&](unsigned index) {
-    const uint32_t first = uint32_t(uint64_t(partitions) * index / threads);
-    const uint32_t end = uint32_t(uint64_t(partitions) * (index + 1) / threads);
-    if (first < end) rows(first, end);
-  });
+  run_row_ranges(ctx.workers, partitions, elements >= 2 * kElementsPerThread, rows);
 }
 
 #define TRN_INSN(name, engines, operands, doc) void exec_##name(const Instruction& inst, ExecContext& ctx);

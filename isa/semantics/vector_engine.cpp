@@ -319,12 +319,9 @@ void exec_tensor_reduce(const Instruction& inst, ExecContext& ctx) {
     return;
   }
   Tile out(data.partitions(), outer);
-  CoreState::Rows rows;
-  if (ctx.state.rows_in_place(data, /*for_write=*/false, rows) && direct_fp32(rows)) {
+  size_t row_stride = 0;
+  if (const float* base = fp32_rows_to_read(ctx, data, row_stride)) {
     // fp32 rows folded where they lie (no tile copy): rows of partitions, or each partition's `outer` rows.
-    ctx.state.set_psum_accumulating(data, false);
-    const size_t row_stride = size_t(rows.row_stride_bytes) / sizeof(float);
-    const float* base = reinterpret_cast<const float*>(rows.data);
     for_row_ranges(ctx, data.partitions(), data.elements(), [&](uint32_t first, uint32_t end) {
       if (outer == 1) {
         fold_alu_rows(op, base + first * row_stride, end - first, row_stride, inner, out.row(first), /*from_first=*/true);
@@ -514,14 +511,9 @@ void exec_bn_stats(const Instruction& inst, ExecContext& ctx) {
   const uint64_t n = data.free_elements();
   // fp32 rows where they lie, else an fp32 copy of the tile.
   Tile in;
-  const float* base = nullptr;
   size_t row_stride = 0;
-  CoreState::Rows rows;
-  if (ctx.state.rows_in_place(data, /*for_write=*/false, rows) && direct_fp32(rows)) {
-    ctx.state.set_psum_accumulating(data, false);
-    base = reinterpret_cast<const float*>(rows.data);
-    row_stride = size_t(rows.row_stride_bytes) / sizeof(float);
-  } else {
+  const float* base = fp32_rows_to_read(ctx, data, row_stride);
+  if (!base) {
     in = ctx.read(data);
     base = in.values.data();
     row_stride = size_t(n);
