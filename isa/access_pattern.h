@@ -9,7 +9,10 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -35,10 +38,34 @@ inline bool is_on_chip(MemorySpace space) { return static_cast<size_t>(space) >=
 // The on-chip memory of an SBUF/PSUM/... space (logic_error for none and hbm).
 OnChipMemory on_chip_memory(MemorySpace space);
 
+// The strides an access pattern can hold (ApStride below); readers refuse others with this range in the message.
+constexpr int64_t kMinApStride = std::numeric_limits<int32_t>::min();
+constexpr int64_t kMaxApStoredStride = std::numeric_limits<int32_t>::max();
+
+// An access-pattern dim's stride in elements: held in 32 bits (a program holds a pattern per operand slot of
+// millions of instructions), read as int64 for address arithmetic. A stride beyond int32 (2^31 elements, 4 GiB of
+// bf16 between two steps of one dim) is refused with std::invalid_argument where it is set, never truncated.
+class ApStride {
+ public:
+  constexpr ApStride(int64_t elements = 0) : m_elements(checked(elements)) {}  // NOLINT: implicit by design
+  constexpr operator int64_t() const { return m_elements; }                    // NOLINT
+  ApStride& operator*=(int64_t factor) { return *this = ApStride(int64_t{m_elements} * factor); }
+
+ private:
+  static constexpr int32_t checked(int64_t elements) {
+    if (elements < kMinApStride || elements > kMaxApStoredStride) {
+      throw std::invalid_argument("stride " + std::to_string(elements) +
+                                  " elements is beyond the 2^31 an access pattern holds");
+    }
+    return static_cast<int32_t>(elements);
+  }
+  int32_t m_elements;
+};
+
 struct ApDim {
-  int64_t stride = 0;  // in elements
+  ApStride stride = 0;  // in elements
   uint32_t size = 0;
-  bool operator==(const ApDim& o) const { return stride == o.stride && size == o.size; }
+  bool operator==(const ApDim& o) const { return int64_t{stride} == int64_t{o.stride} && size == o.size; }
 };
 
 constexpr int kMaxFreeDims = 4;
@@ -48,7 +75,7 @@ constexpr int64_t kMaxApDimSize = 65535;
 constexpr int64_t kMaxApDimStride = 32767;
 
 // Widest fields first, so that the one-byte ones share one word: a program holds one pattern per
-// operand slot of every instruction (104 bytes, not 112).
+// operand slot of every instruction (64 bytes).
 struct AccessPattern {
   ApDim partition;               // SBUF/PSUM: stride unused (partitions are contiguous); HBM: outer dim
   int64_t offset = 0;            // elements from the allocation's start (within a partition for SBUF/PSUM)
@@ -79,6 +106,6 @@ struct AccessPattern {
   std::pair<int64_t, int64_t> element_range(bool with_partition) const;
   bool operator==(const AccessPattern& o) const;
 };
-static_assert(sizeof(AccessPattern) == 104, "AccessPattern grew: keep the one-byte fields together");
+static_assert(sizeof(AccessPattern) == 64, "AccessPattern grew: keep the one-byte fields together");
 
 }  // namespace trnsim::isa

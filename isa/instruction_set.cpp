@@ -143,8 +143,14 @@ const OperandSpec* InstructionSpec::find(std::string_view operand) const {
 }
 
 int InstructionSpec::index_of(std::string_view operand) const {
+  // Called by name for every operand of every instruction (parser, legality, interpreter): the length and first
+  // letter rule out most names without a memcmp call.
+  if (operand.empty()) return -1;
   for (size_t i = 0; i < operands.size(); ++i) {
-    if (operands[i].name == operand) return static_cast<int>(i);
+    const std::string& name = operands[i].name;
+    if (name.size() == operand.size() && name[0] == operand[0] && std::string_view(name) == operand) {
+      return static_cast<int>(i);
+    }
   }
   return -1;
 }

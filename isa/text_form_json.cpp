@@ -60,11 +60,11 @@ Json tensor_json(const Program& program, const AccessPattern& ap) {
   const Allocation& a = program.allocation(ap);
   Json dims = Json::array();
   if (a.space == MemorySpace::hbm) {
-    dims.push_back({ap.partition.stride, ap.partition.size});
+    dims.push_back({int64_t{ap.partition.stride}, ap.partition.size});
   } else {
     dims.push_back({ap.start_partition, ap.partition.size});
   }
-  for (int i = 0; i < ap.num_free_dims; ++i) dims.push_back({ap.free[i].stride, ap.free[i].size});
+  for (int i = 0; i < ap.num_free_dims; ++i) dims.push_back({int64_t{ap.free[i].stride}, ap.free[i].size});
   Json value = {{"tensor", a.name}, {"offset", ap.offset}, {"ap", dims}};
   if (ap.dynamic()) value["scalar_offset"] = "r" + std::to_string(ap.offset_register);
   if (ap.dtype != a.dtype) value["dtype"] = std::string(dtype_name(ap.dtype));
@@ -130,7 +130,7 @@ AccessPattern read_tensor(const JsonReader& r, const Json& value, const Program&
   std::vector<ApDim> dims;
   for (const Json& pair : ap) {
     if (!pair.is_array() || pair.size() != 2) r.fail("\"ap\" entries must be [stride, size] pairs");
-    dims.push_back(ApDim{r.integer(pair[0], "ap", -(int64_t{1} << 40), int64_t{1} << 40),
+    dims.push_back(ApDim{r.integer(pair[0], "ap", kMinApStride, kMaxApStoredStride),
                          static_cast<uint32_t>(r.integer(pair[1], "ap", 0, UINT32_MAX))});
   }
   std::optional<DType> as_dtype;

@@ -5,7 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <set>
 
 #include "isa/builder.h"
@@ -340,12 +344,123 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"Unbalanced", DECL "reciprocal dst=a[0:4, data=a", "t.tasm:2:17: unclosed '['"},
         ErrorCase{"EmptyOperand", DECL "reciprocal dst=a, , data=a", "t.tasm:2:19: expected an operand NAME=VALUE"},
         ErrorCase{"NoValue", DECL "reciprocal dst=a, data=", "t.tasm:2:24: operand 'data' has no value"},
-        ErrorCase{"NotAnIdentifier", "42 dst=a", "t.tasm:1:1: expected a declaration or an opcode, got '42'"}),
+        ErrorCase{"NotAnIdentifier", "42 dst=a", "t.tasm:1:1: expected a declaration or an opcode, got '42'"},
+        ErrorCase{"UsedBeforeDeclared", DECL "reciprocal dst=a, data=b\nsbuf b : fp32[128, 4]",
+                  "t.tasm:2:24: unknown tensor 'b' (did you mean 'a'?)"},
+        ErrorCase{"StrideBeyondInt32", "hbm h : fp32[4]\nmemset dst=h{offset=0, ap=[[2147483648, 2], [1, 1]]}, value=0",
+                  "t.tasm:2:29: expected a stride in -2147483648..2147483647, got 2147483648"},
+        ErrorCase{"SliceStrideBeyondInt32", "hbm h : fp32[2, 4, 1073741824]\nmemset dst=h[0:2, 0, 0:1], value=0",
+                  "t.tasm:2:13: bad slice: stride 4294967296 elements is beyond the 2^31 an access pattern holds"}),
     [](const testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 #undef DECL
 
 TEST(TextForm, FileErrors) {
   EXPECT_THROW(parse_tasm_file("/nonexistent/x.tasm"), IsaError);
+}
+
+// A program long enough that its instruction lines are parsed in batches over the host threads, with
+// declarations between the instructions.
+std::string long_program(size_t steps) {
+  std::string text = "kernel long\ntarget trn2\nhbm x : bf16[128, 4096] input\nsbuf x_sb : bf16[128, 4, 64]\n";
+  for (size_t i = 0; i < steps; ++i) {
+    const size_t slot = i % 4, col = (i * 64) % 4096;
+    text += "dma_copy dst=x_sb[0:128, " + std::to_string(slot) + ", 0:64], src=x[0:128, " + std::to_string(col) + ":" +
+            std::to_string(col + 64) + "], queue=" + std::to_string(slot) + "\n";
+    text += "activation dst=x_sb{offset=" + std::to_string(slot * 64) + ", ap=[[0, 128], [1, 64]]}, op=exp, data=x_sb[:, " +
+            std::to_string(slot) + ", :]  # comment\n";
+    if (i == steps / 2) text += "sbuf late : fp32[128, 64]\n";
+    if (i > steps / 2 && i % 1000 == 0) text += "tensor_copy dst=late, src=x_sb[:, 0, :]\n";
+  }
+  return text;
+}
+
+class ScopedHostThreads {
+ public:
+  explicit ScopedHostThreads(const char* threads) {
+    if (const char* old = std::getenv("TRNSIM_HOST_THREADS")) m_old = old;
+    setenv("TRNSIM_HOST_THREADS", threads, 1);
+  }
+  ~ScopedHostThreads() {
+    if (m_old.empty()) {
+      unsetenv("TRNSIM_HOST_THREADS");
+    } else {
+      setenv("TRNSIM_HOST_THREADS", m_old.c_str(), 1);
+    }
+  }
+
+ private:
+  std::string m_old;
+};
+
+TEST(TextForm, ThreadedParseIsTheOneThreadParse) {
+  const std::string text = long_program(40000);
+  Program one_thread, threaded;
+  {
+    ScopedHostThreads threads("1");
+    one_thread = parse_tasm(text, "long.tasm");
+  }
+  {
+    ScopedHostThreads threads("4");
+    threaded = parse_tasm(text, "long.tasm");
+  }
+  ASSERT_EQ(threaded.instructions.size(), one_thread.instructions.size());
+  ASSERT_GT(threaded.instructions.size(), 80000u);
+  EXPECT_EQ(print_tasm(threaded), print_tasm(one_thread));
+  for (size_t i = 0; i < threaded.instructions.size(); ++i) {
+    ASSERT_EQ(threaded.instructions[i].source_line, one_thread.instructions[i].source_line) << i;
+  }
+  // Source lines count every line: the first instruction is line 5, the last the file's last line.
+  EXPECT_EQ(threaded.instructions.front().source_line, 5u);
+  EXPECT_EQ(threaded.instructions.back().source_line, uint32_t(std::count(text.begin(), text.end(), '\n')));
+}
+
+TEST(TextForm, ThreadedParseThrowsTheFirstWrongLine) {
+  std::string text = long_program(30000);
+  // Wrong lines far apart (different chunks of a batch the threads share), and a wrong declaration after all of
+  // them.
+  auto line_start = [&](size_t line) {
+    size_t at = 0;
+    for (size_t i = 1; i < line; ++i) at = text.find('\n', at) + 1;
+    return at;
+  };
+  for (size_t line : {50000u, 20000u, 9000u}) text.insert(line_start(line), "recipro dst=x_sb, data=x_sb\n");
+  text += "hbm x : fp32[4]\n";
+  ScopedHostThreads threads("2");
+  try {
+    parse_tasm(text, "long.tasm");
+    FAIL() << "no error";
+  } catch (const IsaError& e) {
+    EXPECT_THAT(std::string(e.what()), testing::StartsWith("long.tasm:9000:1: unknown opcode 'recipro'"));
+  }
+  // With the instruction lines right, the declaration's error is the first.
+  const std::string wrong_declaration_only = long_program(30000) + "hbm x : fp32[4]\n";
+  EXPECT_THROW(
+      {
+        try {
+          parse_tasm(wrong_declaration_only, "long.tasm");
+        } catch (const IsaError& e) {
+          EXPECT_THAT(std::string(e.what()), testing::HasSubstr("tensor 'x' is already declared on line 3"));
+          throw;
+        }
+      },
+      IsaError);
+}
+
+TEST(TextForm, FileReadInPiecesIsTheTextParse) {
+  // Over 8 MiB, so parse_tasm_file reads it in more than one piece and lines straddle the pieces' edges.
+  const std::string text = long_program(60000) + "tensor_copy dst=late, src=x_sb[:, 0, :]";  // no final newline
+  ASSERT_GT(text.size(), size_t{8} << 20);
+  const std::string path = testing::TempDir() + "/trnsim_long_program.tasm";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  const Program from_file = parse_tasm_file(path);
+  const Program from_text = parse_tasm(text, path);
+  std::remove(path.c_str());
+  EXPECT_EQ(from_file.instructions.size(), from_text.instructions.size());
+  EXPECT_EQ(print_tasm(from_file), print_tasm(from_text));
+  EXPECT_EQ(from_file.instructions.back().source_line, from_text.instructions.back().source_line);
 }
 
 }  // namespace
