@@ -15,7 +15,7 @@
 #include "frontend/kernel_executor.h"
 #include "frontend/lowering_support.h"
 #include "frontend/neuron_device.h"
-#include <ATen/CPUGeneratorImpl.h>
+#include "frontend/device/sim_generator.h"
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -92,13 +92,6 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
 
 // ---------------------------------------------------------------------------------------------
 // Generators and hooks
-
-struct SimGenerator : public at::CPUGeneratorImpl {
-  explicit SimGenerator(c10::DeviceIndex index) {
-    device_ = c10::Device(kNeuron, index);
-    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
-  }
-};
 
 // The hooks torch asks for the device's generators, devices and pointers. They own the per-device
 // default generators (torch hands out references to them, so they live as long as the hooks, i.e.

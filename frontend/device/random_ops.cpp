@@ -12,6 +12,7 @@
 #include "frontend/device/device_internal.h"
 #include "frontend/kernel_executor.h"
 #include "frontend/lowering_support.h"
+#include "frontend/device/sim_generator.h"
 #include "frontend/neuron_device.h"
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -21,15 +22,98 @@
 #include "kernels/spec_json.h"
 
 namespace trnsim::frontend {
+
+// ---------------------------------------------------------------------------------------------
+// The device generator (sim_generator.h).
+
+namespace {
+
+// SplitMix64's finaliser: a bijection that spreads nearby seeds and offsets over the 64 bits.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+SimGenerator::SimGenerator(c10::DeviceIndex index)
+    : c10::GeneratorImpl(c10::Device(kNeuron, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+      m_host(at::make_generator<at::CPUGeneratorImpl>()) {
+  set_current_seed(c10::default_rng_seed_val);
+}
+
+void SimGenerator::set_current_seed(uint64_t seed) {
+  m_seed = seed;
+  m_offset = 0;
+  m_host_at_offset = false;
+  restart_host();
+}
+
+void SimGenerator::set_offset(uint64_t offset) {
+  m_offset = offset;
+  m_host_at_offset = false;
+  restart_host();
+}
+
+uint64_t SimGenerator::get_offset() const { return m_offset; }
+uint64_t SimGenerator::current_seed() const { return m_seed; }
+
+uint64_t SimGenerator::seed() {
+  const uint64_t random = c10::detail::getNonDeterministicRandom();
+  set_current_seed(random);
+  return random;
+}
+
+void SimGenerator::restart_host() const {
+  if (m_host_at_offset) return;
+  // Offset 0 is the seed's own stream, the CPU's; any other offset a stream of its own.
+  m_host.set_current_seed(m_offset == 0 ? m_seed : mix64(m_seed ^ mix64(m_offset)));
+  m_host_at_offset = true;
+}
+
+void SimGenerator::advance(uint64_t elements) {
+  m_offset += (elements + 3) / 4 * 4;
+  m_host_at_offset = false;  // the engine has drawn on: it is no longer the offset's fresh stream
+}
+
+void SimGenerator::set_state(const c10::TensorImpl& new_state) {
+  TORCH_CHECK(new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && new_state.numel() == kStateBytes &&
+                  new_state.is_contiguous(),
+              "a neuron generator's state is ", kStateBytes, " uint8 bytes (seed, offset; as CUDA's), got ",
+              new_state.numel(), " elements of ", new_state.dtype().name());
+  uint64_t seed_and_offset[2];
+  std::memcpy(seed_and_offset, new_state.data(), sizeof seed_and_offset);
+  m_seed = seed_and_offset[0];
+  m_offset = seed_and_offset[1];
+  m_host_at_offset = false;
+  restart_host();
+}
+
+c10::intrusive_ptr<c10::TensorImpl> SimGenerator::get_state() const {
+  restart_host();  // so that setting this state again gives the numbers that follow it now
+  at::Tensor state = at::empty({kStateBytes}, at::TensorOptions().dtype(at::kByte));
+  const uint64_t seed_and_offset[2] = {m_seed, m_offset};
+  std::memcpy(state.data_ptr(), seed_and_offset, sizeof seed_and_offset);
+  return state.getIntrusivePtr();
+}
+
+SimGenerator* SimGenerator::clone_impl() const {
+  auto* copy = new SimGenerator(device().index());
+  copy->m_seed = m_seed;
+  copy->m_offset = m_offset;
+  copy->m_host = m_host.clone();
+  copy->m_host_at_offset = m_host_at_offset;
+  return copy;
+}
+
 namespace {
 
 using kernels::UnaryOp;
 
 // ---------------------------------------------------------------------------------------------
-// Random numbers from the device generators. The values: the CPU generator's algorithm (mt19937
-// with PyTorch's transforms) run on the host with the device generator's own state, so the device
-// stream is reproducible from torch.manual_seed and equals what the CPU gives from the same seed.
-// The time: one element-wise pass over the output on the device (a unary kernel, in place); the
+// Random numbers from the device generators: values as sim_generator.h says (the CPU's from a seed). The time: one element-wise pass over the output on the device (a unary kernel, in place); the
 // ISA has no rng instruction yet, so the generation itself is not modelled beyond that pass.
 
 void charge_elementwise_pass(const at::Tensor& self, const std::string& op) {
@@ -49,15 +133,15 @@ at::Tensor& with_device_generator(at::Tensor& self, const std::optional<at::Gene
                                   Fill&& fill) {
   at::Generator gen = generator && generator->defined() ? *generator : default_generator(self.device().index());
   TORCH_CHECK(gen.device().type() == kNeuron, op, ": expected a neuron generator, got one for ", gen.device());
+  auto* device_generator = dynamic_cast<SimGenerator*>(gen.unsafeGetGeneratorImpl());
+  TORCH_CHECK(device_generator, op, ": the neuron generator is not trnsim's");
   if (self.numel() == 0) return self;
   // Timing only: no numbers are drawn (the generator does not advance), the pass is still timed.
   if (values_enabled()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
-    at::Generator cpu = at::make_generator<at::CPUGeneratorImpl>();
-    cpu.set_state(gen.get_state());
     at::Tensor host = host_alias(self);
-    fill(host, cpu);
-    gen.set_state(cpu.get_state());
+    fill(host, device_generator->host_generator());
+    device_generator->advance(uint64_t(self.numel()));
   }
   charge_elementwise_pass(self, op);
   return self;

@@ -496,6 +496,47 @@ def test_tensor_parallel_training_matches_one_process(tmp_path):
     _assert_trains_as_one_process(_run_ranks(tmp_path, world, _tp_body, steps), steps, data_parallel=False)
 
 
+def _dtensor_random_body(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("neuron", (world,))
+    out = {}
+    for attempt in range(2):  # the same seed twice: the same numbers
+        torch.manual_seed(5)
+        sharded = distribute_tensor(torch.zeros(8, 16, device="neuron"), mesh, [Shard(0)])
+        torch.nn.init.uniform_(sharded)  # a DTensor random op: DTensor's RNG tracker sets each shard's offset
+        replicated = distribute_tensor(torch.zeros(4, 6, device="neuron"), mesh, [Replicate()])
+        torch.nn.init.normal_(replicated)
+        # A model parallelised after construction on the device, initialised again through DTensor, with dropout.
+        torch.manual_seed(6)
+        model = parallelize_module(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.5),
+                                                       torch.nn.Linear(32, 4)).to("neuron"),
+                                   mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        torch.nn.init.normal_(model[0].weight)
+        y = model(torch.ones(3, 16, device="neuron"))
+        out[attempt] = {"local": sharded.to_local().cpu(), "full": sharded.full_tensor().cpu(),
+                        "replicated": replicated.to_local().cpu(), "weight": model[0].weight.full_tensor().cpu(),
+                        "y": y.cpu(), "state": torch.neuron.get_rng_state()}
+    return out
+
+
+def test_dtensor_random_ops_shard_the_stream(tmp_path):
+    world = 2
+    results = _run_ranks(tmp_path, world, _dtensor_random_body)
+    for attempt in (0, 1):
+        r0, r1 = results[0][attempt], results[1][attempt]
+        # Each shard draws at its own offset: the shards differ, every rank sees the same whole tensor.
+        assert not torch.equal(r0["local"], r1["local"])
+        assert torch.equal(r0["full"], r1["full"]) and torch.equal(r0["full"][:4], r0["local"])
+        assert r0["full"].min() >= 0 and r0["full"].max() < 1 and r0["full"].unique().numel() == 128
+        assert torch.equal(r0["replicated"], r1["replicated"])
+        assert torch.equal(r0["weight"], r1["weight"]) and torch.equal(r0["y"], r1["y"])
+        assert torch.equal(r0["state"], r1["state"])  # the offsets move together
+        for key in r0:
+            assert torch.equal(r0[key], results[0][1 - attempt][key]), key
+
+
 # --- one process for the whole world ---------------------------------------------------------------
 
 def _step_time_body(rank, world, steps):

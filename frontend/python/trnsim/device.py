@@ -268,7 +268,7 @@ def get_device_name(device=None):
 # gives the CPU's values).
 
 def get_rng_state(device="neuron"):
-    """The device generator's state as a uint8 CPU tensor (like torch.cuda.get_rng_state)."""
+    """The device generator's state: 16 uint8 bytes, (seed, offset) as torch.cuda's Philox state (sim_generator.h)."""
     return torch.frombuffer(bytearray(_C.get_rng_state(_index(device))), dtype=torch.uint8)
 
 
