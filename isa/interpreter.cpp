@@ -1,5 +1,7 @@
 #include "isa/interpreter.h"
 
+#include <algorithm>
+
 #include "isa/control_flow.h"
 #include "isa/isa_error.h"
 #include "isa/semantics/semantics.h"
@@ -88,7 +90,21 @@ void interpret(const Program& program, CoreState& state, const HardwareConfig& c
     walk_control_flow(program, state.registers(), run);
     return;
   }
-  for (size_t i = 0; i < program.instructions.size(); ++i) run(i);
+  const std::vector<Instruction>& instructions = program.instructions;
+  for (size_t i = 0; i < instructions.size();) {
+    // A run of matmuls (a kernel's k-steps into several PSUM banks) is shared among the host threads at once.
+    size_t run_length = 0;
+    while (i + run_length < instructions.size() && instructions[i + run_length].opcode == Opcode::nc_matmul &&
+           !has_dynamic_operand(instructions[i + run_length])) {
+      ++run_length;
+    }
+    const size_t ran = run_length >= 2 ? exec_nc_matmul_run(&instructions[i], run_length, context) : 0;
+    if (ran > 0) {
+      i += ran;
+      continue;
+    }
+    for (size_t end = i + std::max<size_t>(run_length, 1); i < end; ++i) run(i);
+  }
 }
 
 }  // namespace trnsim::isa

@@ -56,4 +56,9 @@ void for_row_ranges(ExecContext& ctx, uint32_t partitions, uint64_t elements, Ro
 #include "isa/instructions.def"
 #undef TRN_INSN
 
+// Consecutive nc_matmul instructions [first, first + count) run as one hand-off to the host threads, with the
+// values and PSUM marks of running them one by one; returns how many it ran (a prefix), 0 when they do not all take
+// the fast path (the caller runs them one by one).
+size_t exec_nc_matmul_run(const Instruction* first, size_t count, ExecContext& ctx);
+
 }  // namespace trnsim::isa

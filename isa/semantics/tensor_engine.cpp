@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <vector>
 
+#include "isa/host_workers.h"
 #include "isa/isa_error.h"
 #include "isa/semantics/semantics.h"
 
@@ -101,8 +104,118 @@ RowMajorD mx_group(const Tile& tile, uint32_t group, uint64_t columns) {
 
 }  // namespace
 
+namespace {
+
+// The fast path of nc_matmul (the common case): fp32 dst rows in PSUM multiplied into where they lie, fp32
+// accumulation as the array does, no staging tile and no second rounding (fp32 -> fp32 is exact). The operands come
+// from SBUF, read where they lie when they are fp32, else converted once into a cached tile.
+struct DirectMatmul {
+  const float* stationary = nullptr;  // [K, M], rows `stationary_stride` floats apart
+  int64_t stationary_stride = 0;
+  const float* moving = nullptr;  // [K, N]
+  int64_t moving_stride = 0;
+  float* out = nullptr;  // [M, N] in PSUM
+  int64_t out_stride = 0;
+  int64_t k = 0, m = 0, n = 0;
+  bool accumulate = false;
+  std::shared_ptr<const Tile> stationary_tile, moving_tile;  // keep converted operands alive
+};
+
+// Whether `inst` takes the fast path: fp32 PSUM dst with contiguous rows, SBUF operands, not transpose or
+// double_row mode, shapes that agree (a disagreement is left to the general path, which reports it). Changes
+// nothing.
+bool direct_matmul_applies(const Instruction& inst, ExecContext& ctx, CoreState::Rows& dst_rows) {
+  if (inst.opcode != Opcode::nc_matmul || inst.scalar("perf_mode") == 1) return false;
+  if (inst.scalar("is_transpose") != 0 && ctx.config.generation >= Generation::trn2) return false;
+  const AccessPattern& dst = inst.tensor("dst");
+  const AccessPattern& stationary = inst.tensor("stationary");
+  const AccessPattern& moving = inst.tensor("moving");
+  if (dst.space != MemorySpace::psum || stationary.space != MemorySpace::sbuf || moving.space != MemorySpace::sbuf) {
+    return false;
+  }
+  if (!ctx.state.rows_in_place(dst, /*for_write=*/false, dst_rows) || !dst_rows.fp32_aligned()) return false;
+  return stationary.partitions() == moving.partitions() && dst.partitions() == stationary.free_elements() &&
+         dst.free_elements() == moving.free_elements();
+}
+
+// An operand as K rows of floats: where it lies when fp32, else (bf16, fp8, ...) the cached fp32 tile.
+void direct_operand(const AccessPattern& ap, ExecContext& ctx, const float*& rows, int64_t& stride,
+                    std::shared_ptr<const Tile>& tile) {
+  CoreState::Rows in_place;
+  if (ctx.state.rows_in_place(ap, /*for_write=*/false, in_place) && in_place.fp32_aligned()) {
+    rows = reinterpret_cast<const float*>(in_place.data);
+    stride = in_place.row_stride_bytes / int64_t(sizeof(float));
+    return;
+  }
+  tile = ctx.read_cached(ap);
+  rows = tile->values.data();
+  stride = int64_t(tile->free);
+}
+
+// Everything but the GEMM, in program order: the operands, the accumulate decision (which reads the PSUM marks the
+// matmuls before it left) and the marks it leaves.
+DirectMatmul plan_direct_matmul(const Instruction& inst, ExecContext& ctx) {
+  DirectMatmul plan;
+  const AccessPattern& dst = inst.tensor("dst");
+  direct_operand(inst.tensor("stationary"), ctx, plan.stationary, plan.stationary_stride, plan.stationary_tile);
+  direct_operand(inst.tensor("moving"), ctx, plan.moving, plan.moving_stride, plan.moving_tile);
+  plan.k = inst.tensor("moving").partitions();
+  plan.m = int64_t(dst.partitions());
+  plan.n = int64_t(dst.free_elements());
+  plan.accumulate = matmul_accumulates(inst, ctx, dst);
+  plan.out = ctx.state.fp32_rows(dst, plan.out_stride);
+  ctx.state.set_psum_accumulating(dst, true);
+  return plan;
+}
+
+// Output columns [begin, end) of one planned matmul. Each output element is one dot product over K in one order
+// whatever the split, so values do not depend on how columns or matmuls are shared among threads.
+void multiply_columns(const DirectMatmul& plan, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  using Out = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
+  using In = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
+  In s(plan.stationary, plan.k, plan.m, Eigen::OuterStride<>(plan.stationary_stride));
+  In x(plan.moving + begin, plan.k, end - begin, Eigen::OuterStride<>(plan.moving_stride));
+  Out out(plan.out + begin, plan.m, end - begin, Eigen::OuterStride<>(plan.out_stride));
+  if (plan.accumulate) {
+    out.noalias() += s.transpose() * x;
+  } else {
+    out.noalias() = s.transpose() * x;
+  }
+}
+
+// A matmul's output columns are computed in fixed chunks, whichever thread takes each: the GEMM's vector and
+// remainder loops meet the columns the same way in every run, so values do not depend on the host's thread count
+// or on how matmuls are grouped. Host tuning, assumed: chunks of at least 256 columns (smaller GEMMs lose more to
+// packing than a second thread gives).
+unsigned column_chunks(const DirectMatmul& plan) { return plan.n >= 512 ? unsigned(plan.n / 256) : 1u; }
+
+void multiply_chunk(const DirectMatmul& plan, unsigned chunk, unsigned chunks) {
+  multiply_columns(plan, plan.n * chunk / chunks, plan.n * (chunk + 1) / chunks);
+}
+
+// Whether two dst row blocks share no byte.
+bool disjoint(const CoreState::Rows& a, const CoreState::Rows& b) {
+  if (a.memory != b.memory) return true;
+  if (a.first_partition + a.partitions <= b.first_partition || b.first_partition + b.partitions <= a.first_partition) {
+    return true;
+  }
+  return a.first_byte + a.row_bytes <= b.first_byte || b.first_byte + b.row_bytes <= a.first_byte;
+}
+
+}  // namespace
+
 void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
+  CoreState::Rows dst_rows;
+  if (direct_matmul_applies(inst, ctx, dst_rows)) {
+    const DirectMatmul plan = plan_direct_matmul(inst, ctx);
+    const unsigned chunks = column_chunks(plan);
+    run_row_ranges(ctx.workers, chunks, chunks > 1, [&](uint32_t first, uint32_t end) {
+      for (uint32_t chunk = first; chunk < end; ++chunk) multiply_chunk(plan, chunk, chunks);
+    });
+    return;
+  }
   const AccessPattern& stationary_ap = inst.tensor("stationary");
   const AccessPattern& moving_ap = inst.tensor("moving");
   bool double_row = inst.scalar("perf_mode") == 1;
@@ -119,38 +232,6 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
   }
   bool transpose_mode = inst.scalar("is_transpose") != 0 && ctx.config.generation >= Generation::trn2;
   bool accumulate = matmul_accumulates(inst, ctx, dst);
-  int64_t row_stride = 0;
-  float* rows = transpose_mode || double_row ? nullptr : ctx.state.fp32_rows(dst, row_stride);
-  if (rows) {
-    // Fast path (the common fp32 PSUM tile): multiply straight into PSUM, accumulating in fp32 as
-    // the array does; no staging tile, no second rounding (fp32 -> fp32 is exact).
-    // Columns are split among host threads; each output element is still one dot product over K
-    // in one order, so the values do not depend on the number of threads.
-    using Strided = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
-    using Matrix = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
-    Eigen::Map<const RowMajor> s(stationary.values.data(), stationary.partitions, m);
-    unsigned parts = ctx.workers && n >= 256 ? std::min<unsigned>(ctx.workers->size(), unsigned(n / 128)) : 1;
-    auto multiply = [&](unsigned part) {
-      int64_t begin = int64_t(n) * part / parts, end = int64_t(n) * (part + 1) / parts;
-      if (begin == end) return;
-      Strided out(rows + begin, m, end - begin, Eigen::OuterStride<>(row_stride));
-      Matrix x(moving.values.data() + begin, moving.partitions, end - begin, Eigen::OuterStride<>(int64_t(n)));
-      if (accumulate) {
-        out.noalias() += s.transpose() * x;
-      } else {
-        out.noalias() = s.transpose() * x;
-      }
-    };
-    if (parts > 1) {
-      ctx.workers->run([&](unsigned part) {
-        if (part < parts) multiply(part);
-      });
-    } else {
-      multiply(0);
-    }
-    ctx.state.set_psum_accumulating(dst, true);
-    return;
-  }
   Tile result(static_cast<uint32_t>(m), n);
   if (transpose_mode) {
     // v3+ transpose mode is bit-accurate: the stationary tile lands transposed (A-V3), NaN/Inf intact.
@@ -166,6 +247,53 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
     }
   }
   write_matmul_result(ctx, dst, result, accumulate);
+}
+
+size_t exec_nc_matmul_run(const Instruction* first, size_t count, ExecContext& ctx) {
+  // Host tuning, assumed: a run's matmuls share one hand-off to the threads (one per matmul cost more than the
+  // second thread gave); 64 bounds the converted operand tiles a run holds at once.
+  constexpr size_t kMaxRun = 64;
+  count = std::min(count, kMaxRun);
+  if (count < 2 || !ctx.workers || ctx.workers->size() < 2) return 0;
+  std::vector<CoreState::Rows> dst_rows(count);
+  bool all_disjoint = true;
+  for (size_t i = 0; i < count; ++i) {
+    if (!direct_matmul_applies(first[i], ctx, dst_rows[i])) return 0;
+    for (size_t j = 0; j < i; ++j) {
+      if (disjoint(dst_rows[i], dst_rows[j])) continue;
+      // Overlapping dsts must be the same block (an accumulation chain): a column split then keeps each element's
+      // updates on one thread, in program order. Any other overlap runs one matmul at a time.
+      if (!(first[i].tensor("dst") == first[j].tensor("dst"))) return 0;
+      all_disjoint = false;
+    }
+  }
+  std::vector<DirectMatmul> plans;
+  plans.reserve(count);
+  for (size_t i = 0; i < count; ++i) plans.push_back(plan_direct_matmul(first[i], ctx));
+  struct Unit {
+    uint32_t matmul, chunk, chunks;
+  };
+  std::vector<Unit> units;
+  for (uint32_t i = 0; i < count; ++i) {
+    const unsigned chunks = column_chunks(plans[i]);
+    for (uint32_t c = 0; c < chunks; ++c) units.push_back({i, c, chunks});
+  }
+  const unsigned threads = ctx.workers->size();
+  ctx.workers->run([&](unsigned part) {
+    if (all_disjoint) {
+      // Contiguous units per thread: a thread keeps one matmul's operands in cache.
+      for (size_t u = units.size() * part / threads; u < units.size() * (part + 1) / threads; ++u) {
+        multiply_chunk(plans[units[u].matmul], units[u].chunk, units[u].chunks);
+      }
+    } else {
+      // An accumulation chain's matmuls have one dst and so the same chunks: chunk c of all of them is this
+      // thread's when c % threads == part, taken in program order.
+      for (const Unit& unit : units) {
+        if (unit.chunk % threads == part) multiply_chunk(plans[unit.matmul], unit.chunk, unit.chunks);
+      }
+    }
+  });
+  return count;
 }
 
 // Each value is dequantized by its group's scale. Within a group the 32 products are exact in double and summed

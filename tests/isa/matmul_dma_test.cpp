@@ -104,6 +104,75 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
                                            MatmulCase{2, 128, 128, DType::fp32}, MatmulCase{1, 1, 1, DType::fp16},
                                            MatmulCase{4, 64, 500, DType::fp8_e4m3}));
 
+// Runs of consecutive matmuls are shared among the host threads in one hand-off (isa/interpreter.cpp): into
+// disjoint PSUM banks, as accumulation chains into one bank, with fp32 operands read where they lie and bf16 ones
+// converted; a run with partially overlapping dsts is run one matmul at a time. The PSUM bits must not depend on
+// the thread count, and must be the double reference's within fp32 accumulation error.
+TEST(Matmul, RunsOfMatmulsGiveTheSameBitsOnAnyNumberOfHostThreads) {
+  auto psum_bits = [](unsigned host_threads, bool overlapping) {
+    ProgramBuilder b("runs", Generation::trn2);
+    const uint32_t w = b.sbuf("w", DType::fp32, {128, 256});
+    const uint32_t x = b.sbuf("x", DType::fp32, {128, 2048});
+    const uint32_t xb = b.sbuf("xb", DType::bf16, {128, 512});
+    const uint32_t acc = b.psum("acc", DType::fp32, {128, 8, 512});
+    auto bank = [&](uint32_t i, uint32_t begin = 0, uint32_t end = 512) {
+      return b.view(acc, {Slice::all(), Slice::index(i), Slice::range(begin, end)});
+    };
+    auto mm = [&](const AccessPattern& dst, const AccessPattern& stationary, const AccessPattern& moving, bool add) {
+      b.emit(Opcode::nc_matmul).tensor("dst", dst).tensor("stationary", stationary).tensor("moving", moving)
+          .word("accumulate", add ? "true" : "false");
+    };
+    const AccessPattern w0 = b.view(w, {Slice::all(), Slice::range(0, 128)});
+    const AccessPattern w1 = b.view(w, {Slice::all(), Slice::range(128, 256)});
+    // Four matmuls into four banks, then a chain of three into bank 4 (bf16 moving), then one of 384 columns.
+    for (uint32_t i = 0; i < 4; ++i) mm(bank(i), i % 2 ? w1 : w0, b.view(x, {Slice::all(), Slice::range(512 * i, 512 * (i + 1))}), false);
+    for (uint32_t i = 0; i < 3; ++i) mm(bank(4), i % 2 ? w0 : w1, b.view(xb), i > 0);
+    mm(bank(5, 0, 384), w0, b.view(x, {Slice::all(), Slice::range(100, 484)}), false);
+    if (overlapping) {
+      mm(bank(6, 0, 256), w0, b.view(x, {Slice::all(), Slice::range(0, 256)}), false);
+      mm(bank(6, 128, 384), w1, b.view(x, {Slice::all(), Slice::range(256, 512)}), true);
+    }
+    Program program = b.finish();
+    CoreState state(trn2().core, program);
+    auto set = [&](uint32_t allocation, uint32_t seed) {
+      const AccessPattern ap = full_allocation(program, allocation);
+      Tile tile(ap.partitions(), ap.free_elements());
+      tile.values = random_values(tile.values.size(), ap.dtype, seed);
+      state.write(ap, tile);
+    };
+    set(w, 11);
+    set(x, 12);
+    set(xb, 13);
+    InterpreterOptions options;
+    options.host_threads = host_threads;
+    interpret(program, state, trn2(), options);
+    AccessPattern raw = full_allocation(program, acc);
+    const Tile values = state.read(raw);
+    std::vector<uint32_t> bits;
+    for (float v : values.values) bits.push_back(numerics::float_bits(v));
+    // Bank 4 against the double reference: w1.T @ xb + w0.T @ xb + w1.T @ xb.
+    const Tile wt = state.read(full_allocation(program, w)), xt = state.read(full_allocation(program, xb));
+    for (uint32_t i = 0; i < 128; i += 17) {
+      for (uint32_t j = 0; j < 512; j += 31) {
+        double exact = 0, magnitude = 0;
+        for (uint32_t k = 0; k < 128; ++k) {
+          const double term = (2.0 * wt.at(k, 128 + i) + wt.at(k, i)) * xt.at(k, j);
+          exact += term;
+          magnitude += std::fabs(term);
+        }
+        EXPECT_NEAR(values.at(i, 4 * 512 + j), exact, 1e-6 * 3 * 128 * magnitude + 1e-30) << i << "," << j;
+      }
+    }
+    return bits;
+  };
+  for (bool overlapping : {false, true}) {
+    SCOPED_TRACE(overlapping ? "with overlapping dsts" : "");
+    const std::vector<uint32_t> one = psum_bits(1, overlapping);
+    EXPECT_EQ(psum_bits(2, overlapping), one);
+    EXPECT_EQ(psum_bits(3, overlapping), one);
+  }
+}
+
 TEST(Matmul, AccumulateAutoOverwritesAfterPsumIsRead) {
   ProgramBuilder b("auto", Generation::trn2);
   uint32_t w = b.sbuf("w", DType::fp32, {1, 1});
