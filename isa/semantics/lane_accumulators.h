@@ -55,8 +55,9 @@ inline float accumulate_row(AccumulatorCommand command, AluOp op, float reg, con
 // accumulate_row over rows [0, rows) at once (row r at values + r * row_stride, its register regs[r]).
 inline void accumulate_rows(AccumulatorCommand command, AluOp op, float* regs, const float* values, size_t rows,
                             size_t row_stride, uint64_t count) {
-  if (command.reset && !command.fold) std::fill(regs, regs + rows, reduction_identity(op));
-  if (command.fold) fold_alu_rows(op, values, rows, row_stride, count, regs, /*from_first=*/command.reset);
+  // Nothing to fold leaves a reset register at the identity, as accumulate_row does.
+  if (command.reset && (!command.fold || count == 0)) std::fill(regs, regs + rows, reduction_identity(op));
+  if (command.fold && count > 0) fold_alu_rows(op, values, rows, row_stride, count, regs, /*from_first=*/command.reset);
 }
 
 // The registers of `partitions` lanes as the [P, 1] tile reduce_res reads out.

@@ -63,11 +63,24 @@ void activate(const Instruction& inst, ExecContext& ctx, AccumulatorCommand comm
 
   ElementwiseRows rows;
   if (rows.init(ctx, dst, {&data_ap})) {
+    // An fp32 dst holds the fp32 results themselves: the lanes' folds then run afterwards over its rows, several
+    // rows' chains at once (each row still folded in element order), instead of one latency-bound chain per row.
+    CoreState::Rows dst_rows;
+    const bool fold_after = uses_registers && ctx.state.rows_in_place(dst, /*for_write=*/false, dst_rows) &&
+                            dst_rows.fp32_aligned();
     rows.for_rows(ctx, [&](uint32_t p, float* out, const float* const* in, size_t n) {
       apply_activation_rows(func, in[0], out, n, scale[p], has_bias ? &bias[p] : nullptr, alpha);
       // NKI's pseudo code reduces `output = op(...)` in fp32, before dst's cast; each lane has its own register.
-      if (uses_registers) acc[p] = accumulate_row(command, reduce_op, acc[p], out, n);
+      if (uses_registers && !fold_after) acc[p] = accumulate_row(command, reduce_op, acc[p], out, n);
     });
+    if (fold_after) {
+      const auto* values = reinterpret_cast<const float*>(dst_rows.data);
+      const size_t row_stride = size_t(dst_rows.row_stride_bytes) / sizeof(float);
+      const uint64_t n = dst.free_elements();
+      for_row_ranges(ctx, partitions, uint64_t{partitions} * n, [&](uint32_t first, uint32_t end) {
+        accumulate_rows(command, reduce_op, acc + first, values + first * row_stride, end - first, row_stride, n);
+      });
+    }
     if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, partitions));
     return;
   }

@@ -165,7 +165,7 @@ void accumulate_selection(const Instruction& inst, ExecContext& ctx, const Acces
   check_reduction(reduce_op);
   if (has_res) check_shape("reduce_res", inst.tensor("reduce_res"), out.partitions, 1);
   float* acc = lane_accumulators(ctx, lanes);
-  for (uint32_t p = 0; p < out.partitions; ++p) acc[p] = accumulate_row(command, reduce_op, acc[p], out.row(p), out.free);
+  accumulate_rows(command, reduce_op, acc, out.values.data(), out.partitions, out.free, out.free);
   if (has_res) ctx.write(inst.tensor("reduce_res"), register_tile(acc, out.partitions));
 }
 

@@ -191,10 +191,14 @@ TEST(AccumulatorTest, SelectReduceLeavesItsReductionInTheRegisters) {
 // activation's reduce_cmd (NKI 0.7; nki-library's router_topk passes reset_reduce): reduce folds onto the registers
 // an earlier activation left, idle leaves them and reduce_res reads them back, reset sets reduce_op's identity, and
 // the default (auto) with reduce_res is the instruction's own reduction, as before reduce_cmd existed.
-TEST(AccumulatorTest, ActivationReduceCmdDrivesTheScalarRegisters) {
-  const uint32_t P = 4, F = 3;
+// A bf16 dst folds each row as it is computed; an fp32 dst is folded after the rows, eight rows' chains at once
+// (20 rows: two groups of eight and four left over), with the same values.
+class ActivationReduceCmd : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ActivationReduceCmd, DrivesTheScalarRegisters) {
+  const uint32_t P = 20, F = 3;
   Kernel k;
-  auto data = k.tensor(DType::fp32, {P, F}), data2 = k.tensor(DType::fp32, {P, F}), dst = k.tensor(DType::bf16, {P, F});
+  auto data = k.tensor(DType::fp32, {P, F}), data2 = k.tensor(DType::fp32, {P, F}), dst = k.tensor(GetParam(), {P, F});
   std::vector<AccessPattern> res;
   for (int i = 0; i < 6; ++i) res.push_back(k.tensor(DType::fp32, {P, 1}));
   auto act = [&](const AccessPattern& in, const char* cmd, const AccessPattern* out, const char* op = "add") {
@@ -213,6 +217,10 @@ TEST(AccumulatorTest, ActivationReduceCmdDrivesTheScalarRegisters) {
   k.build();
   std::vector<float> a = {1.0f / 3, 1, 2, -1, -2, -3, 0.5f, 0.25f, 0.125f, 10, 20, 30};
   std::vector<float> b = {0.1f, 0.2f, 0.3f, 4, 5, 6, -7, 8, -9, 1e-3f, 1e-4f, 1e-5f};
+  for (uint32_t i = 12; i < P * F; ++i) {
+    a.push_back(std::ldexp(float(int(i * 37 % 23) - 11) / 3.0f, int(i % 7) - 3));
+    b.push_back(std::ldexp(float(int(i * 53 % 19) - 9) / 7.0f, int(i % 5) - 2));
+  }
   k.set(data, a);
   k.set(data2, b);
   k.run();
@@ -231,10 +239,13 @@ TEST(AccumulatorTest, ActivationReduceCmdDrivesTheScalarRegisters) {
   expect_exact(k.get(res[0]), sums, "auto with reduce_res");
   expect_exact(k.get(res[1]), once, "reduce");
   expect_exact(k.get(res[2]), twice, "idle after a second reduce");
-  expect_exact(k.get(res[3]), {0, 0, 0, 0}, "reset");
+  expect_exact(k.get(res[3]), std::vector<float>(P, 0.0f), "reset");
   expect_exact(k.get(res[4]), maxima, "reset_reduce maximum");
   expect_exact(k.get(res[5]), maxima, "idle leaves them");
 }
+
+INSTANTIATE_TEST_SUITE_P(DstDtypes, ActivationReduceCmd, ::testing::Values(DType::bf16, DType::fp32),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 TEST(AccumulatorTest, RangeSelectReduceCmdContinuesAcrossTiles) {
   // nki-library's attention_cte masks score tiles with range_select(reduce_cmd=reset_reduce, reduce_res=...): a
