@@ -31,11 +31,27 @@ RowMajor contraction_matrix(const Tile& tile, bool double_row, uint64_t free) {
   return m;
 }
 
+// out[f * out_stride + p] = in[p * in_stride + f] for p < partitions, f < free, in square blocks so that both
+// sides are walked a few cache lines at a time.
+void transpose_floats(const float* in, int64_t in_stride, float* out, int64_t out_stride, uint64_t partitions,
+                      uint64_t free) {
+  constexpr uint64_t kBlock = 16;
+  for (uint64_t p0 = 0; p0 < partitions; p0 += kBlock) {
+    const uint64_t p1 = std::min(partitions, p0 + kBlock);
+    for (uint64_t f0 = 0; f0 < free; f0 += kBlock) {
+      const uint64_t f1 = std::min(free, f0 + kBlock);
+      for (uint64_t p = p0; p < p1; ++p) {
+        const float* row = in + int64_t(p) * in_stride;
+        for (uint64_t f = f0; f < f1; ++f) out[int64_t(f) * out_stride + int64_t(p)] = row[f];
+      }
+    }
+  }
+}
+
 Tile transposed(const Tile& in) {
   Tile out(static_cast<uint32_t>(in.free), in.partitions);
-  for (uint32_t p = 0; p < in.partitions; ++p) {
-    for (uint64_t f = 0; f < in.free; ++f) out.at(static_cast<uint32_t>(f), p) = in.at(p, f);
-  }
+  transpose_floats(in.values.data(), int64_t(in.free), out.values.data(), int64_t(in.partitions), in.partitions,
+                   in.free);
   return out;
 }
 
@@ -341,7 +357,8 @@ void exec_nc_matmul_mx(const Instruction& inst, ExecContext& ctx) {
 
 void exec_nc_transpose(const Instruction& inst, ExecContext& ctx) {
   const AccessPattern& dst = inst.tensor("dst");
-  Tile data = ctx.read(inst.tensor("data"));
+  const AccessPattern& data_ap = inst.tensor("data");
+  Tile data = ctx.read(data_ap);
   if (dst.partitions() != data.free || dst.free_elements() != data.partitions) {
     throw IsaError("dst must be [" + std::to_string(data.free) + ", " + std::to_string(data.partitions) +
                    "] to hold data.T");

@@ -227,6 +227,39 @@ TEST(Matmul, TransposeModeIsBitExactWithNanAndInf) {
   }
 }
 
+// nc_transpose moves every value unchanged to its transposed place, for shapes that are not multiples of the
+// blocks the interpreter transposes in, on the Tensor engine (into PSUM) and the Vector engine (32 x 32).
+TEST(Transpose, NcTransposeMovesEveryValueToItsTransposedPlace) {
+  struct Case {
+    uint32_t partitions, free;
+    const char* engine;
+  };
+  for (const Case& c : {Case{128, 128, "tensor"}, Case{100, 37, "tensor"}, Case{5, 128, "tensor"}, Case{32, 32, "vector"},
+                        Case{19, 7, "vector"}}) {
+    SCOPED_TRACE(std::to_string(c.partitions) + "x" + std::to_string(c.free) + " on " + c.engine);
+    ProgramBuilder b("transpose", Generation::trn2);
+    const uint32_t in = b.sbuf("in", DType::fp32, {c.partitions, c.free});
+    const bool on_tensor = std::string(c.engine) == "tensor";
+    const uint32_t out = on_tensor ? b.psum("out", DType::fp32, {c.free, c.partitions})
+                                   : b.sbuf("out", DType::fp32, {c.free, c.partitions});
+    b.emit(Opcode::nc_transpose).tensor("dst", b.view(out)).tensor("data", b.view(in)).on(on_tensor ? Engine::tensor : Engine::vector);
+    Program program = b.finish();
+    CoreState state(trn2().core, program);
+    Tile values(c.partitions, c.free);
+    for (size_t i = 0; i < values.values.size(); ++i) values.values[i] = float(i) * 0.25f - 7.0f;
+    values.values[3] = NAN;
+    values.values[4] = -0.0f;
+    state.write(full_allocation(program, in), values);
+    interpret(program, state, trn2());
+    const Tile t = state.read(full_allocation(program, out));
+    for (uint32_t p = 0; p < c.partitions; ++p) {
+      for (uint32_t f = 0; f < c.free; ++f) {
+        ASSERT_EQ(numerics::float_bits(t.at(f, p)), numerics::float_bits(values.at(p, f))) << p << "," << f;
+      }
+    }
+  }
+}
+
 TEST(Dma, CastsThroughFp32WithRoundToNearestEven) {
   ProgramBuilder b("cast", Generation::trn2);
   uint32_t src = b.hbm("src", DType::fp32, {2, 4}, AllocationRole::input);
