@@ -31,6 +31,11 @@ bool writes_outputs_whole(const Instruction& inst) {
       return true;
     case Opcode::dma_copy:
       return inst.enum_is("dst_rmw_op", "none") && inst.enum_is("oob_mode", "error");
+    case Opcode::nc_matmul:
+    case Opcode::nc_matmul_mx:
+      // accumulate=false overwrites dst; true and auto (which adds where an earlier matmul left PSUM accumulating)
+      // count as reading it.
+      return inst.enum_is("accumulate", "false");
     default:
       return false;
   }
@@ -77,7 +82,29 @@ bool reads_only_own_writes(const Program& program) {
       });
       if (!covered) return false;
     }
-    for (const Box& box : outputs) {
+    for (Box box : outputs) {
+      // A box that continues a written one (same partitions and touching bytes, or same bytes and touching
+      // partitions) joins it, so that a tile written in pieces (bn_stats per chunk, a transpose per block) covers a
+      // read of the whole tile; the union of two such boxes is exactly their bytes.
+      for (bool joined = true; joined;) {
+        joined = false;
+        for (size_t i = 0; i < written.size(); ++i) {
+          const Box& w = written[i];
+          if (w.memory != box.memory) continue;
+          const bool same_partitions = w.first_partition == box.first_partition && w.end_partition == box.end_partition;
+          const bool same_bytes = w.first_byte == box.first_byte && w.end_byte == box.end_byte;
+          const bool bytes_touch = w.first_byte <= box.end_byte && box.first_byte <= w.end_byte;
+          const bool partitions_touch = w.first_partition <= box.end_partition && box.first_partition <= w.end_partition;
+          if ((same_partitions && bytes_touch) || (same_bytes && partitions_touch)) {
+            box = Box{box.memory, std::min(w.first_partition, box.first_partition),
+                      std::max(w.end_partition, box.end_partition), std::min(w.first_byte, box.first_byte),
+                      std::max(w.end_byte, box.end_byte)};
+            written.erase(written.begin() + std::ptrdiff_t(i));
+            joined = true;
+            break;
+          }
+        }
+      }
       if (written.size() < kMaxWrites) written.push_back(box);
     }
   }

@@ -221,6 +221,30 @@ TEST(ReadsOnlyOwnWrites, TellsProgramsThatReadOnlyWhatTheyWroteFromOnesThatCould
   EXPECT_FALSE(reads_only_own_writes(parse("tensor_copy dst=a, src=a\n")));
 }
 
+// A tile written in pieces that together make a box (the two halves of its bytes, of its partitions) covers a read of
+// the whole; pieces with a gap, or an L of two pieces, do not. A matmul with accumulate=false writes its dst; true and
+// auto read it.
+TEST(ReadsOnlyOwnWrites, PiecesThatMakeABoxCoverIt) {
+  EXPECT_TRUE(reads_only_own_writes(parse("memset dst=a[:, 0:32], value=1\nmemset dst=a[:, 32:64], value=2\n"
+                                          "dma_copy dst=y, src=a\n")));
+  EXPECT_TRUE(reads_only_own_writes(parse("memset dst=a[64:128, :], value=1\nmemset dst=a[0:64, :], value=2\n"
+                                          "dma_copy dst=y, src=a\n")));
+  // Four quarters, joined two by two and then the halves.
+  EXPECT_TRUE(reads_only_own_writes(parse("memset dst=a[0:64, 0:32], value=1\nmemset dst=a[64:128, 32:64], value=1\n"
+                                          "memset dst=a[0:64, 32:64], value=1\nmemset dst=a[64:128, 0:32], value=1\n"
+                                          "dma_copy dst=y, src=a\n")));
+  EXPECT_FALSE(reads_only_own_writes(parse("memset dst=a[:, 0:16], value=1\nmemset dst=a[:, 32:64], value=2\n"
+                                           "dma_copy dst=y, src=a\n")));
+  EXPECT_FALSE(reads_only_own_writes(parse("memset dst=a[:, 0:32], value=1\nmemset dst=a[0:64, 32:64], value=2\n"
+                                           "dma_copy dst=y[0:128, 0:48], src=a[:, 0:48]\n")));
+  const std::string mm = "dma_copy dst=a, src=x\nnc_matmul dst=acc[0:64, :], stationary=a, moving=a, accumulate=";
+  EXPECT_TRUE(reads_only_own_writes(parse(mm + "false\ntensor_copy dst=b[0:64, :], src=acc[0:64, :]\n")));
+  EXPECT_TRUE(reads_only_own_writes(parse(mm + "false\n" + "nc_matmul dst=acc[0:64, :], stationary=a, moving=a, accumulate=true\n")));
+  EXPECT_FALSE(reads_only_own_writes(parse(mm + "false\ntensor_copy dst=b, src=acc\n")));  // rows 64..127 unwritten
+  EXPECT_FALSE(reads_only_own_writes(parse(mm + "true\n")));
+  EXPECT_FALSE(reads_only_own_writes(parse(mm + "auto\n")));
+}
+
 TEST(OverwritesWhole, OnlyPlainWritesThatCoverEveryElementAndNoReadCount) {
   const uint32_t y = 1;  // x, y, a, b, acc
   auto whole = [&](std::initializer_list<const char*> bodies) {
