@@ -1,11 +1,32 @@
 #include "isa/host_workers.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include <unistd.h>
 
 namespace trnsim::isa {
+namespace {
+
+// Host tuning, assumed: how long a thread watches before it sleeps. Long enough to span the gap between two
+// instructions' tasks, short enough that a loaded machine loses little to it.
+constexpr auto kWatch = std::chrono::microseconds(20);
+
+// Spins until done() or kWatch has passed; true when done().
+template <class Done>
+bool watch(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + kWatch;
+  for (unsigned i = 0;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 63 && std::chrono::steady_clock::now() >= until) return done();
+  }
+}
+
+}  // namespace
 
 HostWorkers::HostWorkers(unsigned threads) {
   if (threads == 0) {
@@ -49,6 +70,7 @@ void HostWorkers::run(const std::function<void(unsigned)>& task) {
   }
   crew.wake.notify_all();
   task(0);
+  watch([&] { return crew.pending.load(std::memory_order_acquire) == 0; });
   std::unique_lock<std::mutex> lock(crew.mutex);
   crew.done.wait(lock, [&] { return crew.pending == 0; });
   crew.task = nullptr;
@@ -58,6 +80,7 @@ void HostWorkers::worker_loop(Crew* crew, unsigned index) {
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(unsigned)>* task = nullptr;
+    watch([&] { return crew->stop.load(std::memory_order_acquire) || crew->generation.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(crew->mutex);
       crew->wake.wait(lock, [&] { return crew->stop || crew->generation != seen; });

@@ -1,11 +1,14 @@
 // A few host threads for the interpreter's hot loops (the matmul GEMM). The caller works too,
 // and threads sleep on a condition variable between tasks: on a shared machine a spinning pool
-// (OpenMP's default) was 20x slower under load. Work is split so that every output element is
+// (OpenMP's default) was 20x slower under load. They watch for the next task (and the caller for
+// the last finisher) for a few microseconds before sleeping, since an op's instructions hand out
+// tasks back to back and a wake-up through the kernel costs more than that. Work is split so that every output element is
 // computed by exactly one thread in the same order, so results do not depend on the thread count.
 // Threads start on the first run(), so a pool that never runs a task (an element-wise op) costs nothing, and one
 // pool can serve many simulations (the PyTorch device keeps one for all its ops).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -40,9 +43,10 @@ class HostWorkers {
     std::condition_variable wake;
     std::condition_variable done;
     const std::function<void(unsigned)>* task = nullptr;
-    uint64_t generation = 0;
-    unsigned pending = 0;
-    bool stop = false;
+    // Written under `mutex`; atomic so that a thread can watch them for a moment before it sleeps.
+    std::atomic<uint64_t> generation{0};
+    std::atomic<unsigned> pending{0};
+    std::atomic<bool> stop{false};
     std::vector<std::thread> threads;
   };
   static void worker_loop(Crew* crew, unsigned index);
