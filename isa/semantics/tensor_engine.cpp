@@ -118,10 +118,6 @@ RowMajorD mx_group(const Tile& tile, uint32_t group, uint64_t columns) {
   return m;
 }
 
-}  // namespace
-
-namespace {
-
 // The fast path of nc_matmul (the common case): fp32 dst rows in PSUM multiplied into where they lie, fp32
 // accumulation as the array does, no staging tile and no second rounding (fp32 -> fp32 is exact). The operands come
 // from SBUF, read where they lie when they are fp32, else converted once into a cached tile.
@@ -184,8 +180,8 @@ DirectMatmul plan_direct_matmul(const Instruction& inst, ExecContext& ctx) {
   return plan;
 }
 
-// Output columns [begin, end) of one planned matmul. Each output element is one dot product over K in one order
-// whatever the split, so values do not depend on how columns or matmuls are shared among threads.
+// Output columns [begin, end) of one planned matmul: one chunk (column_chunks), so that every run splits a matmul
+// the same way.
 void multiply_columns(const DirectMatmul& plan, int64_t begin, int64_t end) {
   if (begin >= end) return;
   using Out = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
