@@ -112,6 +112,14 @@ class CoreState {
     bool fp32_aligned() const {
       return dtype == DType::fp32 && reinterpret_cast<uintptr_t>(data) % 4 == 0 && row_stride_bytes % 4 == 0;
     }
+    // Whether these rows and `other` share no byte.
+    bool disjoint_from(const Rows& other) const {
+      auto meet = [](uint64_t first_a, uint64_t count_a, uint64_t first_b, uint64_t count_b) {
+        return first_a < first_b + count_b && first_b < first_a + count_a;
+      };
+      return memory != other.memory || !meet(first_partition, partitions, other.first_partition, other.partitions) ||
+             !meet(first_byte, row_bytes, other.first_byte, other.row_bytes);
+    }
   };
   // False (nothing changed) where `ap` is not such an operand. `for_write` records the write as write() does
   // (version, written range); PSUM accumulation marks are the caller's, as with read()/write(). Bounds are checked.

@@ -517,8 +517,8 @@ class TasmParser {
   Program finish() { return m_builder.finish(); }
 
  private:
-  // Lines per batch: enough to keep the threads busy between hand-offs, few enough that the set-aside lines'
-  // copies stay a few MiB.
+  // Host tuning, assumed. Lines per batch: enough to keep the threads busy between hand-offs, few enough that the
+  // set-aside lines (16 bytes each) and their errors stay small.
   static constexpr size_t kBatchLines = 65536;
   // Below this many lines a batch is parsed on the calling thread (waking threads costs more).
   static constexpr size_t kThreadedBatchLines = 8192;

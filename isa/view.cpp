@@ -2,6 +2,7 @@
 
 #include <array>
 #include <stdexcept>
+#include <string>
 
 namespace trnsim::isa {
 namespace {
@@ -52,7 +53,15 @@ AccessPattern slice_allocation(const Program& program, uint32_t allocation, cons
     }
     int64_t stride = strides[d - first_free];
     ap.offset += s.start * stride;
-    if (!s.is_index) dims[kept++] = ApDim{stride * s.step, static_cast<uint32_t>(count)};
+    if (!s.is_index) {
+      int64_t step_stride = 0;
+      if (__builtin_mul_overflow(stride, s.step, &step_stride) || step_stride < kMinApStride ||
+          step_stride > kMaxApStoredStride) {
+        fail(a, "dimension " + std::to_string(d) + ": a step of " + std::to_string(s.step) + " over a stride of " +
+                    std::to_string(stride) + " elements is beyond the 2^31 an access pattern holds");
+      }
+      dims[kept++] = ApDim{step_stride, static_cast<uint32_t>(count)};
+    }
   }
   size_t first_kept = 0;
   if (!on_chip) {

@@ -47,13 +47,11 @@ SimGenerator::SimGenerator(c10::DeviceIndex index)
 void SimGenerator::set_current_seed(uint64_t seed) {
   m_seed = seed;
   m_offset = 0;
-  m_host_at_offset = false;
   restart_host();
 }
 
 void SimGenerator::set_offset(uint64_t offset) {
   m_offset = offset;
-  m_host_at_offset = false;
   restart_host();
 }
 
@@ -67,7 +65,6 @@ uint64_t SimGenerator::seed() {
 }
 
 void SimGenerator::restart_host() const {
-  if (m_host_at_offset) return;
   // Offset 0 is the seed's own stream, the CPU's; any other offset a stream of its own.
   m_host.set_current_seed(m_offset == 0 ? m_seed : mix64(m_seed ^ mix64(m_offset)));
   m_host_at_offset = true;
@@ -87,12 +84,11 @@ void SimGenerator::set_state(const c10::TensorImpl& new_state) {
   std::memcpy(seed_and_offset, new_state.data(), sizeof seed_and_offset);
   m_seed = seed_and_offset[0];
   m_offset = seed_and_offset[1];
-  m_host_at_offset = false;
   restart_host();
 }
 
 c10::intrusive_ptr<c10::TensorImpl> SimGenerator::get_state() const {
-  restart_host();  // so that setting this state again gives the numbers that follow it now
+  if (!m_host_at_offset) restart_host();  // so that setting this state again gives the numbers that follow it now
   at::Tensor state = at::empty({kStateBytes}, at::TensorOptions().dtype(at::kByte));
   const uint64_t seed_and_offset[2] = {m_seed, m_offset};
   std::memcpy(state.data_ptr(), seed_and_offset, sizeof seed_and_offset);

@@ -41,7 +41,7 @@ class SimGenerator final : public c10::GeneratorImpl {
 
  private:
   SimGenerator* clone_impl() const override;
-  // m_host := mt19937 for (m_seed, m_offset), unless it is there already (no draw since).
+  // m_host := the fresh engine of (m_seed, m_offset).
   void restart_host() const;
 
   uint64_t m_seed = 0;
@@ -49,7 +49,7 @@ class SimGenerator final : public c10::GeneratorImpl {
   // Mutable: reading the state restarts the host engine at the offset read (see above), which changes no
   // number the state names.
   mutable at::Generator m_host;
-  mutable bool m_host_at_offset = true;
+  mutable bool m_host_at_offset = true;  // no draw since restart_host (get_state need not restart it)
 };
 
 }  // namespace trnsim::frontend

@@ -3,15 +3,6 @@
 namespace trnsim::isa {
 namespace {
 
-bool ranges_meet(uint64_t first_a, uint64_t count_a, uint64_t first_b, uint64_t count_b) {
-  return first_a < first_b + count_b && first_b < first_a + count_a;
-}
-
-bool disjoint(const CoreState::Rows& a, const CoreState::Rows& b) {
-  return a.memory != b.memory || !ranges_meet(a.first_partition, a.partitions, b.first_partition, b.partitions) ||
-         !ranges_meet(a.first_byte, a.row_bytes, b.first_byte, b.row_bytes);
-}
-
 bool same_elements(const CoreState::Rows& a, const CoreState::Rows& b) {
   return a.memory == b.memory && a.first_partition == b.first_partition && a.first_byte == b.first_byte &&
          a.dtype == b.dtype;
@@ -36,7 +27,7 @@ bool ElementwiseRows::init(ExecContext& ctx, const AccessPattern& dst,
   for (size_t k = 0; k < m_sources; ++k) {
     const CoreState::Rows& s = m_src[k];
     if (s.partitions != probe.partitions || s.row_bytes / dtype_size_bytes(s.dtype) != m_free) return false;
-    if (disjoint(probe, s)) continue;
+    if (probe.disjoint_from(s)) continue;
     if (same_elements(probe, s) && s.fp32_aligned()) continue;  // element i read, then written
     m_direct_out = false;
     if (s.memory != probe.memory || s.first_partition != probe.first_partition) return false;

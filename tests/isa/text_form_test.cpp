@@ -350,7 +350,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"StrideBeyondInt32", "hbm h : fp32[4]\nmemset dst=h{offset=0, ap=[[2147483648, 2], [1, 1]]}, value=0",
                   "t.tasm:2:29: expected a stride in -2147483648..2147483647, got 2147483648"},
         ErrorCase{"SliceStrideBeyondInt32", "hbm h : fp32[2, 4, 1073741824]\nmemset dst=h[0:2, 0, 0:1], value=0",
-                  "t.tasm:2:13: bad slice: stride 4294967296 elements is beyond the 2^31 an access pattern holds"}),
+                  "t.tasm:2:13: bad slice: h: dimension 0: a step of 1 over a stride of 4294967296 elements is beyond the 2^31 "
+                  "an access pattern holds"}),
     [](const testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 #undef DECL
 

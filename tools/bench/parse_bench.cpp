@@ -107,18 +107,18 @@ size_t count_instruction_lines(const std::string& text) {
   return lines;
 }
 
-// state.range(0): host threads the parser may use (0 = the host's default, 1 = the calling thread only), so
-// the one-thread figure is the same-run baseline of the threaded one.
-void parse(benchmark::State& state, const std::string& text) {
-  const std::string threads = std::to_string(state.range(0));
+// Times parse_once() (which returns a Program) over `instructions` instruction lines. state.range(0): host threads
+// the parser may use (0 = the host's default, 1 = the calling thread only), so the one-thread figure is the
+// same-run baseline of the threaded one.
+template <class ParseOnce>
+void time_parse(benchmark::State& state, size_t instructions, ParseOnce&& parse_once) {
   if (state.range(0) > 0) {
-    setenv("TRNSIM_HOST_THREADS", threads.c_str(), 1);
+    setenv("TRNSIM_HOST_THREADS", std::to_string(state.range(0)).c_str(), 1);
   } else {
     unsetenv("TRNSIM_HOST_THREADS");
   }
-  const size_t instructions = count_instruction_lines(text);
   for (auto _ : state) {
-    auto program = std::make_unique<trnsim::isa::Program>(trnsim::isa::parse_tasm(text, "bench.tasm"));
+    auto program = std::make_unique<trnsim::isa::Program>(parse_once());
     benchmark::DoNotOptimize(program->instructions.data());
     state.PauseTiming();  // freeing the program is not parsing
     program.reset();
@@ -126,6 +126,10 @@ void parse(benchmark::State& state, const std::string& text) {
   }
   state.SetItemsProcessed(int64_t(state.iterations() * instructions));
   state.counters["instructions"] = double(instructions);
+}
+
+void parse(benchmark::State& state, const std::string& text) {
+  time_parse(state, count_instruction_lines(text), [&] { return trnsim::isa::parse_tasm(text, "bench.tasm"); });
 }
 
 void BM_ScanLines(benchmark::State& state) {
@@ -158,22 +162,10 @@ void BM_ParseSlicedFile(benchmark::State& state) {
       return;
     }
   }
-  if (state.range(0) > 0) {
-    setenv("TRNSIM_HOST_THREADS", std::to_string(state.range(0)).c_str(), 1);
-  } else {
-    unsetenv("TRNSIM_HOST_THREADS");
-  }
-  for (auto _ : state) {
-    auto program = std::make_unique<trnsim::isa::Program>(trnsim::isa::parse_tasm_file(path));
-    benchmark::DoNotOptimize(program->instructions.data());
-    state.PauseTiming();
-    program.reset();
-    state.ResumeTiming();
-  }
+  time_parse(state, instructions, [&] { return trnsim::isa::parse_tasm_file(path); });
   std::remove(path);
-  state.SetItemsProcessed(int64_t(state.iterations() * instructions));
-  state.counters["instructions"] = double(instructions);
 }
+
 void BM_ParseRawPatterns(benchmark::State& state) { parse(state, raw_program(g_instructions)); }
 
 // Wall time: the parser's threads do not show in the calling thread's CPU time.
