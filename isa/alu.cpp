@@ -1,5 +1,7 @@
 #include "isa/alu.h"
 
+#include "isa/numerics/elementary_functions.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -20,7 +22,7 @@ constexpr std::array<std::string_view, 27> kActivationNames = {
 #undef TRN_X
 };
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + numerics::exp_fp32(-x)); }
 
 // Bitvec operators work on the integer values the fp32 lanes carry (integer dtypes are
 // converted exactly to fp32 on read for |v| < 2^24, and bit patterns beyond that are out of scope).
@@ -309,10 +311,10 @@ namespace {
     case ActivationFunc::sigmoid: return sigmoid(x);
     case ActivationFunc::relu: return x > 0 ? x : 0.0f;
     case ActivationFunc::prelu: return x > 0 ? x : alpha * x;
-    case ActivationFunc::gelu: return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+    case ActivationFunc::gelu: return 0.5f * x * (1.0f + numerics::erf_fp32(x * kInvSqrt2));
     case ActivationFunc::gelu_dx: {
-      float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-      float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+      float cdf = 0.5f * (1.0f + numerics::erf_fp32(x * kInvSqrt2));
+      float pdf = 0.39894228040143268f * numerics::exp_fp32(-0.5f * x * x);
       return cdf + x * pdf;
     }
     case ActivationFunc::gelu_apprx_tanh:
@@ -328,11 +330,11 @@ namespace {
       return s * (1.0f + x * (1.0f - s));
     }
     case ActivationFunc::tanh: return std::tanh(x);
-    case ActivationFunc::softplus: return x > 20.0f ? x : std::log1p(std::exp(x));
-    case ActivationFunc::mish: return x * std::tanh(x > 20.0f ? x : std::log1p(std::exp(x)));
-    case ActivationFunc::erf: return std::erf(x);
-    case ActivationFunc::erf_dx: return kTwoOverSqrtPi * std::exp(-x * x);
-    case ActivationFunc::exp: return std::exp(x);
+    case ActivationFunc::softplus: return x > 20.0f ? x : std::log1p(numerics::exp_fp32(x));
+    case ActivationFunc::mish: return x * std::tanh(x > 20.0f ? x : std::log1p(numerics::exp_fp32(x)));
+    case ActivationFunc::erf: return numerics::erf_fp32(x);
+    case ActivationFunc::erf_dx: return kTwoOverSqrtPi * numerics::exp_fp32(-x * x);
+    case ActivationFunc::exp: return numerics::exp_fp32(x);
     case ActivationFunc::log: return std::log(x);
     case ActivationFunc::sin: return std::sin(x);
     case ActivationFunc::cos: return std::cos(x);
