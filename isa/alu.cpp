@@ -22,7 +22,7 @@ constexpr std::array<std::string_view, 27> kActivationNames = {
 #undef TRN_X
 };
 
-float sigmoid(float x) { return 1.0f / (1.0f + numerics::exp_fp32(-x)); }
+[[gnu::always_inline]] inline float sigmoid(float x) { return 1.0f / (1.0f + numerics::exp_fp32(-x)); }
 
 // Bitvec operators work on the integer values the fp32 lanes carry (integer dtypes are
 // converted exactly to fp32 on read for |v| < 2^24, and bit patterns beyond that are out of scope).
@@ -318,7 +318,7 @@ namespace {
       return cdf + x * pdf;
     }
     case ActivationFunc::gelu_apprx_tanh:
-      return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+      return 0.5f * x * (1.0f + numerics::tanh_fp32(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
     case ActivationFunc::gelu_apprx_sigmoid: return x * sigmoid(1.702f * x);
     case ActivationFunc::gelu_apprx_sigmoid_dx: {
       float s = sigmoid(1.702f * x);
@@ -329,9 +329,9 @@ namespace {
       float s = sigmoid(x);
       return s * (1.0f + x * (1.0f - s));
     }
-    case ActivationFunc::tanh: return std::tanh(x);
+    case ActivationFunc::tanh: return numerics::tanh_fp32(x);
     case ActivationFunc::softplus: return x > 20.0f ? x : std::log1p(numerics::exp_fp32(x));
-    case ActivationFunc::mish: return x * std::tanh(x > 20.0f ? x : std::log1p(numerics::exp_fp32(x)));
+    case ActivationFunc::mish: return x * numerics::tanh_fp32(x > 20.0f ? x : std::log1p(numerics::exp_fp32(x)));
     case ActivationFunc::erf: return numerics::erf_fp32(x);
     case ActivationFunc::erf_dx: return kTwoOverSqrtPi * numerics::exp_fp32(-x * x);
     case ActivationFunc::exp: return numerics::exp_fp32(x);

@@ -63,6 +63,19 @@ inline constexpr double kErfLarge[25] = {
     -0x1.84dee1095cb72p-25,
 };
 
+// tanh(z) / z for z in [0, 0.5), u = 8 z^2 - 1; degree 8.
+inline constexpr double kTanhSmall[9] = {
+    0x1.ebae9562e8838p-1,
+    -0x1.35a03f23ab85ep-5,
+    0x1.d6fa2b43e1c5bp-10,
+    -0x1.6ad1f91c935c8p-14,
+    0x1.17dd5ecf878dep-18,
+    -0x1.afcfa5e27f444p-23,
+    0x1.4d229166f3a7fp-27,
+    -0x1.025c593996c57p-31,
+    0x1.8eb9cbd902f40p-36,
+};
+
 // ln 2 split so that k * kLn2High is exact for the |k| <= 150 the fp32 range needs.
 inline constexpr double kLn2High = 0x1.62e42fefa2000p-1;
 inline constexpr double kLn2Low = 0x1.9ef35793c7673p-41;

@@ -1,8 +1,8 @@
-// exp and erf of fp32 arguments for the interpreter's activation functions. Each is evaluated in double with
+// exp, erf and tanh of fp32 arguments for the interpreter's activation functions. Each is evaluated in double with
 // polynomials accurate to ~5e-15 (isa/numerics/elementary_coefficients.h), then rounded once to fp32: the result is
-// the correctly rounded fp32 value except within ~1e-7 ulp of a rounding boundary, as libm's expf and erff are to
-// within their 0.5x ulp. Unlike libm's calls, the loops over a row vectorise.
-// Only IEEE adds, multiplies, compares and bit moves are used, so the same argument gives the same bits at any
+// the correctly rounded fp32 value except within ~1e-7 ulp of a rounding boundary (libm's expf, erff and tanhf are
+// only within about an ulp). Unlike libm's calls, the loops over a row vectorise.
+// Only IEEE adds, multiplies, divisions, compares and bit moves are used, so the same argument gives the same bits at any
 // vector width; whoever includes this must compile with -ffp-contract=off (a fused multiply-add would change them).
 #pragma once
 #include <cmath>
@@ -80,6 +80,17 @@ template <size_t N>
   const double large = detail::horner(c::kErfLarge, (z - 2.5) * (1.0 / 1.5));
   const double magnitude = detail::select(z < 1.0, small, detail::select(z >= 4.0, 1.0, large));  // NaN: `large`, NaN
   return std::copysign(static_cast<float>(magnitude), x);
+}
+
+// tanh(x): z = |x|; z < 0.5: z * P(8z^2 - 1); 0.5 <= z: 1 - 2 / (e^(2z) + 1) (no cancellation worth a bit there), z
+// clamped at 10 (tanh(9.02) already rounds to 1 in fp32). The sign comes back last, so tanh(-0) = -0.
+[[gnu::always_inline]] inline float tanh_fp32(float x) {
+  namespace c = coefficients;
+  const double z = x < 0 ? -static_cast<double>(x) : static_cast<double>(x);
+  const double small = z * detail::horner(c::kTanhSmall, 8.0 * (z * z) - 1.0);
+  const double e2z = exp_of_fp32_range(2.0 * detail::select(z > 10.0, 10.0, z));  // a NaN stays NaN
+  const double large = 1.0 - 2.0 / (e2z + 1.0);
+  return std::copysign(static_cast<float>(detail::select(z < 0.5, small, large)), x);
 }
 
 }  // namespace trnsim::isa::numerics

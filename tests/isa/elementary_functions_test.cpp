@@ -1,5 +1,5 @@
-// The Scalar engine's exp and erf (isa/numerics/elementary_functions.h, reached through the activation rows the
-// interpreter runs) against glibc's double exp and erf rounded once to fp32: the correctly rounded fp32 value
+// The Scalar engine's exp, erf and tanh (isa/numerics/elementary_functions.h, reached through the activation rows the
+// interpreter runs) against glibc's double exp, erf and tanh rounded once to fp32: the correctly rounded fp32 value
 // except where the double lands within ~1e-9 ulp of a rounding boundary.
 #include <gtest/gtest.h>
 
@@ -85,6 +85,10 @@ TEST(ElementaryFunctions, ErfIsCorrectlyRounded) {
   expect_correctly_rounded(ActivationFunc::erf, [](double x) { return std::erf(x); }, -6.0f, 6.0f);
 }
 
+TEST(ElementaryFunctions, TanhIsCorrectlyRounded) {
+  expect_correctly_rounded(ActivationFunc::tanh, [](double x) { return std::tanh(x); }, -12.0f, 12.0f);
+}
+
 TEST(ElementaryFunctions, SpecialValues) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -109,10 +113,18 @@ TEST(ElementaryFunctions, SpecialValues) {
   EXPECT_EQ(erf(-kInf), -1.0f);
   EXPECT_EQ(erf(kInf), 1.0f);
   EXPECT_TRUE(std::isnan(erf(nan)));
+  auto tanh = [](float x) { return apply_activation(ActivationFunc::tanh, x); };
+  EXPECT_TRUE(std::signbit(tanh(-0.0f)));
+  EXPECT_EQ(tanh(1e-30f), 1e-30f);
+  EXPECT_EQ(tanh(0.5f), static_cast<float>(std::tanh(0.5)));  // both sides of the pieces' boundary
+  EXPECT_EQ(tanh(std::nextafter(0.5f, 0.0f)), static_cast<float>(std::tanh(double(std::nextafter(0.5f, 0.0f)))));
+  EXPECT_EQ(tanh(20.0f), 1.0f);
+  EXPECT_EQ(tanh(-kInf), -1.0f);
+  EXPECT_TRUE(std::isnan(tanh(nan)));
 }
 
 TEST(ElementaryFunctions, FunctionsBuiltOnExpAndErf) {
-  // gelu, sigmoid and silu through the rows (the vectorised path) and one element at a time give the same bits,
+  // gelu, sigmoid, silu and tanh-gelu through the rows (the vectorised path) and one element at a time give the same bits,
   // and stay within 2 ulps of double references (their fp32 multiplies and adds round too).
   const std::vector<float> args = sweep(-20.0f, -1e-3f, 4099);
   std::vector<float> positive = sweep(1e-3f, 20.0f, 4099);
@@ -127,6 +139,8 @@ TEST(ElementaryFunctions, FunctionsBuiltOnExpAndErf) {
       {ActivationFunc::gelu, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }, 0.0f},
       {ActivationFunc::sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, -20.0f},
       {ActivationFunc::silu, [](double x) { return x / (1.0 + std::exp(-x)); }, -20.0f},
+      {ActivationFunc::gelu_apprx_tanh,
+       [](double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }, 0.0f},
   };
   for (const Case& c : cases) {
     std::vector<float> rows(all.size());

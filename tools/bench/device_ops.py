@@ -35,6 +35,8 @@ def _ops(n):
         "mul": (xy(n, n), lambda a, b: a * b),
         "exp": (x(n, n), torch.exp),
         "gelu": (x(n, n), F.gelu),
+        "gelu_tanh": (x(n, n), lambda a: F.gelu(a, approximate="tanh")),
+        "tanh": (x(n, n), torch.tanh),
         "silu": (x(n, n), F.silu),
         "sum_rows": (x(n, n), lambda a: a.sum(dim=-1)),
         "softmax": (x(n, n), lambda a: torch.softmax(a, dim=-1)),

@@ -30,6 +30,11 @@ def erf_over_z_of_square(s):
     return 2 / mp.sqrt(mp.pi) if s == 0 else mp.erf(mp.sqrt(s)) / mp.sqrt(s)
 
 
+def tanh_over_z_of_square(s):
+    s = mp.mpf(s)
+    return mp.mpf(1) if s == 0 else mp.tanh(mp.sqrt(s)) / mp.sqrt(s)
+
+
 POLYNOMIALS = [
     ("kExpReduced", mp.exp, (-EXP_HALF_LN2, EXP_HALF_LN2), 10,
      "exp(r) for |r| <= ln2 / 2, u = r / (ln2 / 2)"),
@@ -37,6 +42,8 @@ POLYNOMIALS = [
      "erf(z) / z for z in [0, 1), u = 2 z^2 - 1"),
     ("kErfLarge", mp.erf, (1.0, 4.0), 24,
      "erf(z) for z in [1, 4), u = (z - 2.5) / 1.5"),
+    ("kTanhSmall", tanh_over_z_of_square, (0.0, 0.25), 8,
+     "tanh(z) / z for z in [0, 0.5), u = 8 z^2 - 1"),
 ]
 
 
