@@ -26,6 +26,10 @@ bool watch(Done&& done) {
   }
 }
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 HostWorkers::HostWorkers(unsigned threads) {
@@ -74,6 +78,14 @@ void HostWorkers::run(const std::function<void(unsigned)>& task) {
   std::unique_lock<std::mutex> lock(crew.mutex);
   crew.done.wait(lock, [&] { return crew.pending == 0; });
   crew.task = nullptr;
+  m_last_run_end_ns.store(now_ns(), std::memory_order_relaxed);
+}
+
+bool HostWorkers::watching() const {
+  if (m_size == 1) return false;
+  const int64_t last = m_last_run_end_ns.load(std::memory_order_relaxed);
+  // Half the watch: a thread that finished its share early started watching before the run ended.
+  return last != 0 && now_ns() - last < std::chrono::duration_cast<std::chrono::nanoseconds>(kWatch).count() / 2;
 }
 
 void HostWorkers::worker_loop(Crew* crew, unsigned index) {

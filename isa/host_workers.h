@@ -31,6 +31,9 @@ class HostWorkers {
   // Calls task(i) for every i in [0, size()) — i = 0 on the calling thread — and waits for all. While another
   // caller has the threads, the calling thread runs every i itself.
   void run(const std::function<void(unsigned)>& task);
+  // Whether the threads are still watching for a task (a run ended moments ago), so that handing out a small one
+  // costs no wake-up through the kernel.
+  bool watching() const;
 
  private:
   // The threads and what they synchronise on, started together by one process. A forked child (a DataLoader
@@ -52,6 +55,7 @@ class HostWorkers {
   static void worker_loop(Crew* crew, unsigned index);
 
   unsigned m_size = 1;
+  std::atomic<int64_t> m_last_run_end_ns{0};  // steady clock
   std::mutex m_run_mutex;  // one caller at a time has the crew
   Crew* m_crew = nullptr;  // started on the first run that needs threads
 };

@@ -46,10 +46,14 @@ struct ExecContext {
 // results do not depend on the thread count.
 template <class Rows>
 void for_row_ranges(ExecContext& ctx, uint32_t partitions, uint64_t elements, Rows&& rows) {
-  // Host tuning, assumed (not measured per host): waking a thread costs a few microseconds, about what one pass
-  // over 64 K values takes.
-  constexpr uint64_t kElementsPerThread = 1 << 16;
-  run_row_ranges(ctx.workers, partitions, elements >= 2 * kElementsPerThread, rows);
+  // Host tuning, assumed (not measured per host): waking a sleeping thread costs about what one pass over 64 K
+  // values takes; a thread still watching (an instruction handed it work moments ago) takes a task for a quarter
+  // of that. Keeping the threads busy through an op's instructions also keeps them from falling asleep.
+  constexpr uint64_t kElementsPerSleepingThread = 1 << 16;
+  constexpr uint64_t kElementsPerWatchingThread = 1 << 14;
+  const bool worth_threads = elements >= 2 * kElementsPerSleepingThread ||
+                             (elements >= 2 * kElementsPerWatchingThread && ctx.workers && ctx.workers->watching());
+  run_row_ranges(ctx.workers, partitions, worth_threads, rows);
 }
 
 #define TRN_INSN(name, engines, operands, doc) void exec_##name(const Instruction& inst, ExecContext& ctx);

@@ -521,47 +521,50 @@ void exec_bn_stats(const Instruction& inst, ExecContext& ctx) {
   Tile out(partitions, 6);
   // Per row and parity, fp32, two passes (mean, then squared deviations) in element order. An empty group (the odd
   // elements of a 1-element row) reports count 0, mean 0, var*count 0 so that bn_aggr's count weighting ignores
-  // it. Four rows' two parities run as eight independent chains, each in its own order.
+  // it. Four rows' two parities run as eight independent chains, each in its own order (so any split of the rows
+  // over the host threads gives the same bits).
   constexpr uint32_t kGroup = 4;
   const float count[2] = {float((n + 1) / 2), float(n / 2)};
-  for (uint32_t p0 = 0; p0 < partitions; p0 += kGroup) {
-    const uint32_t group = std::min(kGroup, partitions - p0);
-    const float* row[kGroup];
-    for (uint32_t g = 0; g < kGroup; ++g) row[g] = base + size_t(p0 + std::min(g, group - 1)) * row_stride;
-    float sum[kGroup][2] = {}, mean[kGroup][2], m2[kGroup][2] = {};
-    for (uint64_t i = 0; i + 1 < n; i += 2) {
+  for_row_ranges(ctx, partitions, uint64_t{partitions} * n, [&](uint32_t first, uint32_t end) {
+    for (uint32_t p0 = first; p0 < end; p0 += kGroup) {
+      const uint32_t group = std::min(kGroup, end - p0);
+      const float* row[kGroup];
+      for (uint32_t g = 0; g < kGroup; ++g) row[g] = base + size_t(p0 + std::min(g, group - 1)) * row_stride;
+      float sum[kGroup][2] = {}, mean[kGroup][2], m2[kGroup][2] = {};
+      for (uint64_t i = 0; i + 1 < n; i += 2) {
+        for (uint32_t g = 0; g < kGroup; ++g) {
+          sum[g][0] += row[g][i];
+          sum[g][1] += row[g][i + 1];
+        }
+      }
+      if (n % 2) {
+        for (uint32_t g = 0; g < kGroup; ++g) sum[g][0] += row[g][n - 1];
+      }
       for (uint32_t g = 0; g < kGroup; ++g) {
-        sum[g][0] += row[g][i];
-        sum[g][1] += row[g][i + 1];
+        for (int parity = 0; parity < 2; ++parity) mean[g][parity] = count[parity] ? sum[g][parity] / count[parity] : 0.0f;
+      }
+      for (uint64_t i = 0; i + 1 < n; i += 2) {
+        for (uint32_t g = 0; g < kGroup; ++g) {
+          const float d0 = row[g][i] - mean[g][0], d1 = row[g][i + 1] - mean[g][1];
+          m2[g][0] += d0 * d0;
+          m2[g][1] += d1 * d1;
+        }
+      }
+      if (n % 2) {
+        for (uint32_t g = 0; g < kGroup; ++g) {
+          const float d = row[g][n - 1] - mean[g][0];
+          m2[g][0] += d * d;
+        }
+      }
+      for (uint32_t g = 0; g < group; ++g) {
+        for (int parity = 0; parity < 2; ++parity) {
+          out.at(p0 + g, parity * 3 + 0) = count[parity];
+          out.at(p0 + g, parity * 3 + 1) = mean[g][parity];
+          out.at(p0 + g, parity * 3 + 2) = m2[g][parity];
+        }
       }
     }
-    if (n % 2) {
-      for (uint32_t g = 0; g < kGroup; ++g) sum[g][0] += row[g][n - 1];
-    }
-    for (uint32_t g = 0; g < kGroup; ++g) {
-      for (int parity = 0; parity < 2; ++parity) mean[g][parity] = count[parity] ? sum[g][parity] / count[parity] : 0.0f;
-    }
-    for (uint64_t i = 0; i + 1 < n; i += 2) {
-      for (uint32_t g = 0; g < kGroup; ++g) {
-        const float d0 = row[g][i] - mean[g][0], d1 = row[g][i + 1] - mean[g][1];
-        m2[g][0] += d0 * d0;
-        m2[g][1] += d1 * d1;
-      }
-    }
-    if (n % 2) {
-      for (uint32_t g = 0; g < kGroup; ++g) {
-        const float d = row[g][n - 1] - mean[g][0];
-        m2[g][0] += d * d;
-      }
-    }
-    for (uint32_t g = 0; g < group; ++g) {
-      for (int parity = 0; parity < 2; ++parity) {
-        out.at(p0 + g, parity * 3 + 0) = count[parity];
-        out.at(p0 + g, parity * 3 + 1) = mean[g][parity];
-        out.at(p0 + g, parity * 3 + 2) = m2[g][parity];
-      }
-    }
-  }
+  });
   ctx.write(dst, out);
 }
 

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -14,7 +17,9 @@
 #include "isa/builder.h"
 #include "isa/core_state.h"
 #include "isa/host_workers.h"
+#include "isa/interpreter.h"
 #include "isa/memory_image.h"
+#include "isa/view.h"
 #include "kernel_fixture.h"
 
 namespace trnsim::isa {
@@ -134,6 +139,74 @@ TEST(HostWorkers, AForkedChildRunsTasksAndEndsWithoutItsParentsThreads) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   pool->run([&](unsigned i) { seen[i] = 3; });
   EXPECT_EQ(seen, std::vector<int>({3, 3}));
+}
+
+TEST(HostWorkers, WatchingRightAfterARunAndNotOnceTheThreadsSleep) {
+  HostWorkers workers(2);
+  EXPECT_FALSE(workers.watching());  // no run yet
+  // Right after a run (a few tries: a loaded machine may preempt this thread between the two calls).
+  bool watching = false;
+  for (int attempt = 0; attempt < 50 && !watching; ++attempt) {
+    workers.run([](unsigned) {});
+    watching = workers.watching();
+  }
+  EXPECT_TRUE(watching);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_FALSE(workers.watching());
+  HostWorkers alone(1);
+  alone.run([](unsigned) {});
+  EXPECT_FALSE(alone.watching());  // no threads to hand a task to
+}
+
+// bn_stats tiles of 64 K values are split over the threads when they are still watching (after the 256 K-value
+// activations here, which are split): each row's statistics are the same bits on 1, 2 and 3 threads, and match a double reference.
+TEST(HostWorkers, BnStatsGivesTheSameBitsOnAnyNumberOfHostThreads) {
+  ProgramBuilder b("bn_stats_split", Generation::trn2);
+  const uint32_t wide = b.sbuf("wide", DType::fp32, {128, 2048});
+  const uint32_t copy = b.sbuf("copy", DType::fp32, {128, 2048});
+  const uint32_t stats = b.sbuf("stats", DType::fp32, {128, 12});
+  for (uint32_t half = 0; half < 2; ++half) {
+    b.emit(Opcode::activation).tensor("dst", b.view(copy)).word("op", "copy").tensor("data", b.view(wide));
+    b.emit(Opcode::bn_stats)
+        .tensor("dst", b.view(stats, {Slice::all(), Slice::range(6 * half, 6 * half + 6)}))
+        .tensor("data", b.view(copy, {Slice::all(), Slice::range(512 * half, 512 * half + 512)}));
+  }
+  const Program program = b.finish();
+  std::vector<float> input(128 * 2048);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(3.0f, 2.0f);
+  for (float& v : input) v = normal(rng);
+  auto run = [&](unsigned threads) {
+    CoreState state(trn2().core, program);
+    Tile tile(128, 2048);
+    tile.values = input;
+    state.write(full_allocation(program, wide), tile);
+    InterpreterOptions options;
+    options.host_threads = threads;
+    interpret(program, state, trn2(), options);
+    return state.read(full_allocation(program, stats));
+  };
+  const Tile one = run(1);
+  for (unsigned threads : {2u, 3u}) {
+    const Tile many = run(threads);
+    for (size_t i = 0; i < one.values.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&one.values[i], &many.values[i], sizeof(float)), 0) << threads << " threads, value " << i;
+    }
+  }
+  for (uint32_t p = 0; p < 128; p += 9) {
+    for (uint32_t half = 0; half < 2; ++half) {
+      for (uint32_t parity = 0; parity < 2; ++parity) {
+        double sum = 0, m2 = 0;
+        for (uint32_t i = parity; i < 512; i += 2) sum += input[p * 2048 + 512 * half + i];
+        const double mean = sum / 256;
+        for (uint32_t i = parity; i < 512; i += 2) m2 += std::pow(input[p * 2048 + 512 * half + i] - mean, 2);
+        const uint32_t column = 6 * half + 3 * parity;
+        EXPECT_EQ(one.at(p, column), 256.0f);
+        EXPECT_NEAR(one.at(p, column + 1), mean, 1e-5);
+        EXPECT_NEAR(one.at(p, column + 2), m2, 1e-5 * m2);
+      }
+    }
+  }
 }
 
 }  // namespace
