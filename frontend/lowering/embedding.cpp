@@ -73,9 +73,29 @@ std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tenso
 
 namespace {
 
+// A large vocabulary's embedding_dense_backward: grad_weight [V, D] = 0, then grad rows added into the rows their
+// ids name (the scatter kernel's read-add-write DMA, in id order, as torch's CPU index_add), padding_idx's row
+// zeroed again (only ids equal to it added to it).
+std::optional<at::Tensor> lower_embedding_backward_by_scatter(const std::string& op, const at::Tensor& grad,
+                                                              const at::Tensor& ids, int64_t vocab,
+                                                              int64_t padding_idx) {
+  if (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kBFloat16) return std::nullopt;
+  if (!(on_neuron(ids) && !values_enabled())) {  // ids out of range: fall back, so torch raises its error
+    const at::Tensor host = host_alias(ids);
+    if (host.min().item<int64_t>() < 0 || host.max().item<int64_t>() >= vocab) return std::nullopt;
+  }
+  c10::DeviceGuard guard(grad.device());
+  // bf16 sums in an fp32 table from the start (as the scatter would in a copy of a bf16 one), rounded once.
+  at::Tensor grad_weight = at::zeros({vocab, grad.size(-1)}, grad.options().dtype(at::kFloat));
+  lower_index_add_rows(op, grad_weight, ids, grad.reshape({ids.numel(), grad.size(-1)}).to(at::kFloat));
+  if (padding_idx >= 0 && padding_idx < vocab) grad_weight.select(0, padding_idx).zero_();
+  return grad_weight.to(grad.scalar_type());
+}
+
 // embedding_dense_backward: grad_weight [V, D] = onehot^T [V, N] @ grad [N, D] on the matmul kernel
 // (the one-hot [N, V] built on the device by the one-hot kernel, padding_idx rows zero, loaded
-// transposed by the matmul); bounded (V * N), no scale_grad_by_freq.
+// transposed by the matmul) while V * N is at most 2^26; beyond, by scatter-add (a one-hot of Llama's 128 K
+// vocabulary by 4 K tokens would be a 4-TFLOP matmul). No scale_grad_by_freq.
 std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const at::Tensor& grad_in,
                                                    const at::Tensor& ids_in, int64_t vocab, int64_t padding_idx,
                                                    bool scale_grad_by_freq) {
@@ -83,7 +103,8 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
   if (ids_in.scalar_type() != at::kLong && ids_in.scalar_type() != at::kInt) return std::nullopt;
   if (ids_in.device().type() != kNeuron && !ids_in.is_cpu()) return std::nullopt;
   const int64_t n = ids_in.numel(), d = grad_in.size(-1);
-  if (n == 0 || d == 0 || vocab <= 0 || grad_in.numel() != n * d || vocab * n > (int64_t(1) << 26)) return std::nullopt;
+  if (n == 0 || d == 0 || vocab <= 0 || grad_in.numel() != n * d) return std::nullopt;
+  if (vocab * n > (int64_t(1) << 26)) return lower_embedding_backward_by_scatter(op, grad_in, ids_in, vocab, padding_idx);
   int64_t count = 0;
   std::optional<std::vector<int32_t>> index = one_hot_index(ids_in, vocab, padding_idx < 0 ? -1 : padding_idx, &count);
   if (!index) return std::nullopt;

@@ -143,7 +143,10 @@ void run_scatter_kernel(const std::string& op, const at::Tensor& y, int64_t rows
   spec.index = ids.width;
   spec.wrap_negative = ids.wrap_negative;
   spec.accumulate = accumulate;
-  spec.unique_ids = ids_unique(ids, rows);
+  // Timing-only mode cannot see a device index: its ids count as repeating (the tiles stay on one core), as any
+  // real batch of token ids does; distinct ids in values mode split over the cores and time faster.
+  const bool ids_known = !(on_neuron(ids.tensor) && !values_enabled());
+  spec.unique_ids = ids_known && ids_unique(ids, rows);
   const std::string key = "scatter_rows|" + key_of({spec.num_ids, spec.rows, spec.row_elements, int64_t(spec.dtype),
                                                     int64_t(spec.index), spec.wrap_negative, accumulate,
                                                     spec.unique_ids});
@@ -489,12 +492,16 @@ Results lower_index_add(const std::string& op, Args a, bool inplace) {
   const std::vector<int64_t> got = source.dim() == 0 ? std::vector<int64_t>{1} : dims(source.sizes());
   if (got != expect) return std::nullopt;
   const int64_t S = self.dim() == 0 ? 1 : self.size(dim);
-  at::Tensor idx = host_alias(index).reshape({-1});
-  if (n > 0 && (idx.min().item<int64_t>() < 0 || idx.max().item<int64_t>() >= S)) return std::nullopt;
   int64_t pre = 1, post = 1;
   for (int64_t d = 0; d < dim; ++d) pre *= self.size(d);
   for (int64_t d = dim + 1; d < self.dim(); ++d) post *= self.size(d);
   if (!fits_int32(pre * S)) return std::nullopt;
+  // A device index in timing-only mode has no values to check (nor to matter: the kernel reads it on the device);
+  // along dim > 0 the host makes the row ids from its values.
+  const bool index_values_known = !(on_neuron(index) && !values_enabled());
+  if (!index_values_known && pre != 1) return std::nullopt;
+  at::Tensor idx = index_values_known ? host_alias(index).reshape({-1}) : at::Tensor();
+  if (n > 0 && idx.defined() && (idx.min().item<int64_t>() < 0 || idx.max().item<int64_t>() >= S)) return std::nullopt;
   c10::DeviceGuard guard(self.device());
   if (n == 0 || post == 0 || pre == 0) return std::vector<at::Tensor>{inplace ? self : self.clone()};
   at::Tensor out = inplace && self.is_contiguous() ? self : self.clone(at::MemoryFormat::Contiguous);
@@ -843,6 +850,17 @@ LowerFn cpu_checks_arguments(F f) {
 Lowering index_row(std::string op, LowerFn f) { return Lowering{std::move(op), std::move(f), {}, "", nullptr}; }
 
 }  // namespace
+
+void lower_index_add_rows(const std::string& op, const at::Tensor& y, const at::Tensor& ids, const at::Tensor& src) {
+  TORCH_CHECK(y.dim() == 2 && y.is_contiguous() && src.dim() == 2 && src.size(1) == y.size(1) &&
+                  ids.numel() == src.size(0) && fits_int32(y.size(0)),
+              "internal: lower_index_add_rows needs y [rows, D] contiguous, src [n, D] and n ids");
+  if (ids.numel() == 0 || y.size(1) == 0) return;
+  const at::Tensor on_device = ids.is_cpu() ? ids.to(y.device()) : ids;
+  const Ids device_ids{on_device.reshape({-1}).contiguous(),
+                       ids.scalar_type() == at::kLong ? IndexWidth::int64 : IndexWidth::int32, false};
+  run_scatter(op, y, y.size(0), y.size(1), device_ids, src.contiguous(), true);
+}
 
 std::vector<Lowering> index_lowerings() {
   auto scatter = [](ScatterKind kind, bool inplace, bool is_value) {

@@ -44,4 +44,10 @@ std::optional<at::Tensor> lower_matmul(const std::string& op, const at::Tensor& 
 std::optional<at::Tensor> lower_embedding(const std::string& op, const at::Tensor& table, const at::Tensor& ids,
                                           bool index_select);
 
+// y[ids[i], :] += src[i, :] in place, in id order (bf16 sums in fp32, rounded once), on the scatter kernel's
+// read-add-write DMA. y [rows, D] contiguous (fp32 / bf16), src [n, D] of y's dtype, ids n int64 / int32 on the
+// device or the host, which the caller has checked are in [0, rows) (timing-only mode cannot: the kernel's time
+// does not depend on them).
+void lower_index_add_rows(const std::string& op, const at::Tensor& y, const at::Tensor& ids, const at::Tensor& src);
+
 }  // namespace trnsim::frontend

@@ -52,6 +52,28 @@ def test_nn_embedding_forward_backward(padding_idx, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_large_vocabulary_embedding_backward_adds_rows(padding_idx, dtype):
+    """A vocabulary too large for the one-hot matmul (V * N > 2^26): embedding_dense_backward adds grad rows into
+    the rows their ids name (scatter kernel), repeats and the padding row included; no fallback."""
+    vocab, n = 70_000, 1_000
+    ids = torch.randint(0, 50, (n,), generator=torch.Generator().manual_seed(73))  # many repeats
+    ids[::7] = torch.randint(0, vocab, ids[::7].shape, generator=torch.Generator().manual_seed(74))
+    ids[:5] = 3
+    weight = rand((vocab, 8), dtype, 75)
+    wd = weight.to("neuron").requires_grad_()
+    wc = weight.clone().requires_grad_()
+    grad = rand((n, 8), dtype, 76)
+    torch.nn.functional.embedding(ids.to("neuron"), wd, padding_idx=padding_idx).backward(grad.to("neuron"))
+    torch.nn.functional.embedding(ids, wc, padding_idx=padding_idx).backward(grad)
+    assert wd.grad is not None and wd.grad.device.type == "neuron"
+    check(wd.grad, wc.grad, dtype, n)
+    if padding_idx is not None:
+        assert not wd.grad[padding_idx].cpu().any()
+    no_fallback("embedding", "embedding_dense_backward")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("n,c", [(33, 10), (130, 257), (1, 3), (70, 5000)])
 def test_nll_loss_forward_backward(n, c, reduction, dtype):

@@ -67,6 +67,11 @@ PROGRAMS = {
     "norms": lambda: (F.layer_norm(_dev(32, 256), (256,)), F.rms_norm(_dev(32, 256), (256,))),
     "reductions": lambda: (_dev(64, 128).sum(dim=1), _dev(64, 128).mean(dim=0), _dev(64, 128).amax(dim=-1)),
     "embedding": lambda: F.embedding(torch.randint(0, 1000, (8, 16)).to("neuron"), _dev(1000, 64)),
+    # V * N beyond the one-hot matmul's bound: the backward adds rows on the scatter kernel.
+    "embedding_backward_large_vocab": lambda: F.embedding(torch.randint(0, 70_000, (1000,)).to("neuron"),
+                                                          _dev(70_000, 8).requires_grad_(), padding_idx=3).sum().backward(),
+    "index_add": lambda: torch.zeros(500, 8, device="neuron").index_add_(0, torch.randint(0, 500, (300,)).to("neuron"),
+                                                                         _dev(300, 8)),
     "transpose_cat_cast": lambda: torch.cat([_dev(64, 32).t().contiguous(), _dev(32, 64)]).to(torch.bfloat16),
     "conv_pool_bn": lambda: F.max_pool2d(F.batch_norm(F.conv2d(_dev(2, 3, 16, 16), _dev(8, 3, 3, 3)), None, None,
                                                       training=True), 2),
