@@ -94,7 +94,9 @@ class timing_only:
       result shape depends on values (``nonzero``, ``unique``, masked selection) raises.
     - Random ops draw nothing (the generator does not advance); their pass is timed.
     - A lowering's host-side checks on integer inputs (index ranges, ignore_index) take every id
-      as valid."""
+      as valid, and a scatter's device ids (index_add, a large vocabulary's embedding backward)
+      count as repeating: its tiles stay on one core, where distinct ids with values split over
+      the cores."""
 
     def __enter__(self):
         self._previous = _C.values_enabled()
