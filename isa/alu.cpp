@@ -1,11 +1,11 @@
 #include "isa/alu.h"
 
-#include "isa/numerics/elementary_functions.h"
-
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+#include "isa/numerics/elementary_functions.h"
 
 namespace trnsim::isa {
 namespace {
