@@ -6,8 +6,9 @@ rounded one except within ~1e-7 ulp of a rounding boundary.
     python tools/numerics/elementary_coefficients.py            # rewrite the header
     python tools/numerics/elementary_coefficients.py --check    # exit 1 if the header is not what this writes
 
-Each polynomial interpolates its function at the Chebyshev points of its interval (mpmath at 50 digits), and is
-written in the monomial basis of the interval's variable u in [-1, 1] for Horner's rule. The script prints the
+Each polynomial interpolates its function at the Chebyshev points of its interval and is written in the monomial
+basis of the interval's variable u in [-1, 1] for Horner's rule, all in mpmath at 50 digits and rounded to double
+once, so any machine writes the same bits. The script prints the
 largest error of the double evaluation against mpmath on a dense grid of fp32 arguments.
 """
 import argparse
@@ -16,7 +17,6 @@ import sys
 
 import mpmath as mp
 import numpy as np
-from numpy.polynomial import chebyshev
 
 mp.mp.dps = 50
 HEADER = pathlib.Path(__file__).resolve().parents[2] / "isa" / "numerics" / "elementary_coefficients.h"
@@ -48,10 +48,27 @@ POLYNOMIALS = [
 
 
 def monomial_coefficients(f, interval, degree):
+    """Interpolates f at the Chebyshev points of the first kind and returns the monomial coefficients in u, all in
+    mpmath and rounded to double once at the end: the same bits on any machine (no LAPACK, no BLAS)."""
     a, b = (mp.mpf(v) for v in interval)
-    nodes = np.cos(np.pi * (np.arange(degree + 1) + 0.5) / (degree + 1))
-    values = np.array([float(f(a + (b - a) * (mp.mpf(float(u)) + 1) / 2)) for u in nodes])
-    return chebyshev.cheb2poly(chebyshev.chebfit(nodes, values, degree))
+    n = degree + 1
+    angles = [mp.pi * (k + mp.mpf(0.5)) / n for k in range(n)]
+    values = [f(a + (b - a) * (mp.cos(t) + 1) / 2) for t in angles]
+    chebyshev = [2 * mp.fsum(v * mp.cos(j * t) for v, t in zip(values, angles)) / n for j in range(n)]
+    chebyshev[0] /= 2
+    # T_0 = 1, T_1 = u, T_j+1 = 2u T_j - T_j-1, as monomial coefficient lists.
+    monomial = [mp.mpf(0)] * n
+    previous, current = [mp.mpf(1)], [mp.mpf(0), mp.mpf(1)]
+    for j, c in enumerate(chebyshev):
+        t = previous if j == 0 else current
+        for i, v in enumerate(t):
+            monomial[i] += c * v
+        if j >= 1:
+            following = [mp.mpf(0)] + [2 * v for v in current]
+            for i, v in enumerate(previous):
+                following[i] -= v
+            previous, current = current, following
+    return np.array([float(c) for c in monomial])
 
 
 def horner(coefficients, u):
