@@ -84,7 +84,8 @@ void HostWorkers::run(const std::function<void(unsigned)>& task) {
 bool HostWorkers::watching() const {
   if (m_size == 1) return false;
   const int64_t last = m_last_run_end_ns.load(std::memory_order_relaxed);
-  // Half the watch: a thread that finished its share early started watching before the run ended.
+  // Host tuning, assumed: half the watch, since a thread that finished its share early started watching before
+  // the run ended.
   return last != 0 && now_ns() - last < std::chrono::duration_cast<std::chrono::nanoseconds>(kWatch).count() / 2;
 }
 
