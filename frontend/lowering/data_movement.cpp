@@ -132,13 +132,11 @@ std::optional<at::Tensor> lower_triangle_inplace(const std::string& op, Lowering
 // roll: a cat of the two slices along each rolled dim (device copies).
 std::optional<at::Tensor> lower_roll(const std::string&, LoweringArgs args) {
   const at::Tensor& x = args[0].toTensor();
-  if (!on_neuron(x) || x.numel() == 0) return std::nullopt;
+  if (!on_neuron(x)) return std::nullopt;
   const std::vector<int64_t> shifts = args[1].toIntVector(), rdims = args[2].toIntVector();
-  if (rdims.empty()) {
-    if (shifts.size() != 1) return std::nullopt;
-    return at::roll(x.flatten(), shifts, {0}).view(x.sizes());
-  }
-  if (shifts.size() != rdims.size()) return std::nullopt;
+  if (shifts.size() != (rdims.empty() ? 1 : rdims.size())) return std::nullopt;  // torch raises its error
+  if (x.numel() == 0) return at::empty(x.sizes(), x.options());  // nothing moves (the CPU checks no dim either)
+  if (rdims.empty()) return at::roll(x.flatten(), shifts, {0}).view(x.sizes());
   at::Tensor y = x;
   for (size_t i = 0; i < rdims.size(); ++i) {
     const int64_t d = c10::maybe_wrap_dim(rdims[i], x.dim());

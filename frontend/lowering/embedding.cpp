@@ -128,7 +128,13 @@ std::optional<at::Tensor> lower_embedding_backward(const std::string& op, const 
 // rows, moved back.
 std::optional<at::Tensor> lower_index_select(const std::string& op, LoweringArgs args) {
   const at::Tensor& self = args[0].toTensor();
-  if (self.dim() == 0) return std::nullopt;
+  if (self.dim() == 0) {  // a scalar: its one value by one index (else torch raises), a 0-d result
+    const at::Tensor& index = args[2].toTensor();
+    if (index.numel() != 1 || index.dim() > 1) return std::nullopt;
+    c10::maybe_wrap_dim(args[1].toInt(), 0);
+    std::optional<at::Tensor> one = lower_embedding(op, self.reshape({1}), index.reshape({1}), true);
+    return one ? std::optional<at::Tensor>(one->reshape({})) : std::nullopt;
+  }
   const int64_t d = c10::maybe_wrap_dim(args[1].toInt(), self.dim());
   if (d == 0) return lower_embedding(op, self, args[2].toTensor(), true);
   if (!on_neuron(self)) return std::nullopt;
