@@ -80,9 +80,10 @@ std::optional<at::Tensor> lower_embedding_backward_by_scatter(const std::string&
                                                               const at::Tensor& ids, int64_t vocab,
                                                               int64_t padding_idx) {
   if (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kBFloat16) return std::nullopt;
-  if (!(on_neuron(ids) && !values_enabled())) {  // ids out of range: fall back, so torch raises its error
-    const at::Tensor host = host_alias(ids);
-    if (host.min().item<int64_t>() < 0 || host.max().item<int64_t>() >= vocab) return std::nullopt;
+  // Ids out of range fall back, so torch raises its error (timing-only mode: taken to be in range).
+  if (!host_check(ids, [&](const at::Tensor& h) { return h.min().item<int64_t>() >= 0 && h.max().item<int64_t>() < vocab; },
+                  true)) {
+    return std::nullopt;
   }
   c10::DeviceGuard guard(grad.device());
   // bf16 sums in an fp32 table from the start (as the scatter would in a copy of a bf16 one), rounded once.

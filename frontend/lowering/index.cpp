@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "frontend/index_support.h"
+#include "frontend/lowering/kernel_ops.h"
 #include "frontend/lowering/lowering.h"
 #include "kernels/kernel_common.h"
 #include "frontend/lowering_support.h"
@@ -145,8 +146,7 @@ void run_scatter_kernel(const std::string& op, const at::Tensor& y, int64_t rows
   spec.accumulate = accumulate;
   // Timing-only mode cannot see a device index: its ids count as repeating (the tiles stay on one core), as any
   // real batch of token ids does; distinct ids in values mode split over the cores and time faster.
-  const bool ids_known = !(on_neuron(ids.tensor) && !values_enabled());
-  spec.unique_ids = ids_known && ids_unique(ids, rows);
+  spec.unique_ids = host_check(ids.tensor, [&](const at::Tensor&) { return ids_unique(ids, rows); }, false);
   const std::string key = "scatter_rows|" + key_of({spec.num_ids, spec.rows, spec.row_elements, int64_t(spec.dtype),
                                                     int64_t(spec.index), spec.wrap_negative, accumulate,
                                                     spec.unique_ids});
@@ -496,25 +496,24 @@ Results lower_index_add(const std::string& op, Args a, bool inplace) {
   for (int64_t d = 0; d < dim; ++d) pre *= self.size(d);
   for (int64_t d = dim + 1; d < self.dim(); ++d) post *= self.size(d);
   if (!fits_int32(pre * S)) return std::nullopt;
-  // A device index in timing-only mode has no values to check (nor to matter: the kernel reads it on the device);
-  // along dim > 0 the host makes the row ids from its values.
-  const bool index_values_known = !(on_neuron(index) && !values_enabled());
-  if (!index_values_known && pre != 1) return std::nullopt;
-  at::Tensor idx = index_values_known ? host_alias(index).reshape({-1}) : at::Tensor();
-  if (n > 0 && idx.defined() && (idx.min().item<int64_t>() < 0 || idx.max().item<int64_t>() >= S)) return std::nullopt;
+  // In timing-only mode a device index has no values: its ids are taken to be in range (the kernel reads them on
+  // the device). Along dim > 0 the host makes the row ids from its values, and host_alias says it cannot.
+  const bool in_range = host_check(index, [&](const at::Tensor& h) {
+    const at::Tensor v = h.reshape({-1});
+    return n == 0 || (v.min().item<int64_t>() >= 0 && v.max().item<int64_t>() < S);
+  }, true);
+  if (!in_range) return std::nullopt;
+  const at::Tensor idx = pre == 1 ? at::Tensor() : host_alias(index).reshape({-1}).to(at::kLong);
   c10::DeviceGuard guard(self.device());
   if (n == 0 || post == 0 || pre == 0) return std::vector<at::Tensor>{inplace ? self : self.clone()};
   at::Tensor out = inplace && self.is_contiguous() ? self : self.clone(at::MemoryFormat::Contiguous);
   at::Tensor src = source.contiguous();
-  Ids ids;
   if (pre == 1) {
-    const at::Tensor on_device = index.is_cpu() ? index.to(self.device()) : index;  // as CUDA copies it
-    ids = Ids{on_device.reshape({-1}).contiguous(),
-              index.scalar_type() == at::kLong ? IndexWidth::int64 : IndexWidth::int32, false};
+    lower_index_add_rows(op, out.view({S, post}), index, src.view({n, post}));
   } else {
-    ids = host_ids(at::arange(pre, at::kLong).reshape({pre, 1}) * S + idx.to(at::kLong).reshape({1, n}));
+    run_scatter(op, out, pre * S, post, host_ids(at::arange(pre, at::kLong).reshape({pre, 1}) * S + idx.reshape({1, n})),
+                src, true);
   }
-  run_scatter(op, out, pre * S, post, ids, src, true);
   if (inplace && !out.is_same(self)) self.copy_(out);  // a strided self, through a contiguous copy
   return std::vector<at::Tensor>{inplace ? self : out};
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes isa/numerics/elementary_coefficients.h: the polynomial coefficients of the interpreter's fp32 exp and erf
-(isa/numerics/elementary_functions.h), which evaluate them in double so that the fp32 result is the correctly
+"""Writes isa/numerics/elementary_coefficients.h: the polynomial coefficients of the interpreter's fp32 exp, erf and
+tanh (isa/numerics/elementary_functions.h), which evaluate them in double so that the fp32 result is the correctly
 rounded one except within ~1e-7 ulp of a rounding boundary.
 
     python tools/numerics/elementary_coefficients.py            # rewrite the header
@@ -8,8 +8,8 @@ rounded one except within ~1e-7 ulp of a rounding boundary.
 
 Each polynomial interpolates its function at the Chebyshev points of its interval and is written in the monomial
 basis of the interval's variable u in [-1, 1] for Horner's rule, all in mpmath at 50 digits and rounded to double
-once, so any machine writes the same bits. The script prints the
-largest error of the double evaluation against mpmath on a dense grid of fp32 arguments.
+once, so any machine writes the same bits. The script prints the largest error of the double evaluation against
+mpmath on a dense grid of arguments.
 """
 import argparse
 import pathlib
@@ -21,7 +21,6 @@ import numpy as np
 mp.mp.dps = 50
 HEADER = pathlib.Path(__file__).resolve().parents[2] / "isa" / "numerics" / "elementary_coefficients.h"
 
-# (name, function of the interval variable's argument, interval, degree, what u is)
 EXP_HALF_LN2 = float(mp.log(2) / 2) * (1 + 2.0 ** -20)  # |r| after the reduction, with room for its rounding
 
 
@@ -35,6 +34,7 @@ def tanh_over_z_of_square(s):
     return mp.mpf(1) if s == 0 else mp.tanh(mp.sqrt(s)) / mp.sqrt(s)
 
 
+# (name, function, interval of its argument, degree, what u is)
 POLYNOMIALS = [
     ("kExpReduced", mp.exp, (-EXP_HALF_LN2, EXP_HALF_LN2), 10,
      "exp(r) for |r| <= ln2 / 2, u = r / (ln2 / 2)"),
