@@ -254,3 +254,126 @@ def test_bench_collective_broadcast_takes_its_root(run_trnsim):
     default, first, middle = time_us(), time_us("--root", "0"), time_us("--root", "1")
     assert default == first
     assert middle < first
+
+
+# ---- issue 42, B1-B4: bench collective's sizes, groups and empty options ----
+
+@pytest.mark.parametrize("sizes,message", [
+    ("nan", "--sizes: 'nan' is not a size (a finite number of bytes"),
+    ("inf", "--sizes: 'inf' is not a size"),
+    ("-inf", "--sizes: '-inf' is not a size"),
+    ("4K,infK", "--sizes: 'infK' is not a size"),
+    ("18446744073709551616", "--sizes: '18446744073709551616' is 2^64 bytes or more"),
+    ("17179869184G", "--sizes: '17179869184G' is 2^64 bytes or more"),
+    ("0.5", "--sizes: '0.5' is less than one byte"),
+    ("1K:1G:nan", "--sizes: factor 'nan' is not a finite number"),
+    ("1K:1G:inf", "--sizes: factor 'inf' is not a finite number"),
+    ("1K:nan:2", "--sizes: 'nan' is not a size"),
+    # B2: ~1.4e8 identical rows before; refused from the count before any point is built.
+    ("1K:1G:1.0000001", "--sizes: '1K:1G:1.0000001' makes 138629443 sizes, more than the 1024 one command runs"),
+    ("1:64:1.5", "--sizes: factor 1.5 does not step from 1 bytes to a larger whole number of bytes"),
+    (",".join(["4K"] * 1025), "--sizes: 1025 sizes, more than the 1024 one command runs"),
+])
+def test_bench_collective_sizes_that_are_not_sizes(run_trnsim, sizes, message):
+    result = run_trnsim("bench", "collective", "--system", "trn2-16", "--sizes", sizes)
+    assert_clean_error(result, message)
+    assert "algorithm" not in result.stdout  # refused before the first point
+
+
+@pytest.mark.parametrize("group,message", [
+    # B3: the range was built (bad_alloc, or a uint32 loop that never ends) before it was checked.
+    ("0-999999999", "--group: rank 999999999 is not in the system (16 ranks)"),
+    ("0-4294967295", "--group: rank 4294967295 is not in the system (16 ranks)"),
+    ("0-15,0-15", "--group: rank 0 is in the group twice"),
+    ("0,", "--group: '' in '0,' is not a rank"),
+])
+def test_bench_collective_group_checked_against_the_system(run_trnsim, group, message):
+    assert_clean_error(run_trnsim("bench", "collective", "--system", "trn2-16", "--sizes", "4K", "--group", group),
+                       message)
+
+
+def test_bench_collective_group_bound_follows_ranks_per_chip(run_trnsim):
+    args = ["bench", "collective", "--system", "trn2-16", "--sizes", "4K", "--ranks-per-chip", "2"]
+    result = run_trnsim(*args, "--group", "0-31")
+    assert result.returncode == 0, result.stderr
+    assert "32 ranks" in result.stdout
+    assert_clean_error(run_trnsim(*args, "--group", "0-32"), "--group: rank 32 is not in the system (32 ranks)")
+
+
+@pytest.mark.parametrize("args,message", [
+    # B4: each of these ran (printing nothing, the default root, or a 1-rank system) with exit 0.
+    (["--algorithm", ""], "--algorithm: an empty value"),
+    (["--algorithm", "ring,"], "--algorithm: no collective algorithm ''"),
+    (["--op", "broadcast", "--root", ""], "--root: an empty value"),
+    (["--op", "broadcast", "--root", "-1"], "--root: -1 is not a rank"),
+    (["--op", "broadcast", "--root", "1.5"], "--root: 1.5 is not a rank"),
+    (["--system", ""], "--system: an empty value"),
+    (["--config", ""], "--config: an empty value"),
+    (["--group", ""], "--group: an empty value"),
+    (["--csv", ""], "--csv: an empty value"),
+])
+def test_bench_collective_empty_or_negative_options(run_trnsim, args, message):
+    system = [] if "--system" in args else ["--system", "trn2-16"]
+    result = run_trnsim("bench", "collective", *system, "--sizes", "4K", *args)
+    assert_clean_error(result, message)
+    assert result.stdout == ""
+
+
+# ---- issue 42, B5: bench matmul | attention | conv2d --csv goes through the output-file checks ----
+
+BENCH_POINTS = {
+    "matmul": ["bench", "matmul", "--m", "128", "--k", "128", "--n", "512"],
+    "attention": ["bench", "attention", "--seq", "128", "--head-dim", "64"],
+    "conv2d": ["bench", "conv2d", "--input", "1x8x8x8", "--weight", "8x8x3x3", "--padding", "1"],
+}
+
+
+@pytest.mark.parametrize("kind", list(BENCH_POINTS))
+def test_bench_csv_destination_is_checked_before_simulating(run_trnsim, tmp_path, kind):
+    point = BENCH_POINTS[kind]
+    result = run_trnsim(*point, "--csv", tmp_path / "nodir" / "c.csv")
+    assert_clean_error(result, "--csv: ", "cannot be created (no folder")
+    assert result.stdout == ""
+    assert_clean_error(run_trnsim(*point, "--csv", tmp_path), "--csv: ", "is a directory")
+    # /dev/full exists (so it needs --force) and takes no bytes: an error, not exit 0 with nothing written.
+    assert_clean_error(run_trnsim(*point, "--csv", "/dev/full"), "--csv: /dev/full exists (pass --force")
+    assert_clean_error(run_trnsim(*point, "--csv", "/dev/full", "--force"), "--csv: cannot write /dev/full")
+
+
+@pytest.mark.parametrize("kind", list(BENCH_POINTS))
+def test_bench_csv_is_not_another_output_of_the_command(run_trnsim, tmp_path, kind):
+    point = BENCH_POINTS[kind]
+    result = run_trnsim(*point, "--emit-tasm", "e.tasm", "--csv", "./e.tasm", cwd=tmp_path)
+    assert_clean_error(result, "--csv: ./e.tasm is already the file of another output (--emit-tasm)")
+    assert not (tmp_path / "e.tasm").exists()
+    # --append does not lift the rule: appending a row to the kernel text the command writes.
+    result = run_trnsim(*point, "--emit-tasm", "e.tasm", "--csv", "e.tasm", "--append", "--force", cwd=tmp_path)
+    assert_clean_error(result, "--csv: e.tasm is already the file of another output (--emit-tasm)")
+    result = run_trnsim(*point, "--stats", "s.json", "--csv", "s.json", cwd=tmp_path)
+    assert_clean_error(result, "--csv: s.json is already the file of another output (--stats)")
+
+
+@pytest.mark.parametrize("kind", list(BENCH_POINTS))
+def test_bench_existing_csv_needs_force_or_append(run_trnsim, tmp_path, kind):
+    point = BENCH_POINTS[kind]
+    csv = tmp_path / "points.csv"
+    first = run_trnsim(*point, "--csv", csv)
+    assert first.returncode == 0, first.stderr
+    header, row = csv.read_text().splitlines()
+    assert header.startswith("config,config_hash,dtype,")
+    # Existing: refused, left as it was.
+    assert_clean_error(run_trnsim(*point, "--csv", csv), "exists (pass --force to overwrite)")
+    assert csv.read_text().splitlines() == [header, row]
+    # --force: written new (one header, one row); --append: the row added.
+    assert run_trnsim(*point, "--csv", csv, "--force").returncode == 0
+    assert csv.read_text().splitlines() == [header, row]
+    assert run_trnsim(*point, "--csv", csv, "--append").returncode == 0
+    assert csv.read_text().splitlines() == [header, row, row]
+    # --append to a new file writes its header; to a file of other columns it is refused.
+    fresh = tmp_path / "fresh.csv"
+    assert run_trnsim(*point, "--csv", fresh, "--append").returncode == 0
+    assert fresh.read_text().splitlines() == [header, row]
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    assert_clean_error(run_trnsim(*point, "--csv", other, "--append"), "has other columns than this benchmark writes")
+    assert other.read_text() == "a,b\n1,2\n"

@@ -22,6 +22,7 @@
 #include "kernels/matmul.h"
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/option_checks.h"
 #include "tools/cli/output_files.h"
 
 namespace trnsim::cli {
@@ -34,6 +35,7 @@ struct MatmulOptions {
   uint32_t cores = 1;
   std::string dtype = "bf16", out_dtype = "fp32", activation;
   bool transpose_a = false, transpose_b = false, bias = false, residual = false, force = false, header = false;
+  bool append = false;
   std::string csv, stats, trace, emit_tasm;
 };
 
@@ -56,21 +58,56 @@ std::string bottleneck_engine(const sim::SimStats& s) {
   return bottleneck;
 }
 
-// Checks the program, writes the requested artefacts (kernel text, stats, trace; none is
-// overwritten without --force) and simulates it timing-only.
+// The files one benchmark point writes. --csv gets one header line and the point's row; with
+// --append an existing CSV of the same columns gets the row alone.
+struct PointFiles {
+  std::string emit_tasm, stats, trace, csv;
+  bool force = false, append = false;
+};
+
+template <class Options>
+PointFiles point_files(const Options& o) {
+  return {o.emit_tasm, o.stats, o.trace, o.csv, o.force, o.append};
+}
+
+// Whether --csv --append adds to an existing CSV (else the file is written new, header first); an
+// existing file of other columns is refused rather than given rows that do not fit it.
+bool appends_to_existing_csv(const PointFiles& files, const std::string& header) {
+  if (!files.append || files.csv.empty()) return false;
+  std::ifstream in(files.csv, std::ios::binary);
+  std::string first_line;
+  if (!in || !std::getline(in, first_line)) return false;  // absent or empty: written new
+  if (first_line + "\n" != header) {
+    throw OutputFileError("--csv: " + files.csv + " has other columns than this benchmark writes (its first line is "
+                          "not `" + header.substr(0, header.size() - 1) + "`): not appending to it");
+  }
+  return true;
+}
+
+void write_csv_row(const PointFiles& files, const std::string& header, const std::string& row, bool append) {
+  if (files.csv.empty()) return;
+  write_text_file("--csv", files.csv, [&](std::ostream& out) { out << (append ? "" : header) << row; },
+                  append ? std::ios::out | std::ios::app : std::ios::out | std::ios::trunc);
+}
+
+// Checks the program and every file the point writes (none is overwritten without --force, none is
+// another's file, the CSV's columns when appending), writes the kernel text and simulates it
+// timing-only, then writes the stats and trace. Returns whether the CSV row is appended.
 // With several programs, program i runs on physical core i and they share HBM (a split kernel);
 // --emit-tasm writes the first core's part.
 sim::SimResult simulate_point(const std::vector<isa::Program>& programs, const LoadedConfig& config,
-                              const std::string& emit_tasm, const std::string& stats, const std::string& trace,
-                              bool force) {
+                              const PointFiles& files, const std::string& csv_header, bool& csv_appends) {
   for (const isa::Program& program : programs) isa::check_program(program, config.hardware);
-  check_destinations({{"--emit-tasm", emit_tasm}, {"--stats", stats}, {"--trace", trace}}, force);
-  if (!emit_tasm.empty()) {
-    write_text_file("--emit-tasm", emit_tasm, [&](std::ostream& out) { out << isa::print_tasm(programs.front()); });
+  check_destinations({{"--emit-tasm", files.emit_tasm}, {"--stats", files.stats}, {"--trace", files.trace},
+                      {"--csv", files.csv}},
+                     files.force, files.append ? std::vector<std::string>{"--csv"} : std::vector<std::string>{});
+  csv_appends = appends_to_existing_csv(files, csv_header);
+  if (!files.emit_tasm.empty()) {
+    write_text_file("--emit-tasm", files.emit_tasm, [&](std::ostream& out) { out << isa::print_tasm(programs.front()); });
   }
   sim::SimOptions options;
   options.timing_only = true;
-  options.trace = !trace.empty();
+  options.trace = !files.trace.empty();
   options.cores.clear();
   std::vector<const isa::Program*> parts;
   for (size_t i = 0; i < programs.size(); ++i) {
@@ -78,8 +115,8 @@ sim::SimResult simulate_point(const std::vector<isa::Program>& programs, const L
     parts.push_back(&programs[i]);
   }
   sim::SimResult result = sim::simulate(parts, config.hardware, config.hash, options, nullptr, true);
-  if (!stats.empty()) write_text_file("--stats", stats, [&](std::ostream& out) { out << result.stats.to_json(); });
-  if (!trace.empty()) write_text_file("--trace", trace, [&](std::ostream& out) { result.trace->write(out); });
+  if (!files.stats.empty()) write_text_file("--stats", files.stats, [&](std::ostream& out) { out << result.stats.to_json(); });
+  if (!files.trace.empty()) write_text_file("--trace", files.trace, [&](std::ostream& out) { result.trace->write(out); });
   return result;
 }
 
@@ -128,7 +165,9 @@ void bench_matmul(const MatmulOptions& o) {
   for (uint32_t core = 0; core < o.cores; ++core) {
     programs.push_back(kernels::matmul_program(spec, config.hardware, core, o.cores));
   }
-  sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
+  const std::string header = "config,config_hash,dtype,m,k,n,batch,gflop,time_ns,tflops,mfu,bottleneck,instructions\n";
+  bool append = false;
+  sim::SimResult result = simulate_point(programs, config, point_files(o), header, append);
   const sim::SimStats& s = result.stats;
   // MFU counts the model FLOPs 2*M*K*N against the peak of the input dtype (transposes excluded).
   double flops = 2.0 * double(o.batch) * o.m * o.k * o.n;
@@ -141,15 +180,13 @@ void bench_matmul(const MatmulOptions& o) {
             << std::setprecision(2) << tflops << " TFLOPS, MFU " << std::setprecision(1) << 100 * mfu
             << "% (bottleneck " << bottleneck << ", " << s.simulated_instructions << " instructions)\n";
   if (!o.csv.empty()) {
-    std::error_code ec;
-    bool fresh = !std::filesystem::exists(o.csv, ec);
-    std::ofstream csv(o.csv, std::ios::app);
+    std::ostringstream csv;
     csv << std::fixed;
-    if (fresh) csv << "config,config_hash,dtype,m,k,n,batch,gflop,time_ns,tflops,mfu,bottleneck,instructions\n";
     csv << config.hardware.name << "," << config.hash << "," << o.dtype << "," << o.m << "," << o.k << "," << o.n << ","
         << o.batch << "," << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1) << s.total_ns << ","
         << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << "," << bottleneck << ","
         << s.simulated_instructions << "\n";
+    write_csv_row(point_files(o), header, csv.str(), append);
   }
 }
 
@@ -158,7 +195,7 @@ struct AttentionOptions {
   std::vector<std::string> overrides;
   int64_t batch = 1, heads = 1, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 128;
   uint32_t cores = 1;  // forward: split by (batch, head, query tile) blocks; backward: by (batch, kv head)
-  bool causal = false, force = false, backward = false, lse = false;
+  bool causal = false, force = false, backward = false, lse = false, append = false;
   std::string dtype = "bf16", csv, stats, trace, emit_tasm;
 };
 
@@ -179,7 +216,10 @@ void bench_attention(const AttentionOptions& o) {
     programs.push_back(o.backward ? kernels::flash_attention_backward_program(spec, config.hardware, core, o.cores)
                                   : kernels::flash_attention_forward_program(spec, config.hardware, core, o.cores));
   }
-  sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
+  const std::string header =
+      "config,config_hash,dtype,direction,batch,heads,kv_heads,seq,head_dim,causal,gflop,time_ns,tflops,mfu,bottleneck\n";
+  bool append = false;
+  sim::SimResult result = simulate_point(programs, config, point_files(o), header, append);
   const sim::SimStats& s = result.stats;
   // The backward's model FLOPs are its five matmuls: 2.5x the forward's two.
   double flops = o.backward ? kernels::attention_backward_flops(spec) : kernels::attention_forward_flops(spec);
@@ -192,15 +232,13 @@ void bench_attention(const AttentionOptions& o) {
             << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops << " TFLOPS, MFU "
             << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
   if (!o.csv.empty()) {
-    std::error_code ec;
-    bool fresh = !std::filesystem::exists(o.csv, ec);
-    std::ofstream csv(o.csv, std::ios::app);
+    std::ostringstream csv;
     csv << std::fixed;
-    if (fresh) csv << "config,config_hash,dtype,direction,batch,heads,kv_heads,seq,head_dim,causal,gflop,time_ns,tflops,mfu,bottleneck\n";
     csv << config.hardware.name << "," << config.hash << "," << o.dtype << (o.backward ? ",backward," : ",forward,") << o.batch << "," << o.heads
         << "," << spec.kv_heads << "," << o.seq << "," << o.head_dim << "," << (o.causal ? 1 : 0) << ","
         << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1) << s.total_ns << ","
         << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << "," << bottleneck << "\n";
+    write_csv_row(point_files(o), header, csv.str(), append);
   }
 }
 
@@ -210,7 +248,7 @@ struct Conv2dOptions {
   std::string input, weight, dtype = "bf16", csv, stats, trace, emit_tasm;
   int64_t stride = 1, padding = 0, groups = 1;
   uint32_t cores = 1;  // forward / dX split by (image block, pixel tile); dW by (O tile, column tile)
-  bool backward = false, force = false;
+  bool backward = false, force = false, append = false;
 };
 
 std::vector<int64_t> conv_shape(const std::string& text, const char* what) {
@@ -251,7 +289,11 @@ void bench_conv2d(const Conv2dOptions& o) {
     programs.push_back(o.backward ? kernels::conv2d_backward_program(spec, config.hardware, core, o.cores)
                                   : kernels::conv2d_program(spec, config.hardware, core, o.cores));
   }
-  sim::SimResult result = simulate_point(programs, config, o.emit_tasm, o.stats, o.trace, o.force);
+  const std::string header =
+      "config,config_hash,dtype,n,c,h,w,o,kh,kw,stride,padding,direction,gflop,time_ns,tflops,mfu,bottleneck,groups,"
+      "cores\n";
+  bool append = false;
+  sim::SimResult result = simulate_point(programs, config, point_files(o), header, append);
   const sim::SimStats& s = result.stats;
   // Model FLOPs: 2*N*O*Ho*Wo*C*KH*KW forward; the backward's dX and dW are one forward each.
   double flops = o.backward ? kernels::conv2d_backward_flops(spec) : spec.flops();
@@ -268,19 +310,14 @@ void bench_conv2d(const Conv2dOptions& o) {
             << config.hardware.name << cores << ": " << s.total_ns / 1e3 << " us, " << std::setprecision(2) << tflops
             << " TFLOPS, MFU " << std::setprecision(1) << 100 * mfu << "% (bottleneck " << bottleneck << ")\n";
   if (!o.csv.empty()) {
-    std::error_code ec;
-    bool fresh = !std::filesystem::exists(o.csv, ec);
-    std::ofstream csv(o.csv, std::ios::app);
+    std::ostringstream csv;
     csv << std::fixed;
-    if (fresh) {
-      csv << "config,config_hash,dtype,n,c,h,w,o,kh,kw,stride,padding,direction,gflop,time_ns,tflops,mfu,bottleneck,"
-             "groups,cores\n";
-    }
     csv << config.hardware.name << "," << config.hash << "," << o.dtype << "," << spec.n << "," << spec.c << ","
         << spec.h << "," << spec.w << "," << spec.o << "," << spec.kh << "," << spec.kw << "," << o.stride << ","
         << o.padding << "," << direction << "," << std::setprecision(6) << flops / 1e9 << "," << std::setprecision(1)
         << s.total_ns << "," << std::setprecision(4) << tflops << "," << std::setprecision(5) << mfu << ","
         << bottleneck << "," << o.groups << "," << o.cores << "\n";
+    write_csv_row(point_files(o), header, csv.str(), append);
   }
 }
 
@@ -335,11 +372,12 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   mm->add_flag("--bias", o->bias, "Fuse + bias[N]");
   mm->add_option("--activation", o->activation, "Fuse an activation (gelu, relu, silu, ...)");
   mm->add_flag("--residual", o->residual, "Fuse + residual[M, N]");
-  mm->add_option("--csv", o->csv, "Append a row to this CSV (header written when the file is new)");
+  mm->add_option("--csv", o->csv, "Write the point as CSV (header and row; an existing file needs --force or --append)");
+  mm->add_flag("--append", o->append, "Add the --csv row to an existing CSV of the same columns (new: header first)");
   mm->add_option("--stats", o->stats, "Write the simulation statistics as JSON");
   mm->add_option("--trace", o->trace, "Write a Perfetto trace");
   mm->add_option("--emit-tasm", o->emit_tasm, "Write the generated kernel as .tasm");
-  mm->add_flag("--force", o->force, "Overwrite existing --stats/--trace/--emit-tasm files");
+  mm->add_flag("--force", o->force, "Overwrite existing --csv/--stats/--trace/--emit-tasm files");
   auto a = std::make_shared<AttentionOptions>();
   CLI::App* at = bench->add_subcommand("attention", "One flash-attention forward point: time, TFLOPS, MFU");
   at->add_option("--seq", a->seq, "Query sequence length")->required();
@@ -357,13 +395,15 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   at->add_option("--dtype", a->dtype, "bf16 or fp16");
   at->add_option("--config", a->config, "Hardware config file or name (default trn2)");
   at->add_option("--set", a->overrides, "Override a config value (repeatable)");
-  at->add_option("--csv", a->csv, "Append a row to this CSV");
+  at->add_option("--csv", a->csv, "Write the point as CSV (header and row; an existing file needs --force or --append)");
+  at->add_flag("--append", a->append, "Add the --csv row to an existing CSV of the same columns (new: header first)");
   at->add_option("--stats", a->stats, "Write the simulation statistics as JSON");
   at->add_option("--trace", a->trace, "Write a Perfetto trace");
   at->add_option("--emit-tasm", a->emit_tasm, "Write the generated kernel as .tasm");
   at->add_flag("--force", a->force, "Overwrite existing output files");
-  at->callback([a, &exit_code] {
+  at->callback([a, at, &exit_code] {
     try {
+      refuse_empty_values(*at);
       bench_attention(*a);
     } catch (const isa::IsaError& e) {
       std::cerr << "error: " << e.what() << "\n";
@@ -387,13 +427,15 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
   conv->add_option("--dtype", cv->dtype, "bf16, fp16 or fp32 (inputs and outputs; fp32 accumulation)");
   conv->add_option("--config", cv->config, "Hardware config file or name (default trn2)");
   conv->add_option("--set", cv->overrides, "Override a config value (repeatable)");
-  conv->add_option("--csv", cv->csv, "Append a row to this CSV");
+  conv->add_option("--csv", cv->csv, "Write the point as CSV (header and row; an existing file needs --force or --append)");
+  conv->add_flag("--append", cv->append, "Add the --csv row to an existing CSV of the same columns (new: header first)");
   conv->add_option("--stats", cv->stats, "Write the simulation statistics as JSON");
   conv->add_option("--trace", cv->trace, "Write a Perfetto trace");
   conv->add_option("--emit-tasm", cv->emit_tasm, "Write the generated kernel as .tasm");
   conv->add_flag("--force", cv->force, "Overwrite existing output files");
-  conv->callback([cv, &exit_code] {
+  conv->callback([cv, conv, &exit_code] {
     try {
+      refuse_empty_values(*conv);
       bench_conv2d(*cv);
     } catch (const isa::IsaError& e) {
       std::cerr << "error: " << e.what() << "\n";
@@ -407,8 +449,9 @@ void add_bench_commands(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 10000000));
   cl->callback([keys] { bench_config_load(*keys); });
   add_collective_bench(*bench, exit_code);
-  mm->callback([o, &exit_code] {
+  mm->callback([o, mm, &exit_code] {
     try {
+      refuse_empty_values(*mm);
       bench_matmul(*o);
     } catch (const isa::IsaError& e) {
       std::cerr << "error: " << e.what() << "\n";

@@ -15,6 +15,7 @@
 #include "config/config_loader.h"
 #include "sim/system/collectives.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/option_checks.h"
 #include "tools/cli/output_files.h"
 
 namespace trnsim::cli {
@@ -22,7 +23,7 @@ namespace {
 
 struct CollectiveOptions {
   std::string system, config, op = "all_reduce", sizes = "1K:1G", group, algorithms = "auto", csv, plot;
-  int64_t root = -1;  // broadcast / reduce: the root rank (-1: the group's first)
+  std::string root;  // broadcast / reduce: the root rank (empty: not given, the group's first)
   std::vector<std::string> overrides;
   uint32_t ranks_per_chip = 1;
   bool force = false;
@@ -47,60 +48,118 @@ bool parse_number(const std::string& text, Number& value, std::string* rest = nu
   return true;
 }
 
+// A simulator limit (assumed, not hardware): every point is a fresh simulation, so a list longer
+// than a plot's worth is a typo (a factor of 1.0000001), refused before it is built.
+constexpr size_t kMaxSizePoints = 1024;
+
+// Items of a comma list, empty ones kept ("ring," is "ring" and "", which the item's parser refuses).
+std::vector<std::string> split_list(const std::string& text, char separator = ',') {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = text.find(separator, start);
+    items.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return items;
+    start = end + 1;
+  }
+}
+
 uint64_t parse_bytes(const std::string& text) {
   double value = 0;
   std::string unit;
   const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"K", 1024}, {"KB", 1024}, {"KiB", 1024},
                                                {"M", 1 << 20}, {"MB", 1 << 20}, {"MiB", 1 << 20},
                                                {"G", 1 << 30}, {"GB", 1 << 30}, {"GiB", 1 << 30}};
-  if (!parse_number(text, value, &unit) || !units.count(unit) || value <= 0) {
-    throw std::invalid_argument("--sizes: '" + text + "' is not a size (e.g. 4096, 64K, 1M, 1G)");
+  // from_chars reads "nan" and "inf" as numbers: converting those (or 2^64 and more) to uint64_t is undefined.
+  if (!parse_number(text, value, &unit) || !units.count(unit) || !std::isfinite(value) || value <= 0) {
+    throw std::invalid_argument("--sizes: '" + text + "' is not a size (a finite number of bytes, e.g. 4096, 64K, 1M, 1G)");
   }
-  return uint64_t(value * units.at(unit));
+  const double bytes = value * units.at(unit);
+  if (bytes >= 0x1p64) throw std::invalid_argument("--sizes: '" + text + "' is 2^64 bytes or more");
+  if (bytes < 1) throw std::invalid_argument("--sizes: '" + text + "' is less than one byte");
+  return uint64_t(bytes);
 }
 
 // "1K:1G" (powers of two), "1K:1G:4" (times 4), "4K,1M,64M".
 std::vector<uint64_t> parse_sizes(const std::string& text) {
   std::vector<uint64_t> sizes;
   if (text.find(':') != std::string::npos) {
-    std::vector<std::string> parts;
-    std::stringstream in(text);
-    for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
+    const std::vector<std::string> parts = split_list(text, ':');
     if (parts.size() < 2 || parts.size() > 3) throw std::invalid_argument("--sizes: FROM:TO or FROM:TO:FACTOR");
     const uint64_t from = parse_bytes(parts[0]), to = parse_bytes(parts[1]);
     double factor = 2.0;
     if (parts.size() == 3 && !parse_number(parts[2], factor)) {
       throw std::invalid_argument("--sizes: factor '" + parts[2] + "' is not a number");
     }
+    if (!std::isfinite(factor)) throw std::invalid_argument("--sizes: factor '" + parts[2] + "' is not a finite number");
     if (factor <= 1) throw std::invalid_argument("--sizes: the factor must be above 1");
-    for (double s = double(from); s <= double(to) * (1 + 1e-12); s *= factor) sizes.push_back(uint64_t(s));
+    // The count from the range and factor, before any point is made.
+    const double points = to < from ? 0 : std::floor(std::log(double(to) / double(from)) / std::log(factor) + 1e-9) + 1;
+    if (points > double(kMaxSizePoints)) {
+      std::ostringstream message;
+      message << "--sizes: '" << text << "' makes " << std::fixed << std::setprecision(0) << points
+              << " sizes, more than the " << kMaxSizePoints << " one command runs (a larger factor or a narrower range)";
+      throw std::invalid_argument(message.str());
+    }
+    for (double s = double(from); s <= double(to) * (1 + 1e-12); s *= factor) {
+      const uint64_t size = uint64_t(s);
+      if (!sizes.empty() && size == sizes.back()) {
+        throw std::invalid_argument("--sizes: factor " + parts[2] + " does not step from " + std::to_string(size) +
+                                    " bytes to a larger whole number of bytes (a larger factor or FROM)");
+      }
+      sizes.push_back(size);
+    }
   } else {
-    std::stringstream in(text);
-    for (std::string part; std::getline(in, part, ',');) sizes.push_back(parse_bytes(part));
+    const std::vector<std::string> items = split_list(text);
+    if (items.size() > kMaxSizePoints) {
+      throw std::invalid_argument("--sizes: " + std::to_string(items.size()) + " sizes, more than the " +
+                                  std::to_string(kMaxSizePoints) + " one command runs");
+    }
+    for (const std::string& item : items) sizes.push_back(parse_bytes(item));
   }
   if (sizes.empty()) throw std::invalid_argument("--sizes: no size");
   return sizes;
 }
 
-// "0-15", "0,2,4,6", "0-3,8-11".
-std::vector<uint32_t> parse_group(const std::string& text) {
+// "0-15", "0,2,4,6", "0-3,8-11": each rank checked against the system's `system_ranks` before the
+// list is built (a range of 10^9 ranks is an error, not an allocation of that many).
+std::vector<uint32_t> parse_group(const std::string& text, uint32_t system_ranks) {
   auto rank = [&](const std::string& item) {
     uint32_t value = 0;
     if (!parse_number(item, value)) {
       throw std::invalid_argument("--group: '" + item + "' in '" + text + "' is not a rank (e.g. 0-15 or 0,4,8)");
     }
+    if (value >= system_ranks) {
+      throw std::invalid_argument("--group: rank " + std::to_string(value) + " is not in the system (" +
+                                  std::to_string(system_ranks) + " ranks)");
+    }
     return value;
   };
   std::vector<uint32_t> ranks;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
+  std::vector<bool> listed(system_ranks, false);  // so the list never holds more than the system's ranks
+  for (const std::string& part : split_list(text)) {
     const size_t dash = part.find('-');
     const uint32_t first = rank(part.substr(0, dash));
     const uint32_t last = dash == std::string::npos ? first : rank(part.substr(dash + 1));
     if (last < first) throw std::invalid_argument("--group: '" + part + "' runs backwards");
-    for (uint32_t r = first; r <= last; ++r) ranks.push_back(r);
+    for (uint32_t r = first; r <= last; ++r) {
+      if (listed[r]) throw std::invalid_argument("--group: rank " + std::to_string(r) + " is in the group twice");
+      listed[r] = true;
+      ranks.push_back(r);
+    }
   }
   return ranks;
+}
+
+// --root: a rank number, -1 when the option is left out (the group's first). A negative number is an error, not
+// the default (refuse_empty_values refuses an empty one).
+int64_t parse_root(const std::string& text) {
+  uint32_t value = 0;
+  if (text.empty()) return -1;
+  if (!parse_number(text, value)) {
+    throw std::invalid_argument("--root: " + text + " is not a rank (a number from 0)");
+  }
+  return int64_t(value);
 }
 
 std::string size_text(uint64_t bytes) {
@@ -128,13 +187,17 @@ void bench_collective(const CollectiveOptions& o) {
   if (system.empty()) system = config.hardware.default_system;
   const sim::CollectiveOp op = sim::parse_collective_op(o.op);
   std::vector<sim::CollectiveAlgorithm> algorithms;
-  {
-    std::stringstream in(o.algorithms);
-    for (std::string part; std::getline(in, part, ',');) algorithms.push_back(sim::parse_collective_algorithm(part));
+  for (const std::string& part : split_list(o.algorithms)) {
+    try {
+      algorithms.push_back(sim::parse_collective_algorithm(part));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--algorithm: ") + e.what());
+    }
   }
   const std::vector<uint64_t> sizes = parse_sizes(o.sizes);
-  const std::vector<uint32_t> group = o.group.empty() ? std::vector<uint32_t>{} : parse_group(o.group);
-  if (o.root < -1) throw std::invalid_argument("--root: " + std::to_string(o.root) + " is not a rank");
+  const uint32_t system_ranks = sim::CollectiveSimulator(config.hardware, system, o.ranks_per_chip).ranks();
+  const std::vector<uint32_t> group = o.group.empty() ? std::vector<uint32_t>{} : parse_group(o.group, system_ranks);
+  const int64_t root = parse_root(o.root);
   std::string csv_path = o.csv;
   if (!o.plot.empty() && csv_path.empty()) csv_path = o.plot + ".csv";  // the plot is drawn from it
   check_destinations({{"--csv", csv_path}, {"--plot", o.plot}}, o.force);
@@ -150,7 +213,7 @@ void bench_collective(const CollectiveOptions& o) {
       request.bytes = bytes;
       request.algorithm = asked;
       request.ranks = group;
-      request.root = o.root;
+      request.root = root;
       const sim::CollectiveTiming t = simulator.run(request);
       if (!header) {
         std::cout << sim::collective_op_name(op) << " on " << config.hardware.name << " " << system << " ("
@@ -207,8 +270,9 @@ void add_collective_bench(CLI::App& bench, int& exit_code) {
   c->add_option("--csv", o->csv, "Write the points as CSV");
   c->add_option("--plot", o->plot, "Draw busbw against size per algorithm as a PNG");
   c->add_flag("--force", o->force, "Overwrite existing --csv / --plot files");
-  c->callback([o, &exit_code] {
+  c->callback([o, c, &exit_code] {
     try {
+      refuse_empty_values(*c);
       bench_collective(*o);
     } catch (const std::exception& e) {
       std::cerr << "error: " << e.what() << "\n";

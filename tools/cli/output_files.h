@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -68,16 +69,21 @@ inline void check_writable(const std::string& flag, const std::string& path, boo
 
 // Writes a text artefact; a failed write (disk full, a path that vanished) is an error, not a
 // missing file after exit 0.
+// `mode`: std::ios::app adds to the end of an existing file (bench --csv --append).
 template <class Write>
-void write_text_file(const std::string& flag, const std::string& path, Write&& write) {
-  std::ofstream out(path);
+void write_text_file(const std::string& flag, const std::string& path, Write&& write,
+                     std::ios::openmode mode = std::ios::out | std::ios::trunc) {
+  std::ofstream out(path, mode);
   if (out) write(out);
   out.close();
   if (!out) throw OutputFileError(flag + ": cannot write " + path + " (" + std::strerror(errno) + ")");
 }
 
 // (flag, path) pairs, e.g. ("--output c", "c.npy"), ("--stats", "s.json"); empty paths are skipped.
-inline void check_destinations(const std::vector<std::pair<std::string, std::string>>& destinations, bool force) {
+// `appended`: the flags whose existing file is added to rather than replaced (no --force needed), still
+// refused when another output of the command is the same file.
+inline void check_destinations(const std::vector<std::pair<std::string, std::string>>& destinations, bool force,
+                               const std::vector<std::string>& appended = {}) {
   std::map<std::string, std::string> claimed;  // canonical path -> the flag that writes it
   for (const auto& [flag, path] : destinations) {
     if (path.empty()) continue;
@@ -85,7 +91,8 @@ inline void check_destinations(const std::vector<std::pair<std::string, std::str
     if (!fresh) {
       throw OutputFileError(flag + ": " + path + " is already the file of another output (" + it->second + ")");
     }
-    check_writable(flag, path, force);
+    const bool appends = std::find(appended.begin(), appended.end(), flag) != appended.end();
+    check_writable(flag, path, force || appends);
   }
 }
 
