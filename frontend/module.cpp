@@ -19,6 +19,7 @@
 #include "isa/isa_error.h"
 #include "isa/text_form.h"
 #include "sim/program_run.h"
+#include "sim/schedule/list_scheduler.h"
 #include "sim/system/collectives.h"
 #include "tools/cli/npy.h"
 
@@ -290,6 +291,22 @@ PYBIND11_MODULE(_C, m) {
     trnsim::LoadedConfig loaded = trnsim::load_config(config, overrides);
     return config_leaves(loaded.hardware, loaded.hash);
   }, py::arg("config"), py::arg("overrides") = std::vector<std::string>{});
+  m.def("schedule_order", [](const std::string& program_text, const std::string& origin, const std::string& config,
+                             const std::vector<std::string>& overrides,
+                             const std::vector<std::pair<size_t, size_t>>& keep_order,
+                             const std::vector<std::pair<size_t, size_t>>& edges, size_t lookahead) {
+    // The order a kernel compiler issues the program's instructions in (sim/schedule/list_scheduler.h).
+    trnsim::LoadedConfig loaded = trnsim::load_config(config, overrides);
+    const trnsim::isa::Program program = trnsim::isa::parse_tasm(program_text, origin);
+    trnsim::sim::ScheduleOptions options;
+    options.keep_order = keep_order;
+    options.edges = edges;
+    if (lookahead) options.lookahead_instructions = lookahead;
+    py::gil_scoped_release release;
+    return trnsim::sim::list_schedule(program, loaded.hardware, options);
+  }, py::arg("program"), py::arg("origin"), py::arg("config"), py::arg("overrides"), py::arg("keep_order"),
+     py::arg("edges"), py::arg("lookahead") = 0,
+     "The scheduled order of a .tasm program's instructions (a permutation of their indices).");
   m.def("instruction_specs", [] {
     // The ISA table (isa/instructions.def) as data: front-ends that emit .tasm (trnsim.nki) build
     // their per-instruction calls from it rather than keeping a second list.
