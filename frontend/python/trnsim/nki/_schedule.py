@@ -24,6 +24,8 @@ def schedule(trace, head_lines):
     if mode == "program-order" or getattr(trace, "scheduled", False) or len(trace.body) < 2:
         return
     from .. import _C
+    if not hasattr(_C, "schedule_order"):
+        raise KernelError("trnsim._C is older than the trnsim.nki sources (no schedule_order): rebuild trnsim")
     text = "\n".join(list(head_lines) + trace.body) + "\n"
     keep_order = [(int(b), int(e)) for b, e in getattr(trace, "keep_order", ())]
     edges = [(int(a), int(b)) for a, b in getattr(trace, "schedule_edges", ())]
