@@ -1,7 +1,8 @@
 #include "isa/control_flow.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
-
 #include <string>
 
 #include "isa/interpreter.h"
@@ -10,8 +11,13 @@
 namespace trnsim::isa {
 namespace {
 
-constexpr int log2_of(uint64_t power_of_two) { return power_of_two > 1 ? 1 + log2_of(power_of_two / 2) : 0; }
-static_assert((kMaxExecutedInstructions & (kMaxExecutedInstructions - 1)) == 0, "the cap is a power of two");
+// "2^24" for a power of two, else the number.
+std::string count_text(uint64_t count) {
+  if (count == 0 || (count & (count - 1)) != 0) return std::to_string(count);
+  int power = 0;
+  while ((uint64_t{1} << power) != count) ++power;
+  return "2^" + std::to_string(power);
+}
 
 std::string where(const Program& program, size_t index) {
   const Instruction& inst = program.instructions[index];
@@ -260,7 +266,8 @@ bool execute_register_only(const Instruction& inst, RegisterFile& registers, uin
   }
 }
 
-void walk_control_flow(const Program& program, RegisterFile& registers, const std::function<void(size_t)>& execute) {
+void walk_control_flow(const Program& program, RegisterFile& registers, const std::function<void(size_t)>& execute,
+                       const ExecutionLimits& limits) {
   const std::vector<Instruction>& code = program.instructions;
   const std::vector<int64_t> partner = match_control_flow(program);
   struct Loop {
@@ -269,19 +276,47 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
   };
   std::vector<Loop> loops;
   uint64_t executed = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string budget = "more than " + count_text(limits.max_instructions) +
+                             " instructions (the instruction budget: trnsim run --max-instructions, "
+                             "ExecutionLimits::max_instructions)";
   for (size_t pc = 0; pc < code.size();) {
-    if (++executed > kMaxExecutedInstructions) {
-      throw IsaError(where(program, pc) + ": the program executes more than 2^" +
-                     std::to_string(log2_of(kMaxExecutedInstructions)) +
-                     " instructions (a while loop whose condition never clears?) [execution-limit]");
+    if (++executed > limits.max_instructions) {
+      throw IsaError(where(program, pc) + ": the program executes " + budget +
+                     " (a while loop whose condition never clears?) [execution-limit]");
+    }
+    if (executed % kHostTimeCheckInterval == 0) {
+      const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (host_s > limits.max_host_seconds) {
+        throw IsaError(where(program, pc) + ": the program ran " + std::to_string(executed) +
+                       " instructions in more than " + std::to_string(limits.max_host_seconds) +
+                       " s of host time (the host-time budget: trnsim run --max-host-seconds, "
+                       "ExecutionLimits::max_host_seconds) [execution-limit]");
+      }
     }
     execute(pc);
     const Instruction& inst = code[pc];
     try {
       switch (inst.opcode) {
         case Opcode::loop_begin: {
-          int64_t count =
-              inst.has("count_reg") ? register_operand(inst, "count_reg", registers) : int64_t(inst.scalar("count"));
+          int64_t count = 0;
+          if (inst.has("count_reg")) {
+            count = register_operand(inst, "count_reg", registers);
+            // A register holds a computed count: a negative one is a wrong computation, not an empty loop.
+            if (count < 0) {
+              throw IsaError("count_reg r" + std::to_string(int64_t(inst.scalar("count_reg"))) + " holds " +
+                             std::to_string(count) + ": a loop count must be 0 or more [loop-count]");
+            }
+          } else {
+            count = int64_t(inst.scalar("count"));
+          }
+          // Every iteration executes at least its loop_end: a count past the rest of the budget is refused now,
+          // before the work.
+          if (count > 0 && uint64_t(count) > limits.max_instructions - std::min(executed, limits.max_instructions)) {
+            throw IsaError("count " + std::to_string(count) + " runs at least " + std::to_string(count) +
+                           " instructions after the " + std::to_string(executed) + " executed so far: " + budget +
+                           " [execution-limit]");
+          }
           if (count <= 0) {
             pc = size_t(partner[pc]) + 1;
             continue;
@@ -318,7 +353,7 @@ void walk_control_flow(const Program& program, RegisterFile& registers, const st
 }
 
 Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank,
-                            const std::function<void()>& at_core_barrier) {
+                            const std::function<void()>& at_core_barrier, const ExecutionLimits& limits) {
   if (!values && control_depends_on_values(program)) {
     throw IsaError("the control flow of program '" + program.name +
                    "' depends on tensor values (register_load): "
@@ -344,7 +379,7 @@ Program expand_control_flow(const Program& program, ExecContext* values, uint32_
     } catch (const IsaError& e) {
       throw IsaError(where(program, i) + ": " + e.what());
     }
-  });
+  }, limits);
   return expanded;
 }
 

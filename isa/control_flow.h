@@ -24,16 +24,13 @@
 #include <functional>
 #include <vector>
 
+#include "isa/execution_limits.h"
 #include "isa/program.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
 
 using RegisterFile = std::array<int32_t, kRegisterCount>;
-
-// Upper bound on the instructions one expansion executes (a while loop whose condition never clears is an
-// error, not a hang). Assumed: 2^24, far beyond any kernel trnsim runs today.
-constexpr uint64_t kMaxExecutedInstructions = uint64_t{1} << 24;
 
 bool is_control_opcode(Opcode opcode);          // loop_begin, loop_end, while_begin, while_end
 bool has_control_flow(const Program& program);  // any control instruction
@@ -55,8 +52,11 @@ std::vector<int64_t> match_control_flow(const Program& program);
 
 // Calls `execute(index)` for every instruction in the order the program executes them, following the
 // control instructions with the registers in `registers` (which `execute` may change: it runs each
-// instruction before its control decision is taken).
-void walk_control_flow(const Program& program, RegisterFile& registers, const std::function<void(size_t)>& execute);
+// instruction before its control decision is taken). Past `limits` it throws IsaError [execution-limit]; a
+// loop_begin whose count alone would pass the instruction budget is refused before its first iteration, and a
+// negative count_reg is an IsaError [loop-count].
+void walk_control_flow(const Program& program, RegisterFile& registers, const std::function<void(size_t)>& execute,
+                       const ExecutionLimits& limits = {});
 
 // The dtypes register_load / register_store move: the integers of 32 bits or fewer.
 bool is_register_dtype(DType dtype);
@@ -86,6 +86,6 @@ bool execute_register_only(const Instruction& inst, RegisterFile& registers, uin
 // `at_core_barrier` (optional) is called before each executed core_barrier: where the programs of cores sharing HBM,
 // expanded together, hand over to one another (sim/simulator.cpp).
 Program expand_control_flow(const Program& program, ExecContext* values, uint32_t rank = 0,
-                            const std::function<void()>& at_core_barrier = {});
+                            const std::function<void()>& at_core_barrier = {}, const ExecutionLimits& limits = {});
 
 }  // namespace trnsim::isa

@@ -87,7 +87,7 @@ void interpret(const Program& program, CoreState& state, const HardwareConfig& c
     }
   };
   if (needs_expansion(program)) {
-    walk_control_flow(program, state.registers(), run);
+    walk_control_flow(program, state.registers(), run, options.limits);
     return;
   }
   const std::vector<Instruction>& instructions = program.instructions;

@@ -6,6 +6,7 @@
 
 #include "config/hardware_config.h"
 #include "isa/core_state.h"
+#include "isa/execution_limits.h"
 #include "isa/semantics/semantics.h"
 
 namespace trnsim::isa {
@@ -16,6 +17,8 @@ struct InterpreterOptions {
   unsigned host_threads = 0;          // 0 = $TRNSIM_HOST_THREADS or the host's cores; results do not depend on it
   // Host threads kept by the caller across runs (not owned); nullptr = a pool of host_threads for this run.
   HostWorkers* workers = nullptr;
+  // Bounds on a program with control flow (isa/execution_limits.h: defaults and why).
+  ExecutionLimits limits;
 };
 
 // The stochastic-rounding seed of core `core` in a simulation seeded with `seed`: each core draws its own stream.

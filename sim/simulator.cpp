@@ -352,11 +352,14 @@ std::vector<std::unique_ptr<isa::Program>> expand_sharing_hbm(
       numerics::StochasticSource rng(isa::core_stochastic_seed(options.interpreter.stochastic_seed, options.cores[i]));
       isa::ExecContext context{*scratch[i], config, options.interpreter.rounding, &rng, workers, {}, 0};
       context.rank = uint32_t(i);
-      expanded[i] = std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context, uint32_t(i), [&] {
-        std::unique_lock<std::mutex> lock(mutex);
-        hand_over(i);
-        wait_for_turn(lock, i);
-      }));
+      expanded[i] = std::make_unique<isa::Program>(isa::expand_control_flow(
+          *programs[i], &context, uint32_t(i),
+          [&] {
+            std::unique_lock<std::mutex> lock(mutex);
+            hand_over(i);
+            wait_for_turn(lock, i);
+          },
+          options.interpreter.limits));
       std::lock_guard<std::mutex> lock(mutex);
       done[i] = true;
       hand_over(i);
@@ -422,9 +425,11 @@ SimResult simulate(const std::vector<const isa::Program*>& programs, const Hardw
       isa::HostWorkers* workers = options.interpreter.workers ? options.interpreter.workers : &own_workers;
       isa::ExecContext context{scratch, config, options.interpreter.rounding, &rng, workers, {}, 0};
       context.rank = uint32_t(i);
-      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], &context, uint32_t(i))));
+      expanded.push_back(std::make_unique<isa::Program>(
+          isa::expand_control_flow(*programs[i], &context, uint32_t(i), {}, options.interpreter.limits)));
     } else {
-      expanded.push_back(std::make_unique<isa::Program>(isa::expand_control_flow(*programs[i], nullptr, uint32_t(i))));
+      expanded.push_back(std::make_unique<isa::Program>(
+          isa::expand_control_flow(*programs[i], nullptr, uint32_t(i), {}, options.interpreter.limits)));
     }
     scheduled[i] = expanded.back().get();
   }

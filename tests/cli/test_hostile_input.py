@@ -377,3 +377,46 @@ def test_bench_existing_csv_needs_force_or_append(run_trnsim, tmp_path, kind):
     other.write_text("a,b\n1,2\n")
     assert_clean_error(run_trnsim(*point, "--csv", other, "--append"), "has other columns than this benchmark writes")
     assert other.read_text() == "a,b\n1,2\n"
+
+
+# ---- issue 42, K1: loops bounded by an instruction budget and a host-time budget ----
+
+COUNTDOWN = ("register_move dst=r0, imm=-1\nwhile_begin cond=r0\nregister_add dst=r0, src=r0, imm=-1\n"
+             "while_end\n")  # cond != 0 for 2^32 - 1 iterations
+
+
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_a_loop_past_the_instruction_budget_is_refused_at_its_start(run_trnsim, kernel, tmp_path, timing_only):
+    # Ran to the 2^24 cap before (3.5-31 s, 2-4 GB of host memory).
+    path = kernel("loop_begin count=4294967295\nregister_add dst=r0, src=r0, imm=1\nloop_end\n")
+    result = run_trnsim("run", path, *mode_args(tmp_path, timing_only))
+    assert_clean_error(result, "loop_begin: count 4294967295 runs at least 4294967295 instructions",
+                       "more than 2^24 instructions", "--max-instructions", "[execution-limit]")
+
+
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_the_budgets_are_options_of_run(run_trnsim, kernel, tmp_path, timing_only):
+    path = kernel(COUNTDOWN)
+    mode = mode_args(tmp_path, timing_only)
+    assert_clean_error(run_trnsim("run", path, *mode, "--max-instructions", "1000"),
+                       "the program executes more than 1000 instructions", "[execution-limit]")
+    result = run_trnsim("run", path, *mode, "--max-instructions", str(1 << 40), "--max-host-seconds", "0.3")
+    assert_clean_error(result, "s of host time (the host-time budget: trnsim run --max-host-seconds", "[execution-limit]")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-instructions", "0"], "--max-instructions: must be 1 or more"),
+    (["--max-host-seconds", "0"], "--max-host-seconds: must be a finite number of seconds above 0"),
+    (["--max-host-seconds", "nan"], "--max-host-seconds: must be a finite number of seconds above 0"),
+    (["--max-host-seconds", "inf"], "--max-host-seconds: must be a finite number of seconds above 0"),
+    (["--stats", ""], "--stats: an empty value"),
+])
+def test_run_budget_options_that_are_not_budgets(run_trnsim, args, message):
+    assert_clean_error(run_trnsim("run", MATMUL, "--timing-only", *args), message)
+
+
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_a_negative_loop_count_register_is_an_error(run_trnsim, kernel, tmp_path, timing_only):
+    path = kernel("register_move dst=r2, imm=-3\nloop_begin count_reg=r2\ndma_copy dst=s, src=x\nloop_end\n")
+    assert_clean_error(run_trnsim("run", path, *mode_args(tmp_path, timing_only)),
+                       "loop_begin: count_reg r2 holds -3: a loop count must be 0 or more [loop-count]")

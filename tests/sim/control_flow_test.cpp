@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -261,6 +262,12 @@ TEST(ControlFlow, ForiLoopWithTensorBoundsAsCountedAndAsWhileLoop) {
     std::vector<uint8_t> bytes = int32_bytes(lower), high = int32_bytes(upper);
     bytes.insert(bytes.end(), high.begin(), high.end());
     state.hbm(0) = bytes;
+    if (upper < lower) {
+      // The counted form's count is negative: an error (issue 42), where the while form runs no iteration.
+      EXPECT_THAT([&] { isa::interpret(p, state, hw); },
+                  testing::ThrowsMessage<isa::IsaError>(HasSubstr("count_reg r2 holds -5")));
+      continue;
+    }
     isa::interpret(p, state, hw);
     int32_t sum = 0;
     for (int32_t i = lower; i < upper; ++i) sum += i;
@@ -361,6 +368,115 @@ TEST(ControlFlow, AnEndlessWhileLoopIsAnError) {
       isa::parse_tasm("target trn2\nregister_move dst=r0, imm=1\nwhile_begin cond=r0\nwhile_end\n", "w.tasm");
   EXPECT_THAT([&] { isa::expand_control_flow(p, nullptr); },
               testing::ThrowsMessage<isa::IsaError>(HasSubstr("more than 2^24 instructions")));
+}
+
+// ---- issue 42 K1: a loop that never ends costs a bounded amount of work ----
+
+// Calls of `execute` before walk_control_flow throws; -1 when it does not.
+int64_t executed_before_error(const isa::Program& p, const isa::ExecutionLimits& limits, std::string* message) {
+  isa::RegisterFile registers{};
+  int64_t executed = 0;
+  try {
+    isa::walk_control_flow(
+        p, registers,
+        [&](size_t i) {
+          ++executed;
+          isa::execute_register_only(p.instructions[i], registers);
+        },
+        limits);
+  } catch (const isa::IsaError& e) {
+    *message = e.what();
+    return executed;
+  }
+  return -1;
+}
+
+const char* const kCountdownFromMinusOne =  // cond != 0 for 2^32 - 1 iterations
+    "target trn2\nregister_move dst=r0, imm=-1\nwhile_begin cond=r0\nregister_add dst=r0, src=r0, imm=-1\n"
+    "while_end\n";
+
+TEST(ExecutionLimits, AStaticLoopPastTheBudgetIsRefusedBeforeItsFirstIteration) {
+  isa::Program p = isa::parse_tasm(
+      "target trn2\nloop_begin count=4294967295\nregister_add dst=r0, src=r0, imm=1\nloop_end\n", "forever.tasm");
+  std::string message;
+  EXPECT_EQ(executed_before_error(p, {}, &message), 1);  // the loop_begin alone: refused from its count
+  EXPECT_THAT(message, HasSubstr("instruction 0 (line 2) loop_begin: count 4294967295 runs at least 4294967295 "
+                                 "instructions after the 1 executed so far: more than 2^24 instructions"));
+  EXPECT_THAT(message, HasSubstr("[execution-limit]"));
+  // The timing model expands loops first: the same refusal, before any instruction is scheduled.
+  SimOptions options;
+  options.timing_only = true;
+  EXPECT_THAT([&] { simulate(p, trn2(), "test", options); },
+              testing::ThrowsMessage<isa::IsaError>(HasSubstr("count 4294967295 runs at least")));
+}
+
+TEST(ExecutionLimits, TheInstructionBudgetIsConfigurable) {
+  // 1 + count x (body + loop_end) instructions.
+  auto loop = [](int count) {
+    return isa::parse_tasm("target trn2\nloop_begin count=" + std::to_string(count) +
+                               "\nregister_add dst=r0, src=r0, imm=1\nloop_end\n",
+                           "loop.tasm");
+  };
+  isa::ExecutionLimits limits;
+  limits.max_instructions = 100;
+  std::string message;
+  EXPECT_EQ(executed_before_error(loop(49), limits, &message), -1);  // 99 instructions
+  EXPECT_EQ(executed_before_error(loop(50), limits, &message), 100);  // the 101st is refused
+  EXPECT_THAT(message, HasSubstr("the program executes more than 100 instructions (the instruction budget: trnsim "
+                                 "run --max-instructions"));
+  // Through the interpreter's and the simulator's options.
+  const HardwareConfig hw = trn2();
+  isa::Program forever = isa::parse_tasm(kCountdownFromMinusOne, "countdown.tasm");
+  isa::CoreState state(hw.core, forever);
+  isa::InterpreterOptions interpreter;
+  interpreter.limits = limits;
+  EXPECT_THAT([&] { isa::interpret(forever, state, hw, interpreter); },
+              testing::ThrowsMessage<isa::IsaError>(HasSubstr("more than 100 instructions")));
+  for (bool timing_only : {true, false}) {
+    SimOptions options;
+    options.timing_only = timing_only;
+    options.interpreter.limits = limits;
+    EXPECT_THAT([&] { simulate(forever, hw, "test", options); },
+                testing::ThrowsMessage<isa::IsaError>(HasSubstr("more than 100 instructions")));
+  }
+}
+
+TEST(ExecutionLimits, AWhileLoopIsStoppedByTheHostTimeBudget) {
+  isa::Program p = isa::parse_tasm(kCountdownFromMinusOne, "countdown.tasm");
+  isa::ExecutionLimits limits;
+  limits.max_instructions = uint64_t{1} << 40;  // out of reach: the host time stops it
+  limits.max_host_seconds = 0.2;
+  std::string message;
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t executed = executed_before_error(p, limits, &message);
+  const double host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(executed, 0);
+  EXPECT_EQ(executed % int64_t(isa::kHostTimeCheckInterval), int64_t(isa::kHostTimeCheckInterval) - 1);
+  EXPECT_THAT(message, HasSubstr("s of host time (the host-time budget: trnsim run --max-host-seconds"));
+  EXPECT_THAT(message, HasSubstr("[execution-limit]"));
+  EXPECT_GE(host_s, 0.2);
+  EXPECT_LT(host_s, 30);  // 2^32 iterations would take minutes
+}
+
+TEST(ExecutionLimits, ANegativeCountRegisterIsAnError) {
+  isa::Program p = isa::parse_tasm(
+      "target trn2\nregister_move dst=r2, imm=-1\nloop_begin count_reg=r2\nregister_add dst=r0, src=r0, imm=1\n"
+      "loop_end\n",
+      "negative.tasm");
+  EXPECT_THAT([&] { isa::expand_control_flow(p, nullptr); },
+              testing::ThrowsMessage<isa::IsaError>(
+                  HasSubstr("instruction 1 (line 3) loop_begin: count_reg r2 holds -1: a loop count must be 0 or "
+                            "more [loop-count]")));
+  const HardwareConfig hw = trn2();
+  isa::CoreState state(hw.core, p);
+  EXPECT_THAT([&] { isa::interpret(p, state, hw); },
+              testing::ThrowsMessage<isa::IsaError>(HasSubstr("count_reg r2 holds -1")));
+  // Zero is an empty loop, as before.
+  isa::Program zero = isa::parse_tasm(
+      "target trn2\nregister_move dst=r2, imm=0\nloop_begin count_reg=r2\nregister_add dst=r0, src=r0, imm=1\n"
+      "loop_end\n",
+      "zero.tasm");
+  EXPECT_EQ(isa::expand_control_flow(zero, nullptr).instructions.size(), 2u);  // register_move, loop_begin
 }
 
 }  // namespace

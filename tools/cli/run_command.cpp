@@ -1,6 +1,7 @@
 // `trnsim run KERNEL.tasm --config C --input NAME=a.npy ... --output NAME=c.npy ...`: runs a kernel
 // on the functional interpreter with the user's data in its HBM tensors.
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <filesystem>
 #include <iomanip>
@@ -21,6 +22,7 @@
 #include "sim/simulator.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy.h"
+#include "tools/cli/option_checks.h"
 #include "tools/cli/output_files.h"
 
 namespace trnsim::cli {
@@ -40,6 +42,7 @@ struct RunOptions {
   std::string trace_path;
   std::vector<uint32_t> cores = {0};
   double quantum_ns = 10000;
+  isa::ExecutionLimits limits;
 };
 
 // Errors in how the command was used (names, files); reported like the others.
@@ -91,6 +94,10 @@ std::string milliseconds(double seconds) {
 }
 
 void run(const RunOptions& options) {
+  if (options.limits.max_instructions == 0) throw UsageError("--max-instructions: must be 1 or more");
+  if (!(options.limits.max_host_seconds > 0) || !std::isfinite(options.limits.max_host_seconds)) {
+    throw UsageError("--max-host-seconds: must be a finite number of seconds above 0");
+  }
   sim::PreparedProgram prepared = sim::prepare_program(isa::parse_tasm_file(options.kernel), options.kernel,
                                                        options.config, options.overrides);
   const LoadedConfig& config = prepared.config;
@@ -147,6 +154,7 @@ void run(const RunOptions& options) {
   sim_options.interpreter.rounding =
       options.rounding == "stochastic" ? numerics::RoundingMode::stochastic : numerics::RoundingMode::nearest_even;
   sim_options.interpreter.stochastic_seed = options.seed;
+  sim_options.interpreter.limits = options.limits;
   sim::SimResult result = sim::run_prepared(prepared, loaded, sim_options);
   double seconds = result.stats.host_seconds;
   for (const Binding& b : outputs) {
@@ -189,8 +197,14 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--cores", options->cores, "Physical cores that each run the kernel (SPMD), e.g. --cores 0 1")
       ->expected(1, 64);
   cmd->add_option("--quantum-ns", options->quantum_ns, "Temporal-decoupling quantum between cores (ns)");
-  cmd->callback([options, &exit_code] {
+  cmd->add_option("--max-instructions", options->limits.max_instructions,
+                  "Instruction budget of a kernel with loops: more executed instructions is an [execution-limit] "
+                  "error (default 2^24 = 16777216)");
+  cmd->add_option("--max-host-seconds", options->limits.max_host_seconds,
+                  "Host-time budget of a kernel with loops, in seconds (default 600)");
+  cmd->callback([options, cmd, &exit_code] {
     try {
+      refuse_empty_values(*cmd);
       run(*options);
     } catch (const isa::IsaError& e) {
       std::cerr << "error: " << e.what() << "\n";
