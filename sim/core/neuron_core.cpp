@@ -227,7 +227,8 @@ void NeuronCore::step(size_t index) {
     case isa::Opcode::sem_wait: {
       // The engine stalls until earlier signals have raised the semaphore to the value.
       int64_t sem = static_cast<int64_t>(inst.scalar("sem")), target = static_cast<int64_t>(inst.scalar("value"));
-      double reached = -1;
+      // Semaphores start at 0: a wait for 0 or less holds from the start.
+      double reached = target <= 0 ? 0.0 : -1.0;
       for (const auto& [time, value] : m_semaphores[sem]) {
         if (value >= target && (reached < 0 || time < reached)) reached = time;
       }

@@ -420,3 +420,13 @@ def test_a_negative_loop_count_register_is_an_error(run_trnsim, kernel, tmp_path
     path = kernel("register_move dst=r2, imm=-3\nloop_begin count_reg=r2\ndma_copy dst=s, src=x\nloop_end\n")
     assert_clean_error(run_trnsim("run", path, *mode_args(tmp_path, timing_only)),
                        "loop_begin: count_reg r2 holds -3: a loop count must be 0 or more [loop-count]")
+
+
+# ---- issue 42, S1: a wait for the value semaphores start at ----
+
+@pytest.mark.parametrize("timing_only", [True, False])
+def test_sem_wait_for_zero_holds_from_the_start(run_trnsim, kernel, tmp_path, timing_only):
+    path = kernel("sem_wait engine=sync, sem=0, value=0\ndma_copy dst=s, src=x\n")
+    for cores in (["0"], ["0", "1"]):
+        result = run_trnsim("run", path, *mode_args(tmp_path, timing_only), "--cores", *cores)
+        assert result.returncode == 0, result.stderr

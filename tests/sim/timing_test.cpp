@@ -604,6 +604,26 @@ SimResult run_unchecked(const std::string& text, const HardwareConfig& hw, std::
 
 const char* kCopyHeader = "kernel k\ntarget trn2\nhbm x : fp32[128, 64] input\nsbuf s : fp32[128, 64]\n";
 
+// Issue 42 S1: semaphores start at 0, so a wait for 0 (or less) holds from the start instead of being refused as
+// a wait no sem_signal satisfies. On the idle Vector queue it delays nothing: the run takes the DMA's time alone.
+TEST(SimulationErrors, AWaitForZeroHoldsFromTheStart) {
+  HardwareConfig hw = config("trn2");
+  const std::string copy = std::string(kCopyHeader) + "dma_copy dst=s, src=x\n";
+  for (bool timing_only : {true, false}) {
+    for (std::vector<uint32_t> cores : {std::vector<uint32_t>{0}, std::vector<uint32_t>{0, 1}}) {
+      const double alone = run_unchecked(copy, hw, cores, timing_only).stats.total_ns;
+      for (const char* value : {"0", "-1"}) {
+        SCOPED_TRACE(std::string("value=") + value);
+        const std::string waited = std::string(kCopyHeader) + "sem_wait engine=vector, sem=3, value=" + value +
+                                   "\ndma_copy dst=s, src=x\n";
+        SimResult result = run_unchecked(waited, hw, cores, timing_only);
+        EXPECT_EQ(result.stats.instructions["sem_wait"], cores.size());
+        EXPECT_EQ(result.stats.total_ns, alone);
+      }
+    }
+  }
+}
+
 TEST(SimulationErrors, ThreadErrorsAreRethrownAsIsaError) {
   HardwareConfig hw = config("trn2");
   const std::string unsatisfied = std::string(kCopyHeader) + "sem_wait engine=sync, sem=0, value=1\n";
