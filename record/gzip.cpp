@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace trnsim::record {
 namespace {
@@ -30,7 +31,7 @@ std::string gzip_compress(const std::string& data) {
   return out;
 }
 
-std::string gzip_decompress(const std::string& data, const std::string& origin) {
+std::string gzip_decompress(const std::string& data, const std::string& origin, uint64_t max_bytes) {
   if (data.size() > 0xffffffffu) throw std::runtime_error(origin + ": more than 4 GiB of gzip");
   z_stream stream{};
   if (inflateInit2(&stream, kGzipWindowBits) != Z_OK) throw std::runtime_error(origin + ": zlib could not start");
@@ -43,7 +44,13 @@ std::string gzip_decompress(const std::string& data, const std::string& origin) 
     stream.next_out = reinterpret_cast<Bytef*>(buffer);
     stream.avail_out = sizeof buffer;
     rc = inflate(&stream, Z_NO_FLUSH);
-    out.append(buffer, sizeof buffer - stream.avail_out);
+    const size_t produced = sizeof buffer - stream.avail_out;
+    if (out.size() + produced > max_bytes) {
+      inflateEnd(&stream);
+      throw std::runtime_error(origin + ": inflates to more than the " + std::to_string(max_bytes) +
+                               " bytes its program may have (a damaged or hostile file)");
+    }
+    out.append(buffer, produced);
     if (rc == Z_BUF_ERROR && stream.avail_in == 0) break;  // input ended before the stream did
   }
   const std::string why = stream.msg ? stream.msg : "truncated";

@@ -47,6 +47,9 @@ struct Launch {
   // recording and replaying; a recording stores each distinct program once, by content hash).
   std::vector<std::shared_ptr<const isa::Program>> programs;
   std::vector<std::string> program_hashes;
+  // The bytes of each program's .tasm text, as the manifest declares them: a program file is read (and
+  // decompressed) no further than that. Empty in recordings made before sizes were declared.
+  std::vector<uint64_t> program_bytes;
   std::vector<Binding> bindings;
   // Copies and fallbacks: each transfer over the host link (a fallback: to the host, then back).
   std::vector<uint64_t> transfer_bytes;

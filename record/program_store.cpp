@@ -15,7 +15,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool read_file(const fs::path& path, std::string& text) {
+// Reads the file unless it is missing (false); one larger than `max_bytes` is an error before it is read.
+bool read_file(const fs::path& path, std::string& text, uint64_t max_bytes) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    throw std::runtime_error(path.string() + ": " + std::to_string(size) + " bytes, more than the " +
+                             std::to_string(max_bytes) + " its program may take (a damaged or hostile file)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   std::ostringstream buffer;
@@ -23,6 +31,10 @@ bool read_file(const fs::path& path, std::string& text) {
   text = buffer.str();
   return true;
 }
+
+// The most gzip bytes a text of `text_bytes` needs: deflate's stored blocks add 5 bytes per 16 KiB at worst,
+// plus the gzip header and trailer (rounded up generously).
+uint64_t max_gzip_bytes(uint64_t text_bytes) { return text_bytes + text_bytes / 1024 + 4096; }
 
 }  // namespace
 
@@ -48,18 +60,19 @@ void write_program(const std::string& recording_dir, const std::string& hash, co
   fs::rename(partial, path);
 }
 
-std::shared_ptr<const isa::Program> read_program(const std::string& recording_dir, const std::string& hash) {
-  const fs::path gz = fs::path(recording_dir) / program_file(hash, true);
-  const fs::path plain = fs::path(recording_dir) / program_file(hash, false);
-  std::string bytes, text, origin;
-  if (read_file(gz, bytes)) {
-    origin = gz.string();
-    text = gzip_decompress(bytes, origin);
-  } else if (read_file(plain, text)) {
-    origin = plain.string();
-  } else {
-    throw std::runtime_error(gz.string() + ": missing (nor is there " + plain.filename().string() +
-                             "); the recording is incomplete");
+std::shared_ptr<const isa::Program> program_from_file_bytes(const std::string& bytes, bool compressed,
+                                                            const std::string& hash,
+                                                            std::optional<uint64_t> declared_bytes,
+                                                            const std::string& origin) {
+  const uint64_t max_bytes = declared_bytes.value_or(kMaxUndeclaredProgramBytes);
+  std::string text = compressed ? gzip_decompress(bytes, origin, max_bytes) : bytes;
+  if (text.size() > max_bytes) {
+    throw std::runtime_error(origin + ": " + std::to_string(text.size()) + " bytes of text, more than the " +
+                             std::to_string(max_bytes) + " its program may have");
+  }
+  if (declared_bytes && text.size() != *declared_bytes) {
+    throw std::runtime_error(origin + ": " + std::to_string(text.size()) + " bytes of text, but the manifest declares " +
+                             std::to_string(*declared_bytes) + " (the file was changed after recording)");
   }
   if (program_hash(text) != hash) {
     throw std::runtime_error(origin + ": its text hashes to " + program_hash(text) + ", not " + hash +
@@ -70,6 +83,22 @@ std::shared_ptr<const isa::Program> read_program(const std::string& recording_di
   } catch (const isa::IsaError& e) {
     throw std::runtime_error(e.what());
   }
+}
+
+std::shared_ptr<const isa::Program> read_program(const std::string& recording_dir, const std::string& hash,
+                                                 std::optional<uint64_t> declared_bytes) {
+  const fs::path gz = fs::path(recording_dir) / program_file(hash, true);
+  const fs::path plain = fs::path(recording_dir) / program_file(hash, false);
+  const uint64_t max_bytes = declared_bytes.value_or(kMaxUndeclaredProgramBytes);
+  std::string bytes;
+  if (read_file(gz, bytes, max_gzip_bytes(max_bytes))) {
+    return program_from_file_bytes(bytes, true, hash, declared_bytes, gz.string());
+  }
+  if (read_file(plain, bytes, max_bytes)) {
+    return program_from_file_bytes(bytes, false, hash, declared_bytes, plain.string());
+  }
+  throw std::runtime_error(gz.string() + ": missing (nor is there " + plain.filename().string() +
+                           "); the recording is incomplete");
 }
 
 }  // namespace trnsim::record

@@ -67,6 +67,7 @@ std::string launch_line(const Launch& launch) {
       j["kernel"] = {{"name", launch.invocation->kernel}, {"spec", Json(launch.invocation->spec)}};
     }
     j["programs"] = launch.program_hashes;
+    if (!launch.program_bytes.empty()) j["program_bytes"] = launch.program_bytes;
     Json bindings = Json::array();
     for (const Binding& b : launch.bindings) {
       bindings.push_back({{"allocation", b.allocation}, {"elements", b.elements}, {"dtype", b.dtype},
@@ -161,6 +162,12 @@ Launch parse_launch(const std::string& line, const std::string& origin, size_t n
       // A hash names a file under programs/: nothing else (no path) may stand there.
       const bool hex = !hash.empty() && hash.find_first_not_of("0123456789abcdef") == std::string::npos;
       if (!hex) fail(origin, n, "program hash '" + hash + "' is not a lower-case hex digest");
+    }
+    // Absent in recordings made before sizes were declared (the reader then bounds each program by a fixed limit).
+    launch.program_bytes = optional_field<std::vector<uint64_t>>(j, "program_bytes", {}, origin, n);
+    if (!launch.program_bytes.empty() && launch.program_bytes.size() != launch.program_hashes.size()) {
+      fail(origin, n, "\"program_bytes\" has " + std::to_string(launch.program_bytes.size()) + " sizes for " +
+                          std::to_string(launch.program_hashes.size()) + " programs");
     }
     for (const Json& b : field<Json>(j, "bindings", origin, n)) {
       Binding binding;

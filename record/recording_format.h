@@ -4,7 +4,9 @@
 //                           then one line per launch, in the order they ran (a kernel launch
 //                           with "kernel": {"name", "spec"}, its invocation, when it has one;
 //                           readers of version 1 without invocations ignore the field, so
-//                           recordings with and without it are both version 1);
+//                           recordings with and without it are both version 1; likewise
+//                           "program_bytes", the size of each program's .tasm text, which
+//                           bounds how far a program file is read and inflated);
 //                           last: a footer {"end": {...}} saying whether the block completed.
 //   programs/<hash>.tasm.gz each distinct program once (gzip of its .tasm text; plain
 //                           programs/<hash>.tasm is read too), named by the hash of that text.

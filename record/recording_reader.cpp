@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "record/program_store.h"
@@ -30,6 +32,7 @@ Recording read_recording(const std::string& path) {
   std::string line;
   size_t number = 0;
   bool have_header = false;
+  std::map<std::string, uint64_t> declared_of;  // hash -> the size a launch declared for it
   while (std::getline(in, line)) {
     ++number;
     if (line.empty()) continue;
@@ -53,9 +56,20 @@ Recording read_recording(const std::string& path) {
       throw std::runtime_error(manifest + ":" + std::to_string(number) + ": launch index " + std::to_string(launch.index) +
                                ", expected " + std::to_string(recording.launches.size()));
     }
-    for (const std::string& hash : launch.program_hashes) {
+    for (size_t i = 0; i < launch.program_hashes.size(); ++i) {
+      const std::string& hash = launch.program_hashes[i];
+      const std::optional<uint64_t> declared =
+          launch.program_bytes.empty() ? std::nullopt : std::optional<uint64_t>(launch.program_bytes[i]);
+      if (declared) {
+        auto [earlier, fresh] = declared_of.emplace(hash, *declared);
+        if (!fresh && earlier->second != *declared) {
+          throw std::runtime_error(manifest + ":" + std::to_string(number) + ": program " + hash + " declared " +
+                                   std::to_string(*declared) + " bytes here, " + std::to_string(earlier->second) +
+                                   " before");
+        }
+      }
       auto it = recording.programs.find(hash);
-      if (it == recording.programs.end()) it = recording.programs.emplace(hash, read_program(path, hash)).first;
+      if (it == recording.programs.end()) it = recording.programs.emplace(hash, read_program(path, hash, declared)).first;
       launch.programs.push_back(it->second);
     }
     recording.launches.push_back(std::move(launch));

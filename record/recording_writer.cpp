@@ -66,14 +66,14 @@ RecordingWriter::~RecordingWriter() {
   }
 }
 
-std::string RecordingWriter::hash_of(const std::shared_ptr<const isa::Program>& program) {
+const std::pair<std::string, uint64_t>& RecordingWriter::hash_of(const std::shared_ptr<const isa::Program>& program) {
   auto it = m_hash_of.find(program.get());
   if (it != m_hash_of.end()) return it->second.second;
   const std::string text = isa::print_tasm(*program);
   const std::string hash = program_hash(text);
   if (m_written.insert(hash).second) write_program(m_path, hash, text, m_header.compressed_programs);
-  m_hash_of.emplace(program.get(), std::make_pair(program, hash));
-  return hash;
+  return m_hash_of.emplace(program.get(), std::make_pair(program, std::make_pair(hash, uint64_t(text.size()))))
+      .first->second.second;
 }
 
 void RecordingWriter::add(Launch launch) {
@@ -82,7 +82,12 @@ void RecordingWriter::add(Launch launch) {
   if (launch.kind == "kernel") {
     if (launch.programs.empty()) throw RecordingError("a kernel launch without programs (" + launch.op + ")");
     launch.program_hashes.clear();
-    for (const auto& program : launch.programs) launch.program_hashes.push_back(hash_of(program));
+    launch.program_bytes.clear();
+    for (const auto& program : launch.programs) {
+      const auto& [hash, bytes] = hash_of(program);
+      launch.program_hashes.push_back(hash);
+      launch.program_bytes.push_back(bytes);
+    }
   }
   m_manifest << launch_line(launch) << "\n" << std::flush;
   if (!m_manifest) throw RecordingError("cannot write " + (fs::path(m_path) / kManifestFile).string());

@@ -44,7 +44,8 @@ class RecordingWriter {
   bool closed() const { return m_closed; }
 
  private:
-  std::string hash_of(const std::shared_ptr<const isa::Program>& program);
+  // The program's hash and the bytes of its text (written under programs/ the first time).
+  const std::pair<std::string, uint64_t>& hash_of(const std::shared_ptr<const isa::Program>& program);
 
   std::string m_path;
   RecordingHeader m_header;
@@ -54,7 +55,8 @@ class RecordingWriter {
   std::chrono::steady_clock::time_point m_start;
   // Programs come from the executor's cache, so most launches reuse a program already hashed:
   // keyed by address, holding a reference so that the address is not reused by another program.
-  std::map<const isa::Program*, std::pair<std::shared_ptr<const isa::Program>, std::string>> m_hash_of;
+  std::map<const isa::Program*, std::pair<std::shared_ptr<const isa::Program>, std::pair<std::string, uint64_t>>>
+      m_hash_of;
   std::set<std::string> m_written;
 };
 

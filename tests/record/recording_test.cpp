@@ -202,9 +202,31 @@ TEST(Gzip, RoundTripsAndRejectsDamage) {
   const std::string packed = gzip_compress(text);
   EXPECT_LT(packed.size(), text.size() / 5);
   EXPECT_EQ(gzip_compress(text), packed);  // no time stamp: the same bytes every time
-  EXPECT_EQ(gzip_decompress(packed, "x.gz"), text);
-  EXPECT_THROW(gzip_decompress(packed.substr(0, packed.size() / 2), "x.gz"), std::runtime_error);
-  EXPECT_THROW(gzip_decompress("not gzip at all", "x.gz"), std::runtime_error);
+  EXPECT_EQ(gzip_decompress(packed, "x.gz", text.size()), text);
+  EXPECT_THROW(gzip_decompress(packed.substr(0, packed.size() / 2), "x.gz", text.size()), std::runtime_error);
+  EXPECT_THROW(gzip_decompress("not gzip at all", "x.gz", text.size()), std::runtime_error);
+}
+
+// The message of the std::runtime_error `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Issue 42 R1: a gzip bomb inflates no further than the bound (the manifest's declared size).
+TEST(Gzip, InflatingStopsAtTheBound) {
+  const std::string zeros(size_t{64} << 20, '\0');
+  const std::string bomb = gzip_compress(zeros);
+  EXPECT_LT(bomb.size(), size_t{1} << 20);
+  EXPECT_EQ(gzip_decompress(bomb, "b.gz", zeros.size()).size(), zeros.size());  // exactly the bound: read
+  EXPECT_NE(error_of([&] { gzip_decompress(bomb, "b.gz", zeros.size() - 1); })
+                .find("b.gz: inflates to more than the 67108863 bytes its program may have"),
+            std::string::npos);
 }
 
 // A small recording: two copies in, a kernel (values mode, as the device runs it), a fallback.
@@ -456,6 +478,59 @@ TEST(RecordingReader, IncompleteAndDamagedRecordingsAreClear) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("version 99"), std::string::npos) << e.what();
   }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+// Issue 42 R1: the manifest declares each program's text size; a program file is read and inflated no further.
+TEST(RecordingReader, ProgramsAreReadNoFurtherThanTheManifestDeclares) {
+  TempDir tmp;
+  const std::string dir = tmp / "r.trnrec";
+  const Recorded written = record_small(dir);
+  const std::string manifest = read_text(dir + "/manifest.jsonl");
+  const std::string size = std::to_string(isa::print_tasm(*written.program).size());
+  EXPECT_NE(manifest.find("\"program_bytes\":[" + size + ","), std::string::npos) << manifest;
+  const Recording before = read_recording(dir);
+  ASSERT_EQ(before.launches[1].program_bytes.size(), 2u);
+  const std::string hash = before.launches[1].program_hashes[0];
+
+  // A recording made before sizes were declared still reads (bounded by kMaxUndeclaredProgramBytes).
+  const std::string old_dir = tmp / "old.trnrec";
+  record_small(old_dir);
+  std::string undeclared = read_text(old_dir + "/manifest.jsonl");
+  for (size_t at; (at = undeclared.find(",\"program_bytes\":[")) != std::string::npos;) {
+    undeclared.erase(at, undeclared.find(']', at) + 1 - at);
+  }
+  ASSERT_EQ(undeclared.find("program_bytes"), std::string::npos);
+  std::ofstream(old_dir + "/manifest.jsonl", std::ios::trunc) << undeclared;
+  EXPECT_EQ(read_recording(old_dir).launches.size(), 4u);
+
+  // A bomb in place of the first core's program (4 KiB of gzip: within the file bound): stopped at the declared
+  // size, long before its 4 MiB.
+  const std::string program = dir + "/programs/" + hash + ".tasm.gz";
+  std::ofstream(program, std::ios::binary | std::ios::trunc) << gzip_compress(std::string(size_t{4} << 20, 'x'));
+  EXPECT_NE(error_of([&] { read_recording(dir); })
+                .find(program + ": inflates to more than the " + size + " bytes its program may have"),
+            std::string::npos);
+  // A plain program file larger than declared is refused before it is read.
+  fs::remove(program);
+  const std::string plain = dir + "/programs/" + hash + ".tasm";
+  std::ofstream(plain, std::ios::binary | std::ios::trunc) << std::string(size_t{1} << 20, '#');
+  EXPECT_NE(error_of([&] { read_recording(dir); })
+                .find(plain + ": 1048576 bytes, more than the " + size + " its program may take"),
+            std::string::npos);
+  // Declared sizes that disagree with the programs or each other are errors.
+  fs::remove(plain);
+  record_small(tmp / "lie.trnrec");
+  std::string lie = read_text(tmp / "lie.trnrec/manifest.jsonl");
+  lie.replace(lie.find("\"program_bytes\":[") + 17, size.size(), std::to_string(std::stoull(size) + 1));
+  std::ofstream(tmp / "lie.trnrec/manifest.jsonl", std::ios::trunc) << lie;
+  EXPECT_NE(error_of([&] { read_recording(tmp / "lie.trnrec"); }).find("but the manifest declares"), std::string::npos);
 }
 
 }  // namespace

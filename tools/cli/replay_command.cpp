@@ -2,6 +2,7 @@
 // re-times a recording made by trnsim.record() without PyTorch (record/replay.h); with --rebuild the
 // kernels are built again for the target config from their recorded invocations.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -26,19 +27,54 @@ struct ReplayCommandOptions {
   size_t top = 20;
 };
 
+// A name from a recording's header, shortened for a message (the header is the recording's, not the user's).
+std::string shown(const std::string& name) {
+  constexpr size_t kShown = 120;
+  return name.size() <= kShown ? name : name.substr(0, kShown) + "... (" + std::to_string(name.size()) + " bytes)";
+}
+
+// Whether `file` lies inside one of the config search folders (symlinks and ".." resolved).
+bool in_config_search_path(const std::string& file, const std::vector<std::string>& dirs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path canonical = fs::weakly_canonical(file, ec);
+  if (ec) return false;
+  for (const std::string& dir : dirs) {
+    const fs::path root = fs::weakly_canonical(dir, ec);
+    if (ec) continue;
+    const fs::path relative = canonical.lexically_relative(root);
+    if (!relative.empty() && *relative.begin() != ".." && relative.is_relative()) return true;
+  }
+  return false;
+}
+
 // The recording's own config, found as it was named when recording (a shipped name resolves in
-// the search path), else by the file it resolved to then.
+// the search path), else by the file it resolved to then. A recording is data from elsewhere: the
+// file it names is read only when it lies in the config search path ($TRNSIM_CONFIG_PATH, configs/),
+// never an arbitrary path such as /etc/passwd (whose bytes a parse error would echo).
 std::string recorded_config_file(const record::RecordedConfig& recorded) {
   const std::vector<std::string> dirs = default_config_dirs();
+  std::string outside;
   for (const std::string& candidate : {recorded.name_or_path, recorded.source}) {
     if (candidate.empty()) continue;
+    std::string file;
     try {
-      return resolve_config_path(candidate, dirs);
+      file = resolve_config_path(candidate, dirs);
     } catch (const ConfigError&) {
+      continue;
     }
+    if (in_config_search_path(file, dirs)) return file;
+    outside = file;
   }
-  throw ConfigError("the recording's config '" + recorded.name_or_path + "' (recorded from " + recorded.source +
-                    ") is not found here: pass --config");
+  std::string where;
+  for (const std::string& dir : dirs) where += (where.empty() ? "" : ", ") + dir;
+  if (!outside.empty()) {
+    throw ConfigError("the recording's config '" + shown(recorded.name_or_path) + "' (" + shown(outside) +
+                      ") is outside the config search path (" + where +
+                      "): not reading it; pass --config to replay on it, or add its folder to TRNSIM_CONFIG_PATH");
+  }
+  throw ConfigError("the recording's config '" + shown(recorded.name_or_path) + "' (recorded from " +
+                    shown(recorded.source) + ") is not found here: pass --config");
 }
 
 int replay_command(const ReplayCommandOptions& o) {
