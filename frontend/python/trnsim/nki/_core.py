@@ -111,7 +111,9 @@ def _make_dtypes():
     table = {}
     for nki_name, name, size, np_type, is_float in rows:
         table[nki_name] = DType(nki_name, name, size, np.dtype(np_type) if np_type is not None else None, is_float)
-    table["bool_"] = table["uint8"]
+    # NKI's bool_ is "Boolean (True or False) stored as a byte": uint8 on the device, its own dtype here so that a
+    # result declared bool reads back as NumPy bool and arithmetic on it keeps NumPy's bool logic (language.binary).
+    table["bool_"] = DType("bool_", "uint8", 1, np.dtype(np.bool_), False)
     return table
 
 
@@ -120,7 +122,6 @@ _BY_NUMPY = {}
 for _d in DTYPES.values():
     if _d.numpy is not None and _d.numpy not in _BY_NUMPY and _d.nki_name != "tfloat32":
         _BY_NUMPY[_d.numpy] = _d
-_BY_NUMPY[np.dtype(np.bool_)] = DTYPES["uint8"]
 _BY_NUMPY[np.dtype(np.float64)] = DTYPES["float32"]   # NKI's host arrays of float64 become fp32 tiles
 _BY_NUMPY[np.dtype(np.int64)] = DTYPES["int32"]
 
@@ -137,7 +138,7 @@ def as_dtype(value):
     mod = type(value).__module__
     if mod.startswith("torch"):
         name = str(value).replace("torch.", "")
-        name = {"float": "float32", "half": "float16", "int": "int32", "bool": "uint8", "long": "int32",
+        name = {"float": "float32", "half": "float16", "int": "int32", "bool": "bool_", "long": "int32",
                 "float64": "float32", "int64": "int32", "double": "float32"}.get(name, name)
         return as_dtype(name)
     try:
@@ -807,7 +808,7 @@ def _norm_index(i, size, what):
     if i < 0:
         i += size
     if not 0 <= i < size:
-        fail(f"index {i} is out of range for {what} of size {size}")
+        fail(f"index {i} is out of range for {what} of size {size} [index-bounds]")
     return i
 
 
@@ -867,13 +868,13 @@ def index_view(view, key):
             if k.stop is not None and (k.stop > size if isinstance(k.stop, (int, np.integer)) and k.stop >= 0 else False):
                 message = f"slice {start}:{k.stop} exceeds dim {d} of size {size} (tensor {list(view.shape)})"
                 if step != 1 or not 0 <= start < size:
-                    fail(message)
+                    fail(message + " [index-bounds]")
                 # A partial last tile (nki-samples' adaptive_avg_pool2d loads rows 256:384 of 288 under
                 # ``mask=(i_p < N * C)``): the whole slice, legal only where a mask keeps it inside (apply_mask).
                 count = int(k.stop) - start
                 overhang.append((len(dims), start, size, message))
             if count == 0:
-                fail(f"slice {k.start}:{k.stop} of dim {d} (size {size}) is empty")
+                fail(f"slice {k.start}:{k.stop} of dim {d} (size {size}) is empty [index-empty]")
             if d == pdim:
                 if step != 1:
                     fail("partitions are contiguous: a partition slice takes step 1")
@@ -982,9 +983,10 @@ def _index_expressions(view, key):
                 (v, _), = expr.terms.items()
                 var_pdim = v
                 if expr.const < 0 or expr.const + v.size > size:
-                    fail(f"partition index {expr.const}..{expr.const + v.size - 1} exceeds {size} partitions")
+                    fail(f"partition index {expr.const}..{expr.const + v.size - 1} exceeds {size} partitions "
+                         f"[index-bounds]")
             elif not 0 <= expr.const < size:
-                fail(f"partition index {expr.const} exceeds {size} partitions")
+                fail(f"partition index {expr.const} exceeds {size} partitions [index-bounds]")
         else:
             offset += stride * expr.const
             hi = lo = expr.const
@@ -1056,7 +1058,7 @@ class _UncheckedView(View):
 
 def _check_masked(view, mask):
     if mask is None and view.overhang:
-        fail(view.overhang[0][3])
+        fail(view.overhang[0][3] + " [index-bounds]")
     for expr, size, message in view.checks:
         lo = hi = expr.const
         for v, c in expr.terms.items():
@@ -1066,7 +1068,7 @@ def _check_masked(view, mask):
             a, b = c * first, c * (first + count - 1)
             lo, hi = lo + min(a, b), hi + max(a, b)
         if lo < 0 or hi >= size:
-            fail(message + (" under its mask" if mask is not None else ""))
+            fail(message + (" under its mask" if mask is not None else "") + " [index-bounds]")
 
 
 def apply_mask(view, mask):
@@ -1105,7 +1107,7 @@ def apply_mask(view, mask):
         firsts[d] = first
     for d, start, size, message in getattr(view, "overhang", ()):
         if start + firsts[d] + dims[d][1] > size:
-            fail(message + " under its mask")
+            fail(message + " under its mask [index-bounds]")
     return View(view.st, offset, dims, view.pdim, pstart, view.vars)
 
 

@@ -184,10 +184,7 @@ class Kernel:
         return f"<trnsim NKI kernel {self.__name__}>"
 
     def __getitem__(self, grid):
-        grid = grid if isinstance(grid, tuple) else (grid,)
-        if len(grid) == 1 and isinstance(grid[0], tuple):
-            grid = grid[0]   # nl.spmd_dim(...)
-        return _GridCall(self, tuple(int(g) for g in grid))
+        return _GridCall(self, _grid_dims(self.__name__, grid))
 
     def __call__(self, *args, **kwargs):
         if _trace.active() is not None:
@@ -268,7 +265,9 @@ class Kernel:
                 value.data.copy_(_to_framework(out, "torch").to(value.dtype).reshape(value.shape))
             else:
                 np.copyto(host, out.astype(host.dtype, copy=False).reshape(host.shape), casting="unsafe")
-        arrays_out = {name: _to_framework(state[name], framework, device) for name in results.outputs}
+        bools = {st.name for st in results.trace.hbm if st.dtype.nki_name == "bool_"}
+        arrays_out = {name: _to_framework(state[name] != 0 if name in bools else state[name], framework, device)
+                      for name in results.outputs}
         return _rebuild(results.result_shape, arrays_out)
 
     def run_ranks(self, args_per_rank, system=None, timing_only=None):
@@ -433,7 +432,7 @@ _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int3
 
 def _torch_dtype(dtype):
     import torch
-    name = _TORCH_DTYPES.get(dtype.name)
+    name = "bool" if dtype.nki_name == "bool_" else _TORCH_DTYPES.get(dtype.name)
     if name is None:
         raise KernelError(f"a {dtype.nki_name} result has no torch dtype")
     return getattr(torch, name)
@@ -446,6 +445,47 @@ def _buffer(name, tensor):
         raise KernelError(f"argument {name!r}: a {tensor.dtype} tensor on the device has no {tensor.element_size()}-byte "
                           f"NKI dtype; convert it (e.g. .to(torch.{'int32' if not dtype.is_float else 'float32'})) first")
     return (name, tensor.data_ptr(), tensor.numel(), dtype.name)
+
+
+# A bound on an SPMD grid's instances: each is traced and simulated on its own (one after another, or together as an
+# LNC launch), so a grid of 2**20 would take hours of host time before anything failed. Real launches are far
+# smaller (nki-samples: batch x heads, a few hundred). A bound of trnsim's, not of the hardware.
+DEFAULT_MAX_GRID_INSTANCES = 1 << 16
+
+
+def max_grid_instances():
+    text = os.environ.get("TRNSIM_NKI_MAX_GRID_INSTANCES", "")
+    try:
+        return int(text) if text else DEFAULT_MAX_GRID_INSTANCES
+    except ValueError:
+        raise KernelError(f"TRNSIM_NKI_MAX_GRID_INSTANCES={text!r} is not an integer") from None
+
+
+def _grid_dims(name, grid):
+    """``kernel[grid]``'s dims, checked: positive ints, at most max_grid_instances() instances in all."""
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    if len(grid) == 1 and isinstance(grid[0], tuple):
+        grid = grid[0]   # nl.spmd_dim(...)
+    where = _core.where()
+    if not grid:
+        raise KernelError(f"{where}: {name}[()]: an SPMD grid needs at least one dim [grid]")
+    dims = []
+    for g in grid:
+        try:
+            n = g.__index__()   # ints, NumPy ints, nl.nc(2); not 2.5 or "2"
+        except (AttributeError, TypeError):
+            raise KernelError(f"{where}: {name}[{grid!r}]: grid dims are ints, got {type(g).__name__} {g!r} "
+                              f"[grid]") from None
+        if isinstance(g, bool) or n < 1:
+            raise KernelError(f"{where}: {name}[{', '.join(map(str, grid))}]: grid dim {g!r} launches no instance; "
+                              f"each dim is an int >= 1 [grid]")
+        dims.append(n)
+    count, bound = _prod(dims), max_grid_instances()
+    if count > bound:
+        raise KernelError(f"{where}: {name}[{', '.join(map(str, dims))}]: {count:,} SPMD instances, more than trnsim "
+                          f"traces and simulates ({bound:,}, one after another on the host); this is a bound of "
+                          f"trnsim's, not of the hardware: set TRNSIM_NKI_MAX_GRID_INSTANCES to raise it [grid-size]")
+    return tuple(dims)
 
 
 def _instances(grid):
@@ -463,7 +503,7 @@ def _logical_cores(config, overrides, grid, leaves=None):
     if leaves is None:
         from .. import _C
         leaves = _C.config_leaves(config, list(overrides))
-    lnc = int(leaves.get("chip.default_logical_core_size", 1))
+    lnc = _trace.Target(config, overrides, leaves).lnc
     if len(grid) == 1 and grid[0] == lnc and lnc > 1:
         return lnc
     return 1

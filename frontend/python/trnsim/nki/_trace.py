@@ -29,36 +29,99 @@ def _dtype_at(dtype, location):
         fail(str(e).strip("'\""), location)
 
 
+class ConfigKeyError(KernelError):
+    """A config the front-end cannot read: a key missing or not of its type (a config the C++ loader accepted always
+    has them all, so this means the leaves came from somewhere else or the loader changed)."""
+
+
+def _leaf(leaves, key, kind):
+    """Config leaf ``key`` (``trnsim._C.config_leaves``: every value printed as text) as ``kind``: int, float or bool.
+    A missing or malformed key is an error naming it, never a default."""
+    text = leaves.get(key)
+    if text is None:
+        raise ConfigKeyError(f"config {leaves.get('name', '?')!r}: key {key!r} is missing (the NKI front-end reads it "
+                             f"as {kind.__name__}) [config-key]")
+    try:
+        if kind is bool:
+            if text not in ("true", "false"):
+                raise ValueError(text)
+            return text == "true"
+        if kind is int:
+            return int(text, 10)
+        return float(text)
+    except (TypeError, ValueError):
+        raise ConfigKeyError(f"config {leaves.get('name', '?')!r}: key {key!r} = {text!r} is not a "
+                             f"{kind.__name__} [config-key]") from None
+
+
+# What the tracer reads from the hardware config: attribute -> (config key, type). The one place the front-end
+# turns the loader's leaves into values; every key here is one the C++ loader requires (config/hardware_config.h).
+TARGET_KEYS = {
+    "generation": ("generation", str),
+    "pmax": ("core.sbuf.partitions", int),
+    "sbuf_bytes": ("core.sbuf.bytes_per_partition", int),
+    "psum_partitions": ("core.psum.partitions", int),
+    "psum_bytes": ("core.psum.bytes_per_partition", int),
+    "psum_banks": ("core.psum.banks", int),
+    "psum_bank_bytes": ("core.psum.bank_bytes", int),
+    "stationary_fmax": ("core.tensor.max_stationary_free_size", int),
+    "moving_fmax": ("core.tensor.max_moving_free_size_by_psum_dtype.fp32", int),
+    "pe_rows": ("core.tensor.pe_rows", int),
+    "cores": ("chip.physical_cores", int),
+    "hbm_gbps": ("hbm.bandwidth_gbps", float),
+    "dma_transpose": ("core.dma.transpose_supported", bool),
+    "hbm_stacks": ("hbm.stacks", int),
+    "hardware_dge_count": ("core.dma.hardware_dge_per_core", int),
+    "lnc": ("chip.default_logical_core_size", int),
+    "hbm_capacity_bytes": ("hbm.capacity_bytes", int),
+}
+
+
 class Target:
-    """What the tracer needs from the hardware config (``trnsim._C.config_leaves``)."""
+    """What the tracer needs from the hardware config (``trnsim._C.config_leaves``), typed (TARGET_KEYS)."""
 
     def __init__(self, config, overrides, leaves=None):
         from .. import _C
         if leaves is None:
             leaves = _C.config_leaves(str(config), list(overrides or []))
         self.config, self.overrides = str(config), list(overrides or [])
-        self.name, self.hash, self.generation = leaves["name"], leaves["hash"], leaves["generation"]
-        self.pmax = int(leaves["core.sbuf.partitions"])
-        self.sbuf_bytes = int(leaves["core.sbuf.bytes_per_partition"])
-        self.psum_partitions = int(leaves["core.psum.partitions"])
-        self.psum_bytes = int(leaves["core.psum.bytes_per_partition"])
-        self.psum_banks = int(leaves["core.psum.banks"])
-        self.psum_bank_bytes = int(leaves["core.psum.bank_bytes"])
-        self.stationary_fmax = int(leaves["core.tensor.max_stationary_free_size"])
-        self.moving_fmax = int(leaves.get("core.tensor.max_moving_free_size_by_psum_dtype.fp32", 512))
-        self.pe_rows = int(leaves["core.tensor.pe_rows"])
-        self.cores = int(leaves.get("chip.physical_cores", 1))
-        self.hbm_gbps = float(leaves["hbm.bandwidth_gbps"])
-        self.dma_transpose = leaves.get("core.dma.transpose_supported") == "true"
-        self.hbm_stacks = int(leaves["hbm.stacks"])
-        self.hardware_dge = int(leaves.get("core.dma.hardware_dge_per_core", 0)) > 0
-        self.lnc = int(leaves.get("chip.default_logical_core_size", 1))
+        for key in ("name", "hash"):
+            if key not in leaves:
+                raise ConfigKeyError(f"config leaves lack {key!r} [config-key]")
+        self.name, self.hash = leaves["name"], leaves["hash"]
+        for attribute, (key, kind) in TARGET_KEYS.items():
+            if kind is str:
+                if not leaves.get(key):
+                    raise ConfigKeyError(f"config {self.name!r}: key {key!r} is missing [config-key]")
+                setattr(self, attribute, leaves[key])
+            else:
+                setattr(self, attribute, _leaf(leaves, key, kind))
+        self.hardware_dge = self.hardware_dge_count > 0
 
 
 # A bound on the instructions one trace records, so that a kernel far beyond what the host can hold (a sweep's
 # "invalid" size) is an error, not the OOM killer: a traced instruction holds about 4 KiB of host memory through
 # tracing and simulation (measured: the 166k-instruction tiled matmul of examples/nki), so the default is ~8 GiB.
 DEFAULT_MAX_TRACED_INSTRUCTIONS = 1 << 21
+
+
+# A bound on the host memory behind one trace's HBM tensors: the simulator holds every HBM tensor's bytes in host
+# memory from the start (isa/core_state.cpp), and a values run copies the outputs back once more, so a kernel whose
+# HBM tensors are near the host's memory is refused when traced, naming the tensor's line, instead of failing in
+# the allocator. A bound of trnsim's host, not of the hardware (the simulated HBM's own bound is hbm.capacity_bytes).
+DEFAULT_MAX_HOST_HBM_BYTES = 4 << 30
+
+
+def max_host_hbm_bytes():
+    text = os.environ.get("TRNSIM_NKI_MAX_HOST_HBM_BYTES", "")
+    try:
+        return int(text) if text else DEFAULT_MAX_HOST_HBM_BYTES
+    except ValueError:
+        fail(f"TRNSIM_NKI_MAX_HOST_HBM_BYTES={text!r} is not an integer")
+
+
+def _gib(n):
+    return f"{n / (1 << 30):,.2f} GiB"
 
 
 def max_traced_instructions():
@@ -88,6 +151,7 @@ class Trace:
         self.loops = []            # instruction indices of the open compiled loops' begins
         self.aliased = set()       # tiles seen through view(dtype): never renamed (their aliases keep the name)
         self.max_instructions = max_traced_instructions()
+        self.hbm_bytes = 0         # bytes of the HBM tensors declared so far (inputs, outputs, internal)
 
     # -- context
     def __enter__(self):
@@ -113,7 +177,9 @@ class Trace:
 
     # -- HBM
     def hbm_tensor(self, shape, dtype, name=None, role="internal"):
-        st = Storage(self, "hbm", _dtype_at(dtype, user_location()), shape, None)
+        location = user_location()
+        st = Storage(self, "hbm", _dtype_at(dtype, location), shape, None)
+        self._check_hbm_bytes(st, location)
         base = name or f"hbm{len(self.hbm)}"
         if re.match(r"^(sb|ps)_\d", base):
             base = "h_" + base   # on-chip tiles are named sb_N / ps_N
@@ -121,6 +187,24 @@ class Trace:
         self.hbm.append(st)
         self.roles[st.name] = role
         return st
+
+    def _check_hbm_bytes(self, st, location):
+        """A new HBM tensor within the simulated HBM (hbm.capacity_bytes) and the host bound (max_host_hbm_bytes)."""
+        size = st.dtype.size_bytes
+        for n in st.shape:
+            size *= int(n)
+        total = self.hbm_bytes + size
+        what = f"HBM tensor {st.dtype.nki_name}{list(st.shape)} ({_gib(size)})"
+        if total > self.target.hbm_capacity_bytes:
+            fail(f"{what}: the kernel's HBM tensors would hold {_gib(total)}, more than the {self.target.name} HBM "
+                 f"({_gib(self.target.hbm_capacity_bytes)}, hbm.capacity_bytes) [hbm-capacity]", location)
+        bound = max_host_hbm_bytes()
+        if total > bound:
+            fail(f"{what}: the kernel's HBM tensors would hold {_gib(total)}, more host memory than trnsim gives one "
+                 f"kernel ({_gib(bound)}; the simulator holds every HBM tensor in host memory); this is a bound of "
+                 f"trnsim's, not of the hardware: set TRNSIM_NKI_MAX_HOST_HBM_BYTES to raise it [host-memory]",
+                 location)
+        self.hbm_bytes = total
 
     # -- on-chip
     def tile(self, shape, dtype, space, pdim=0, location=None):

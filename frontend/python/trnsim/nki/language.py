@@ -28,7 +28,7 @@ from ._core import DTYPES, IndexExpr, IndexVar, View, as_dtype, fail, user_locat
 # ---- dtypes
 for _name, _d in DTYPES.items():
     globals()[_name] = _d
-bool_ = DTYPES["uint8"]
+bool_ = DTYPES["bool_"]
 fp32 = DTYPES["float32"]
 
 
@@ -726,10 +726,47 @@ def _is_column(v, like):
             and _prod(v.shape) == v.dims[v.pdim][1] and _prod(like.shape) > v.dims[v.pdim][1])
 
 
+# NumPy's logic on bool arrays (NKI's bool_ is a byte holding 0 or 1): + and maximum are or, * and minimum are and,
+# so True + True is True, not 2.
+_BOOL_OPS = {"add": "logical_or", "maximum": "logical_or", "multiply": "logical_and", "minimum": "logical_and"}
+
+
+def _binary_dtype(dtype, op, x, y):
+    """The result dtype of ``x op y``: ``dtype`` when given; a bool tile with a tile of another dtype takes that one,
+    with a number the number's kind (fp32 for a float, int32 for an int), as NumPy promotes bool; else _out_dtype.
+    A division of integers is true division, as NumPy's (nl.divide is "similar to numpy.divide"): fp32, so that
+    ``nl.floor(iota / w, dtype=nl.int32)`` floors the quotient (nki-samples' resize_nearest) instead of flooring a
+    quotient already rounded to the nearest integer."""
+    if dtype is not None:
+        return as_dtype(dtype)
+    if op == "divide":
+        out = _binary_dtype(None, None, x, y)
+        return out if out.is_float else DTYPES["float32"]
+    tiles = [v for v in (x, y) if not _is_number(v)]
+    if tiles and _builtins.all(getattr(v, "dtype", None) is DTYPES["bool_"] for v in tiles):
+        number = next((v for v in (x, y) if _is_number(v)), None)
+        if isinstance(number, (float, np.floating)):
+            return DTYPES["float32"]
+        return DTYPES["int32"] if number is not None else DTYPES["bool_"]
+    others = [v for v in tiles if getattr(v, "dtype", None) is not DTYPES["bool_"]]
+    return _out_dtype(None, *others)
+
+
+def _bool_logic(op, out_dtype, location):
+    if out_dtype is not DTYPES["bool_"]:
+        return op
+    if op == "subtract":
+        fail("nl.subtract with a bool result: NumPy refuses to subtract bools (use nl.logical_xor, or give dtype=) "
+             "[bool-arithmetic]", location)
+    return _BOOL_OPS.get(op, op)
+
+
 def binary(x, y, op, dtype=None, mask=None, location=None, **_):
     location = location or user_location()
     if _is_number(x) and _is_number(y):
         fail(f"nl.{op} of two numbers: compute it in Python")
+    dtype = _binary_dtype(dtype, op, x, y)
+    op = _bool_logic(op, dtype, location)
     if _is_number(x) or (isinstance(x, View) and isinstance(y, View) and _is_column(x, y)):
         # number op tile, [P,1] op tile: a tensor_scalar with the operand reversed.
         yv = _operand(y, f"nl.{op}")
