@@ -4,7 +4,7 @@ defaults are read from there, so an instruction added to the ISA is callable fro
 import numpy as np
 from math import prod as _prod
 
-from . import _core, _trace
+from . import _core, _schedule_api, _trace
 from ._core import View, fail, merge_dims, user_location
 
 _SPECS = None
@@ -163,11 +163,11 @@ def emit(name, args, kwargs, location=None):
                                       tuple(o["values"])) for o in spec["operands"])
         spec["_names"] = {o[0]: i for i, o in enumerate(plan)}
     names = spec["_names"]
-    engine = mask = None
+    engine = mask = label = None
     if kwargs:
         kwargs = dict(kwargs)
         engine = engine_word(kwargs.pop("engine", None))
-        kwargs.pop("name", None)
+        label = kwargs.pop("name", None)   # NKI's instruction name (the scheduling API's with_schedule)
         mask = kwargs.pop("mask", None)
     if len(args) > len(plan):
         fail(f"nisa.{name} takes at most {len(plan)} positional arguments, got {len(args)}", location)
@@ -283,6 +283,8 @@ def emit(name, args, kwargs, location=None):
             p = data.dims[data.pdim][1]
             trace.transpose_flops += 2 * p * p * (_prod(data.shape) // p)
     index = trace.emit(f"{name} " + ", ".join(parts), location)
+    if label is not None:
+        _schedule_api.record_name(trace, label, index, location)
     for st in touched:
         if st.space != "hbm":
             trace.touch(st, index)

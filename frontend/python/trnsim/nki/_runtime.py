@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from . import _core, _trace
+from . import _core, _schedule_api, _trace
 from math import prod as _prod
 
 from ._core import KernelError, View, as_dtype
@@ -179,12 +179,21 @@ class Kernel:
         self.benchmark_result = None
         self._cache = {}
         self.trace_count = 0
+        self.schedule_pairs, self.schedule_location = [], None   # with_schedule's edges
 
     def __repr__(self):
         return f"<trnsim NKI kernel {self.__name__}>"
 
     def __getitem__(self, grid):
         return _GridCall(self, _grid_dims(self.__name__, grid))
+
+    def with_schedule(self, pairs):
+        """NKI's ``kernel.with_schedule([("a", "b"), ("c", ["d", "e"])])``: this kernel with ordering edges (each
+        pair: the first named instruction runs after the second), recorded in each trace (``_schedule_api``)."""
+        scheduled = Kernel(self.fn, platform_target=self.platform_target, values=self.values, **self.options)
+        scheduled.schedule_pairs = _schedule_api.check_pairs(pairs)
+        scheduled.schedule_location = _core.user_location()
+        return scheduled
 
     def __call__(self, *args, **kwargs):
         if _trace.active() is not None:
@@ -392,6 +401,7 @@ class Kernel:
                 else:
                     call_args[name] = value
             returned = self.fn(**call_args)
+            _schedule_api.resolve(trace, self.schedule_pairs, self.schedule_location)
             seen = []
             structure = _structure(returned, seen)
         traced = _Traced()

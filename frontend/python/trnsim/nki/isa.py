@@ -333,6 +333,7 @@ def dma_compute(dst, srcs, reduce_op=None, scales=None, unique_indices=None, **k
     if not srcs:
         fail("nisa.dma_compute needs at least one source", location)
     _emit.emit("dma_copy", (dst, srcs[0]), dict(kwargs), location)
+    kwargs.pop("name", None)   # the call's name is its first instruction's
     for src in srcs[1:]:
         _emit.emit("dma_copy", (dst, src), dict(kwargs, dst_rmw_op="add"), location)
 

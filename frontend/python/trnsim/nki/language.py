@@ -22,7 +22,7 @@ import builtins as _builtins
 import numpy as np
 from math import prod as _prod
 
-from . import _core, _emit, _trace
+from . import _core, _emit, _schedule_api, _trace
 from ._core import DTYPES, IndexExpr, IndexVar, View, as_dtype, fail, user_location
 
 # ---- dtypes
@@ -417,6 +417,7 @@ def affine_range(*args, **_):
 
 
 sequential_range = static_range = affine_range
+no_reorder = _schedule_api.no_reorder
 
 
 class NKIObject:
@@ -450,6 +451,7 @@ def _is_register(x):
 
 def _enter_loop(trace, location):
     """Before a compiled loop: zeros folded into a first matmul must be real (the body runs again)."""
+    _schedule_api.check_compiled_loop(trace, location)
     for t in trace.tiles:
         if t.pending_zero:
             _emit._flush_zero(t, trace, location)
