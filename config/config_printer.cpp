@@ -17,10 +17,26 @@ std::string scalar_text(const T& value) {
   if constexpr (std::is_same_v<T, bool>) {
     return value ? "true" : "false";
   } else if constexpr (std::is_same_v<T, std::string>) {
+    // Control characters escaped: a raw line break inside a double-quoted YAML scalar is folded on reading
+    // (one becomes a space, two one newline), so the text would not read back as itself.
     std::string out = "\"";
     for (char c : value) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
+      const unsigned char byte = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (byte < 0x20 || byte == 0x7f) {
+        const char* hex = "0123456789abcdef";
+        out += "\\x";
+        out += hex[byte >> 4];
+        out += hex[byte & 15];
+      } else {
+        out += c;
+      }
     }
     return out + "\"";
   } else if constexpr (std::is_same_v<T, DType>) {

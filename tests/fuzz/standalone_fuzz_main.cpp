@@ -1,7 +1,8 @@
 // Drives LLVMFuzzerTestOneInput without libFuzzer (GCC builds, ctest): every corpus file, then
 // seeded random mutations of them until the count or the time limit is reached. Deterministic
-// for a given corpus, so a failure reproduces by rerunning.
-//   tasm_fuzz_smoke CORPUS_DIR [MUTATIONS=20000] [SECONDS=20]
+// for a given corpus, so a failure reproduces by rerunning. The same driver runs each fuzz target
+// (tasm_fuzz_smoke, config_fuzz_smoke, recording_fuzz_smoke), EXTENSION choosing its corpus files.
+//   *_fuzz_smoke CORPUS_DIR [MUTATIONS=20000] [SECONDS=20] [EXTENSION=.tasm]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -78,15 +79,16 @@ std::string mutate(std::string text, const std::vector<std::string>& corpus_line
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s CORPUS_DIR [MUTATIONS] [SECONDS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CORPUS_DIR [MUTATIONS] [SECONDS] [EXTENSION]\n", argv[0]);
     return 2;
   }
   long mutations = argc > 2 ? std::atol(argv[2]) : 20000;
   double seconds = argc > 3 ? std::atof(argv[3]) : 20;
+  const std::string extension = argc > 4 ? argv[4] : ".tasm";
   std::vector<std::string> corpus, corpus_lines;
   std::vector<std::filesystem::path> paths;
   for (const auto& entry : std::filesystem::directory_iterator(argv[1])) {
-    if (entry.path().extension() == ".tasm") paths.push_back(entry.path());
+    if (entry.path().extension() == extension) paths.push_back(entry.path());
   }
   std::sort(paths.begin(), paths.end());  // directory order varies; determinism needs a fixed one
   for (const auto& path : paths) {
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
     run(corpus.back());
   }
   if (corpus.empty()) {
-    std::fprintf(stderr, "no .tasm files in %s\n", argv[1]);
+    std::fprintf(stderr, "no %s files in %s\n", extension.c_str(), argv[1]);
     return 2;
   }
   std::mt19937_64 rng(0x7a5d);
@@ -115,6 +117,6 @@ int main(int argc, char** argv) {
     run(input);
   }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("tasm fuzz smoke: %zu seeds, %ld mutations in %.1f s, no failures\n", corpus.size(), done, elapsed);
+  std::printf("fuzz smoke (%s): %zu seeds, %ld mutations in %.1f s, no failures\n", extension.c_str(), corpus.size(), done, elapsed);
   return 0;
 }

@@ -345,5 +345,17 @@ TEST(ConfigErrors, OnChipMemoryBeyondTheSimulatorIsOutOfRange) {
               HasSubstr("core.psum.bytes_per_partition: value 17179869184 is out of range [1, 67108864]"));
 }
 
+// Issue 42 (found by config_fuzzer): text with line breaks, tabs or other control characters is printed escaped, so
+// the canonical YAML reads back as the same config (a raw line break in a double-quoted scalar is folded).
+TEST(ConfigHash, ControlCharactersInTextSurviveTheCanonicalYaml) {
+  TempDir dir;
+  const std::string user = dir.write("odd.yaml", "base: trn2\ndescription: \"\\n\\nline\\ttab\\x01\\x7f \\\\ \\\" end\\n\"\n");
+  LoadedConfig original = load_config(user);
+  EXPECT_EQ(original.hardware.description, std::string("\n\nline\ttab\x01\x7f \\ \" end\n"));
+  LoadedConfig reloaded = load_config(dir.write("odd_copy.yaml", original.canonical_yaml));
+  EXPECT_EQ(reloaded.hardware.description, original.hardware.description);
+  EXPECT_EQ(reloaded.hash, original.hash);
+}
+
 }  // namespace
 }  // namespace trnsim
