@@ -3,7 +3,8 @@
 
 SHELL       := /bin/bash
 BUILD_DIR   ?= build
-ASAN_DIR    ?= build-asan
+SANITIZE_DIR ?= build-sanitize
+FUZZ_SECONDS ?= 60
 VENV        := .venv
 STAMPS      := .stamps
 PYTHON_BASE ?= /usr/bin/python3
@@ -15,7 +16,7 @@ PY_REQS     := deps/requirements.txt
 APT_STAMP   := $(STAMPS)/apt.stamp
 VENV_STAMP  := $(STAMPS)/venv.stamp
 
-.PHONY: all build demo test test-cpp test-python test-asan golden-update deps clean distclean
+.PHONY: all build demo test test-cpp test-python test-sanitize test-asan golden-update deps clean distclean
 
 all: build
 
@@ -86,19 +87,40 @@ test-python: build
 golden-update: build
 	@TRNSIM_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) $(VENV)/bin/python tools/golden_update.py
 
-# Address + undefined-behaviour sanitizers; not part of CI (slow on 2 cores). Leak detection is
-# off: LeakSanitizer's stop-the-world tracer crashes on SystemC's coroutine stacks at exit.
-$(ASAN_DIR)/build.ninja: $(APT_STAMP) $(VENV_STAMP)
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Asan \
-	  -DPython3_EXECUTABLE=$(CURDIR)/$(VENV)/bin/python $(CMAKE_FLAGS)
+# The sanitizer tier (issue 42 item 3), the pre-release check, not part of `make test` (slow on 2 cores; see
+# README "Sanitizer tier" for its last run's figures): the C++ core and the CLI built with clang, AddressSanitizer
+# and UndefinedBehaviorSanitizer (every UB finding fatal) and libFuzzer coverage, in $(SANITIZE_DIR)/ without the
+# PyTorch front-end; then ctest (the fuzz smoke runs replay their corpora), the CLI tests, and FUZZ_SECONDS of
+# libFuzzer on each of the .tasm parser, the config loader and the recording reader (from a scratch copy of the
+# seed corpus: libFuzzer adds what it finds to it). Leak detection is off: LeakSanitizer's stop-the-world tracer
+# crashes on SystemC's coroutine stacks at exit.
+$(SANITIZE_DIR)/build.ninja: $(APT_STAMP) $(VENV_STAMP)
+	CXX=clang++ cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Asan -DTRNSIM_FRONTEND=OFF \
+	  -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link -DPython3_EXECUTABLE=$(CURDIR)/$(VENV)/bin/python $(CMAKE_FLAGS)
 
-test-asan: $(ASAN_DIR)/build.ninja
-	cmake --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) --timeout 1200
-	@ASAN_OPTIONS=detect_leaks=0 TRNSIM_BUILD_DIR=$(CURDIR)/$(ASAN_DIR) tools/run_pytest.sh $(VENV)/bin/python tests/cli
+SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+test-sanitize: $(SANITIZE_DIR)/build.ninja
+	cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	cd $(SANITIZE_DIR) && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS) --timeout 1200
+	@$(SANITIZE_ENV) TRNSIM_BUILD_DIR=$(CURDIR)/$(SANITIZE_DIR) tools/run_pytest.sh $(VENV)/bin/python tests/cli
+	@set -e; for spec in tasm:corpus:tasm config:config_corpus:yaml recording:recording_corpus:jsonl; do \
+	  IFS=: read -r name corpus ext <<< "$$spec"; \
+	  scratch=$(SANITIZE_DIR)/fuzz-$$name; rm -rf $$scratch; mkdir -p $$scratch; \
+	  cp tests/fuzz/$$corpus/*.$$ext $$scratch/; \
+	  echo "libFuzzer: $$name for $(FUZZ_SECONDS) s"; \
+	  if ! $(SANITIZE_ENV) $(SANITIZE_DIR)/bin/$${name}_fuzzer $$scratch -max_total_time=$(FUZZ_SECONDS) \
+	      -max_len=8192 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 > $$scratch.log 2>&1; then \
+	    tail -n 60 $$scratch.log; echo "libFuzzer: $$name failed (log: $$scratch.log)"; exit 1; \
+	  fi; \
+	  grep -E "^stat::(number_of_executed_units|new_units_added)" $$scratch.log; \
+	done
+
+# The former name of the sanitizer tier.
+test-asan: test-sanitize
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
 
 distclean: clean
 	rm -rf $(VENV) $(STAMPS)
