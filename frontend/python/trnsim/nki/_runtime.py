@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from . import _core, _schedule_api, _trace
+from . import _core, _instruction_mix, _schedule_api, _trace
 from math import prod as _prod
 
 from ._core import KernelError, View, as_dtype
@@ -186,6 +186,18 @@ class Kernel:
 
     def __getitem__(self, grid):
         return _GridCall(self, _grid_dims(self.__name__, grid))
+
+    def explain(self, *args, **kwargs):
+        """Traces ``kernel(*args, **kwargs)`` without running it and prints its instruction mix per engine and
+        opcode, DMA bytes and matmul FLOPs (``_instruction_mix.InstructionMix``, also returned)."""
+        config, overrides = _target_config(self.platform_target)
+        bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        arrays = {name: (v, _host_array(v)) for name, v in bound.arguments.items() if _framework(v) is not None}
+        traced = self._traced(bound, arrays, config, overrides, (), ())
+        mix = _instruction_mix.mix_of_tasm(traced.tasm, self.__name__)
+        print(mix)
+        return mix
 
     def with_schedule(self, pairs):
         """NKI's ``kernel.with_schedule([("a", "b"), ("c", ["d", "e"])])``: this kernel with ordering edges (each

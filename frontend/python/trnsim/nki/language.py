@@ -1296,25 +1296,24 @@ def softmax(x, axis=-1, dtype=None, mask=None, **kw):
 
 
 def rms_norm(x, w, axis=-1, n=None, epsilon=1e-6, dtype=None, **kw):
-    """x / sqrt(mean(x^2) + eps) * w over the free axis: square + sum (Scalar), rsqrt via
-    (ms + eps) ^ -0.5 (Vector), per-row scale then * w (Vector). w is [P, F] or a [1, F] row that
-    the kernel broadcast (``w.broadcast(0, P)`` or a broadcast load)."""
+    """x / sqrt(mean(x^2) + eps) * w over the free axis in three instructions, as a hand-scheduled kernel does it
+    (examples/nki/rmsnorm.py's rmsnorm_isa; tests/nki/test_nki_lowering_parity.py): the mean of squares by one Scalar
+    pass (square of x / sqrt(n), summed by the activation's accumulator), 1 / sqrt(ms + eps) by one two-op
+    tensor_scalar, and (x * rrms) * w by one scalar_tensor_tensor (Vector). w is [P, F] or a [1, F] row that the
+    kernel broadcast (``w.broadcast(0, P)`` or a broadcast load)."""
     location = user_location()
     xv = _operand(x, "nl.rms_norm")
     rows = xv.shape[xv.pdim]
     count = n or _prod([s for i, s in enumerate(xv.shape) if i != xv.pdim])
     sq = _result_tile(_tile_shape(xv), DTYPES["float32"], location)
-    total = _result_tile((rows, 1), DTYPES["float32"], location)
-    _emit.emit("activation", (sq, "square", xv), {"reduce_op": "add", "reduce_res": total}, location)
-    rstd = _result_tile((rows, 1), DTYPES["float32"], location)
-    _emit.emit("tensor_scalar", (rstd, total, "multiply", 1.0 / count),
-               {"op1": "add", "operand1": float(epsilon)}, location)
-    _emit.emit("tensor_scalar", (rstd, rstd, "power", -0.5), {}, location)
-    normed = _result_tile(_tile_shape(xv), DTYPES["float32"], location)
-    _emit.emit("tensor_scalar", (normed, xv, "multiply", rstd), {}, location)
+    mean_sq = _result_tile((rows, 1), DTYPES["float32"], location)
+    _emit.emit("activation", (sq, "square", xv), {"scale": 1.0 / float(np.sqrt(count)), "reduce_op": "add",
+                                                   "reduce_res": mean_sq}, location)
+    rrms = _result_tile((rows, 1), DTYPES["float32"], location)
+    _emit.emit("tensor_scalar", (rrms, mean_sq, "add", float(epsilon)), {"op1": "power", "operand1": -0.5}, location)
     out = _result_tile(_tile_shape(xv), _out_dtype(dtype, xv), location)
     wv = _operand(w, "nl.rms_norm w")
-    _emit.emit("tensor_tensor", (out, normed, wv, "multiply"), {}, location)
+    _emit.emit("scalar_tensor_tensor", (out, xv, "multiply", rrms, "multiply", wv), {}, location)
     return out
 
 
