@@ -163,3 +163,26 @@ def test_nested_blocks_each_record_their_range():
     trace = traced(nested_blocks, x)
     assert trace.keep_order == [(1, 2), (0, 2)]
     np.testing.assert_array_equal(nested_blocks(x), x + 1)
+
+
+@nki.jit(schedule="program-order")
+def register_calls_named(x, flag):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    cell = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    col = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.sbuf)
+    r = nisa.register_alloc(3, name="init")
+    nisa.scalar_store(cell, r, name="store_r")
+    loaded = nisa.scalar_load(cell, name="load_r")
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_reduce(dst=col, op=nl.maximum, data=t[:, 0:1], axis=1, name="reduce_one")
+    nisa.dma_copy(dst=out, src=t)
+    del loaded
+    return out
+
+
+def test_names_on_register_calls_and_one_element_reductions():
+    trace = traced(register_calls_named, np.ones((4, 4), np.float32), np.zeros(1, np.int32))
+    names = trace.instruction_names
+    assert {n: opcode(trace, i) for n, i in names.items()} == {
+        "init": "register_move", "store_r": "register_store", "load_r": "register_load", "reduce_one": "tensor_copy"}

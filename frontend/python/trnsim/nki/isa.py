@@ -296,7 +296,7 @@ def tensor_reduce(dst, op, data, axis, *args, **kwargs):
         # Only size-1 dims reduced: each result is its one element (negated if asked).
         negate = kwargs.pop("negate", args[0] if args else False)
         kwargs.pop("keepdims", None)
-        extra = {k: v for k, v in kwargs.items() if k == "mask"}
+        extra = {k: v for k, v in kwargs.items() if k in ("mask", "name")}
         if negate:
             return _emit.emit("tensor_scalar", (dst, dv, "multiply", -1.0), extra, location)
         return _emit.emit("tensor_copy", (dst, dv), extra, location)
@@ -425,32 +425,34 @@ def _int32(x, what):
     return x
 
 
-def register_alloc(init=None, **_):
-    """A fresh register, set to ``init`` (an int, or another register's value) when given."""
+def register_alloc(init=None, name=None, **_):
+    """A fresh register, set to ``init`` (an int, or another register's value) when given (``name=`` names that
+    register_move for the scheduling API)."""
     location = user_location()
+    named = {"name": name} if name is not None else {}
     trace = _trace.current()
     index = trace.allocate_register()
     if index is None:
         fail("more than 64 registers live at once: the ISA has 64 per core [register-index]", location)
     reg = VirtualRegister(index, trace, tuple(trace.loops))
     if isinstance(init, VirtualRegister):
-        _emit.emit("register_move", (reg,), {"src": init}, location)
+        _emit.emit("register_move", (reg,), {"src": init, **named}, location)
     elif init is not None:
-        _emit.emit("register_move", (reg, _int32(init, "register_alloc")), {}, location)
+        _emit.emit("register_move", (reg, _int32(init, "register_alloc")), named, location)
     return reg
 
 
-def scalar_load(src, **_):
+def scalar_load(src, name=None, **_):
     """A one-element integer tensor's value in a fresh register (``nisa.scalar_load``)."""
     location = user_location()
     reg = register_alloc()
-    _emit.emit("register_load", (reg, src), {}, location)
+    _emit.emit("register_load", (reg, src), {"name": name} if name is not None else {}, location)
     return reg
 
 
-def scalar_store(dst, src, **_):
+def scalar_store(dst, src, name=None, **_):
     """``nisa.scalar_store``: a register's value into a one-element integer tensor."""
-    _emit.emit("register_store", (dst, src), {}, user_location())
+    _emit.emit("register_store", (dst, src), {"name": name} if name is not None else {}, user_location())
 
 
 def register_move(dst, imm=None, src=None, **kwargs):
