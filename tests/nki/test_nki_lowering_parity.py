@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import trnsim
+import nki
+import nki.language as nl
 import trnsim.nki
 from trnsim.nki import _instruction_mix
 
@@ -261,3 +263,53 @@ def test_rmsnorm_values_after_the_fused_lowering():
     x, w = rng.standard_normal((R, D)).astype(np.float32), rng.standard_normal(D).astype(np.float32)
     got = rmsnorm.rmsnorm_nl(x, w)
     np.testing.assert_allclose(got, rmsnorm.reference(x, w), rtol=2e-5, atol=2e-5)
+
+
+# ---- attention for one 128-query tile, in plain nki.language: each nl call one instruction, plus the copy of
+# P^T out of PSUM that the Tensor engine needs (its operands come from SBUF only).
+
+@nki.jit
+def attention_nl(qT, kT, v):
+    d, S = kT.shape
+    out = nl.ndarray((128, d), dtype=nl.float32, buffer=nl.shared_hbm)
+    q_sb, k_sb, v_sb = nl.load(qT), nl.load(kT), nl.load(v)
+    s = nl.matmul(q_sb, k_sb, transpose_x=True)
+    m = nl.max(s, axis=1, keepdims=True)
+    p = nl.exp(nl.subtract(s, m))
+    total = nl.sum(p, axis=1, keepdims=True)
+    o = nl.matmul(nl.transpose(p), v_sb, transpose_x=True)
+    nl.store(out, value=nl.divide(o, total))
+    return out
+
+
+def hand_attention(d, S):
+    decls = [f"hbm qT : fp32[{d}, 128] input", f"hbm kT : fp32[{d}, {S}] input", f"hbm v : fp32[{S}, {d}] input",
+             f"hbm o : fp32[128, {d}] output", f"sbuf q : fp32[{d}, 128]", f"sbuf k : fp32[{d}, {S}]",
+             f"sbuf vs : fp32[{S}, {d}]", f"psum s : fp32[128, {S}]", "sbuf m : fp32[128, 1]",
+             f"sbuf x : fp32[128, {S}]", f"sbuf p : fp32[128, {S}]", "sbuf l : fp32[128, 1]",
+             f"psum pT : fp32[{S}, 128]", f"sbuf pT_sb : fp32[{S}, 128]", f"psum pv : fp32[128, {d}]",
+             f"sbuf y : fp32[128, {d}]"]
+    body = ["dma_copy dst=q, src=qT", "dma_copy dst=k, src=kT", "dma_copy dst=vs, src=v",
+            "nc_matmul dst=s, stationary=q, moving=k",
+            "tensor_reduce dst=m, op=maximum, data=s, axis=[1]",
+            "tensor_scalar dst=x, data=s, op0=subtract, operand0=m",
+            "activation dst=p, op=exp, data=x",
+            "tensor_reduce dst=l, op=add, data=p, axis=[1]",
+            "nc_transpose dst=pT, data=p",
+            "tensor_copy dst=pT_sb, src=pT",
+            "nc_matmul dst=pv, stationary=pT_sb, moving=vs",
+            "tensor_scalar dst=y, data=pv, op0=divide, operand0=l",
+            "dma_copy dst=o, src=y"]
+    return program("attention", decls, body)
+
+
+def test_attention_traces_to_the_hand_program_and_computes_it():
+    rng = np.random.default_rng(4)
+    d, S = 64, 128
+    qT, kT, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((d, 128), (d, S), (S, d)))
+    traced = attention_nl.explain(qT, kT, v)
+    _check_against_simulator(_last_tasm(attention_nl), traced)
+    assert traced == _hand_mix(hand_attention(d, S))
+    s = qT.T.astype(np.float64) @ kT
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(attention_nl(qT, kT, v), (p @ v) / p.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-5)

@@ -1020,7 +1020,18 @@ def matmul(x, y, transpose_x=False, mask=None, **kw):
             fail("nl.matmul: the mask keeps nothing of an operand", location)
     if not transpose_x:
         xv = _transpose_to_sbuf(xv, location)
+    # The Tensor engine reads its operands from SBUF only: one in PSUM (an nl.transpose, an earlier matmul's result)
+    # is copied out first, as the compiler must.
+    xv, yv = _in_sbuf(xv, location), _in_sbuf(yv, location)
     return LazyMatmul(xv, yv, {}, location)
+
+
+def _in_sbuf(view, location):
+    if view.st.space != "psum":
+        return view
+    out = _result_tile(_tile_shape(view), view.dtype, location)
+    _emit.emit("tensor_copy", (out, view), {}, location)
+    return out
 
 
 def _transpose_to_sbuf(xv, location):
