@@ -139,3 +139,9 @@ def test_bool_subtraction_is_refused_as_numpy_does():
     assert "[bool-arithmetic]" in str(info.value)
     with pytest.raises(TypeError):
         np.subtract(a, a)
+
+
+@pytest.mark.parametrize("call", [lambda x: nki.simulate(copy)[0](x), lambda x: nki.simulate(copy)[2 ** 20](x)])
+def test_grids_given_through_simulate_are_checked_too(call):
+    with pytest.raises(trnsim.nki.KernelError, match=r"test_nki_bounds.py:\d+: .*\[grid(-size)?\]"):
+        call(np.ones((4, 8), np.float32))

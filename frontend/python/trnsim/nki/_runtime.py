@@ -218,6 +218,7 @@ class Kernel:
         return self.run(args, kwargs)
 
     def run(self, args, kwargs, grid=(), timing_only=None, trace_path=None, overwrite=True):
+        grid = _grid_dims(self.__name__, grid) if grid != () else ()   # nki.simulate(kernel)[g] comes here directly
         config, overrides = _target_config(self.platform_target)
         timing_only = (not self.values) if timing_only is None else timing_only
         sig = inspect.signature(self.fn)
