@@ -178,7 +178,8 @@ def hand_rmsnorm(dt):
     body = [f"dma_copy dst=wt, src=w{{offset=0, ap=[[0, 128], [1, {D}]]}}"]
     for t in range(R // P):
         body += [f"dma_copy dst=xt, src={rows('x', t * P, (t + 1) * P, 0, D)}",
-                 f"activation dst=sq, op=square, data=xt, scale={float(1 / np.sqrt(D))!r}, reduce_op=add, reduce_res=ms",
+                 f"activation dst=sq, op=square, data=xt, scale={float(1 / np.sqrt(D))!r}, reduce_op=add, "
+                 "reduce_res=ms",
                  "tensor_scalar dst=rrms, data=ms, op0=add, operand0=1e-06, op1=power, operand1=-0.5",
                  "scalar_tensor_tensor dst=yt, data=xt, op0=multiply, operand0=rrms, op1=multiply, operand1=wt",
                  f"dma_copy dst={rows('y', t * P, (t + 1) * P, 0, D)}, src=yt"]
@@ -192,7 +193,7 @@ def _inputs(dt):
 
 
 CASES = {
-    # name: (kernel, args maker, kwargs, hand program)
+    # name: (kernel, input dtype, kernel keyword arguments, hand program)
     "v1-tiled": (v1.matmul_tiled, "bf16", {}, lambda: hand_tiled("bf16", "bf16")),
     "v1-hoisted": (v1.matmul_hoisted, "bf16", {}, lambda: hand_hoisted("bf16", "bf16")),
     "v1-blocked": (v1.matmul_blocked, "bf16", {}, lambda: hand_blocked("bf16", "bf16")),
@@ -230,7 +231,6 @@ def test_matmul_stage_traces_to_the_hand_program(case):
     lhsT, rhs = _inputs(dt)
     traced = kernel.explain(lhsT, rhs, **kwargs)
     _check_against_simulator(_last_tasm(kernel), traced)
-    assert traced.as_dict()["engines"] == _hand_mix(hand()).as_dict()["engines"]
     assert traced == _hand_mix(hand())
 
 
