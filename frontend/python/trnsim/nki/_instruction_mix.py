@@ -87,12 +87,6 @@ def _split_operands(text):
     return out
 
 
-def _shape(tensors, name):
-    if name not in tensors:
-        raise ValueError(f"operand names {name!r}, which the program does not declare")
-    return tensors[name]
-
-
 def _extent(tensors, operand):
     """(partitions, elements, dtype size) of a tensor operand in any of the .tasm forms: a bare name, a slice
     ``t[0:128, 4]``, or the raw access pattern ``t{offset=0, dtype=bf16, ap=[[s, n], ...]}``."""
