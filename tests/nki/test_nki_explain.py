@@ -1,6 +1,6 @@
 """``kernel.explain(*args)`` and ``python -m trnsim.nki --explain FILE.py:KERNEL ARG...`` (issue 37 item 1): a traced
 kernel's instruction mix per engine and opcode, DMA bytes and matmul FLOPs, without running it. The figures are
-worked out here from the kernel's algorithm (examples/nki/softmax.py's softmax_nl over 2 row tiles of [128, 512]
+worked out here from the kernel's algorithm (examples/nki/softmax.py's softmax_nl over 3 row tiles of [128, 520]
 fp32, matmul_kernels.py's tiled stage)."""
 import os
 import pathlib
@@ -24,17 +24,17 @@ def trn2(monkeypatch):
 
 
 def test_explain_returns_and_prints_the_mix(capsys):
-    traces = softmax.softmax_nl.trace_count
-    mix = softmax.softmax_nl.explain(np.zeros((256, 512), np.float32))
+    kernel = softmax.softmax_nl
+    traces, latency = kernel.trace_count, kernel.last_latency_ns
+    mix = kernel.explain(np.zeros((384, 520), np.float32))   # a shape no other test traces: a fresh trace
     # Per 128-row tile: a load and a store (DMA), tensor_reduce, reciprocal, tensor_scalar (Vector), exp (Scalar).
-    assert mix.engines == {"dma": {"dma_copy": 4}, "vector": {"tensor_reduce": 2, "reciprocal": 2, "tensor_scalar": 2},
-                           "scalar": {"activation": 2}}
-    assert mix.dma_bytes == 2 * 256 * 512 * 4 and mix.matmul_flops == 0 and mix.instructions == 12
-    assert softmax.softmax_nl.last_latency_ns is None   # traced, not run
-    assert softmax.softmax_nl.trace_count == traces + 1
+    assert mix.engines == {"dma": {"dma_copy": 6}, "vector": {"tensor_reduce": 3, "reciprocal": 3, "tensor_scalar": 3},
+                           "scalar": {"activation": 3}}
+    assert mix.dma_bytes == 2 * 384 * 520 * 4 and mix.matmul_flops == 0 and mix.instructions == 18
+    assert kernel.trace_count == traces + 1 and kernel.last_latency_ns == latency   # traced, not run
     out = capsys.readouterr().out
-    assert "softmax_nl: 12 instructions" in out and "DMA bytes: 1,048,576" in out
-    assert row("vector", "tensor_reduce", 2) in out and row("vector", "(all)", 6) in out
+    assert "softmax_nl: 18 instructions" in out and f"DMA bytes: {2 * 384 * 520 * 4:,}" in out
+    assert row("vector", "tensor_reduce", 3) in out and row("vector", "(all)", 9) in out
 
 
 def row(engine, opcode, count):
