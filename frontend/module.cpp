@@ -295,8 +295,15 @@ PYBIND11_MODULE(_C, m) {
                              const std::vector<std::string>& overrides,
                              const std::vector<std::pair<size_t, size_t>>& keep_order,
                              const std::vector<std::pair<size_t, size_t>>& edges, size_t lookahead) {
-    // The order a kernel compiler issues the program's instructions in (sim/schedule/list_scheduler.h).
-    trnsim::LoadedConfig loaded = trnsim::load_config(config, overrides);
+    // The order a kernel compiler issues the program's instructions in (sim/schedule/list_scheduler.h). "device":
+    // the config of the PyTorch device the kernel runs on (trnsim.nki on neuron tensors).
+    trnsim::LoadedConfig loaded;
+    if (config == "device") {
+      fe::config_info();
+      loaded.hardware = fe::current_runtime()->config();
+    } else {
+      loaded = trnsim::load_config(config, overrides);
+    }
     const trnsim::isa::Program program = trnsim::isa::parse_tasm(program_text, origin);
     trnsim::sim::ScheduleOptions options;
     options.keep_order = keep_order;

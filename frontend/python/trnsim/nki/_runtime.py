@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from . import _core, _instruction_mix, _schedule_api, _trace
+from . import _core, _instruction_mix, _schedule, _schedule_api, _trace
 from math import prod as _prod
 
 from ._core import KernelError, View, as_dtype
@@ -402,6 +402,9 @@ class Kernel:
             return cached
         target = _trace.Target(config, overrides, leaves)
         trace = _trace.Trace(self.__name__, target, program_id, grid)
+        trace.schedule_mode = _schedule.check_mode(self.options.get("schedule", _schedule.DEFAULT_MODE))
+        # strict_allocation=True: a kernel whose live tiles exceed SBUF fails ([sbuf-capacity]) instead of spilling.
+        trace.strict_allocation = bool(self.options.get("strict_allocation", False))
         call_args = {}
         arg_storage = {}
         with trace:

@@ -8,13 +8,17 @@ kernel whose author scheduled it by hand). ``nl.no_reorder()`` blocks and ``kern
 trace recorded them (``trace.keep_order``, ``trace.schedule_edges``), constrain the list scheduler."""
 from ._core import KernelError
 
+import os
+
 MODES = ("list", "program-order")
-DEFAULT_MODE = "list"
+# TRNSIM_NKI_SCHEDULE sets the default for kernels that do not pass schedule= (a what-if over a whole script).
+DEFAULT_MODE = os.environ.get("TRNSIM_NKI_SCHEDULE") or "list"
 
 
 def check_mode(mode):
     if mode not in MODES:
-        raise KernelError(f"schedule={mode!r}: one of {', '.join(repr(m) for m in MODES)}")
+        raise KernelError(f"schedule={mode!r}: one of {', '.join(repr(m) for m in MODES)} (the default comes from "
+                          f"TRNSIM_NKI_SCHEDULE when set)")
     return mode
 
 
@@ -30,7 +34,7 @@ def schedule(trace, head_lines):
     keep_order = [(int(b), int(e)) for b, e in getattr(trace, "keep_order", ())]
     edges = [(int(a), int(b)) for a, b in getattr(trace, "schedule_edges", ())]
     order = _C.schedule_order(text, f"<kernel {trace.name}>", trace.target.config, list(trace.target.overrides),
-                              keep_order, edges)
+                              keep_order, edges, int(os.environ.get("TRNSIM_NKI_SCHEDULE_LOOKAHEAD", "0")))
     trace.body = [trace.body[i] for i in order]
     trace.locs = [trace.locs[i] for i in order]
     trace.scheduled = True

@@ -4,7 +4,7 @@ import os
 import re
 import threading
 
-from . import _core
+from . import _core, _schedule, _spill
 from ._core import KernelError, LruAllocator, Storage, fail, user_location
 
 _local = threading.local()
@@ -74,6 +74,7 @@ TARGET_KEYS = {
     "hardware_dge_count": ("core.dma.hardware_dge_per_core", int),
     "lnc": ("chip.default_logical_core_size", int),
     "hbm_capacity_bytes": ("hbm.capacity_bytes", int),
+    "dma_queues": ("core.dma.queues_per_engine", int),
 }
 
 
@@ -348,9 +349,14 @@ class Trace:
             self._tie_blocks(ranges, everywhere=not attempt.pop("blocks_apart", False))
             try:
                 return self._allocate(**attempt)
-            except KernelError:
+            except KernelError as e:
                 if i == len(attempts) - 1:
-                    raise
+                    if getattr(self, "strict_allocation", False) or "[sbuf-capacity]" not in str(e):
+                        raise
+                    # The compiler spills rather than fails (trainium.md §4.1): nki._spill states its rules.
+                    for t in self.tiles:
+                        t.region = None
+                    return _spill.allocate_with_spills(self)
                 for t in self.tiles:
                     t.region = None
 
@@ -465,6 +471,7 @@ class Trace:
             shape = ", ".join(str(s) for s in st.shape) if st.shape else "1"
             head.append(f"hbm {st.name} : {st.dtype.name}[{shape}]" + (f" {role}" if role != "internal" else ""))
         lines = head + self.allocate()
+        _schedule.schedule(self, lines)
         self.first_body_line = len(lines) + 1
         return "\n".join(lines + self.body) + "\n"
 
