@@ -90,7 +90,8 @@ def test_sbuf_tile_larger_than_a_partition():
 
 
 def test_sbuf_overflow_of_live_tiles():
-    @nki.jit
+    # strict_allocation=True: the error instead of the compiler's spilling (tests/nki/test_nki_spill.py).
+    @nki.jit(strict_allocation=True)
     def four_big(a):
         # 4 x 64 KiB per partition live at once: more than the 224 KiB of a trn2 partition.
         out = nl.ndarray((128, 8), a.dtype, buffer=nl.shared_hbm)

@@ -41,11 +41,23 @@ def test_stage_computes_the_product(stage, dtype, rng):
 
 def test_blocked_fp32_overflows_sbuf():
     """2 A^T columns + 2 B columns over K = 6144 in fp32 are 240 KiB per partition, more than trn2's 224 KiB
-    (bf16: 120 KiB, fits)."""
+    (bf16: 120 KiB, fits): with strict_allocation the [sbuf-capacity] error; by default the compiler's spills, which
+    move its HBM traffic by exactly their bytes."""
     k = 6144
     lhsT, rhs = np.zeros((k, 256), np.float32), np.zeros((k, 1024), np.float32)
-    bench = trnsim.nki.benchmark(mk.matmul_blocked, warmup=1, iters=1, timing_only=True)
+    strict = trnsim.nki.jit(mk.matmul_blocked.fn, strict_allocation=True)
+    bench = trnsim.nki.benchmark(strict, warmup=1, iters=1, timing_only=True)
     with pytest.raises(trnsim.nki.KernelError, match=r"SBUF overflow.*\[sbuf-capacity\]"):
         bench(lhsT, rhs)
+    spilling = trnsim.nki.benchmark(mk.matmul_blocked, warmup=1, iters=1, timing_only=True)
+    spilling(lhsT, rhs)
+    assert "spill" in spilling.last_program
+    spilled = [t.trace for t in spilling._cache.values() if getattr(t.trace, "spill_bytes", 0)]
+    assert len(spilled) == 1   # the fp32 trace (the kernel's cache also holds other tests' shapes)
+    spill_bytes = spilled[0].spill_bytes
+    fp32_bytes = spilling.last_summary.hbm_bytes
     bench(lhsT.astype(ml_dtypes.bfloat16), rhs.astype(ml_dtypes.bfloat16))
     assert bench.last_latency_ns > 0
+    # The same loads and stores at twice the bytes, plus exactly the spills' stores and reloads.
+    assert spill_bytes > 0
+    assert fp32_bytes == 2 * bench.last_summary.hbm_bytes + spill_bytes
