@@ -8,6 +8,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <tuple>
 #include <optional>
@@ -122,7 +124,12 @@ inline double host_max_abs(const at::Tensor& t) {
   if (t.numel() == 0) return 0;
   if (on_neuron(t) && !values_enabled()) return 0;
   const at::Tensor h = host_alias(t);
-  return h.scalar_type() == at::kBool ? 1.0 : h.abs().max().item<double>();
+  if (h.scalar_type() == at::kBool) return 1.0;
+  if (!at::isIntegralType(h.scalar_type(), false)) return h.abs().max().item<double>();
+  // The extremes in double: abs() in the tensor's own dtype wraps (|INT64_MIN| is INT64_MIN, negative,
+  // which once passed every range check and narrowed the value to 0).
+  const auto [lo, hi] = at::aminmax(h);
+  return std::max(std::abs(lo.item<double>()), std::abs(hi.item<double>()));
 }
 
 // The ISA has no 64-bit integers: a dense int64 tensor is read as an int32 host copy of its values
@@ -168,8 +175,12 @@ inline bool last_dim(const at::Tensor& t, int64_t dim) { return t.dim() > 0 && c
 // Whether a Scalar argument (alpha, beta) is 1.
 inline bool is_one(const c10::IValue& v) { return v.isScalar() ? v.toScalar().equal(1) : false; }
 
+// A Python number as an operand: a wrapped 0-dim CPU tensor, which torch's type promotion ranks below
+// any tensor (a 0-dim float tensor clamped by 1.0 stays float; an unwrapped double would promote it).
 inline at::Tensor scalar_operand(const c10::Scalar& v) {
-  return at::scalar_tensor(v, v.isFloatingPoint() ? at::kDouble : v.isBoolean() ? at::kBool : at::kLong);
+  at::Tensor t = at::scalar_tensor(v, v.isFloatingPoint() ? at::kDouble : v.isBoolean() ? at::kBool : at::kLong);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
 }
 
 // The value of a one-element tensor on the device or the host (device memory is host memory).

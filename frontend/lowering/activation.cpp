@@ -124,6 +124,11 @@ struct ElementwiseSteps {
     if (!r) throw kernels::KernelUnsupported(op + ": an element-wise step has no kernel");
     return *r;
   }
+  at::Tensor un(const at::Tensor& x, UnaryOp k) const {
+    std::optional<at::Tensor> r = lower_unary(op, x, k);
+    if (!r) throw kernels::KernelUnsupported(op + ": an element-wise step has no kernel");
+    return *r;
+  }
   at::Tensor where(const at::Tensor& cond, std::optional<at::Tensor> a, std::optional<double> as,
                    std::optional<at::Tensor> b, std::optional<double> bs) const {
     std::optional<at::Tensor> r = lower_where(op, cond, a, as, b, bs, dtype);
@@ -171,6 +176,121 @@ std::optional<at::Tensor> lower_softplus(const std::string&, LoweringArgs args) 
   return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
 }
 
+// leaky_relu(x, slope) = x > 0 ? x : x * slope, and its backward grad * (x > 0 ? 1 : slope) (the CPU's
+// kernels; the product in fp32, rounded once). `self_is_result` (the in-place form's backward reads the
+// result, whose sign is x's for a positive slope, as torch requires).
+std::optional<at::Tensor> lower_leaky_relu(const std::string& op, const at::Tensor& x, const at::Tensor& value,
+                                           const c10::Scalar& slope) {
+  if (!on_neuron(x) || !on_neuron(value) || !sim_dtype(x.scalar_type()) || value.scalar_type() != x.scalar_type() ||
+      value.sizes() != x.sizes())
+    return std::nullopt;
+  const ElementwiseSteps s{op, x.scalar_type()};
+  const at::Tensor positive = s.bin(x, scalar_operand(0.0), BinaryOp::greater, true);
+  return s.where(positive, value, std::nullopt, s.bin(value, scalar_operand(slope), BinaryOp::multiply), std::nullopt);
+}
+
+// elu(x, alpha, scale, input_scale) = x > 0 ? x * scale : (exp(x * input_scale) - 1) * alpha * scale,
+// in fp32 (torch's opmath: a bf16 input cast on the device, the result rounded once); selu and celu
+// are elu with their constants. The backward from the input (is_result false):
+// grad * (x > 0 ? scale : input_scale * alpha * scale * exp(x * input_scale)), or from the result y:
+// grad * (y > 0 ? scale : input_scale * (y + alpha * scale)).
+struct EluCoefficients {
+  double negative, positive, input;  // alpha * scale, scale, input_scale
+  explicit EluCoefficients(LoweringArgs a)
+      : negative(a[0].toScalar().toDouble() * a[1].toScalar().toDouble()),
+        positive(a[1].toScalar().toDouble()),
+        input(a[2].toScalar().toDouble()) {}
+};
+
+std::optional<at::Tensor> lower_elu(const std::string& op, LoweringArgs args) {
+  const at::Tensor& x_in = args[0].toTensor();
+  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type())) return std::nullopt;
+  const EluCoefficients c(args.slice(1));
+  c10::DeviceGuard guard(x_in.device());
+  const at::Tensor x = x_in.scalar_type() == at::kFloat ? x_in : x_in.to(at::kFloat);
+  const ElementwiseSteps s{op, at::kFloat};
+  at::Tensor negative = s.un(s.bin(x, scalar_operand(c.input), BinaryOp::multiply), UnaryOp::exp);
+  negative = s.bin(s.bin(negative, scalar_operand(1.0), BinaryOp::subtract), scalar_operand(c.negative), BinaryOp::multiply);
+  const at::Tensor positive = s.bin(x, scalar_operand(c.positive), BinaryOp::multiply);
+  const at::Tensor y = s.where(s.bin(x, scalar_operand(0.0), BinaryOp::greater, true), positive, std::nullopt, negative, std::nullopt);
+  return x_in.scalar_type() == at::kFloat ? y : y.to(x_in.scalar_type());
+}
+
+std::optional<at::Tensor> lower_elu_backward(const std::string& op, LoweringArgs args) {
+  const at::Tensor& grad_in = args[0].toTensor();
+  const bool is_result = args[4].toBool();
+  const at::Tensor& v_in = args[5].toTensor();
+  if (!on_neuron(grad_in) || !on_neuron(v_in) || !sim_dtype(v_in.scalar_type()) ||
+      grad_in.scalar_type() != v_in.scalar_type() || grad_in.sizes() != v_in.sizes())
+    return std::nullopt;
+  const EluCoefficients c(args.slice(1));
+  if (is_result && args[1].toScalar().toDouble() < 0) return std::nullopt;  // the CPU raises
+  c10::DeviceGuard guard(v_in.device());
+  const bool fp32 = v_in.scalar_type() == at::kFloat;
+  const at::Tensor v = fp32 ? v_in : v_in.to(at::kFloat), grad = fp32 ? grad_in : grad_in.to(at::kFloat);
+  const ElementwiseSteps s{op, at::kFloat};
+  at::Tensor slope;
+  if (is_result) {
+    slope = s.bin(s.bin(v, scalar_operand(c.negative), BinaryOp::add), scalar_operand(c.input), BinaryOp::multiply);
+  } else {
+    slope = s.un(s.bin(v, scalar_operand(c.input), BinaryOp::multiply), UnaryOp::exp);
+    slope = s.bin(slope, scalar_operand(c.input * c.negative), BinaryOp::multiply);
+  }
+  const at::Tensor negative = s.bin(grad, slope, BinaryOp::multiply);
+  const at::Tensor positive = s.bin(grad, scalar_operand(c.positive), BinaryOp::multiply);
+  const at::Tensor dx = s.where(s.bin(v, scalar_operand(0.0), BinaryOp::greater, true), positive, std::nullopt, negative, std::nullopt);
+  return fp32 ? dx : dx.to(v_in.scalar_type());
+}
+
+// mish(x) = x * tanh(softplus(x)) and its backward grad * (t + x * sigmoid(x) * (1 - t^2)),
+// t = tanh(softplus(x)), in fp32 as torch's opmath (softplus: the device's lowering).
+std::optional<at::Tensor> lower_mish(const std::string& op, const at::Tensor& x_in, const at::Tensor* grad_in) {
+  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type())) return std::nullopt;
+  if (grad_in && (!on_neuron(*grad_in) || grad_in->scalar_type() != x_in.scalar_type() || grad_in->sizes() != x_in.sizes()))
+    return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  const bool fp32 = x_in.scalar_type() == at::kFloat;
+  const at::Tensor x = fp32 ? x_in : x_in.to(at::kFloat);
+  const ElementwiseSteps s{op, at::kFloat};
+  const at::Tensor t = s.un(at::softplus(x, 1, 20), UnaryOp::tanh);
+  at::Tensor y;
+  if (!grad_in) {
+    y = s.bin(x, t, BinaryOp::multiply);
+  } else {
+    const at::Tensor one_minus = s.bin(scalar_operand(1.0), s.bin(t, t, BinaryOp::multiply), BinaryOp::subtract);
+    const at::Tensor local = s.bin(t, s.bin(s.bin(x, s.un(x, UnaryOp::sigmoid), BinaryOp::multiply), one_minus, BinaryOp::multiply),
+                                   BinaryOp::add);
+    y = s.bin(fp32 ? *grad_in : grad_in->to(at::kFloat), local, BinaryOp::multiply);
+  }
+  return fp32 ? y : y.to(x_in.scalar_type());
+}
+
+// log_sigmoid_forward(x) -> (min(x, 0) - log(1 + z), z) with z = exp(-|x|) (the CPU keeps z as the
+// buffer its backward reads), and log_sigmoid_backward(grad, x, buffer) = grad * (x < 0 ? 1 : z) / (1 + z),
+// z recomputed from x. In fp32 (torch's opmath: bf16 cast on the device, results rounded once).
+// binary_cross_entropy_with_logits is composed of these on the CPU too.
+std::optional<std::vector<at::Tensor>> lower_log_sigmoid(const std::string& op, const at::Tensor& x_in,
+                                                         const at::Tensor* grad_in) {
+  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type())) return std::nullopt;
+  if (grad_in && (!on_neuron(*grad_in) || grad_in->scalar_type() != x_in.scalar_type() || grad_in->sizes() != x_in.sizes()))
+    return std::nullopt;
+  c10::DeviceGuard guard(x_in.device());
+  const bool fp32 = x_in.scalar_type() == at::kFloat;
+  const at::Tensor x = fp32 ? x_in : x_in.to(at::kFloat);
+  const ElementwiseSteps s{op, at::kFloat};
+  const at::Tensor z = s.un(s.bin(s.un(x, UnaryOp::abs), scalar_operand(-1.0), BinaryOp::multiply), UnaryOp::exp);
+  const at::Tensor one_plus = s.bin(z, scalar_operand(1.0), BinaryOp::add);
+  auto rounded = [&](const at::Tensor& t) { return fp32 ? t : t.to(x_in.scalar_type()); };
+  if (!grad_in) {
+    const at::Tensor y = s.bin(s.bin(x, scalar_operand(0.0), BinaryOp::minimum), s.un(one_plus, UnaryOp::log), BinaryOp::subtract);
+    return std::vector<at::Tensor>{rounded(y), rounded(z)};
+  }
+  const at::Tensor numerator =
+      s.where(s.bin(x, scalar_operand(0.0), BinaryOp::less, true), std::nullopt, 1.0, z, std::nullopt);
+  const at::Tensor local = s.bin(numerator, one_plus, BinaryOp::divide);
+  return std::vector<at::Tensor>{rounded(s.bin(fp32 ? *grad_in : grad_in->to(at::kFloat), local, BinaryOp::multiply))};
+}
+
 std::optional<at::Tensor> lower_gelu(const std::string& op, LoweringArgs args) {
   const std::string approximate(args[1].toStringRef());
   if (approximate != "none" && approximate != "tanh") return std::nullopt;
@@ -203,6 +323,39 @@ std::vector<Lowering> activation_lowerings() {
       row("hardsigmoid_backward", hard_backward(HardActivation::sigmoid), {"hardsigmoid_backward.grad_input"}),
       row("hardswish_backward", hard_backward(HardActivation::swish)),
       row("softplus", lower_softplus, {"softplus.out"}),
+      row("hardsigmoid_", [](const std::string& op, LoweringArgs a) {
+        return into_self(a[0].toTensor(), lower_hard(op, a, HardActivation::sigmoid));
+      }),
+      row("hardswish_", [](const std::string& op, LoweringArgs a) {
+        return into_self(a[0].toTensor(), lower_hard(op, a, HardActivation::swish));
+      }),
+      row("leaky_relu", [](const std::string& op, LoweringArgs a) {
+        return lower_leaky_relu(op, a[0].toTensor(), a[0].toTensor(), a[1].toScalar());
+      }, {"leaky_relu.out"}),
+      row("leaky_relu_", [](const std::string& op, LoweringArgs a) {
+        return into_self(a[0].toTensor(), lower_leaky_relu(op, a[0].toTensor(), a[0].toTensor(), a[1].toScalar()));
+      }),
+      // leaky_relu_backward(grad, self, slope, self_is_result): the sign test on self, the slope on grad
+      row("leaky_relu_backward", [](const std::string& op, LoweringArgs a) -> std::optional<at::Tensor> {
+        if (a[3].toBool() && a[2].toScalar().toDouble() < 0) return std::nullopt;  // the CPU raises
+        return lower_leaky_relu(op, a[1].toTensor(), a[0].toTensor(), a[2].toScalar());
+      }, {"leaky_relu_backward.grad_input"}),
+      row("elu", lower_elu, {"elu.out"}),
+      row("elu_", [](const std::string& op, LoweringArgs a) { return into_self(a[0].toTensor(), lower_elu(op, a)); }),
+      row("elu_backward", lower_elu_backward, {"elu_backward.grad_input"}),
+      row("log_sigmoid_forward", [](const std::string& op, LoweringArgs a) { return lower_log_sigmoid(op, a[0].toTensor(), nullptr); }),
+      row("log_sigmoid_backward", [](const std::string& op, LoweringArgs a) {
+        const at::Tensor grad = a[0].toTensor();
+        return lower_log_sigmoid(op, a[1].toTensor(), &grad);
+      }, {"log_sigmoid_backward.grad_input"}),
+      row("mish", [](const std::string& op, LoweringArgs a) { return lower_mish(op, a[0].toTensor(), nullptr); }, {"mish.out"}),
+      row("mish_", [](const std::string& op, LoweringArgs a) {
+        return into_self(a[0].toTensor(), lower_mish(op, a[0].toTensor(), nullptr));
+      }),
+      row("mish_backward", [](const std::string& op, LoweringArgs a) {
+        const at::Tensor grad = a[0].toTensor();
+        return lower_mish(op, a[1].toTensor(), &grad);
+      }),
   };
 }
 

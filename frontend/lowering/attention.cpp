@@ -100,9 +100,12 @@ LoweredResults lower_sdpa_overrideable(const std::string& op, LoweringArgs a) {
                  {buffer("q", q), buffer("k", k), buffer("v", v)}, {buffer("o", o), buffer("lse", lse)},
                  std::move(record));
   const at::Tensor undefined;
+  // The philox seed and offset are tensors even without dropout (0-dim int64 on the host, as CUDA's
+  // flash op returns them and the meta function promises): AOT autograd saves them for the backward.
+  const at::Tensor seed = at::zeros({}, at::kLong), offset = at::zeros({}, at::kLong);
   // output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask
   return std::vector<c10::IValue>{in_layout_of(o, q_in), lse, undefined, undefined, c10::SymInt(spec.seq_q),
-                                  c10::SymInt(spec.seq_k), undefined, undefined, undefined};
+                                  c10::SymInt(spec.seq_k), seed, offset, undefined};
 }
 
 LoweredResults lower_sdpa_overrideable_backward(const std::string& op, LoweringArgs a) {

@@ -25,8 +25,15 @@ std::optional<at::Tensor> lower_cat(const std::string& op, const std::vector<at:
   std::vector<at::Tensor> tensors;
   for (const at::Tensor& t : all_tensors)
     if (!(t.dim() == 1 && t.numel() == 0)) tensors.push_back(t);
-  if (tensors.empty() || !on_neuron(tensors[0]) || tensors[0].dim() == 0) return std::nullopt;
+  if (all_tensors.empty() || !on_neuron(all_tensors[0])) return std::nullopt;
   const at::ScalarType type = at::native::result_type(all_tensors);  // cat promotes like an element-wise op
+  if (tensors.empty()) {  // only legacy empties: an empty [0] result
+    for (const at::Tensor& t : all_tensors)
+      if (!on_neuron(t) || t.device() != all_tensors[0].device()) return std::nullopt;
+    c10::DeviceGuard guard(all_tensors[0].device());
+    return at::empty({0}, all_tensors[0].options().dtype(type));
+  }
+  if (!on_neuron(tensors[0]) || tensors[0].dim() == 0) return std::nullopt;
   const int64_t rank = tensors[0].dim();
   dim = c10::maybe_wrap_dim(dim, rank);
   std::vector<int64_t> out_shape = dims(tensors[0].sizes());
@@ -177,6 +184,16 @@ std::optional<at::Tensor> lower_upsample_nearest1d(const std::string&, LoweringA
 
 }  // namespace
 
+namespace {
+// cat.out takes an out of another dtype (the inputs' promoted result cast into it), as torch's cat does.
+Lowering cat_row() {
+  Lowering r = row("cat", [](const std::string& op, LoweringArgs a) { return lower_cat(op, a[0].toTensorVector(), a[1].toInt()); },
+                   {"cat.out"});
+  r.out_casts = true;
+  return r;
+}
+}  // namespace
+
 std::vector<Lowering> data_movement_lowerings() {
   auto triangle = [](bool upper) {
     return [upper](const std::string& op, LoweringArgs a) { return lower_triangle(op, a[0].toTensor(), a[1].toInt(), upper); };
@@ -191,7 +208,7 @@ std::vector<Lowering> data_movement_lowerings() {
     return [backward](const std::string& op, LoweringArgs a) { return lower_upsample_nearest1d(op, a, backward); };
   };
   return {
-      row("cat", [](const std::string& op, LoweringArgs a) { return lower_cat(op, a[0].toTensorVector(), a[1].toInt()); }, {"cat.out"}),
+      cat_row(),
       row("triu", triangle(true), {"triu.out"}),
       row("tril", triangle(false), {"tril.out"}),
       row("triu_", triangle_inplace(true)),

@@ -4,7 +4,10 @@
 // self, which keeps its dtype and shape).
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/TensorIterator.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -25,30 +28,70 @@ using kernels::UnaryOp;
 using kernels::UnarySpec;
 using kernels::WhereSpec;
 
+ElementwiseLayout elementwise_layout(const std::vector<at::Tensor>& operands) {
+  // TensorIterator itself on meta twins of the operands: the result it allocates is the layout
+  // (its dim reordering by the operands' strides, broadcast dims ignored), without touching values.
+  at::TensorIteratorConfig config;
+  config.set_check_mem_overlap(false).check_all_same_dtype(false).declare_static_dtype_and_device(at::kFloat, at::kMeta);
+  config.add_owned_output(at::Tensor());
+  for (const at::Tensor& t : operands)
+    config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().dtype(at::kFloat).device(at::kMeta)));
+  const at::TensorIterator iter = config.build();
+  const at::Tensor& result = iter.output(0);
+  ElementwiseLayout layout{dims(result.sizes()), dims(result.strides()), {}};
+  for (int64_t d = 0; d < result.dim(); ++d) layout.order.push_back(d);
+  // Size-1 dims may share a stride with a neighbour; where they sit in the order does not matter.
+  std::stable_sort(layout.order.begin(), layout.order.end(), [&](int64_t a, int64_t b) {
+    return layout.strides[size_t(a)] > layout.strides[size_t(b)];
+  });
+  return layout;
+}
+
+at::Tensor ElementwiseLayout::empty(const at::TensorOptions& options) const {
+  return at::empty_strided(sizes, strides, options);
+}
+
+at::Tensor ElementwiseLayout::stored(const at::Tensor& operand) const {
+  at::Tensor t = operand;
+  while (t.dim() < int64_t(sizes.size())) t = t.unsqueeze(0);
+  return t.permute(order);
+}
+
+std::optional<at::Tensor> into_self(const at::Tensor& self, std::optional<at::Tensor> result) {
+  if (!result || result->scalar_type() != self.scalar_type()) return std::nullopt;
+  at::Tensor target = self;
+  target.copy_(*result);
+  return target;
+}
+
 std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x_in, UnaryOp kind) {
   if (!on_neuron(x_in)) return std::nullopt;
   const at::ScalarType in_type = x_in.scalar_type();
   at::ScalarType out_type = in_type;
   std::optional<DType> in_dt = sim_dtype(in_type);
   if (!in_dt && at::isIntegralType(in_type, /*includeBool=*/false)) {
-    // Integer inputs: abs / neg / sign / relu stay integers, the float functions give the default
-    // float dtype (torch's promotion); the engines compute in fp32, exact while |x| <= 2^24.
-    const bool integer_valued = kind == UnaryOp::abs || kind == UnaryOp::neg || kind == UnaryOp::sign || kind == UnaryOp::relu;
+    // Integer inputs: abs / neg / sign / relu / square / copy stay integers, the float functions give
+    // the default float dtype (torch's promotion); the engines compute in fp32, exact while every input
+    // and result is within 2^24 (a square's input within 2^12).
+    const bool integer_valued = kind == UnaryOp::abs || kind == UnaryOp::neg || kind == UnaryOp::sign ||
+                                kind == UnaryOp::relu || kind == UnaryOp::square || kind == UnaryOp::copy;
     if (!integer_valued) out_type = c10::typeMetaToScalarType(c10::get_default_dtype());
-    if (host_max_abs(x_in) > (integer_valued ? kExactIntegerBound : exact_integer_limit(out_type))) return std::nullopt;
-    if (integer_valued && in_type != at::kInt && in_type != at::kLong && kind != UnaryOp::sign && kind != UnaryOp::relu)
+    const double bound = !integer_valued ? exact_integer_limit(out_type)
+                         : kind == UnaryOp::square ? std::sqrt(kExactIntegerBound) : kExactIntegerBound;
+    if (host_max_abs(x_in) > bound) return std::nullopt;
+    if (integer_valued && in_type != at::kInt && in_type != at::kLong && kind != UnaryOp::sign &&
+        kind != UnaryOp::relu && kind != UnaryOp::copy)
       return std::nullopt;  // int8/int16/uint8 wrap in torch (abs(-128) is -128)
     in_dt = elementwise_dtype(in_type);
   }
   if (!in_dt) return std::nullopt;
   const std::optional<DType> out_dt = elementwise_dtype(out_type);
   c10::DeviceGuard guard(x_in.device());
-  // A dense non-contiguous input (transposed, channels-last) is computed in storage order and the
-  // result keeps its layout, as TensorIterator does.
-  const bool keep_layout = !x_in.is_contiguous() && x_in.is_non_overlapping_and_dense();
-  at::Tensor x = keep_layout ? x_in.as_strided({x_in.numel()}, {1}) : x_in.contiguous();
-  at::Tensor y = keep_layout ? at::empty_strided(x_in.sizes(), x_in.strides(), x_in.options().dtype(out_type))
-                             : at::empty(x_in.sizes(), x_in.options().dtype(out_type));
+  // Computed in the storage order of the result's layout (TensorIterator's: a transposed or
+  // channels-last input keeps its layout); an input not dense in that order is gathered first.
+  const ElementwiseLayout layout = elementwise_layout({x_in});
+  const at::Tensor x = layout.stored(x_in).contiguous();
+  at::Tensor y = layout.empty(x_in.options().dtype(out_type));
   if (x_in.numel() == 0) return y;
   const at::Tensor source = kernel_input(x);
   const KernelResult target(y);
@@ -76,8 +119,8 @@ struct BinaryOperand {
   double max_abs = 0;  // largest |value| (integer and bool operands only: exactness bounds)
 };
 
-// `storage_order`: a dense tensor read as its storage, flattened (the caller keeps its layout).
-std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immediate, bool storage_order) {
+// A tensor operand is read in the result's storage order (the caller's view: a copy where it is not dense there).
+std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immediate) {
   const bool integral = at::isIntegralType(t.scalar_type(), /*includeBool=*/true);
   if (!at::isFloatingType(t.scalar_type()) && !integral) return std::nullopt;
   if (as_immediate) {
@@ -86,7 +129,7 @@ std::optional<BinaryOperand> binary_operand(const at::Tensor& t, bool as_immedia
   }
   const std::optional<DType> dt = elementwise_dtype(t.scalar_type());
   if (!on_neuron(t) || !dt) return std::nullopt;
-  const at::Tensor stored = storage_order ? t.as_strided({t.numel()}, {1}) : t.contiguous();
+  const at::Tensor stored = t.contiguous();
   BinaryOperand o{stored, *dt, std::nullopt, integral ? host_max_abs(t) : 0.0};
   if (t.scalar_type() == at::kLong) {
     if (o.max_abs > kExactIntegerBound) return std::nullopt;
@@ -150,17 +193,13 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   // A 0-dim operand is an immediate unless both are 0-dim: then the device one is a 1-element tensor.
   const bool a_imm = a_in.dim() == 0 && (b_in.dim() > 0 || !on_neuron(a_in));
   const bool b_imm = b_in.dim() == 0 && !a_imm && (a_in.dim() > 0 || !on_neuron(b_in));
-  // Same-shaped operands with one dense layout (a transposed or channels-last pair), or one such
-  // operand and an immediate, are computed in storage order, and the result keeps that layout, as
-  // TensorIterator gives it.
-  const at::Tensor* layout_source = nullptr;
-  auto dense_strided = [](const at::Tensor& t) { return !t.is_contiguous() && t.is_non_overlapping_and_dense(); };
-  if (!a_imm && !b_imm && a_in.sizes() == b_in.sizes() && a_in.strides() == b_in.strides() && dense_strided(a_in))
-    layout_source = &a_in;
-  else if (a_imm && dense_strided(b_in))
-    layout_source = &b_in;
-  else if (b_imm && dense_strided(a_in))
-    layout_source = &a_in;
+  // The result takes TensorIterator's layout (a transposed or channels-last operand's dim order, broadcast
+  // or not); the kernel computes in its storage order, on the operands viewed in that order.
+  std::vector<at::Tensor> laid_out;
+  if (!a_imm) laid_out.push_back(a_in);
+  if (!b_imm) laid_out.push_back(b_in);
+  const ElementwiseLayout layout = elementwise_layout(laid_out);
+  const at::Tensor a_v = a_imm ? a_in : layout.stored(a_in), b_v = b_imm ? b_in : layout.stored(b_in);
   // An expanded operand (stride-0 dims over a contiguous base: the gradient of a keepdim mean or
   // sum, a broadcast mask) goes to the kernel compact and is broadcast there, not materialised by a
   // device copy first (a stride-0 DMA moves one element per descriptor: 22 ms for a [4096, 4096]
@@ -180,11 +219,11 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
     if (!base.is_contiguous()) return std::nullopt;
     return base;
   };
-  const std::optional<at::Tensor> a_compact = a_imm ? std::nullopt : compact(a_in),
-                                  b_compact = b_imm ? std::nullopt : compact(b_in);
-  const bool compacted = a_compact || b_compact;  // (an expanded operand is never dense: no layout_source)
-  std::optional<BinaryOperand> a = binary_operand(a_compact ? *a_compact : a_in, a_imm, layout_source != nullptr),
-                               b = binary_operand(b_compact ? *b_compact : b_in, b_imm, layout_source != nullptr);
+  const std::optional<at::Tensor> a_compact = a_imm ? std::nullopt : compact(a_v),
+                                  b_compact = b_imm ? std::nullopt : compact(b_v);
+  const bool compacted = a_compact || b_compact;
+  std::optional<BinaryOperand> a = binary_operand(a_compact ? *a_compact : a_v, a_imm),
+                               b = binary_operand(b_compact ? *b_compact : b_v, b_imm);
   if (!a || !b || (a->scalar && b->scalar)) return std::nullopt;
   const bool a_int = at::isIntegralType(a_in.scalar_type(), true), b_int = at::isIntegralType(b_in.scalar_type(), true);
   if (!exact_in_fp32(kind, *a, *b, compute, a_int, b_int)) return std::nullopt;
@@ -192,20 +231,19 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
     for (BinaryOperand* o : {&*a, &*b})
       if (o->scalar) o->scalar = at::scalar_tensor(*o->scalar, at::kDouble).to(promoted).item<double>();
   }
+  // The result's shape in storage order (what the kernel computes); c is allocated in its logical order.
   std::vector<int64_t> out_shape;
   if (a->scalar) {
-    out_shape = dims(b_in.sizes());
+    out_shape = dims(b_v.sizes());
   } else if (b->scalar) {
-    out_shape = dims(a_in.sizes());
+    out_shape = dims(a_v.sizes());
   } else {
-    const at::DimVector shape = at::infer_size_dimvector(a_in.sizes(), b_in.sizes());
+    const at::DimVector shape = at::infer_size_dimvector(a_v.sizes(), b_v.sizes());
     out_shape.assign(shape.begin(), shape.end());
   }
   int64_t numel = 1;
   for (int64_t d : out_shape) numel *= d;
-  const at::TensorOptions out_options = device_operand.options().dtype(result);
-  at::Tensor c = layout_source ? at::empty_strided(out_shape, layout_source->strides(), out_options)
-                               : at::empty(out_shape, out_options);
+  at::Tensor c = layout.empty(device_operand.options().dtype(result));
   if (numel == 0) return c;
   BinarySpec spec;
   spec.op = kind;
@@ -215,14 +253,14 @@ std::optional<at::Tensor> lower_binary(const std::string& op, const at::Tensor& 
   spec.a_scalar = a->scalar;
   spec.b_scalar = b->scalar;
   // Same shapes are flattened (one program per element count); broadcasts keep their shapes.
-  const bool same = !a->scalar && !b->scalar && a_in.sizes() == b_in.sizes();
-  const bool flat = !compacted && (a->scalar || b->scalar || same || layout_source);
+  const bool same = !a->scalar && !b->scalar && a_v.sizes() == b_v.sizes();
+  const bool flat = !compacted && (a->scalar || b->scalar || same);
   spec.a_shape = a->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel}
-                                                            : dims((a_compact ? *a_compact : a_in).sizes());
+                                                            : dims((a_compact ? *a_compact : a_v).sizes());
   spec.b_shape = b->scalar ? std::vector<int64_t>{1} : flat ? std::vector<int64_t>{numel}
-                                                            : dims((b_compact ? *b_compact : b_in).sizes());
-  if (!flat && a_in.dim() == 0) spec.a_shape = {1};
-  if (!flat && b_in.dim() == 0) spec.b_shape = {1};
+                                                            : dims((b_compact ? *b_compact : b_v).sizes());
+  if (!flat && a_v.dim() == 0) spec.a_shape = {1};
+  if (!flat && b_v.dim() == 0) spec.b_shape = {1};
   if (compacted) spec.out_shape = out_shape;
   std::string key = op + "|" + std::to_string(static_cast<int>(kind)) + "|" + dims_key(spec.a_shape) +
                     dims_key(spec.b_shape) + "|" + std::string(dtype_name(spec.a_dtype)) + "," +
@@ -251,18 +289,23 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
                                       std::optional<double> b_scalar, at::ScalarType result) {
   const std::optional<DType> dt = elementwise_dtype(result);
   if (!dt || !on_neuron(cond_in) || cond_in.scalar_type() != at::kBool) return std::nullopt;
-  at::DimVector shape(cond_in.sizes().begin(), cond_in.sizes().end());
+  std::vector<at::Tensor> laid_out = {cond_in};
   for (const auto* t : {&a_in, &b_in}) {
     if (*t && !on_neuron(**t)) return std::nullopt;
-    if (*t) shape = at::infer_size_dimvector(shape, (*t)->sizes());
+    if (*t) laid_out.push_back(**t);
   }
-  // Broadcast operands are expanded to the result's shape and made contiguous by a device copy.
-  if (cond_in.sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in.expand(shape), a_in, a_scalar, b_in, b_scalar, result);
-  if (a_in && a_in->sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in, a_in->expand(shape), a_scalar, b_in, b_scalar, result);
-  if (b_in && b_in->sizes() != c10::IntArrayRef(shape)) return lower_where(op, cond_in, a_in, a_scalar, b_in->expand(shape), b_scalar, result);
+  // The result takes TensorIterator's layout; every operand is viewed in its storage order and
+  // broadcast to the result's shape there (a broadcast operand made dense by a device copy).
+  const ElementwiseLayout layout = elementwise_layout(laid_out);
+  std::vector<int64_t> stored_shape;
+  for (int64_t d : layout.order) stored_shape.push_back(layout.sizes[size_t(d)]);
+  auto in_order = [&](const at::Tensor& t) { return layout.stored(t).expand(stored_shape); };
+  const at::Tensor cond_v = in_order(cond_in);
+  if (a_in) a_in = in_order(*a_in);
+  if (b_in) b_in = in_order(*b_in);
   c10::DeviceGuard guard(cond_in.device());
-  at::Tensor out = at::empty(cond_in.sizes(), cond_in.options().dtype(result));
-  if (cond_in.numel() == 0) return out;
+  at::Tensor out = layout.empty(cond_in.options().dtype(result));
+  if (out.numel() == 0) return out;
   const bool integral_result = at::isIntegralType(result, /*includeBool=*/true);
   // A value operand as the kernel reads it; nullopt where its conversion to `result` is not exact.
   auto operand = [&](const std::optional<at::Tensor>& t) -> std::optional<std::pair<at::Tensor, DType>> {
@@ -290,20 +333,20 @@ std::optional<at::Tensor> lower_where(const std::string& op, const at::Tensor& c
     **v = at::scalar_tensor(**v, at::kDouble).to(result).to(at::kDouble).item<double>();
   }
   WhereSpec spec;
-  spec.shape = {cond_in.numel()};
+  spec.shape = {cond_v.numel()};
   spec.cond_dtype = DType::uint8;
   spec.a_dtype = a->second;
   spec.b_dtype = b->second;
   spec.output_dtype = *dt;
   spec.a_scalar = a_scalar;
   spec.b_scalar = b_scalar;
-  const at::Tensor cond = cond_in.contiguous();  // alive until the program has run
+  const at::Tensor cond = cond_v.contiguous();  // alive until the program has run
   std::vector<HostBuffer> inputs = {buffer("cond", cond)};
   if (a_in) inputs.push_back(HostBuffer{"a", a->first.data_ptr(), size_t(a->first.numel()), a->second});
   if (b_in) inputs.push_back(HostBuffer{"b", b->first.data_ptr(), size_t(b->first.numel()), b->second});
   const KernelResult target(out);
   std::ostringstream key;
-  key << std::hexfloat << op << "|" << cond_in.numel() << "|" << dtype_name(spec.a_dtype) << ","
+  key << std::hexfloat << op << "|" << cond_v.numel() << "|" << dtype_name(spec.a_dtype) << ","
       << dtype_name(spec.b_dtype) << ">" << dtype_name(spec.output_dtype);
   if (a_scalar) key << "|a=" << *a_scalar;
   if (b_scalar) key << "|b=" << *b_scalar;
@@ -320,7 +363,7 @@ std::optional<at::Tensor> lower_threshold_backward(const at::Tensor& grad, const
   if (!on_neuron(grad) || !on_neuron(self) || grad.scalar_type() != self.scalar_type() ||
       grad.sizes() != self.sizes() || !sim_dtype(grad.scalar_type()) || grad.numel() == 0)
     return std::nullopt;
-  const at::Tensor threshold = at::scalar_tensor(thr, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor threshold = scalar_operand(thr.toDouble());
   std::optional<at::Tensor> le = lower_binary("threshold_backward.le", self, threshold, BinaryOp::less_equal, true,
                                                   /*round_immediate=*/false);  // torch: in fp32 (opmath)
   if (!le) return std::nullopt;
@@ -332,6 +375,21 @@ std::optional<at::Tensor> lower_threshold_backward(const at::Tensor& grad, const
 std::optional<at::Tensor> lower_pow(const std::string& op, const at::Tensor& x, const c10::Scalar& e) {
   if (!e.isFloatingPoint() && !e.isIntegral(false)) return std::nullopt;
   const double v = e.toDouble();
+  if (on_neuron(x) && at::isIntegralType(x.scalar_type(), /*includeBool=*/true)) {
+    if (x.scalar_type() == at::kBool) return std::nullopt;
+    // torch: a float exponent gives the default float dtype (the base cast first); an integer one keeps
+    // the integer dtype (x^1, x^2 and x^3 here: exact while the result is within 2^24, checked by the
+    // kernels' lowerings; a negative exponent raises on the CPU).
+    if (e.isFloatingPoint()) {
+      c10::DeviceGuard guard(x.device());
+      return lower_pow(op, x.to(c10::typeMetaToScalarType(c10::get_default_dtype())), e);
+    }
+    if (v == 1) return lower_unary(op, x, UnaryOp::copy);
+    if (v == 2) return lower_unary(op, x, UnaryOp::square);
+    if (v != 3) return std::nullopt;
+    std::optional<at::Tensor> squared = lower_unary(op, x, UnaryOp::square);
+    return squared ? lower_binary(op, *squared, x, BinaryOp::multiply) : std::nullopt;
+  }
   if (v == 2) return lower_unary(op, x, UnaryOp::square);
   if (v == 1) return lower_unary(op, x, UnaryOp::copy);
   if (v == 0.5) return lower_unary(op, x, UnaryOp::sqrt);
@@ -358,16 +416,10 @@ std::optional<at::Tensor> scaled_by_alpha(const std::string& op, const at::Tenso
   const c10::Scalar a = alpha.toScalar();
   if (!a.isFloatingPoint() && !a.isIntegral(false)) return std::nullopt;
   if (!on_neuron(other) || other.scalar_type() != at::result_type(self, other)) return std::nullopt;
-  return lower_binary(op + ".alpha", other, at::scalar_tensor(a.toDouble(), at::kDouble), BinaryOp::multiply);
+  return lower_binary(op + ".alpha", other, scalar_operand(a.toDouble()), BinaryOp::multiply);
 }
 
-// The result of an out-of-place lowering copied into self (an in-place op), when it has self's dtype.
-std::optional<at::Tensor> into_self(const at::Tensor& self, std::optional<at::Tensor> result) {
-  if (!result || result->scalar_type() != self.scalar_type()) return std::nullopt;
-  at::Tensor target = self;
-  target.copy_(*result);
-  return target;
-}
+
 
 std::optional<at::Tensor> lower_add_sub(const std::string& op, LoweringArgs args, BinaryOp kind) {
   std::optional<at::Tensor> other = scaled_by_alpha(op, args[0].toTensor(), args[1].toTensor(), args[2]);
@@ -375,12 +427,17 @@ std::optional<at::Tensor> lower_add_sub(const std::string& op, LoweringArgs args
   return lower_binary(op, args[0].toTensor(), *other, kind);
 }
 
-// self op= other: torch keeps self's dtype and shape, so the promoted type and the broadcast shape
-// must be self's.
+// self op= other: torch keeps self's shape (the broadcast shape must be self's) and dtype: the op runs
+// in the promoted dtype and the result is cast into self (a bf16 parameter times an fp32 tensor: fp32
+// arithmetic, rounded once), where torch allows that cast (a float result into an integer self raises).
 std::optional<at::Tensor> lower_binary_inplace(const std::string& op, LoweringArgs args, BinaryOp kind, bool has_alpha) {
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& other = args[1].toTensor();
-  if (!on_neuron(self) || at::result_type(self, other) != self.scalar_type()) return std::nullopt;
+  if (!on_neuron(self)) return std::nullopt;
+  at::ScalarType common = at::result_type(self, other);
+  if (kind == BinaryOp::divide && at::isIntegralType(common, /*includeBool=*/true))
+    common = c10::typeMetaToScalarType(c10::get_default_dtype());
+  if (!at::canCast(common, self.scalar_type())) return std::nullopt;
   if (other.dim() > 0 && at::infer_size_dimvector(self.sizes(), other.sizes()) != self.sizes()) return std::nullopt;
   std::optional<at::Tensor> scaled = other;
   if (has_alpha) scaled = scaled_by_alpha(op, self, other, args[2]);
@@ -404,7 +461,7 @@ std::optional<at::Tensor> lower_clamp(const std::string& op, const at::Tensor& s
     if (!v.isFloatingPoint() && !v.isIntegral(false)) return std::nullopt;
     if (at::result_type(*x, v) != x->scalar_type()) return std::nullopt;  // e.g. an int tensor and a float bound
     const double rounded = at::scalar_tensor(v, at::kDouble).to(x->scalar_type()).item<double>();
-    x = lower_binary(op + (bound == &lo ? ".min" : ".max"), *x, at::scalar_tensor(rounded, at::kDouble),
+    x = lower_binary(op + (bound == &lo ? ".min" : ".max"), *x, scalar_operand(rounded),
                      bound == &lo ? BinaryOp::maximum : BinaryOp::minimum);
     if (!x) return std::nullopt;
   }
@@ -452,7 +509,7 @@ std::optional<at::Tensor> lower_compare_scalar(const std::string& op, LoweringAr
   const at::Tensor& a = args[0].toTensor();
   const c10::Scalar& v = args[1].toScalar();
   if (!v.isFloatingPoint() && !v.isIntegral(false)) return std::nullopt;
-  return lower_binary(op, a, at::scalar_tensor(v, at::TensorOptions().dtype(v.isFloatingPoint() ? at::kDouble : at::kLong)),
+  return lower_binary(op, a, scalar_operand(v),
                       kind, true);
 }
 
@@ -469,11 +526,11 @@ std::optional<at::Tensor> lower_float_class(const std::string& op, LoweringArgs 
     case FloatClass::inf: {
       std::optional<at::Tensor> a = lower_unary(op + ".abs", x, UnaryOp::abs);
       if (!a) return std::nullopt;
-      return lower_binary(op, *a, at::scalar_tensor(inf, at::kDouble), BinaryOp::equal, true);
+      return lower_binary(op, *a, scalar_operand(inf), BinaryOp::equal, true);
     }
     case FloatClass::neginf:
     case FloatClass::posinf:
-      return lower_binary(op, x, at::scalar_tensor(which == FloatClass::neginf ? -inf : inf, at::kDouble),
+      return lower_binary(op, x, scalar_operand(which == FloatClass::neginf ? -inf : inf),
                           BinaryOp::equal, true);
   }
   return std::nullopt;
@@ -494,14 +551,14 @@ std::optional<at::Tensor> lower_where_self(const std::string& op, LoweringArgs a
 // Truth values as 1 / 0 (bool as is, others != 0).
 std::optional<at::Tensor> truth(const std::string& op, const at::Tensor& t) {
   if (t.scalar_type() == at::kBool) return t;
-  return lower_binary(op + ".ne0", t, at::scalar_tensor(0.0, at::kDouble), BinaryOp::not_equal, true);
+  return lower_binary(op + ".ne0", t, scalar_operand(0.0), BinaryOp::not_equal, true);
 }
 
 // logical_not (any dtype) and bitwise_not (bool only: integers' complement is not in fp32): x == 0.
 std::optional<at::Tensor> lower_not(const std::string& op, LoweringArgs args, bool bool_only) {
   const at::Tensor& x = args[0].toTensor();
   if (bool_only && x.scalar_type() != at::kBool) return std::nullopt;
-  return lower_binary(op, x, at::scalar_tensor(0.0, at::kDouble), BinaryOp::equal, true);
+  return lower_binary(op, x, scalar_operand(0.0), BinaryOp::equal, true);
 }
 
 // logical_and / or / xor on truth values: and is minimum, or is maximum, xor is not_equal.
@@ -537,6 +594,72 @@ std::optional<at::Tensor> lower_pow_tensor(const std::string&, LoweringArgs args
   return result == at::kFloat ? r : r.to(result);
 }
 
+// rsub(self, other, alpha) = other - alpha * self (`1 - x` is rsub.Scalar): the subtraction with the
+// operands swapped; a Scalar other is a Python number (a wrapped scalar in torch's type promotion).
+std::optional<at::Tensor> lower_rsub(const std::string& op, LoweringArgs args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor other =
+      args[1].isTensor() ? args[1].toTensor() : at::native::wrapped_scalar_tensor(args[1].toScalar());
+  std::optional<at::Tensor> scaled = scaled_by_alpha(op, other, self, args[2]);
+  if (!scaled) return std::nullopt;
+  return lower_binary(op, other, *scaled, BinaryOp::subtract);
+}
+
+// hardtanh_backward(grad, self, min, max) = grad where min < self < max, else 0: the CPU's
+// `self <= min || self >= max ? 0 : grad`, the bounds converted to self's dtype first.
+std::optional<at::Tensor> lower_hardtanh_backward(const std::string& op, LoweringArgs args) {
+  const at::Tensor &grad = args[0].toTensor(), &x = args[1].toTensor();
+  if (!on_neuron(grad) || !on_neuron(x) || grad.sizes() != x.sizes() || grad.scalar_type() != x.scalar_type() ||
+      !sim_dtype(x.scalar_type()))
+    return std::nullopt;
+  std::optional<at::Tensor> below = lower_binary(op + ".le", x, scalar_operand(args[2].toScalar()), BinaryOp::less_equal, true);
+  std::optional<at::Tensor> above = lower_binary(op + ".ge", x, scalar_operand(args[3].toScalar()), BinaryOp::greater_equal, true);
+  if (!below || !above) return std::nullopt;
+  std::optional<at::Tensor> outside = lower_binary(op + ".or", *below, *above, BinaryOp::maximum);
+  if (!outside) return std::nullopt;
+  return lower_where(op, *outside, std::nullopt, 0.0, grad, std::nullopt, grad.scalar_type());
+}
+
+// pow(Scalar base, Tensor exponent) for a positive base and a float result (RoPE's base ** (arange /
+// dim)): exp(exponent * ln(base)) in fp32 (torch's opmath), rounded once to the result's dtype; base 1
+// is 1 everywhere, as on the CPU (even for a NaN exponent). Integer powers and other bases: the CPU.
+std::optional<at::Tensor> lower_pow_scalar_base(const std::string& op, LoweringArgs args) {
+  const c10::Scalar base = args[0].toScalar();
+  const at::Tensor& e = args[1].toTensor();
+  if (!on_neuron(e) || (!base.isFloatingPoint() && !base.isIntegral(false))) return std::nullopt;
+  const at::ScalarType result = at::result_type(base, e);
+  const double b = base.toDouble();
+  if (!sim_dtype(result) || !(b > 0) || !std::isfinite(b)) return std::nullopt;
+  if (!sim_dtype(e.scalar_type()) && !at::isIntegralType(e.scalar_type(), /*includeBool=*/false)) return std::nullopt;
+  c10::DeviceGuard guard(e.device());
+  if (b == 1) return at::ones(e.sizes(), e.options().dtype(result));
+  const at::Tensor ef = e.scalar_type() == at::kFloat ? e : e.to(at::kFloat);
+  std::optional<at::Tensor> p = lower_binary(op + ".mul", ef, scalar_operand(std::log(b)), BinaryOp::multiply);
+  if (p) p = lower_unary(op, *p, UnaryOp::exp);
+  if (!p || result == at::kFloat) return p;
+  return p->to(result);
+}
+
+// _assert_async(self[, msg]): the CPU's check of the value (device memory is host memory, so the
+// CPU's own error and message). Timing-only mode has no value to check: taken to hold.
+LoweredResults lower_assert_async(const std::string&, LoweringArgs args) {
+  const at::Tensor& self = args[0].toTensor();
+  if (!on_neuron(self)) return std::nullopt;
+  if (values_enabled()) {
+    if (args.size() > 1) at::_assert_async(host_alias(self), args[1].toStringRef());
+    else at::_assert_async(host_alias(self));
+  }
+  return std::vector<c10::IValue>{};
+}
+
+}  // namespace
+
+namespace {
+// masked_fill_'s CPU kernel refuses a mask that partially overlaps self but only warns about an expanded self.
+Lowering partial_overlap_check(Lowering r) {
+  r.overlap_check = Lowering::OverlapCheck::partial;
+  return r;
+}
 }  // namespace
 
 std::vector<Lowering> elementwise_lowerings() {
@@ -611,8 +734,8 @@ std::vector<Lowering> elementwise_lowerings() {
       row("where.self", lower_where_self, {"where.self_out"}),
       row("masked_fill.Scalar", masked_fill(false, false), {"masked_fill.Scalar_out"}),
       row("masked_fill.Tensor", masked_fill(false, true)),
-      row("masked_fill_.Scalar", masked_fill(true, true)),
-      row("masked_fill_.Tensor", masked_fill(true, true)),
+      partial_overlap_check(row("masked_fill_.Scalar", masked_fill(true, true))),
+      partial_overlap_check(row("masked_fill_.Tensor", masked_fill(true, true))),
       row("clamp", [](const std::string& op, LoweringArgs a) { return lower_clamp(op, a[0].toTensor(), a[1], a[2]); }, {"clamp.out"}),
       row("clamp_min", [](const std::string& op, LoweringArgs a) { return lower_clamp(op, a[0].toTensor(), a[1], c10::IValue()); }, {"clamp_min.out"}),
       row("clamp_max", [](const std::string& op, LoweringArgs a) { return lower_clamp(op, a[0].toTensor(), c10::IValue(), a[1]); }, {"clamp_max.out"}),
@@ -637,6 +760,18 @@ std::vector<Lowering> elementwise_lowerings() {
       row("pow.Tensor_Scalar", [](const std::string& op, LoweringArgs a) { return lower_pow(op, a[0].toTensor(), a[1].toScalar()); },
           {"pow.Tensor_Scalar_out"}),
       row("pow.Tensor_Tensor", lower_pow_tensor, {"pow.Tensor_Tensor_out"}),
+      row("rsub.Tensor", lower_rsub, {"rsub.Tensor_out"}),
+      row("rsub.Scalar", lower_rsub, {"rsub.Scalar_out"}),
+      // hardtanh is clamp on the CPU too (relu6 is hardtanh(x, 0, 6))
+      row("hardtanh", [](const std::string& op, LoweringArgs a) { return lower_clamp(op, a[0].toTensor(), a[1], a[2]); },
+          {"hardtanh.out"}),
+      row("hardtanh_", [](const std::string& op, LoweringArgs a) {
+        return into_self(a[0].toTensor(), lower_clamp(op, a[0].toTensor(), a[1], a[2]));
+      }),
+      row("hardtanh_backward", lower_hardtanh_backward, {"hardtanh_backward.grad_input"}),
+      row("pow.Scalar", lower_pow_scalar_base, {"pow.Scalar_out"}),
+      row("_assert_async", lower_assert_async),
+      row("_assert_async.msg", lower_assert_async),
       row("threshold_backward", [](const std::string&, LoweringArgs a) {
         return lower_threshold_backward(a[0].toTensor(), a[1].toTensor(), a[2].toScalar());
       }, {"threshold_backward.grad_input"}),

@@ -318,6 +318,35 @@ Results lower_index_put(const std::string& op, Args a) {
   return std::vector<at::Tensor>{self};
 }
 
+// index_copy(_)(self, dim, index, source): the slices of `source` put at `index` along dim, an
+// index_put_ at (:, ..., index) (the static KV cache's update). The CPU's argument rules first (an
+// int64 index of at most one dim on self's device, in [0, size); source of self's dtype and shape but
+// index.numel() along dim): anything else goes to the CPU, which raises its error.
+Results lower_index_copy(const std::string& op, Args a, bool inplace) {
+  const at::Tensor& self = a[0].toTensor();
+  const at::Tensor& index = a[2].toTensor();
+  const at::Tensor& source = a[3].toTensor();
+  if (!on_neuron(self) || self.dim() == 0 || !on_neuron(source) || source.scalar_type() != self.scalar_type()) return std::nullopt;
+  if (index.scalar_type() != at::kLong || index.dim() > 1 || index.device() != self.device()) return std::nullopt;
+  const int64_t dim = wrap_dim(a[1].toInt(), self.dim());
+  std::vector<int64_t> expect = dims(self.sizes());
+  expect[size_t(dim)] = index.numel();
+  if (dims(source.sizes()) != expect) return std::nullopt;
+  const int64_t size = self.size(dim);
+  const bool in_range = host_check(index, [&](const at::Tensor& h) {
+    return h.numel() == 0 || (h.min().item<int64_t>() >= 0 && h.max().item<int64_t>() < size);
+  }, true);
+  if (!in_range) return std::nullopt;
+  c10::DeviceGuard guard(self.device());
+  const at::Tensor target = inplace ? self : self.clone();
+  c10::List<std::optional<at::Tensor>> indices;
+  for (int64_t d = 0; d < dim; ++d) indices.push_back(std::nullopt);
+  indices.push_back(index.reshape({-1}));
+  const std::vector<c10::IValue> put_args{target, indices, source, false, false};
+  if (!lower_index_put(op, put_args)) return std::nullopt;  // (nothing written)
+  return std::vector<at::Tensor>{target};
+}
+
 // ---- gather / scatter along a dim ----
 
 // Element offsets into contiguous `self` of index's elements along `dim`, as torch's
@@ -617,12 +646,20 @@ Results lower_arange(const std::string& op, Args a) {
   const c10::Scalar start = a[0].toScalar(), end = a[1].toScalar(), step = a[2].toScalar();
   const at::ScalarType t = out.scalar_type();
   if (!on_neuron(out) || (t != at::kLong && t != at::kInt && t != at::kFloat)) return std::nullopt;
-  const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
+  const double s = start.toDouble(), st = step.toDouble();
+  double e = end.toDouble();
   if (!std::isfinite(s) || !std::isfinite(e) || !std::isfinite(st) || s != std::floor(s) || st != std::floor(st) ||
       st == 0)
     return std::nullopt;
   if ((st > 0 && e < s) || (st < 0 && e > s)) return std::nullopt;  // the CPU raises
-  const double n_d = std::ceil((e - s) / st);
+  // The CPU's size formula (RangeFactories): for int64 the bounds are first converted to int64 (a
+  // fractional end truncated: arange(3.1) has 3 elements) and the size is (end - start + step -
+  // sign(step)) / step in int64 division; other dtypes take ceil((end - start) / step) in double.
+  double n_d = std::ceil((e - s) / st);
+  if (t == at::kLong) {
+    e = std::trunc(e);
+    n_d = std::trunc((e - s + st - (st > 0 ? 1 : -1)) / st);
+  }
   const double limit = t == at::kFloat ? double(1 << 24) : double(INT32_MAX);
   const double last = s + st * std::max(0.0, n_d - 1);
   if (n_d > 1e9 || std::abs(s) > limit || std::abs(last) > limit) return std::nullopt;
@@ -722,8 +759,9 @@ Results lower_nonzero(const std::string& op, Args a) {
 Results lower_topk(const std::string& op, Args a) {
   const at::Tensor& self = a[0].toTensor();
   const int64_t k = a[1].toInt();
-  const bool largest = a[3].toBool(), sorted = a[4].toBool();
-  if (!on_neuron(self) || self.dim() == 0 || !accumulate_dtype(self.scalar_type()) || !sorted) return std::nullopt;
+  const bool largest = a[3].toBool();
+  // sorted=False leaves the order to the implementation: the kernel's (sorted) order is one.
+  if (!on_neuron(self) || self.dim() == 0 || !accumulate_dtype(self.scalar_type())) return std::nullopt;
   const int64_t dim = wrap_dim(a[2].toInt(), self.dim());
   const int64_t n = self.size(dim);
   if (k < 1 || k > std::min<int64_t>(n, 8) || n > 16384) return std::nullopt;  // k == 0, k > n: the CPU
@@ -846,7 +884,12 @@ LowerFn cpu_checks_arguments(F f) {
   };
 }
 
-Lowering index_row(std::string op, LowerFn f) { return Lowering{std::move(op), std::move(f), {}, "", nullptr}; }
+Lowering with_out_forms(Lowering r, std::vector<std::string> out_forms) {
+  r.out_forms = std::move(out_forms);
+  return r;
+}
+
+Lowering index_row(std::string op, LowerFn f) { return Lowering{std::move(op), std::move(f), {}, "", nullptr, true, std::nullopt, false}; }
 
 }  // namespace
 
@@ -882,6 +925,9 @@ std::vector<Lowering> index_lowerings() {
       index_row("scatter_reduce_.two", scatter(ScatterKind::reduce, true, false)),
       index_row("index_add", cpu_checks_arguments([](const std::string& op, Args a) { return lower_index_add(op, a, false); })),
       index_row("index_add_", cpu_checks_arguments([](const std::string& op, Args a) { return lower_index_add(op, a, true); })),
+      with_out_forms(index_row("index_copy", cpu_checks_arguments([](const std::string& op, Args a) { return lower_index_copy(op, a, false); })),
+                     {"index_copy.out"}),
+      index_row("index_copy_", cpu_checks_arguments([](const std::string& op, Args a) { return lower_index_copy(op, a, true); })),
       index_row("histc", cpu_checks_arguments(lower_histc)),
       index_row("bincount", cpu_checks_arguments(lower_bincount)),
       index_row("arange.start_out", cpu_checks_arguments(lower_arange)),

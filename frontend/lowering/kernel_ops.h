@@ -16,6 +16,25 @@
 
 namespace trnsim::frontend {
 
+// The result layout TensorIterator gives an element-wise op over `operands` (its CPU kernels and meta
+// functions allocate their results so, and torch.compile's graphs rely on those strides): a transposed
+// or channels-last operand's dim order is kept, broadcast or not. An element-wise kernel computes in
+// that storage order, on each operand viewed in it (`stored`), and writes the result's storage in order.
+struct ElementwiseLayout {
+  std::vector<int64_t> sizes, strides;  // the result's, in logical dim order
+  std::vector<int64_t> order;           // the result's dims from the outermost in storage to the innermost
+  // An empty result in that layout.
+  at::Tensor empty(const at::TensorOptions& options) const;
+  // `operand` aligned to the result's rank (leading size-1 dims) and permuted into storage order
+  // (a view: contiguous when the operand has the result's layout).
+  at::Tensor stored(const at::Tensor& operand) const;
+};
+ElementwiseLayout elementwise_layout(const std::vector<at::Tensor>& operands);
+
+// An in-place op computed out of place: `result` copied into self, when it has self's dtype (else nullopt,
+// nothing written).
+std::optional<at::Tensor> into_self(const at::Tensor& self, std::optional<at::Tensor> result);
+
 // y = kind(x) (kernels/elementwise.h unary).
 std::optional<at::Tensor> lower_unary(const std::string& op, const at::Tensor& x, kernels::UnaryOp kind);
 

@@ -40,6 +40,15 @@ struct Lowering {
   // row runs. Families whose ops take host tensors as CUDA's do (a foreach op's scalar list as a
   // CPU tensor, host index tensors) check what they need themselves.
   bool same_device_operands = true;
+  // What the registry checks of the tensors the op writes (self of an in-place op, out=) before the
+  // row runs, as the op's CPU kernel does (TensorIterator's checks): `full`, no element written twice
+  // (an expanded self) and no partial overlap with another operand (x.t().add_(x)); `partial`, only
+  // the latter (masked_fill_ merely warns about an expanded self). Unset: the family's default.
+  enum class OverlapCheck { unchecked, partial, full };
+  std::optional<OverlapCheck> overlap_check;
+  // Whether the out= forms take an `out` of another dtype than the result's, the result cast into it
+  // where torch's canCast allows (as cat does); else such an out goes to the CPU (many ops raise there).
+  bool out_casts = false;
 };
 
 // Row builders from functions (op, args) returning one tensor, several, or a tensor list.
@@ -58,7 +67,7 @@ inline LoweredResults lowered(LoweredResults r) { return r; }
 template <typename F>
 Lowering row(std::string op, F f, std::vector<std::string> out_forms = {}, DeclinedFn declined = nullptr) {
   return Lowering{std::move(op), [f](const std::string& name, LoweringArgs a) { return lowered(f(name, a)); },
-                  std::move(out_forms), "", declined};
+                  std::move(out_forms), "", declined, true, std::nullopt, false};
 }
 
 // The families, one function per file; registry.cpp lists them.

@@ -250,6 +250,15 @@ std::optional<at::Tensor> lower_sum_mean(const std::string& op, LoweringArgs arg
   const std::vector<int64_t> rdims = over_dims ? int_list(args[1]) : std::vector<int64_t>{};
   const bool keepdim = over_dims && args[2].toBool();
   const c10::IValue& dtype_arg = over_dims ? args[3] : args[1];
+  if (!same_dtype_arg(dtype_arg, x)) {
+    // A float `dtype=` (every sum of a bf16 tensor under autocast asks for fp32): torch casts the input
+    // to it first, then reduces, as this does on the device.
+    const at::ScalarType to = static_cast<at::ScalarType>(dtype_arg.toInt());
+    if (on_neuron(x) && sim_dtype(to) && (sim_dtype(x.scalar_type()) || at::isIntegralType(x.scalar_type(), true))) {
+      c10::DeviceGuard guard(x.device());
+      return lower_reduce(op, x.to(to), rdims, keepdim, kind);
+    }
+  }
   if (kind == ReduceOp::sum && at::isIntegralType(x.scalar_type(), true))
     return lower_integer_reduce(op, x, rdims, keepdim, dtype_arg, ReduceOp::sum);
   if (!same_dtype_arg(dtype_arg, x)) return std::nullopt;

@@ -169,3 +169,106 @@ def test_sparse_layouts_are_a_clear_error(make):
     # comes with the first op on it.
     with pytest.raises(NotImplementedError, match="sparse tensors are not supported on the device"):
         make().to_dense()
+
+
+# ---- issue 40: wrong values and crashes a new user found (each failed before its fix) ----
+
+LAYOUT_CASES = [
+    # (operands, fn): the result's strides are TensorIterator's, as on the CPU and in the meta function
+    (lambda g: (torch.randn(2, 64, 256, generator=g).view(2, 64, 4, 64).transpose(1, 2),
+                torch.randn(1, 1, 64, 64, generator=g)), lambda a, b: a * b),  # was (16384, 4096, 64, 1)
+    (lambda g: (torch.randn(2, 3, 4, 5, generator=g).contiguous(memory_format=torch.channels_last),
+                torch.randn(3, 1, 1, generator=g)), lambda a, b: a + b),
+    (lambda g: (torch.randn(5, 7, generator=g).t(), torch.randn(7, 1, generator=g)), lambda a, b: a - b),
+    (lambda g: (torch.randn(6, 8, generator=g).t(),), lambda a: a[:, ::2].exp()),  # not dense (sliced on the device)
+    (lambda g: (torch.randn(6, 8, generator=g).t(),), lambda a: a[:, ::2] * 2),
+    (lambda g: (torch.randn(4, 6, generator=g).t() > 0, torch.randn(6, 4, generator=g), torch.randn(6, 1, generator=g)),
+     lambda c, a, b: torch.where(c, a, b)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(LAYOUT_CASES)))
+def test_elementwise_results_have_the_cpus_layout(case):
+    make, fn = LAYOUT_CASES[case]
+    operands = make(torch.Generator().manual_seed(case))
+    expected = fn(*operands)
+    got = fn(*(t.to("neuron") for t in operands))
+    assert got.stride() == expected.stride() == fn(*(t.to("meta") for t in operands)).stride()
+    torch.testing.assert_close(got.cpu(), expected)
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
+
+
+def test_compiled_bf16_sdpa_trains_with_the_flash_path():
+    """AOT autograd saves the flash op's philox seed / offset for the backward: they were None."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 32, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def grads(fn, device):
+        leaves = [t.to(device).requires_grad_() for t in (q, k, v)]
+        out = fn(*leaves)
+        out.float().square().sum().backward()
+        return [out.detach().float().cpu()] + [t.grad.float().cpu() for t in leaves]
+
+    compiled = torch.compile(attention, backend=trnsim.compile_backend)
+    for got, expected in zip(grads(compiled, "neuron"), grads(attention, "cpu")):
+        torch.testing.assert_close(got, expected, rtol=4e-2, atol=4e-2)
+    ops = trnsim.op_log("kernel")
+    assert any(r["op"] == "_scaled_dot_product_fused_attention_overrideable_backward" for r in ops)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_square_and_pow_keep_the_integer_dtype(dtype):
+    x = torch.tensor([[-7, 0, 3], [12, -4095, 4096]], dtype=dtype)
+    small = torch.tensor([[-7, 0, 3], [12, -200, 255]], dtype=dtype)
+    cases = [(torch.square, x), (lambda t: t.pow(2), x), (lambda t: t.pow(1), x), (lambda t: t ** 3, small),
+             (lambda t: t.pow(2.0), x), (lambda t: t.pow(0.5), x)]
+    for fn, t in cases:
+        for operand in (t, t[:, 1:]):
+            expected, got = fn(operand), fn(operand.to("neuron"))
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
+    assert not trnsim.fallback_report(), trnsim.fallback_report()
+
+
+@pytest.mark.parametrize("args", [(3.1,), (0, 5, 3), (1, 10.5, 2), (0, -3.1, -1), (-2, 7, 3), (0, 4, 3), (2.0, 9.99)])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_arange_has_the_cpus_length(args, dtype):
+    expected = torch.arange(*args, dtype=dtype)
+    got = torch.arange(*args, dtype=dtype, device="neuron")
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_int64_extremes_convert_to_float_like_the_cpu():
+    x = torch.tensor([torch.iinfo(torch.int64).min, 3, -5, torch.iinfo(torch.int64).max])
+    d = x.to("neuron")
+    for fn in (lambda t: t.float(), lambda t: t.to(torch.bfloat16), lambda t: t * 0.5, lambda t: t.sigmoid(),
+               lambda t: torch.where(t > 0, t, torch.zeros((), dtype=torch.int64)).float(),
+               lambda t: t[:2].float()):
+        expected = fn(x)
+        got = fn(d)
+        torch.testing.assert_close(got.cpu(), expected)
+    assert d[:1].float().item() == -9.223372036854775808e18
+    mask = torch.tensor([True, True, False, True])
+    torch.testing.assert_close(torch.masked.logsumexp(d[1:3], 0, mask=mask[1:3].to("neuron")).cpu(),
+                               torch.masked.logsumexp(x[1:3], 0, mask=mask[1:3]))
+
+
+def test_partially_overlapping_inplace_ops_raise_like_the_cpu():
+    x = torch.randn(3, 3)
+    d = x.to("neuron")
+    cases = [lambda t: t.t().add_(t), lambda t: t.t().mul_(t), lambda t: t[1:].sub_(t[:2]),
+             lambda t: t[:, :2].unsqueeze(0).expand(2, 3, 2).add_(1), lambda t: torch.add(t, t, out=t.t()),
+             lambda t: t.t().div_(t)]
+    for case in cases:
+        with pytest.raises(RuntimeError, match="unsupported operation") as cpu_error:
+            case(x.clone())
+        with pytest.raises(RuntimeError, match="unsupported operation") as device_error:
+            case(d.clone())
+        assert str(device_error.value).split("\n")[0] == str(cpu_error.value).split("\n")[0]
+    d.add_(d)  # full overlap is fine
+    torch.testing.assert_close(d.cpu(), x + x)
