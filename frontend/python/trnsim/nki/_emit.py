@@ -4,7 +4,7 @@ defaults are read from there, so an instruction added to the ISA is callable fro
 import numpy as np
 from math import prod as _prod
 
-from . import _core, _schedule_api, _trace
+from . import _core, _cse, _schedule_api, _trace
 from ._core import View, fail, merge_dims, user_location
 
 _SPECS = None
@@ -193,6 +193,9 @@ def emit(name, args, kwargs, location=None):
                     if not st.written:
                         st.mask = False
             return -1
+    if trace.__dict__.get("_cse"):
+        _cse.unalias_writes(trace, _writes_of(plan, values, name, mask),
+                            lambda dst, src: emit("tensor_copy", (dst.full_view(), src.full_view()), {}, location))
     if not trace.loops:
         _rename_overwritten(trace, plan, values, names, name, mask)
     parts = []
@@ -282,7 +285,16 @@ def emit(name, args, kwargs, location=None):
         if isinstance(data, View):
             p = data.dims[data.pdim][1]
             trace.transpose_flops += 2 * p * p * (_prod(data.shape) // p)
+    hit, cse_key = _cse.find(trace, name, parts, written, touched, mask, dynamic, label)
+    if hit is not None:
+        fill = None
+        if name == "memset":
+            value = values[names["value"]]
+            fill = lambda own: emit("memset", (own.full_view(), value), {}, location)  # noqa: E731
+        _cse.alias(trace, written[0].st, hit, fill)   # the same values are already in SBUF: not computed again
+        return hit.producer
     index = trace.emit(f"{name} " + ", ".join(parts), location)
+    _cse.wrote(trace, [view.st for view in written])
     if label is not None:
         _schedule_api.record_name(trace, label, index, location)
     for st in touched:
@@ -294,7 +306,18 @@ def emit(name, args, kwargs, location=None):
         view.st.written = True
         view.st.producer = index if view.is_whole() else -1
         view.st.mask = mask
+    _cse.remember(trace, cse_key, written[0].st if written else None)
     return index
+
+
+def _writes_of(plan, values, name, mask):
+    """(view, written whole without being read) for each operand the instruction writes."""
+    out = []
+    for (oname, kind, _, _), v in zip(plan, values):
+        if v is not None and kind in ("out", "inout"):
+            view = as_view(v, f"nisa.{name} {oname}")
+            out.append((view, kind == "out" and mask is None and view.is_whole()))
+    return out
 
 
 # Instructions whose dst is every element it names, computed from the inputs alone (not a predicated copy, a
@@ -380,3 +403,4 @@ def _flush_zero(st, trace, location):
     if st.pending_zero:
         st.pending_zero = False
         trace.touch(st, trace.emit(f"memset dst={ap_text(st.full_view())}, value=0", location))
+        _cse.wrote(trace, [st])

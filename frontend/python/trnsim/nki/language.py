@@ -22,7 +22,7 @@ import builtins as _builtins
 import numpy as np
 from math import prod as _prod
 
-from . import _core, _emit, _schedule_api, _trace
+from . import _core, _cse, _emit, _schedule_api, _trace
 from ._core import DTYPES, IndexExpr, IndexVar, View, as_dtype, fail, user_location
 
 # ---- dtypes
@@ -1260,12 +1260,14 @@ def assign(target, value, mask=None, location=None, temporary=False):
     if (vv.st.producer == len(trace.body) - 1 and vv.st.producer >= 0 and vv.is_whole()
             and vv.st.dtype is target.st.dtype and _prod(vv.shape) == _prod(target.shape)
             and vv.dims[vv.pdim][1] == target.dims[target.pdim][1] and temporary
-            and (vv.st.space != "psum" or target.st.space == "psum")):
+            and (vv.st.space != "psum" or target.st.space == "psum")
+            and not _cse.shared(trace, target.st) and not _cse.shared(trace, vv.st)):
         # (a PSUM temporary, an nc_transpose's, is not folded into an SBUF target: Tensor writes PSUM)
         old = f"dst={_emit.ap_text(vv)}"
         text = trace.body[-1]
         if old in text and vv.st.first == vv.st.last == len(trace.body) - 1:
             trace.body[-1] = text.replace(old, f"dst={_emit.ap_text(target)}", 1)
+            _cse.wrote(trace, [vv.st, target.st])   # the value is in the target now, never in the temporary
             target.st.written = True
             vv.st.producer = -1
             vv.st.first = vv.st.last = -1   # the temporary is never touched: it takes no memory
