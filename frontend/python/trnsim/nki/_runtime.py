@@ -194,7 +194,7 @@ class Kernel:
         bound = inspect.signature(self.fn).bind(*args, **kwargs)
         bound.apply_defaults()
         arrays = {name: (v, _host_array(v)) for name, v in bound.arguments.items() if _framework(v) is not None}
-        traced = self._traced(bound, arrays, config, overrides, (), ())
+        traced = self._traced(bound, arrays, config, overrides, ((),), ())
         mix = _instruction_mix.mix_of_tasm(traced.tasm, self.__name__)
         print(mix)
         return mix
@@ -312,7 +312,7 @@ class Kernel:
                 if _framework(value) is not None:
                     arrays[name] = (value, _host_array(value))
             per_rank_arrays.append(arrays)
-        traced = self._traced(bounds[0], per_rank_arrays[0], config, overrides, (), ())
+        traced = self._traced(bounds[0], per_rank_arrays[0], config, overrides, ((),), ())
         inputs = []
         for arrays in per_rank_arrays:
             rank_inputs = {st_name: arrays[arg_name][1] for arg_name, st_name in traced.inputs.items()}
@@ -401,7 +401,8 @@ class Kernel:
         if cached is not None:
             return cached
         target = _trace.Target(config, overrides, leaves)
-        trace = _trace.Trace(self.__name__, target, program_id, grid)
+        group = list(program_id)   # the instances this core's program runs (_batches)
+        trace = _trace.Trace(self.__name__, target, group[0], grid)
         trace.schedule_mode = _schedule.check_mode(self.options.get("schedule", _schedule.DEFAULT_MODE))
         # strict_allocation=True: a kernel whose live tiles exceed SBUF fails ([sbuf-capacity]) instead of spilling.
         trace.strict_allocation = bool(self.options.get("strict_allocation", False))
@@ -416,10 +417,16 @@ class Kernel:
                     call_args[name] = st.full_view()
                 else:
                     call_args[name] = value
-            returned = self.fn(**call_args)
-            _schedule_api.resolve(trace, self.schedule_pairs, self.schedule_location)
+            structure = None
             seen = []
-            structure = _structure(returned, seen)
+            for index, instance in enumerate(group):
+                # Later instances write the shared_hbm tensors the first one made (Trace.hbm_tensor).
+                trace.start_instance(index, instance)
+                returned = self.fn(**call_args)
+                trace.flush_pending()
+                if index == 0:
+                    structure = _structure(returned, seen)
+            _schedule_api.resolve(trace, self.schedule_pairs, self.schedule_location)
         traced = _Traced()
         traced.trace = trace
         traced.result_shape = structure
@@ -524,20 +531,31 @@ def _instances(grid):
 
 
 def _logical_cores(config, overrides, grid, leaves=None):
-    """An LNC launch ``kernel[2]`` on trn2/trn3 runs its two programs on the two physical cores of
-    the logical core; any other grid runs its instances one after another on one core."""
+    """The physical cores a launch's instances are spread over: the logical core's (config
+    chip.default_logical_core_size), at most one per instance."""
     if leaves is None:
         from .. import _C
         leaves = _C.config_leaves(config, list(overrides))
     lnc = _trace.Target(config, overrides, leaves).lnc
-    if len(grid) == 1 and grid[0] == lnc and lnc > 1:
-        return lnc
-    return 1
+    return max(1, min(lnc, len(_instances(grid))))
 
 
 def _batches(instances, cores):
-    """The programs run together: all of an LNC launch (one per physical core), else one at a time."""
-    return [instances] if cores > 1 else [[program_id] for program_id in instances]
+    """How a launch runs (issue 37 item 3), as the NKI docs describe SPMD grids (nki.language.nc / spmd_dim: "the
+    instances of spmd kernel will be distributed to different physical neuron cores"; a grid larger than the cores
+    puts several instances on each, the first dimension-major share on core 0: "Physical NC [0]: kernel[0, 0],
+    kernel[0, 1], kernel[1, 0], kernel[1, 1]"): the instances split into contiguous shares, one per physical core of
+    the logical core, and the instances of one core compiled into one program (one after another in program order,
+    so the compiler's scheduler overlaps them as it overlaps a loop's iterations). One batch: every core's program
+    runs together, sharing HBM, as one kernel execution (one launch cost). ``kernel[2]`` on an LNC = 2 core is the
+    case of one instance per core."""
+    share, extra = divmod(len(instances), cores)
+    groups, start = [], 0
+    for core in range(cores):
+        size = share + (1 if core < extra else 0)
+        groups.append(tuple(instances[start:start + size]))
+        start += size
+    return [groups]
 
 
 class _GridSummary:

@@ -177,7 +177,25 @@ class Trace:
         return name
 
     # -- HBM
+    def start_instance(self, index, program_id):
+        """The next SPMD instance of this program (``nl.program_id`` reads it); its ``nl.shared_hbm`` tensors are
+        the first instance's (one tensor for every instance, NKI: "visible to all kernel instances")."""
+        self.program_id = tuple(program_id)
+        self.instance_index = index
+        self.instance_shared = 0
+        if index == 0:
+            self.first_instance_shared = []
+
     def hbm_tensor(self, shape, dtype, name=None, role="internal"):
+        if role == "output" and getattr(self, "instance_index", 0) > 0:
+            shared = self.first_instance_shared
+            k = self.instance_shared
+            self.instance_shared += 1
+            if k >= len(shared) or tuple(shared[k].shape) != tuple(shape) or shared[k].dtype is not _dtype_at(
+                    dtype, user_location()):
+                fail(f"SPMD instance {self.program_id} makes a shared_hbm tensor {list(shape)} the first instance did "
+                     f"not make in that order: every instance must allocate the same shared tensors [grid]")
+            return shared[k]
         location = user_location()
         st = Storage(self, "hbm", _dtype_at(dtype, location), shape, None)
         self._check_hbm_bytes(st, location)
@@ -187,6 +205,8 @@ class Trace:
         st.name = self.unique(base)
         self.hbm.append(st)
         self.roles[st.name] = role
+        if role == "output" and getattr(self, "instance_index", None) == 0:
+            self.first_instance_shared.append(st)
         return st
 
     def _check_hbm_bytes(self, st, location):
