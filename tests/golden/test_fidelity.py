@@ -26,11 +26,11 @@ ROWS = ([("V1", f"matmul tutorial: {s}") for s in STAGES]
         + [("V8", "DMA 32 KiB on one engine"), ("V9", "100 dependent 1-element activations")]
         + [("C", f"nccom {what}") for _, _, _, what in validate.C_PUBLISHED_US])
 
+# V2 is reported without a band (issue 37: its sources contradict each other). Under the list scheduler (issue 37)
+# the blocked stage is DMA-bound at trnsim's DMA rates (98 % DMA-active, 18.5 ms against the published 22.07): its
+# engines no longer wait in program order, which had hidden it (21.4 ms).
 OUT_OF_BAND = {
-    ("V2", "matmul tutorial: tiled, tensor active"),
-    ("V2", "matmul tutorial: hoisted, dma active"), ("V2", "matmul tutorial: hoisted, tensor active"),
-    ("V2", "matmul tutorial: blocked, tensor active"), ("V2", "matmul tutorial: blocked, dma active"),
-    ("V2", "matmul tutorial: optimized, vector active"),
+    ("V1", "matmul tutorial: blocked"), ("V1-ratio", "speed-up hoisted -> blocked"),
 }
 
 
@@ -45,7 +45,7 @@ def test_the_table_has_every_row(table):
 
 @pytest.mark.parametrize("key", [pytest.param(k, id=f"{k[0]}:{k[1]}",
                                               marks=[pytest.mark.xfail(strict=True, reason="out of band today "
-                                                                       "(issue 13)")] if k in OUT_OF_BAND else [])
+                                                                       "(issues 13, 37)")] if k in OUT_OF_BAND else [])
                                  for k in ROWS])
 def test_within_band(table, key):
     row = table[key]
