@@ -9,6 +9,13 @@ import nki.isa as nisa
 import nki.language as nl
 
 
+def _load(x):
+    """x [128, 512] into a tile (called while a kernel traces)."""
+    t = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    return t
+
+
 def _multiplies(program):
     return len(re.findall(r"^tensor_tensor .*op=multiply", program, re.M))
 
@@ -17,10 +24,7 @@ def test_a_loop_invariant_product_is_computed_once(rng):
     @nki.jit
     def invariant(a, b):
         out = nl.ndarray((4, 128, 512), dtype=a.dtype, buffer=nl.shared_hbm)
-        at = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
-        bt = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=at, src=a)
-        nisa.dma_copy(dst=bt, src=b)
+        at, bt = _load(a), _load(b)
         for i in range(4):
             prod = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
             nisa.tensor_tensor(dst=prod, data1=at, data2=bt, op=nl.multiply)   # the same in every iteration
@@ -38,10 +42,7 @@ def test_a_changed_input_is_computed_again(rng):
     @nki.jit
     def changed(a, b):
         out = nl.ndarray((2, 128, 512), dtype=a.dtype, buffer=nl.shared_hbm)
-        at = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
-        bt = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=at, src=a)
-        nisa.dma_copy(dst=bt, src=b)
+        at, bt = _load(a), _load(b)
         for i in range(2):
             prod = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
             nisa.tensor_tensor(dst=prod, data1=at, data2=bt, op=nl.multiply)
@@ -57,10 +58,7 @@ def test_writing_the_reused_tile_copies_it_first(rng):
     @nki.jit
     def copy_on_write(a, b):
         out = nl.ndarray((2, 128, 512), dtype=a.dtype, buffer=nl.shared_hbm)
-        at = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
-        bt = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=at, src=a)
-        nisa.dma_copy(dst=bt, src=b)
+        at, bt = _load(a), _load(b)
         first = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=first, data1=at, data2=bt, op=nl.multiply)
         second = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
