@@ -61,7 +61,9 @@ class BinaryDistribution(Distribution):
 
 setup(
     packages=["trnsim", "trnsim.nki"],
-    package_dir={"trnsim": "frontend/python/trnsim", "trnsim.nki": "frontend/python/trnsim/nki"},
+    # The autoload entry point (pyproject.toml) lives outside the package: see its docstring.
+    py_modules=["_trnsim_autoload"],
+    package_dir={"": "frontend/python", "trnsim": "frontend/python/trnsim", "trnsim.nki": "frontend/python/trnsim/nki"},
     cmdclass={"build_py": BuildWithCMake},
     distclass=BinaryDistribution,
     # Keep setuptools' scratch out of the source root and away from CMake's build/ layout.

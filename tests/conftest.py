@@ -3,6 +3,7 @@ import logging
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +12,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def build_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("TRNSIM_BUILD_DIR", REPO_ROOT / "build"))
+
+
+# `import torch` autoloads trnsim (its "torch.backends" entry point) from the first trnsim dist-info on
+# sys.path, before any test module puts its build's package there: the build under test comes first,
+# so TRNSIM_BUILD_DIR's trnsim is the one torch loads, not the one the venv's .pth names.
+if (build_dir() / "python").is_dir():
+    sys.path.insert(0, str(build_dir() / "python"))
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,12 @@ def test_wheel_contents(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         metadata = zf.read(f"trnsim-{version}.dist-info/METADATA").decode()
+        entry_points = zf.read(f"trnsim-{version}.dist-info/entry_points.txt").decode()
     assert "trnsim/__init__.py" in names and "trnsim/device.py" in names
+    # PyTorch's autoload and dynamo find the device through these (tests/frontend/test_autoload.py).
+    assert "_trnsim_autoload.py" in names
+    assert "[torch.backends]\ntrnsim = _trnsim_autoload:autoload\n" in entry_points, entry_points
+    assert "[torch_dynamo_backends]\nneuron = _trnsim_autoload:compile_backend\n" in entry_points, entry_points
     assert any(n.startswith("trnsim/_C") and n.endswith(".so") for n in names), names
     # The shipped configs travel with the package.
     assert {"trnsim/configs/trn2.yaml", "trnsim/configs/trn3.yaml"} <= set(names)
@@ -78,3 +83,11 @@ def test_installed_wheel_imports_and_runs(wheel, tmp_path):
                          env=dict(_env(), TRNSIM_FALLBACK="allow"), cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert run.stdout.startswith("OK " + str(site)), run.stdout
+    # With the installed copy on the path, `import torch` alone registers the device (autoload).
+    autoload = subprocess.run(
+        [sys.executable, "-c", "import sys, torch\n"
+                               "x = torch.randn(2, device='neuron')\n"
+                               "print(x.device, sys.modules['trnsim'].__file__)\n"],
+        capture_output=True, text=True, env=dict(_env(), PYTHONPATH=str(site)), cwd=tmp_path, timeout=120)
+    assert autoload.returncode == 0, autoload.stdout[-4000:] + autoload.stderr[-4000:]
+    assert autoload.stdout.startswith(f"neuron:0 {site}"), autoload.stdout
