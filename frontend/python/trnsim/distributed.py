@@ -42,7 +42,10 @@ import mmap
 import os
 import pickle
 import shutil
+import signal
 import socket
+import threading
+import time
 import uuid
 import warnings
 from datetime import timedelta
@@ -52,7 +55,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 from torch.futures import Future
 
-from . import _C
+from . import _C, _liveness
 
 __all__ = ["BACKEND", "set_system", "system", "simulate_world", "NeuronProcessGroup"]
 
@@ -67,6 +70,24 @@ class _Settings:
         self.symmetric = False
         self.models = {}  # (config hash, system) -> _C.CollectiveSystem, shared by the process's groups
         self.warned = set()
+        self.segments = set()  # the shared-memory folders of this process's groups, removed if it is terminated
+        self.terminate_hooked = False
+
+    def own_segment(self, path):
+        """Removes `path` should this process be terminated (SIGTERM: what torchrun sends the other ranks when one
+        fails, and the default action skips atexit). Only where nobody else handles SIGTERM."""
+        self.segments.add(path)
+        if self.terminate_hooked or threading.current_thread() is not threading.main_thread() \
+                or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        self.terminate_hooked = True
+
+        def on_terminate(signum, frame):
+            for segment in self.segments:
+                shutil.rmtree(segment, True)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        signal.signal(signal.SIGTERM, on_terminate)
 
 
 _SETTINGS = _Settings()
@@ -330,16 +351,36 @@ class _Payloads:
     def __init__(self, store, rank, size):
         self._store = store
         self._dir = None
+        self._heartbeat = None
+        # How get() waits for a key (the process group's wait looks at the members meanwhile).
+        self.wait = lambda keys, what=None: store.wait(keys)
         host = socket.gethostname()
         token = uuid.uuid4().hex if rank == 0 else None
-        store.set(f"trnsim/host/{rank}", pickle.dumps((host, token)))
+        store.set(f"trnsim/host/{rank}", pickle.dumps((host, token, _liveness.identity())))
         members = [pickle.loads(store.get(f"trnsim/host/{r}")) for r in range(size)]
+        self.identities = [m[2] for m in members]  # what tells whether each member is still there
         shm = "/dev/shm"
-        if all(h == host for h, _ in members) and os.path.isdir(shm) and os.access(shm, os.W_OK):
+        if all(h == host for h, _, _ in members) and os.path.isdir(shm) and os.access(shm, os.W_OK):
             self._dir = os.path.join(shm, f"trnsim-{members[0][1]}")
-            os.makedirs(self._dir, exist_ok=True)
             if rank == 0:
+                for stale in _liveness.stale_segments(shm, self.identities[0]):
+                    shutil.rmtree(stale, True)
+            os.makedirs(self._dir, exist_ok=True)
+            _SETTINGS.own_segment(self._dir)
+            if rank == 0:
+                _liveness.write_members(self._dir, self.identities)
                 atexit.register(shutil.rmtree, self._dir, True)
+            self._heartbeat = _liveness.Heartbeat(self._dir, rank)
+
+    @property
+    def segment(self):
+        """The shared-memory folder of the group's payloads (None: they go through the store)."""
+        return self._dir
+
+    def remove_segment(self):
+        """Removes the shared-memory folder (a member is gone: the group cannot go on)."""
+        if self._dir is not None:
+            shutil.rmtree(self._dir, True)
 
     # A message: 8 bytes of header length, the pickled header (and the blobs' sizes), then each blob at a
     # multiple of 64 bytes (so a view of it as any dtype is aligned).
@@ -383,8 +424,10 @@ class _Payloads:
             self._store.set(f"{key}#{i}", chunk)
         self._store.set(key, pickle.dumps(len(chunks)) + b"|" + chunks[0])  # the head last: all are there
 
-    def get(self, key):
-        """(header, blobs) posted under `key` (waits for it); the blobs are views of one buffer read once."""
+    def get(self, key, what=None):
+        """(header, blobs) posted under `key` (waits for it: `what` it is, for errors); the blobs are views of one
+        buffer read once."""
+        self.wait([key], what)
         head = self._store.get(key)
         if self._dir is not None:
             # Mapped, not read: the blobs view the shared-memory pages (a private mapping, so writable for
@@ -427,6 +470,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._inbox_next = {}     # tag -> the next entry of this rank's inbox recv_anysource reads
         self._symmetric = _SETTINGS.symmetric
         self._payloads = None if self._symmetric else _Payloads(store, rank, size)
+        if self._payloads is not None:
+            self._payloads.wait = self._await
         world = dist.get_world_size() if dist.is_initialized() else size
         world = max(world, max(self._global_ranks) + 1)
         self._family = _translates(self._global_ranks, world)
@@ -453,6 +498,81 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def __repr__(self):
         return f"NeuronProcessGroup(rank={self._rank}, size={self._size}, system={self.system_name!r})"
 
+    # --- members that are gone --------------------------------------------------------------------
+    def _await(self, keys, what=None):
+        """Waits until the store holds `keys`, looking at the other members meanwhile: one that has exited is an
+        error naming it within a fraction of a second, not after the group's timeout."""
+        what = what or f"{', '.join(keys)} of collective #{self._sequence}"
+        start = time.monotonic()
+        deadline = start + self._timeout.total_seconds()
+        next_look, sleep_s = start + _liveness.CHECK_PERIOD_S, 0.0
+        while True:
+            try:
+                if self._store.check(keys):
+                    return
+            except RuntimeError as error:  # the store is unreachable: its host may be the member that is gone
+                self._raise_if_gone(what, error)
+                raise
+            now = time.monotonic()
+            if now >= next_look:
+                self._raise_if_gone(what)
+                next_look = now + _liveness.CHECK_PERIOD_S
+            if now >= deadline:
+                raise dist.DistStoreError(f"trnsim.distributed: rank {self._rank} of group {self._group_name!r} waited "
+                                          f"{self._timeout} (the process group's timeout) for {what}; every member "
+                                          "it can see is still running")
+            time.sleep(sleep_s)
+            sleep_s = min(_liveness.POLL_MAX_S, max(1.5 * sleep_s, 5e-5))
+
+    def _gone(self):
+        """[(group rank, how it went)] of the other members that have exited or stopped beating."""
+        mine = self._payloads.identities[self._rank]
+        segment = self._payloads.segment
+        gone = []
+        for r, theirs in enumerate(self._payloads.identities):
+            if r == self._rank:
+                continue
+            exited = _liveness.process_gone(mine, theirs)
+            if exited:
+                gone.append((r, "has exited"))
+            elif exited is None and segment is not None:
+                age_s = _liveness.heartbeat_age_s(segment, r)
+                if age_s is not None and age_s > _liveness.heartbeat_timeout_s():
+                    gone.append((r, f"stopped its heartbeat {age_s:.1f} s ago"))
+        return gone
+
+    def _raise_if_gone(self, what, cause=None):
+        """Raises naming the members that are gone (and removes the group's shared segment: nobody will read it). With
+        a `cause` (a store or segment error), looks for such a member for a few seconds (one that is exiting may still
+        be there); returns if there is none."""
+        gone = self._gone()
+        until = time.monotonic() + (_liveness.GRACE_S if cause is not None else 0.0)
+        while not gone and time.monotonic() < until:
+            time.sleep(_liveness.CHECK_PERIOD_S)
+            gone = self._gone()
+        if not gone:
+            return
+        self._payloads.remove_segment()
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() in ("1", "true")
+        parts = []
+        for r, how in gone:
+            theirs = self._payloads.identities[r]
+            text = (f"rank {r} of group {self._group_name!r} (global rank {self._global_ranks[r]}, pid {theirs['pid']} "
+                    f"on {theirs['host']}) {how}")
+            if self._global_ranks[r] == 0 and not agent_store:
+                text += ("; it hosted the process group's store (torch.distributed's TCPStore lives in global rank "
+                         "0's process), so no member can go on")
+            parts.append(text)
+        raise RuntimeError(f"trnsim.distributed: {'; '.join(parts)}. Rank {self._rank} was waiting for {what}.") \
+            from cause
+
+    def _segment_error(self, error, what):
+        """A shared-memory payload that vanished: a member that is gone if there is one, else what happened."""
+        self._raise_if_gone(what, error)
+        raise RuntimeError(f"trnsim.distributed: rank {self._rank} of group {self._group_name!r}: the shared-memory "
+                           f"payload of {what} is gone ({error}); rank 0 removes the group's segment when it exits") \
+            from error
+
     # --- the exchange ----------------------------------------------------------------------------
     def _device_of(self, tensors):
         for t in tensors:
@@ -468,13 +588,21 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if self._symmetric:
             return [(arrival_ns, meta, own)] * self._size, None
         key = f"trnsim/{self._sequence}"
-        self._payloads.put(f"{key}/{self._rank}", (kind, arrival_ns, meta), blobs)
+        what = f"{kind} #{self._sequence}"
+        try:
+            self._payloads.put(f"{key}/{self._rank}", (kind, arrival_ns, meta), blobs)
+        except OSError as error:
+            self._segment_error(error, what)
         members = []
         for r in range(self._size):
             if r == self._rank:
                 got = (kind, arrival_ns, meta, own)
             else:
-                header, their_blobs = self._payloads.get(f"{key}/{r}")
+                part = f"rank {r}'s part of {what}"
+                try:
+                    header, their_blobs = self._payloads.get(f"{key}/{r}", part)
+                except OSError as error:
+                    self._segment_error(error, part)
                 got = (*header, their_blobs)
             if got[0] != kind:
                 raise RuntimeError(f"trnsim.distributed: collective #{self._sequence} of group {self._group_name!r}: "
@@ -489,7 +617,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         one)."""
         if key is None:
             return
-        if self._store.add(f"{key}/done", 1) == self._size:
+        try:
+            done = self._store.add(f"{key}/done", 1)
+        except RuntimeError as error:  # the store is unreachable
+            self._raise_if_gone(f"the other members to read collective #{self._sequence}", error)
+            raise
+        if done == self._size:
             for r in range(self._size):
                 self._payloads.delete(f"{key}/{r}")
             for name in ("time", "done"):
@@ -498,7 +631,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 self._store.delete_key(f"trnsim/{self._sequence - 1}/all")
             self._store.set(f"{key}/all", b"")
         else:
-            self._store.wait([f"{key}/all"])
+            self._await([f"{key}/all"], f"the other members to read collective #{self._sequence}")
 
     def _time(self, key, sim_op, nbytes, start_ns, pairs=(), root=None):
         """(latency ns, algorithm, trace args, link bytes) of the collective on the system model, from the group's
@@ -518,6 +651,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             if key is not None:
                 self._store.set(f"{key}/time", pickle.dumps(timing))
             return timing
+        self._await([f"{key}/time"], f"rank 0's timing of collective #{self._sequence}")
         return pickle.loads(self._store.get(f"{key}/time"))
 
     def _collective(self, kind, sim_op, inputs, outputs, nbytes, compute, meta=None, pairs=(), root=None):
@@ -547,8 +681,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
                                      link_args + [("group", str(self._global_ranks))], self._own_links(link_bytes))
             else:
                 device = None
-        finally:
-            self._finish(key)
+        except BaseException:
+            if key is not None and not self._gone():  # a member that is gone would not come to the "done" count
+                self._finish(key)
+            raise
+        self._finish(key)
         return _Work(outputs or inputs, device, end_ns, kind)
 
     @staticmethod
@@ -755,7 +892,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
         blobs = [_pack(t) for t in tensors] if with_values else []
         if not self._symmetric:
             key, n = self._p2p_key(self._rank, dst, tag)
-            self._payloads.put(key, arrival_ns, blobs)
+            try:
+                self._payloads.put(key, arrival_ns, blobs)
+            except OSError as error:
+                self._segment_error(error, f"a message to rank {dst} with tag {tag}")
             # The receiver's inbox lists every message in the order it was posted, for recv_anysource.
             k = self._store.add(f"trnsim/p2p/inbox/{dst}/{tag}", 1)
             self._store.set(self._inbox_key(dst, tag, k), f"{self._rank}:{n}")
@@ -772,7 +912,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
         sent_ns = arrival_ns
         if not self._symmetric:
             key, _ = self._p2p_key(src, self._rank, tag, sequence)
-            sent_ns, blobs = self._payloads.get(key)
+            message = f"a message from rank {src} with tag {tag}"
+            try:
+                sent_ns, blobs = self._payloads.get(key, message)
+            except OSError as error:
+                self._segment_error(error, message)
             self._payloads.delete(key)
             for t, blob in zip(tensors, blobs):
                 _write(t, _unpack(blob, t.dtype, t.shape))
@@ -798,7 +942,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             k = self._inbox_next.get(tag, 1)
             self._inbox_next[tag] = k + 1
             key = self._inbox_key(self._rank, tag, k)
-            self._store.wait([key])
+            self._await([key], f"a message with tag {tag} from any rank")
             src, n = (int(x) for x in self._store.get(key).decode().split(":"))
             self._store.delete_key(key)
             if not self._received(src, tag, n):
