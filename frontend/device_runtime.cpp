@@ -188,30 +188,72 @@ void DeviceRuntime::add_collective(const OpRecord& record, const std::vector<Mem
   }
 }
 
-// The caller holds m_mutex. Stream `stream` of `device` waits until `until_ns`: the default stream's wait is a
-// "wait" record (what its work waited for: exposed communication); a side stream's is not logged.
+namespace {
+// The parts of [begin, end) inside `intervals` (any order, may overlap): sorted, disjoint.
+std::vector<std::pair<double, double>> parts_inside(const std::vector<std::pair<double, double>>& intervals,
+                                                    double begin, double end) {
+  std::vector<std::pair<double, double>> clipped;
+  for (const auto& [b, e] : intervals) {
+    const double lo = std::max(b, begin), hi = std::min(e, end);
+    if (lo < hi) clipped.emplace_back(lo, hi);
+  }
+  std::sort(clipped.begin(), clipped.end());
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& piece : clipped) {
+    if (!merged.empty() && piece.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, piece.second);
+    else
+      merged.push_back(piece);
+  }
+  return merged;
+}
+}  // namespace
+
+// The caller holds m_mutex. Stream `stream` of `device` waits until `until_ns`. The default stream's wait is logged
+// as "wait" records, one per piece: bottleneck "collective" where it waited on a collective (exposed
+// communication: `source_stream` is kCollective, or that stream was itself waiting on one then), "stream" where it
+// waited on another stream's compute. A side stream's wait is not logged; its collective part is kept for the
+// streams that wait for it.
 void DeviceRuntime::advance_stream_locked(DeviceState& device, int device_index, int stream, double until_ns,
-                                          const std::string& op) {
+                                          const std::string& op, int source_stream) {
   double& clock = stream == device.current_stream ? device.clock_ns : device.stream_clocks[stream];
   if (until_ns > clock) {
+    std::vector<std::pair<double, double>> communication;
+    if (source_stream == kCollective) {
+      communication.emplace_back(clock, until_ns);
+    } else {
+      auto it = device.communication_waits.find(source_stream);
+      if (it != device.communication_waits.end()) communication = parts_inside(it->second, clock, until_ns);
+    }
+    auto& own = device.communication_waits[stream];
+    own.insert(own.end(), communication.begin(), communication.end());
     if (stream == 0) {
-      OpRecord wait;
-      wait.op = "wait " + op;
-      wait.kind = "wait";
-      wait.device = device_index;
-      wait.start_ns = clock;
-      wait.ns = until_ns - clock;
-      wait.bottleneck = "collective";
-      m_log.push_back(wait);
-      if (m_timeline_enabled) {
-        if (!m_timeline) m_timeline = std::make_unique<sim::TraceWriter>();
-        const int process =
-            m_timeline->find_or_add_process("neuron:" + std::to_string(device_index), device_index * 100);
-        // Its own track: a side stream's ops run on the core while the default stream waits.
-        const int waits = m_timeline->find_or_add_track(process, "waits (default stream)", 4);
-        m_timeline->slice(process, waits, wait.start_ns - device.timeline_origin_ns, wait.ns, wait.op,
-                          {{"kind", "wait"}, {"simulated_ns", std::to_string(wait.ns)}});
+      auto log_wait = [&](double start_ns, double end_ns, const char* cause) {
+        OpRecord wait;
+        wait.op = "wait " + op;
+        wait.kind = "wait";
+        wait.device = device_index;
+        wait.start_ns = start_ns;
+        wait.ns = end_ns - start_ns;
+        wait.bottleneck = cause;
+        m_log.push_back(wait);
+        if (m_timeline_enabled) {
+          if (!m_timeline) m_timeline = std::make_unique<sim::TraceWriter>();
+          const int process =
+              m_timeline->find_or_add_process("neuron:" + std::to_string(device_index), device_index * 100);
+          // Its own track: a side stream's ops run on the core while the default stream waits.
+          const int waits = m_timeline->find_or_add_track(process, "waits (default stream)", 4);
+          m_timeline->slice(process, waits, wait.start_ns - device.timeline_origin_ns, wait.ns, wait.op,
+                            {{"kind", "wait"}, {"cause", cause}, {"simulated_ns", std::to_string(wait.ns)}});
+        }
+      };
+      double at = clock;
+      for (const auto& [begin, end] : communication) {
+        if (begin > at) log_wait(at, begin, "stream");
+        log_wait(begin, end, "collective");
+        at = end;
       }
+      if (at < until_ns) log_wait(at, until_ns, "stream");
     }
     clock = until_ns;
   }
@@ -220,11 +262,16 @@ void DeviceRuntime::advance_stream_locked(DeviceState& device, int device_index,
   pending.erase(std::remove_if(pending.begin(), pending.end(),
                                [&](const PendingCollective& p) { return p.end_ns <= horizon; }),
                 pending.end());
+  // No stream's wait starts before its own clock: intervals every stream has passed are never asked for again.
+  for (auto& [id, intervals] : device.communication_waits)
+    intervals.erase(std::remove_if(intervals.begin(), intervals.end(),
+                                   [&](const std::pair<double, double>& w) { return w.second <= horizon; }),
+                    intervals.end());
 }
 
 void DeviceRuntime::wait_locked(int device_index, double until_ns, const std::string& op) {
   DeviceState& device = m_devices[device_index];
-  advance_stream_locked(device, device_index, device.current_stream, until_ns, op);
+  advance_stream_locked(device, device_index, device.current_stream, until_ns, op, kCollective);
 }
 
 void DeviceRuntime::set_stream(int device_index, int stream) {
@@ -255,20 +302,27 @@ double DeviceRuntime::stream_clock(int device_index, int stream) const {
   return s == device.stream_clocks.end() ? device.clock_ns : s->second;  // unused yet: it would start here
 }
 
-void DeviceRuntime::stream_wait(int device_index, int stream, double until_ns, const std::string& op) {
+void DeviceRuntime::stream_wait(int device_index, int stream, double until_ns, const std::string& op,
+                                int source_stream) {
   std::lock_guard<std::mutex> lock(m_mutex);
   DeviceState& device = m_devices[device_index];
   if (stream != device.current_stream && !device.stream_clocks.count(stream))
     device.stream_clocks[stream] = device.clock_ns;
-  advance_stream_locked(device, device_index, stream, until_ns, op);
+  advance_stream_locked(device, device_index, stream, until_ns, op, source_stream);
 }
 
 void DeviceRuntime::synchronize(int device_index) {
   std::lock_guard<std::mutex> lock(m_mutex);
   DeviceState& device = m_devices[device_index];
   double latest = device.clock_ns;
-  for (const auto& [stream, clock] : device.stream_clocks) latest = std::max(latest, clock);
-  advance_stream_locked(device, device_index, 0, latest, "synchronize");
+  int last_stream = device.current_stream;  // the stream the default one waits for last
+  for (const auto& [stream, clock] : device.stream_clocks) {
+    if (clock > latest) {
+      latest = clock;
+      last_stream = stream;
+    }
+  }
+  advance_stream_locked(device, device_index, 0, latest, "synchronize", last_stream);
 }
 
 void DeviceRuntime::wait_for_collectives_locked(int device_index, const std::vector<MemoryRange>* buffers) {

@@ -67,6 +67,9 @@ struct DeviceState {
     double start_ns, end_ns, bytes_per_ns;
   };
   std::map<std::string, std::vector<LinkTraffic>> link_traffic;
+  // Per stream, the intervals [start, end) its clock spent waiting on a collective, directly or by waiting for a
+  // stream that was: a wait for that stream is communication only over these, the rest is that stream's compute.
+  std::map<int, std::vector<std::pair<double, double>>> communication_waits;
   double default_clock() const;
   double earliest_clock() const;  // of every stream
 };
@@ -130,11 +133,13 @@ class DeviceRuntime {
   void wait_until(int device, double end_ns, const std::string& op);
   // Streams: the device's ops go to stream `stream` from now (a stream first used starts at the current one's
   // clock); a stream's clock; a stream waiting (wait_event / wait_stream) until `until_ns` (a "wait" record when
-  // it is the default stream); synchronize (the default stream after every stream's work).
+  // it is the default stream: exposed communication over the part of the wait that is a collective's, a stream wait
+  // over the rest); synchronize (the default stream after every stream's work).
   void set_stream(int device, int stream);
   int current_stream(int device) const;
   double stream_clock(int device, int stream) const;
-  void stream_wait(int device, int stream, double until_ns, const std::string& op);
+  // stream_wait's `until_ns` is a clock of `source_stream` (wait_stream: now; wait_event: when the event was recorded).
+  void stream_wait(int device, int stream, double until_ns, const std::string& op, int source_stream);
   void synchronize(int device);
 
   double simulated_ns(int device) const;  // device < 0: all devices together
@@ -184,7 +189,11 @@ class DeviceRuntime {
   // collectives it overlaps: when one ends after the device's clock, a "wait" record of the gap (exposed
   // communication) is logged and the clock moves to its end.
   void wait_for_collectives_locked(int device, const std::vector<MemoryRange>* buffers);
-  void advance_stream_locked(DeviceState& state, int device, int stream, double until_ns, const std::string& op);
+  // `source_stream`: the stream whose clock `until_ns` is (its waits on collectives are communication, the rest of
+  // the wait is not); kCollective: `until_ns` is a collective's end (all of the wait is communication).
+  static constexpr int kCollective = -1;
+  void advance_stream_locked(DeviceState& state, int device, int stream, double until_ns, const std::string& op,
+                             int source_stream);
 
   const HardwareConfig m_config;
   const std::string m_hash;

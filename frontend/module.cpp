@@ -501,9 +501,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("current_stream", [](int device) { return fe::current_runtime()->current_stream(device); }, py::arg("device"));
   m.def("stream_clock", [](int device, int stream) { return fe::current_runtime()->stream_clock(device, stream); },
         py::arg("device"), py::arg("stream"));
-  m.def("stream_wait", [](int device, int stream, double until_ns, const std::string& op) {
-    fe::current_runtime()->stream_wait(device, stream, until_ns, op);
-  }, py::arg("device"), py::arg("stream"), py::arg("until_ns"), py::arg("op"));
+  m.def("stream_wait", [](int device, int stream, double until_ns, const std::string& op, int source_stream) {
+    fe::current_runtime()->stream_wait(device, stream, until_ns, op, source_stream);
+  }, py::arg("device"), py::arg("stream"), py::arg("until_ns"), py::arg("op"), py::arg("source_stream"),
+     "Stream `stream` waits until `until_ns`, a clock of `source_stream` (wait_stream, wait_event).");
   m.def("synchronize", [](int device) { fe::current_runtime()->synchronize(device); }, py::arg("device"));
   m.def("holds_values", [](uintptr_t ptr) { return fe::holds_values(reinterpret_cast<const void*>(ptr)); },
         py::arg("data_ptr"), "Whether the device block holding data_ptr has values (timing-only mode writes none).");

@@ -58,6 +58,39 @@ def test_wait_event_orders_the_default_stream_after_the_side_stream():
     assert start.elapsed_time(end) == pytest.approx((side_end - start._ns) / 1e6)
 
 
+def test_exposed_communication_is_only_the_wait_on_collectives():
+    """Issue 39 item 5. The default stream waits (wait_event) for a side stream that computes, waits on a
+    collective ending 5 us after its first kernel, and computes again: of that wait only the 5 us are exposed
+    communication; the side stream's two kernels are a wait on another stream's compute."""
+    a = torch.randn(128, 128, device="neuron")
+    side = torch.neuron.Stream()
+    side.wait_stream(torch.neuron.current_stream())
+    start_ns = trnsim.simulated_ns()
+    with trnsim.profile() as prof:
+        with torch.neuron.stream(side):
+            b = a @ a
+            first = _kernels()[-1]
+            collective_end_ns = first["start_ns"] + first["ns"] + 5000.0
+            trnsim._C.wait_collective(a.device.index, collective_end_ns, "all_gather")
+            c = b @ b
+            second = _kernels()[-1]
+            done = side.record_event()
+        torch.neuron.current_stream().wait_event(done)
+    end_ns = second["start_ns"] + second["ns"]
+    assert first["start_ns"] == pytest.approx(start_ns) and second["start_ns"] == pytest.approx(collective_end_ns)
+    assert trnsim.simulated_ns() == pytest.approx(end_ns)
+    totals = prof.totals()
+    assert totals["exposed_communication_ns"] == pytest.approx(5000.0)
+    assert totals["stream_wait_ns"] == pytest.approx(first["ns"] + second["ns"])
+    # The default stream's wait in three pieces: the side's kernel, the collective, the side's kernel.
+    waits = [r for r in prof.records if r["kind"] == "wait"]
+    assert [r["bottleneck"] for r in waits] == ["stream", "collective", "stream"]
+    first_end_ns = first["start_ns"] + first["ns"]
+    assert [r["start_ns"] for r in waits] == pytest.approx([start_ns, first_end_ns, collective_end_ns])
+    assert [r["ns"] for r in waits] == pytest.approx([first["ns"], 5000.0, second["ns"]])
+    del c
+
+
 def test_synchronize_joins_every_stream():
     a = torch.randn(128, 128, device="neuron")
     side = torch.neuron.Stream()

@@ -89,11 +89,11 @@ class Stream:
 
     def wait_stream(self, stream):
         _C.stream_wait(self.device_index, self.stream_id, _C.stream_clock(_device_of(stream), stream.stream_id),
-                       f"stream {stream.stream_id}")
+                       f"stream {stream.stream_id}", stream.stream_id)
 
     def wait_event(self, event):
         if event._ns is not None:
-            _C.stream_wait(self.device_index, self.stream_id, event._ns, "event")
+            _C.stream_wait(self.device_index, self.stream_id, event._ns, "event", event._stream_id)
 
     def record_event(self, event=None):
         event = Event() if event is None else event
@@ -121,11 +121,12 @@ class Event:
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         self._device = None
         self._ns = None
+        self._stream_id = None  # the stream it was recorded on: a wait for it waits for that stream's clock
 
     def record(self, stream=None):
         stream = current_stream() if stream is None else stream
         index = _device_of(stream)
-        self._device, self._ns = index, _C.stream_clock(index, stream.stream_id)
+        self._device, self._ns, self._stream_id = index, _C.stream_clock(index, stream.stream_id), stream.stream_id
 
     def wait(self, stream=None):
         (current_stream() if stream is None else stream).wait_event(self)

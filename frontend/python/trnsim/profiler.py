@@ -71,7 +71,8 @@ class Profile:
         block), flops (matmul FLOPs the kernels counted), mfu (flops against the bf16 tensor-engine
         peak of the devices over the simulated time), op counts, fallback_ops, host-link bytes."""
         # Collectives (trnsim.distributed) run on the collective engines beside the device's clock: what the
-        # clock waited for them is their "wait" records (exposed communication).
+        # default stream's clock waited for them is exposed communication, its "wait" records caused by a collective
+        # (directly, or through a stream that was waiting on one); a wait for another stream's compute is not.
         collectives = [r for r in self.records if r["kind"] == "collective"]
         recs = [r for r in self.records if r["kind"] != "collective"]
         simulated_ns = sum(r["ns"] for r in recs)
@@ -120,7 +121,10 @@ class Profile:
             "collectives": len(collectives),
             "collective_ns": sum(r["ns"] for r in collectives),
             "collective_bytes": sum(r["bytes"] for r in collectives),
-            "exposed_communication_ns": sum(r["ns"] for r in recs if r["kind"] == "wait"),
+            "exposed_communication_ns": sum(r["ns"] for r in recs
+                                            if r["kind"] == "wait" and r["bottleneck"] == "collective"),
+            # The default stream waiting on other streams' compute (wait_stream / wait_event / synchronize).
+            "stream_wait_ns": sum(r["ns"] for r in recs if r["kind"] == "wait" and r["bottleneck"] == "stream"),
         }
 
     def rows(self, group_by_shape=True):
