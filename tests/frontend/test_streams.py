@@ -91,6 +91,30 @@ def test_exposed_communication_is_only_the_wait_on_collectives():
     del c
 
 
+def test_exposed_communication_carries_through_streams_to_synchronize():
+    """A stream that waits for a stream waiting on a collective waits on that collective too: the default stream's
+    synchronize (waiting for the stream that ends last) is exposed communication over the collective's 5 us only."""
+    a = torch.randn(128, 128, device="neuron")
+    gather, compute = torch.neuron.Stream(), torch.neuron.Stream()
+    gather.wait_stream(torch.neuron.current_stream())
+    compute.wait_stream(torch.neuron.current_stream())
+    start_ns = trnsim.simulated_ns()
+    with trnsim.profile() as prof:
+        with torch.neuron.stream(gather):
+            trnsim._C.wait_collective(a.device.index, start_ns + 5000.0, "all_gather")
+        with torch.neuron.stream(compute):
+            compute.wait_stream(gather)
+            b = a @ a
+            kernel = _kernels()[-1]
+        torch.neuron.synchronize()
+    assert kernel["start_ns"] == pytest.approx(start_ns + 5000.0)
+    assert trnsim.simulated_ns() == pytest.approx(kernel["start_ns"] + kernel["ns"])
+    totals = prof.totals()
+    assert totals["exposed_communication_ns"] == pytest.approx(5000.0)
+    assert totals["stream_wait_ns"] == pytest.approx(kernel["ns"])
+    del b
+
+
 def test_synchronize_joins_every_stream():
     a = torch.randn(128, 128, device="neuron")
     side = torch.neuron.Stream()
