@@ -61,12 +61,18 @@ def _restore(state, st, shared, emit_copy):
 
 def _own_tile(trace, st):
     st.base = None
-    st.name = trace._next_tile_name(st.space)
+    state = _state(trace)
+    state["own"] = state.get("own", 0) + 1
+    # A name no other tile has (the tile stayed in trace.tiles, so the next sb_N / ps_N is another tile's).
+    st.name = f"{trace._next_tile_name(st.space).split('_')[0]}_own{state['own']}"
     st.first = st.last = -1
     st.region = None
     st.written = True
-    if st not in trace.tiles:
-        trace.tiles.append(st)
+
+
+def declared(t):
+    """Whether tile ``t`` has a declaration of its own (a redundant computation's alias names another tile)."""
+    return t.base is None or t.name != t.base.name
 
 
 def shared(trace, st):
@@ -120,8 +126,8 @@ def alias(trace, st, tile, fill=None):
     st.producer = tile.producer
     state["aliases"][st] = tile
     state["sharers"].setdefault(tile, set()).add(st)
-    if st in trace.tiles:
-        trace.tiles.remove(st)
+    # It stays in trace.tiles (removing it from the list would cost a scan per alias); allocation skips it (a base),
+    # and its declaration is the tile's (declared(): same name).
 
 
 def wrote(trace, storages):

@@ -19,7 +19,7 @@ import bisect
 import heapq
 import re
 
-from . import _core
+from . import _core, _cse
 from ._core import KernelError, LruAllocator
 
 _NAME_AT = re.compile(r"([A-Za-z_]\w*)\{")
@@ -104,7 +104,7 @@ def allocate_with_spills(trace):
     decls = []
     for t in trace.tiles + [s[3] for s in spills]:
         root = t.base or t
-        if root.region is None:
+        if root.region is None or not _cse.declared(t):
             continue
         partition = root.address[0] if root.address else 0
         decls.append(f"{t.space} {t.name} : {t.dtype.name}[{t.partitions}, {t.per_partition}] "

@@ -4,7 +4,7 @@ import os
 import re
 import threading
 
-from . import _core, _schedule, _spill
+from . import _core, _cse, _schedule, _spill
 from ._core import KernelError, LruAllocator, Storage, fail, user_location
 
 _local = threading.local()
@@ -446,8 +446,8 @@ class Trace:
         decls = []
         for t in self.tiles:
             root = t.base or t
-            if root.region is None:
-                continue   # never touched (a temporary folded into its assignment)
+            if root.region is None or not _cse.declared(t):
+                continue   # never touched (a temporary folded into its assignment), or a CSE alias (nki._cse)
             partition = root.address[0] if root.address else 0
             decls.append(f"{t.space} {t.name} : {t.dtype.name}[{t.partitions}, {t.per_partition}] "
                          f"@ {partition}:{root.region[0]}")
