@@ -47,3 +47,14 @@ def check_timing():
         assert kernel.trace_count == traces
         return values_ns
     return check
+
+
+def source_line(fn, marker):
+    """(basename, line) of the line of ``fn``'s source that holds ``# <marker>``: where a kernel's error must point."""
+    import inspect
+    import os
+    lines, first = inspect.getsourcelines(fn)
+    for i, text in enumerate(lines):
+        if f"# {marker}" in text:
+            return os.path.basename(inspect.getsourcefile(fn)), first + i
+    raise AssertionError(f"no '# {marker}' in {fn.__name__}")

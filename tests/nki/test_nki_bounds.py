@@ -10,6 +10,7 @@ import pytest
 import nki
 import nki.language as nl
 import trnsim.nki
+from conftest import source_line
 from trnsim.nki import _runtime, _trace
 
 
@@ -19,11 +20,7 @@ def trn2(monkeypatch):
 
 
 def line_of(fn, marker):
-    lines, first = inspect.getsourcelines(fn)
-    for i, text in enumerate(lines):
-        if f"# {marker}" in text:
-            return f"{os.path.basename(inspect.getsourcefile(fn))}:{first + i}:"
-    raise AssertionError(marker)
+    return "%s:%d:" % source_line(fn, marker)
 
 
 @nki.jit

@@ -10,15 +10,12 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import trnsim.nki
+from conftest import source_line
 
 
 def line_of(fn, marker):
     """(basename, line) of the line of ``fn``'s source that holds ``# <marker>``."""
-    lines, first = inspect.getsourcelines(fn)
-    for i, text in enumerate(lines):
-        if f"# {marker}" in text:
-            return os.path.basename(inspect.getsourcefile(fn)), first + i
-    raise AssertionError(f"no '# {marker}' in {fn.__name__}")
+    return source_line(fn, marker)
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import trnsim.nki
+from conftest import source_line
 
 
 @pytest.fixture(autouse=True)
@@ -20,11 +21,7 @@ def trn2(monkeypatch):
 
 
 def line_of(fn, marker):
-    lines, first = inspect.getsourcelines(fn)
-    for i, text in enumerate(lines):
-        if f"# {marker}" in text:
-            return f"{os.path.basename(inspect.getsourcefile(fn))}:{first + i}"
-    raise AssertionError(marker)
+    return "%s:%d" % source_line(fn, marker)
 
 
 def opcode(trace, index):
