@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 namespace trnsim::record {
 namespace {
@@ -19,11 +21,35 @@ Json parse_object(const std::string& text, const std::string& origin, size_t lin
   return j;
 }
 
+// Whether a JSON value holds a T exactly: nlohmann converts a floating-point number to an integer type with a plain
+// cast, undefined behaviour out of range (found by the recording fuzzer under UBSan), so integers must be integers.
+template <class T>
+struct JsonHolds {
+  static bool check(const Json& value) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      return value.is_number_integer() && (std::is_signed_v<T> || value.is_number_unsigned());
+    } else {
+      return true;
+    }
+  }
+};
+template <class U>
+struct JsonHolds<std::vector<U>> {
+  static bool check(const Json& value) {
+    if (!value.is_array()) return true;  // get<> reports the wrong type
+    for (const Json& element : value) {
+      if (!JsonHolds<U>::check(element)) return false;
+    }
+    return true;
+  }
+};
+
 // A required field of the expected JSON type, else an error naming it.
 template <class T>
 T field(const Json& j, const char* key, const std::string& origin, size_t line) {
   auto it = j.find(key);
   if (it == j.end()) fail(origin, line, std::string("missing \"") + key + "\"");
+  if (!JsonHolds<T>::check(*it)) fail(origin, line, std::string("\"") + key + "\" has the wrong type");
   try {
     return it->template get<T>();
   } catch (const Json::exception&) {

@@ -233,6 +233,12 @@ void exec_nc_matmul(const Instruction& inst, ExecContext& ctx) {
     throw IsaError("dst is [" + std::to_string(dst.partitions()) + ", " + std::to_string(dst.free_elements()) +
                    "] but stationary.T @ moving is [" + std::to_string(m) + ", " + std::to_string(n) + "]");
   }
+  // The contraction runs over the partitions of both operands; a product of unequal ones would read past a tile
+  // (found by the sanitizer tier: Eigen's own assertion in a checked build).
+  if (stationary.partitions != moving.partitions) {
+    throw IsaError("stationary has " + std::to_string(stationary.partitions) + " partitions but moving has " +
+                   std::to_string(moving.partitions) + ": the contraction (partition) dims differ");
+  }
   bool transpose_mode = inst.scalar("is_transpose") != 0 && ctx.config.generation >= Generation::trn2;
   bool accumulate = matmul_accumulates(inst, ctx, dst);
   Tile result(static_cast<uint32_t>(m), n);
