@@ -83,13 +83,8 @@ bool is_fence(const isa::Instruction& inst) {
     case isa::Opcode::core_barrier: return true;
     default: break;
   }
-  for (const isa::OperandSpec& operand : inst.spec().operands) {
-    if (operand.kind == isa::OperandKind::reg) return true;
-  }
-  for (const isa::AccessPattern& ap : inst.tensors) {
-    if (ap.present() && (ap.offset_register >= 0 || ap.resolved_register >= 0)) return true;
-  }
-  return false;
+  const isa::RegisterUse registers = isa::register_use(inst);
+  return registers.reads + registers.writes > 0 || isa::has_dynamic_operand(inst);
 }
 
 // The resource an instruction's engine order is kept on: a compute engine, or one DMA queue.
@@ -149,6 +144,7 @@ class ListScheduler {
     m_predecessors_left.assign(m_count, 0);
     m_successors.resize(m_count);
     m_data_ready_ns.assign(m_count, 0.0);
+    m_done_ns.assign(m_count, 0.0);
     m_state.assign(m_count, State::waiting);
   }
 
@@ -237,13 +233,8 @@ class ListScheduler {
       m_writes.erase(std::remove(m_writes.begin(), m_writes.end(), dst), m_writes.end());
     }
     double ready = m_tracker.query(m_reads, m_writes).ready_ns;
-    for (size_t earlier : m_extra_predecessors[i]) ready = std::max(ready, m_done_ns_of(earlier));
+    for (size_t earlier : m_extra_predecessors[i]) ready = std::max(ready, m_done_ns[earlier]);
     m_data_ready_ns[i] = ready;
-  }
-
-  double m_done_ns_of(size_t i) const {
-    auto it = m_done_ns.find(i);
-    return it == m_done_ns.end() ? 0.0 : it->second;
   }
 
   // When instruction i would start if placed now.
@@ -309,7 +300,7 @@ class ListScheduler {
     m_writes.clear();
     collect_accesses(inst, m_reads, m_writes);
     m_tracker.record(int64_t(i), done, m_reads, m_writes);
-    if (!m_options.edges.empty()) m_done_ns[i] = done;
+    m_done_ns[i] = done;
     m_state[i] = State::placed;
     order.push_back(i);
     m_window.erase(std::find(m_window.begin(), m_window.end(), i));
@@ -339,7 +330,7 @@ class ListScheduler {
   std::vector<double> m_data_ready_ns;
   std::vector<State> m_state;
   std::vector<size_t> m_window;  // in program order
-  std::unordered_map<size_t, double> m_done_ns;
+  std::vector<double> m_done_ns;  // estimated completion of each placed instruction (edges read it)
   mutable std::unordered_map<size_t, DmaCost> m_dma_costs;
   std::vector<const isa::AccessPattern*> m_reads, m_writes;
 };

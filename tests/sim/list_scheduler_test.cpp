@@ -65,7 +65,6 @@ TEST(ListScheduler, IndependentWorkRunsWhileAnEngineWaits) {
   const double scheduled_ns = simulated_ns(reorder_program(program, order), hw);
   const double memset_ends_later_ns = memset.occupancy_ns() + memset.latency_ns() - copy.latency_ns();
   EXPECT_NEAR(in_order_ns - scheduled_ns, memset_ends_later_ns, 1e-6);
-  EXPECT_LT(memset.occupancy_ns(), 2 * (in_order_ns - memset.occupancy_ns())) << "the load hides the memset";
 }
 
 TEST(ListScheduler, KeepOrderRangesKeepProgramOrderPerEngine) {

@@ -165,6 +165,21 @@ def where(location=None):
     return f"{os.path.basename(file)}:{line}"
 
 
+def env_int(name, default, minimum=1):
+    """An integer bound or setting from environment variable ``name`` (``default`` when unset); anything else than an
+    integer of at least ``minimum`` is an error naming the variable."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise KernelError(f"{name}={text!r} is not an integer of at least {minimum}")
+    return value
+
+
 def fail(message, location=None):
     raise KernelError(f"{where(location)}: {message}")
 

@@ -11,8 +11,6 @@ register address, not named for with_schedule) that writes the whole of a fresh 
 with the same operation and operands wrote a tile that nothing has written since, from inputs that nothing has
 written since. A later write to the reused tile through the new name gets a tile of its own first (copy on write), so
 values never change."""
-from . import _core
-
 # Whole-tile writes computed from their inputs alone (reduce_cmd / reduce_res excluded below).
 _PURE = frozenset({"tensor_copy", "activation", "tensor_tensor", "tensor_scalar", "memset", "tensor_reduce"})
 
@@ -94,18 +92,11 @@ def find(trace, name, parts, written, touched, mask, dynamic, label):
         return None, None
     state = _state(trace)
     versions = state["versions"]
-    dst_text = None
-    from ._emit import ap_text
+    from ._emit import ap_text   # (here: _emit imports this module)
     dst_text = ap_text(view)
-    inputs = []
-    for other in touched:
-        if other is st:
-            continue
-        root = _root(other)
-        inputs.append((root, versions.get(root, 0)))
-    # Storages themselves (hashed by identity) in the key, not their id(): a dead tile's id is reused by a new one.
-    key = (name, st.dtype.name, tuple(st.shape), tuple(p for p in parts if not p.endswith("=" + dst_text)),
-           tuple(sorted(inputs, key=lambda entry: id(entry[0]))))
+    # The inputs as (tile, its version) pairs: Storages hashed by identity (a dead tile's id() is reused by a new one).
+    inputs = frozenset((_root(other), versions.get(_root(other), 0)) for other in touched if other is not st)
+    key = (name, st.dtype.name, tuple(st.shape), tuple(p for p in parts if not p.endswith("=" + dst_text)), inputs)
     earlier = state["seen"].get(key)
     if earlier is None:
         return None, key
@@ -142,5 +133,3 @@ def remember(trace, key, st):
     if key is not None and st is not None:
         _state(trace)["seen"][key] = (st, _state(trace)["versions"].get(st, 0))
 
-
-__all__ = ["find", "alias", "wrote", "remember", "unalias_writes", "_core"]

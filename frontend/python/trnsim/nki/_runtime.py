@@ -480,18 +480,14 @@ def _buffer(name, tensor):
     return (name, tensor.data_ptr(), tensor.numel(), dtype.name)
 
 
-# A bound on an SPMD grid's instances: each is traced and simulated on its own (one after another, or together as an
-# LNC launch), so a grid of 2**20 would take hours of host time before anything failed. Real launches are far
+# A bound on an SPMD grid's instances: each instance is traced (into its core's program, _batches) and simulated, so
+# a grid of 2**20 would take hours of host time before anything failed. Real launches are far
 # smaller (nki-samples: batch x heads, a few hundred). A bound of trnsim's, not of the hardware.
 DEFAULT_MAX_GRID_INSTANCES = 1 << 16
 
 
 def max_grid_instances():
-    text = os.environ.get("TRNSIM_NKI_MAX_GRID_INSTANCES", "")
-    try:
-        return int(text) if text else DEFAULT_MAX_GRID_INSTANCES
-    except ValueError:
-        raise KernelError(f"TRNSIM_NKI_MAX_GRID_INSTANCES={text!r} is not an integer") from None
+    return _core.env_int("TRNSIM_NKI_MAX_GRID_INSTANCES", DEFAULT_MAX_GRID_INSTANCES)
 
 
 def _grid_dims(name, grid):

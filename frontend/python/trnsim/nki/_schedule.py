@@ -6,9 +6,9 @@ there) and the trace's instruction lines take its order; each line keeps its ker
 ``schedule="list"`` (the default) schedules; ``schedule="program-order"`` keeps the traced order (what-ifs, or a
 kernel whose author scheduled it by hand). ``nl.no_reorder()`` blocks and ``kernel.with_schedule`` edges, where the
 trace recorded them (``trace.keep_order``, ``trace.schedule_edges``), constrain the list scheduler."""
-from ._core import KernelError
-
 import os
+
+from ._core import KernelError, env_int
 
 MODES = ("list", "program-order")
 # TRNSIM_NKI_SCHEDULE sets the default for kernels that do not pass schedule= (a what-if over a whole script).
@@ -28,13 +28,11 @@ def schedule(trace, head_lines):
     if mode == "program-order" or getattr(trace, "scheduled", False) or len(trace.body) < 2:
         return
     from .. import _C
-    if not hasattr(_C, "schedule_order"):
-        raise KernelError("trnsim._C is older than the trnsim.nki sources (no schedule_order): rebuild trnsim")
     text = "\n".join(list(head_lines) + trace.body) + "\n"
     keep_order = [(int(b), int(e)) for b, e in getattr(trace, "keep_order", ())]
     edges = [(int(a), int(b)) for a, b in getattr(trace, "schedule_edges", ())]
     order = _C.schedule_order(text, f"<kernel {trace.name}>", trace.target.config, list(trace.target.overrides),
-                              keep_order, edges, int(os.environ.get("TRNSIM_NKI_SCHEDULE_LOOKAHEAD", "0")))
+                              keep_order, edges, env_int("TRNSIM_NKI_SCHEDULE_LOOKAHEAD", 0))
     trace.body = [trace.body[i] for i in order]
     trace.locs = [trace.locs[i] for i in order]
     trace.scheduled = True

@@ -20,7 +20,7 @@ import heapq
 import re
 
 from . import _core, _cse
-from ._core import KernelError, LruAllocator
+from ._core import LruAllocator
 
 _NAME_AT = re.compile(r"([A-Za-z_]\w*)\{")
 
@@ -130,11 +130,8 @@ def _victim(live, space, position, spillable, origin, uses):
     return best, best_next
 
 
-def _full_text(name, partitions, per_partition):
-    return f"{name}{{offset=0, ap=[[0, {partitions}], [1, {per_partition}]]}}"
-
-
 def _materialize(trace, spills, uses):
+    from ._emit import ap_text   # (here: _emit reaches this module through _trace)
     queue = trace.target.dma_queues - 1
     before = {}            # instruction index -> (spill stores, reloads) to insert before it
     renames = {}           # origin name -> [(from index, name)]
@@ -143,9 +140,9 @@ def _materialize(trace, spills, uses):
         p, f = victim.partitions, victim.per_partition
         scratch = f"{hbm}{{offset=0, ap=[[{f}, {p}], [1, {f}]]}}"
         before.setdefault(position, ([], []))[0].append(
-            f"dma_copy dst={scratch}, src={_full_text(victim.name, p, f)}, queue={queue}")
+            f"dma_copy dst={scratch}, src={ap_text(victim.full_view())}, queue={queue}")
         before.setdefault(reload_at, ([], []))[1].append(
-            f"dma_copy dst={_full_text(reloaded.name, p, f)}, src={scratch}, queue={queue}")
+            f"dma_copy dst={ap_text(reloaded.full_view())}, src={scratch}, queue={queue}")
         renames.setdefault(name, []).append((reload_at, reloaded.name))
         spill_bytes += 2 * p * f * victim.dtype.size_bytes
     body, locs = trace.body, trace.locs

@@ -1,6 +1,5 @@
 """The program a kernel call traces: HBM tensors, on-chip tiles and the instruction stream, turned
 into ``.tasm`` text whose every instruction line maps back to the kernel's ``file.py:line``."""
-import os
 import re
 import threading
 
@@ -114,11 +113,7 @@ DEFAULT_MAX_HOST_HBM_BYTES = 4 << 30
 
 
 def max_host_hbm_bytes():
-    text = os.environ.get("TRNSIM_NKI_MAX_HOST_HBM_BYTES", "")
-    try:
-        return int(text) if text else DEFAULT_MAX_HOST_HBM_BYTES
-    except ValueError:
-        fail(f"TRNSIM_NKI_MAX_HOST_HBM_BYTES={text!r} is not an integer")
+    return _core.env_int("TRNSIM_NKI_MAX_HOST_HBM_BYTES", DEFAULT_MAX_HOST_HBM_BYTES)
 
 
 def _gib(n):
@@ -126,11 +121,7 @@ def _gib(n):
 
 
 def max_traced_instructions():
-    text = os.environ.get("TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS", "")
-    try:
-        return int(text) if text else DEFAULT_MAX_TRACED_INSTRUCTIONS
-    except ValueError:
-        fail(f"TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS={text!r} is not an integer")
+    return _core.env_int("TRNSIM_NKI_MAX_TRACED_INSTRUCTIONS", DEFAULT_MAX_TRACED_INSTRUCTIONS)
 
 
 class Trace:
