@@ -242,12 +242,16 @@ std::optional<at::Tensor> lower_elu_backward(const std::string& op, LoweringArgs
   return fp32 ? dx : dx.to(v_in.scalar_type());
 }
 
+// x on the device in a dtype its kernels take, and (for a backward) the grad there too, of x's dtype and shape.
+bool input_and_grad_on_device(const at::Tensor& x, const at::Tensor* grad) {
+  if (!on_neuron(x) || !sim_dtype(x.scalar_type())) return false;
+  return !grad || (on_neuron(*grad) && grad->scalar_type() == x.scalar_type() && grad->sizes() == x.sizes());
+}
+
 // mish(x) = x * tanh(softplus(x)) and its backward grad * (t + x * sigmoid(x) * (1 - t^2)),
 // t = tanh(softplus(x)), in fp32 as torch's opmath (softplus: the device's lowering).
 std::optional<at::Tensor> lower_mish(const std::string& op, const at::Tensor& x_in, const at::Tensor* grad_in) {
-  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type())) return std::nullopt;
-  if (grad_in && (!on_neuron(*grad_in) || grad_in->scalar_type() != x_in.scalar_type() || grad_in->sizes() != x_in.sizes()))
-    return std::nullopt;
+  if (!input_and_grad_on_device(x_in, grad_in)) return std::nullopt;
   c10::DeviceGuard guard(x_in.device());
   const bool fp32 = x_in.scalar_type() == at::kFloat;
   const at::Tensor x = fp32 ? x_in : x_in.to(at::kFloat);
@@ -271,9 +275,7 @@ std::optional<at::Tensor> lower_mish(const std::string& op, const at::Tensor& x_
 // binary_cross_entropy_with_logits is composed of these on the CPU too.
 std::optional<std::vector<at::Tensor>> lower_log_sigmoid(const std::string& op, const at::Tensor& x_in,
                                                          const at::Tensor* grad_in) {
-  if (!on_neuron(x_in) || !sim_dtype(x_in.scalar_type())) return std::nullopt;
-  if (grad_in && (!on_neuron(*grad_in) || grad_in->scalar_type() != x_in.scalar_type() || grad_in->sizes() != x_in.sizes()))
-    return std::nullopt;
+  if (!input_and_grad_on_device(x_in, grad_in)) return std::nullopt;
   c10::DeviceGuard guard(x_in.device());
   const bool fp32 = x_in.scalar_type() == at::kFloat;
   const at::Tensor x = fp32 ? x_in : x_in.to(at::kFloat);
