@@ -21,7 +21,7 @@ import time
 
 POLL_MAX_S = 0.002      # assumed: the longest sleep between two looks at the store (the latency a wait may add)
 CHECK_PERIOD_S = 0.25   # assumed: how often a waiting member looks at the others
-HEARTBEAT_PERIOD_S = 0.5
+HEARTBEAT_PERIOD_S = 0.5     # assumed: how often a member refreshes its heartbeat (a fraction of the timeout)
 GRACE_S = 3.0           # assumed: after a store / segment error, how long to look for the member that caused it
 
 
